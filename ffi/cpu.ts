@@ -1,0 +1,51 @@
+// bloomery: bun:ffi bindings of the CPU library (ffi/bloomery.h). The library is embedded in
+// the compiled executable; dlopen takes the path Bun gives for the embedded file.
+import { dlopen, FFIType, CString } from "bun:ffi";
+import libPath from "../build/libbloomery_cpu.so" with { type: "file" };
+
+const { i64, u64, ptr, cstring } = { i64: FFIType.i64, u64: FFIType.u64, ptr: FFIType.ptr, cstring: FFIType.cstring };
+
+export const cpuSymbols = {
+  bl_abi_version: { args: [], returns: i64 },
+  bl_last_error: { args: [], returns: ptr },
+  bl_map_file: { args: [cstring, ptr, ptr], returns: i64 },
+  bl_unmap_file: { args: [u64, u64], returns: i64 },
+  bl_copy_bytes: { args: [u64, ptr, u64], returns: i64 },
+  bl_type_size: { args: [i64, ptr, ptr], returns: i64 },
+  bl_dequantize: { args: [i64, ptr, ptr, i64], returns: i64 },
+  bl_quantize: { args: [i64, ptr, ptr, i64], returns: i64 },
+  bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
+} as const;
+
+type Lib = ReturnType<typeof dlopen<typeof cpuSymbols>>["symbols"];
+let lib: Lib | null = null;
+
+/** The CPU library's symbols, opened on first use. */
+export function cpu(): Lib {
+  if (!lib) lib = dlopen(libPath, cpuSymbols).symbols;
+  return lib;
+}
+
+export class NativeError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = "NativeError";
+  }
+}
+
+/** Throws NativeError with the library's message when status is not BL_OK. */
+export function check(status: number | bigint, what: string): void {
+  const s = Number(status);
+  if (s === 0) return;
+  const p = cpu().bl_last_error();
+  const msg = p ? new CString(p).toString() : "";
+  throw new NativeError(s, `${what}: ${msg || `native status ${s}`}`);
+}
+
+/** A C string argument for bun:ffi. */
+export function cstr(s: string): Buffer {
+  return Buffer.from(s + "\0", "utf8");
+}
