@@ -44,6 +44,90 @@ int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
 int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t rows,
                       const float *x, int64_t n, float *y);
 
+/* ---- the model program (CPU backend; the GPU backends take the same program) ----
+ * A model family file (src/models/) describes the forward pass as a list of coarse
+ * blocks; the backend executes the list for a batch of tokens. */
+
+/* A weight tensor: data address (mapped file or device memory), ggml type, dims (ne[0]
+ * contiguous), byte stride between rows (ne[1]) and between slabs (ne[2], experts). */
+typedef struct bl_tensor {
+  uint64_t data;
+  int64_t type;
+  int64_t ne[4];
+  int64_t nb1;
+  int64_t nb2;
+} bl_tensor; /* 8 slots */
+
+enum bl_block_kind {
+  BL_BLOCK_EMBED = 1,  /* x = token_embd[tokens]                                  t: 0 tok_embd */
+  BL_BLOCK_ATTN = 2,   /* x += attention(rmsnorm(x)), KV cache layer `layer`      t: see BL_ATTN_* */
+  BL_BLOCK_MOE = 3,    /* x += routed experts(rmsnorm(x))                         t: see BL_MOE_* */
+  BL_BLOCK_FFN = 4,    /* x += down(silu(gate h) * up h), h = rmsnorm(x)          t: 0 norm 1 gate 2 up 3 down */
+  BL_BLOCK_OUTPUT = 5  /* logits[out rows] = output(rmsnorm(x))                   t: 0 norm 1 output */
+};
+enum { BL_ATTN_NORM = 0, BL_ATTN_Q = 1, BL_ATTN_K = 2, BL_ATTN_V = 3, BL_ATTN_O = 4,
+       BL_ATTN_Q_NORM = 5, BL_ATTN_K_NORM = 6, BL_ATTN_BQ = 7, BL_ATTN_BK = 8, BL_ATTN_BV = 9 };
+enum { BL_MOE_NORM = 0, BL_MOE_GATE_INP = 1, BL_MOE_GATE = 2, BL_MOE_UP = 3, BL_MOE_DOWN = 4 };
+enum { BL_ROPE_NORMAL = 0, BL_ROPE_NEOX = 2 };
+enum { BL_GATING_SOFTMAX = 0 };
+
+#define BL_BLOCK_TENSORS 12
+typedef struct bl_block {
+  int64_t kind;
+  int64_t layer;        /* KV cache layer (attention blocks) */
+  int64_t n_head, n_head_kv, head_dim, n_rot, rope_type;
+  int64_t n_expert, n_expert_used, norm_topk, gating;
+  int64_t yarn_orig_ctx;
+  double eps, rope_base, rope_freq_scale, attn_scale;
+  double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+  double expert_weights_scale;
+  double reserved[3];
+  bl_tensor t[BL_BLOCK_TENSORS]; /* by role; data == 0 when absent */
+} bl_block; /* 24 + 12*8 = 120 slots */
+
+typedef struct bl_program {
+  int64_t n_blocks;
+  uint64_t blocks;      /* bl_block[n_blocks] */
+  int64_t n_embd, n_vocab;
+} bl_program;
+
+/* A batch: token ids, positions and sequence (slot) of each token; rows whose logits are
+ * wanted (indices into the batch) and where to write them (n_out * n_vocab floats). */
+typedef struct bl_batch {
+  int64_t n_tokens;
+  uint64_t tokens, pos, seq; /* int32_t[n_tokens] each */
+  int64_t n_out;
+  uint64_t out_rows;         /* int32_t[n_out] */
+  uint64_t logits;           /* float[n_out * n_vocab] */
+} bl_batch;
+
+typedef struct bl_ctx_params {
+  int64_t n_embd, n_vocab;
+  int64_t max_tokens;   /* largest batch forward() takes */
+  int64_t n_threads;
+  int64_t kv_layers, kv_slots, kv_ctx; /* KV cache: layers x slots x positions */
+  int64_t kv_k_dim, kv_v_dim;          /* per position: n_head_kv * head_dim */
+  int64_t max_q_dim;                   /* n_head * head_dim */
+  int64_t max_ff;                      /* largest FFN / expert hidden size */
+  int64_t max_experts;
+  int64_t flags;                       /* BL_CTX_* */
+} bl_ctx_params;
+/* BL_CTX_EXACT: activations stay f32 and weights are dequantized for every product (a slow
+ * reference path, to tell numerics from bugs); the default converts activations as ggml does. */
+enum { BL_CTX_EXACT = 1 };
+
+int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out_ctx);
+int64_t bl_cpu_ctx_free(uint64_t ctx);
+int64_t bl_cpu_forward(uint64_t ctx, const bl_program *prog, const bl_batch *batch);
+/* Forget positions >= from of a slot's sequence (they will be overwritten). */
+int64_t bl_cpu_kv_clear(uint64_t ctx, int64_t slot, int64_t from);
+/* Copy n positions of slot src's KV to slot dst (prefix sharing between slots). */
+int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
+/* Bytes one position takes across all layers (k and v), and save/restore of n positions. */
+int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
+int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
+int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,14 @@ export const cpuSymbols = {
   bl_dequantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_quantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
+  bl_cpu_ctx_new: { args: [ptr, ptr], returns: i64 },
+  bl_cpu_ctx_free: { args: [u64], returns: i64 },
+  bl_cpu_forward: { args: [u64, ptr, ptr], returns: i64 },
+  bl_cpu_kv_clear: { args: [u64, i64, i64], returns: i64 },
+  bl_cpu_kv_copy: { args: [u64, i64, i64, i64], returns: i64 },
+  bl_cpu_kv_pos_bytes: { args: [u64], returns: i64 },
+  bl_cpu_kv_save: { args: [u64, i64, i64, ptr], returns: i64 },
+  bl_cpu_kv_load: { args: [u64, i64, i64, ptr], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof cpuSymbols>>["symbols"];

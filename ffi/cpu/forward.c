@@ -1,0 +1,196 @@
+/* bloomery CPU library: the CPU backend's context (allocation, KV cache operations) and the
+ * interpreter of a model program (embed, blocks, output head) for one batch. */
+#include "ctx.h"
+#include "common.h"
+#include <stdlib.h>
+#include <string.h>
+
+static void *zalloc(size_t n) {
+  void *p = NULL;
+  if (n == 0) n = 64;
+  if (posix_memalign(&p, 64, n) != 0) return NULL;
+  memset(p, 0, n);
+  return p;
+}
+
+int64_t bl_cpu_ctx_free(uint64_t h) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c) return BL_OK;
+  if (c->pool) bl_pool_free(c->pool);
+  void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->sel,
+                  c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  free(c);
+  return BL_OK;
+}
+
+int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
+  if (!p || !out) return bl_fail(BL_E_INVAL, "ctx_new: null argument");
+  if (p->n_embd <= 0 || p->n_vocab <= 0 || p->max_tokens <= 0 || p->kv_layers < 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 ||
+      p->kv_k_dim <= 0 || p->kv_v_dim != p->kv_k_dim || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0)
+    return bl_fail(BL_E_INVAL, "ctx_new: invalid parameters (n_embd %lld, max_tokens %lld, kv %lldx%lldx%lld, k_dim %lld, v_dim %lld)",
+                   (long long)p->n_embd, (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots,
+                   (long long)p->kv_ctx, (long long)p->kv_k_dim, (long long)p->kv_v_dim);
+  bl_cpu_ctx *c = calloc(1, sizeof *c);
+  if (!c) return bl_fail(BL_E_NOMEM, "ctx_new: out of memory");
+  c->p = *p;
+  int nt = (int)(p->n_threads > 0 ? p->n_threads : 1);
+  c->pool = bl_pool_new(nt);
+  c->n_workers = nt;
+  const size_t T = (size_t)p->max_tokens, E = (size_t)p->n_embd, F = sizeof(float);
+  const size_t ne = (size_t)(p->max_experts > 0 ? p->max_experts : 1);
+  size_t widest = E;
+  if ((size_t)p->max_ff > widest) widest = (size_t)p->max_ff;
+  if ((size_t)p->max_q_dim > widest) widest = (size_t)p->max_q_dim;
+  /* the widest converted row: f32 copies take 4 bytes an element; Q8_K 292 per 256 */
+  c->qact_row = (int64_t)(widest * 4 + 512);
+  c->x = zalloc(T * E * F);
+  c->h = zalloc(T * E * F);
+  c->q = zalloc(T * (size_t)p->max_q_dim * F);
+  c->k = zalloc(T * (size_t)p->kv_k_dim * F);
+  c->v = zalloc(T * (size_t)p->kv_v_dim * F);
+  c->att = zalloc(T * (size_t)p->max_q_dim * F);
+  c->ff_a = zalloc(2 * T * (size_t)p->max_ff * F);
+  c->ff_b = zalloc(T * E * F);
+  c->moe_out = zalloc(T * E * F);
+  c->router = zalloc(T * ne * F);
+  c->sel = zalloc(T * ne * sizeof(int32_t));
+  c->selw = zalloc(T * ne * F);
+  c->tok_list = zalloc(T * ne * sizeof(int32_t));
+  c->slot_list = zalloc(T * ne * sizeof(int32_t));
+  c->qact = zalloc(2 * T * (size_t)c->qact_row);
+  c->scores = zalloc((size_t)nt * (size_t)p->kv_ctx * F);
+  size_t kvn = (size_t)p->kv_layers * (size_t)p->kv_slots * (size_t)p->kv_ctx * (size_t)p->kv_k_dim;
+  c->kc = zalloc(kvn * 2);
+  c->vc = zalloc(kvn * 2);
+  if (!c->pool || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->ff_a || !c->ff_b || !c->moe_out ||
+      !c->router || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc) {
+    bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
+    return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", kvn * 4 >> 20);
+  }
+  *out = (uint64_t)(uintptr_t)c;
+  return BL_OK;
+}
+
+static int64_t embed(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
+  const bl_tensor *te = &b->t[0];
+  const bl_type_traits *tr = bl_traits((int32_t)te->type);
+  if (!te->data || !tr || !tr->to_float) return bl_fail(BL_E_UNSUPPORTED, "embed: token_embd of type %lld cannot be read", (long long)te->type);
+  if (te->ne[0] != c->p.n_embd) return bl_fail(BL_E_INVAL, "embed: token_embd rows have %lld elements, n_embd is %lld", (long long)te->ne[0], (long long)c->p.n_embd);
+  const int32_t *tok = (const int32_t *)(uintptr_t)batch->tokens;
+  for (int64_t t = 0; t < batch->n_tokens; t++) {
+    if (tok[t] < 0 || tok[t] >= te->ne[1]) return bl_fail(BL_E_INVAL, "embed: token id %d outside the vocabulary of %lld", tok[t], (long long)te->ne[1]);
+    tr->to_float(bl_tensor_row(te, 0, tok[t]), c->x + t * c->p.n_embd, c->p.n_embd);
+  }
+  return BL_OK;
+}
+
+static int64_t output(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
+  const int64_t E = c->p.n_embd, V = c->p.n_vocab;
+  const int32_t *rows = (const int32_t *)(uintptr_t)batch->out_rows;
+  float *logits = (float *)(uintptr_t)batch->logits;
+  if (batch->n_out == 0) return BL_OK;
+  if (!rows || !logits) return bl_fail(BL_E_INVAL, "output: rows or logits missing");
+  if (b->t[1].ne[1] != V || b->t[1].ne[0] != E) return bl_fail(BL_E_INVAL, "output: head shape does not match n_embd x n_vocab");
+  /* gather the wanted rows into h, normalise in place */
+  for (int64_t i = 0; i < batch->n_out; i++) {
+    if (rows[i] < 0 || rows[i] >= batch->n_tokens) return bl_fail(BL_E_INVAL, "output: row %d outside the batch", rows[i]);
+    memcpy(c->h + i * E, c->x + (int64_t)rows[i] * E, sizeof(float) * E);
+  }
+  int64_t s;
+  if ((s = bl_rmsnorm_rows(c, c->h, E, c->h, E, batch->n_out, E, &b->t[0], (float)b->eps))) return s;
+  return bl_matmul(c, &b->t[1], 0, c->h, E, batch->n_out, logits, V);
+}
+
+int64_t bl_cpu_forward(uint64_t h, const bl_program *prog, const bl_batch *batch) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c || !prog || !batch) return bl_fail(BL_E_INVAL, "forward: null argument");
+  if (batch->n_tokens <= 0 || batch->n_tokens > c->p.max_tokens)
+    return bl_fail(BL_E_INVAL, "forward: batch of %lld tokens (the context takes 1..%lld)", (long long)batch->n_tokens, (long long)c->p.max_tokens);
+  if (batch->n_out < 0 || batch->n_out > batch->n_tokens) return bl_fail(BL_E_INVAL, "forward: %lld output rows", (long long)batch->n_out);
+  if (prog->n_embd != c->p.n_embd || prog->n_vocab != c->p.n_vocab) return bl_fail(BL_E_INVAL, "forward: program and context disagree on sizes");
+  const bl_block *blocks = (const bl_block *)(uintptr_t)prog->blocks;
+  for (int64_t i = 0; i < prog->n_blocks; i++) {
+    const bl_block *b = &blocks[i];
+    int64_t s;
+    switch (b->kind) {
+      case BL_BLOCK_EMBED: s = embed(c, b, batch); break;
+      case BL_BLOCK_ATTN: s = bl_attn_block(c, b, batch); break;
+      case BL_BLOCK_MOE: s = bl_moe_block(c, b, batch); break;
+      case BL_BLOCK_FFN: s = bl_ffn_block(c, b, batch); break;
+      case BL_BLOCK_OUTPUT: s = output(c, b, batch); break;
+      default: s = bl_fail(BL_E_INVAL, "forward: block %lld has unknown kind %lld", (long long)i, (long long)b->kind);
+    }
+    if (s != BL_OK) return s;
+  }
+  return BL_OK;
+}
+
+static int64_t kv_check(const bl_cpu_ctx *c, int64_t slot, int64_t n) {
+  if (!c) return bl_fail(BL_E_INVAL, "kv: null context");
+  if (slot < 0 || slot >= c->p.kv_slots) return bl_fail(BL_E_INVAL, "kv: slot %lld out of range", (long long)slot);
+  if (n < 0 || n > c->p.kv_ctx) return bl_fail(BL_E_INVAL, "kv: %lld positions out of range", (long long)n);
+  return BL_OK;
+}
+
+int64_t bl_cpu_kv_clear(uint64_t h, int64_t slot, int64_t from) {
+  /* Attention reads only positions <= the query's, and every position is written before it is
+   * read, so clearing is bookkeeping for the caller; nothing to erase. */
+  return kv_check((bl_cpu_ctx *)(uintptr_t)h, slot, from);
+}
+
+int64_t bl_cpu_kv_pos_bytes(uint64_t h) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  return c ? c->p.kv_layers * c->p.kv_k_dim * 2 * 2 : 0;
+}
+
+typedef enum { KV_SAVE, KV_LOAD } kv_dir;
+
+static int64_t kv_move(bl_cpu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, kv_dir dir) {
+  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
+  for (int64_t l = 0; l < c->p.kv_layers; l++) {
+    size_t off = (((size_t)l * c->p.kv_slots + slot) * c->p.kv_ctx) * c->p.kv_k_dim;
+    uint16_t *kk = c->kc + off, *vv = c->vc + off;
+    if (dir == KV_SAVE) { memcpy(buf, kk, row); memcpy(buf + row, vv, row); }
+    else { memcpy(kk, buf, row); memcpy(vv, buf + row, row); }
+    buf += 2 * row;
+  }
+  return BL_OK;
+}
+
+int64_t bl_cpu_kv_save(uint64_t h, int64_t slot, int64_t n, void *dst) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = kv_check(c, slot, n);
+  if (s) return s;
+  if (!dst) return bl_fail(BL_E_INVAL, "kv_save: null buffer");
+  return kv_move(c, slot, n, dst, KV_SAVE);
+}
+
+int64_t bl_cpu_kv_load(uint64_t h, int64_t slot, int64_t n, const void *src) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = kv_check(c, slot, n);
+  if (s) return s;
+  if (!src) return bl_fail(BL_E_INVAL, "kv_load: null buffer");
+  return kv_move(c, slot, n, (uint8_t *)src, KV_LOAD);
+}
+
+int64_t bl_cpu_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t n) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = kv_check(c, src, n);
+  if (s || (s = kv_check(c, dst, n))) return s;
+  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
+  for (int64_t l = 0; l < c->p.kv_layers; l++) {
+    size_t so = (((size_t)l * c->p.kv_slots + src) * c->p.kv_ctx) * c->p.kv_k_dim;
+    size_t d0 = (((size_t)l * c->p.kv_slots + dst) * c->p.kv_ctx) * c->p.kv_k_dim;
+    memcpy(c->kc + d0, c->kc + so, row);
+    memcpy(c->vc + d0, c->vc + so, row);
+  }
+  return BL_OK;
+}
+
+/* The ABI's structs are 8-byte slots; TypeScript (ffi/layout.ts) relies on these sizes. */
+_Static_assert(sizeof(bl_tensor) == 8 * 8, "bl_tensor layout");
+_Static_assert(sizeof(bl_block) == 120 * 8, "bl_block layout");
+_Static_assert(sizeof(bl_program) == 4 * 8, "bl_program layout");
+_Static_assert(sizeof(bl_batch) == 7 * 8, "bl_batch layout");
+_Static_assert(sizeof(bl_ctx_params) == 13 * 8, "bl_ctx_params layout");

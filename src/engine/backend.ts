@@ -1,0 +1,28 @@
+// bloomery engine: the interface every backend (CPU, CUDA, Metal) gives the engine: one
+// batched forward pass over all busy slots, and the slot KV operations the scheduler needs.
+
+/** One forward pass: tokens with their positions and slots; logits wanted for outRows. */
+export interface Batch {
+  tokens: Int32Array;
+  pos: Int32Array;
+  seq: Int32Array;
+  /** indices into the batch whose logits are wanted */
+  outRows: Int32Array;
+  /** outRows.length * nVocab floats, written by forward */
+  logits: Float32Array;
+}
+
+export interface Backend {
+  readonly name: string;
+  /** largest batch one forward takes */
+  readonly maxTokens: number;
+  readonly nSlots: number;
+  readonly nCtxSlot: number;
+  forward(b: Batch): void;
+  /** bytes of KV per position (all layers) */
+  kvPosBytes(): number;
+  kvSave(slot: number, n: number, dst: Uint8Array): void;
+  kvLoad(slot: number, n: number, src: Uint8Array): void;
+  kvCopy(src: number, dst: number, n: number): void;
+  close(): void;
+}

@@ -1,0 +1,81 @@
+// bloomery engine: the CPU backend: a native context (workspace, f16 KV cache, thread pool)
+// that runs the encoded model program for a batch in one bun:ffi call.
+import { ptr } from "bun:ffi";
+import { check, cpu } from "../../ffi/cpu.ts";
+import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import type { HParams } from "../models/types.ts";
+import type { Backend, Batch } from "./backend.ts";
+import type { EncodedProgram } from "./program.ts";
+
+export interface CpuBackendOptions {
+  nSlots: number;
+  nCtxSlot: number;
+  maxTokens: number;
+  nThreads: number;
+  /** the slow exact reference path (f32 activations, dequantized weights) */
+  exact?: boolean;
+}
+
+export class CpuBackend implements Backend {
+  readonly name = "CPU";
+  private ctx: bigint;
+  private batchSlots = new Slots(BATCH_SLOTS);
+  readonly maxTokens: number;
+  readonly nSlots: number;
+  readonly nCtxSlot: number;
+
+  constructor(
+    private hp: HParams,
+    private prog: EncodedProgram,
+    o: CpuBackendOptions,
+  ) {
+    const p = new Slots(CTX_PARAM_SLOTS);
+    const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, o.nThreads, hp.kvLayers, o.nSlots, o.nCtxSlot,
+      hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, o.exact ? 1 : 0];
+    vals.forEach((v, i) => p.setInt(i, v));
+    const out = new BigUint64Array(1);
+    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context");
+    this.ctx = out[0];
+    this.maxTokens = o.maxTokens;
+    this.nSlots = o.nSlots;
+    this.nCtxSlot = o.nCtxSlot;
+  }
+
+  forward(b: Batch): void {
+    const n = b.tokens.length;
+    if (b.pos.length !== n || b.seq.length !== n) throw new Error("forward: tokens, pos and seq differ in length");
+    if (b.logits.length < b.outRows.length * this.hp.nVocab) throw new Error("forward: logits buffer too small");
+    const s = this.batchSlots;
+    s.setInt(0, n);
+    s.setInt(1, BigInt(ptr(b.tokens)));
+    s.setInt(2, BigInt(ptr(b.pos)));
+    s.setInt(3, BigInt(ptr(b.seq)));
+    s.setInt(4, b.outRows.length);
+    s.setInt(5, b.outRows.length ? BigInt(ptr(b.outRows)) : 0n);
+    s.setInt(6, b.outRows.length ? BigInt(ptr(b.logits)) : 0n);
+    check(cpu().bl_cpu_forward(this.ctx, ptr(this.prog.program.i), ptr(s.i)), "forward");
+  }
+
+  kvPosBytes(): number {
+    return Number(cpu().bl_cpu_kv_pos_bytes(this.ctx));
+  }
+
+  kvSave(slot: number, n: number, dst: Uint8Array): void {
+    if (dst.length < n * this.kvPosBytes()) throw new Error("kvSave: buffer too small");
+    check(cpu().bl_cpu_kv_save(this.ctx, slot, n, ptr(dst)), "saving KV");
+  }
+
+  kvLoad(slot: number, n: number, src: Uint8Array): void {
+    if (src.length < n * this.kvPosBytes()) throw new Error("kvLoad: buffer too small");
+    check(cpu().bl_cpu_kv_load(this.ctx, slot, n, ptr(src)), "loading KV");
+  }
+
+  kvCopy(src: number, dst: number, n: number): void {
+    check(cpu().bl_cpu_kv_copy(this.ctx, src, dst, n), "copying KV");
+  }
+
+  close(): void {
+    if (this.ctx) cpu().bl_cpu_ctx_free(this.ctx);
+    this.ctx = 0n;
+  }
+}

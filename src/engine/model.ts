@@ -1,0 +1,77 @@
+// bloomery engine: a loaded model: its GGUF, family, hyper-parameters, mapped weights, encoded
+// program and backend; `eval` runs a batch and returns logits.
+import { availableParallelism } from "node:os";
+import { GgufFile } from "../gguf/index.ts";
+import { familyFor } from "../models/registry.ts";
+import type { HParams, ModelFamily } from "../models/types.ts";
+import type { Backend, Batch } from "./backend.ts";
+import { CpuBackend } from "./cpu-backend.ts";
+import { encodeProgram, type EncodedProgram } from "./program.ts";
+import { MappedWeights } from "./weights.ts";
+
+export interface LoadOptions {
+  /** context per slot (0 = the model's training context) */
+  nCtx?: number;
+  nSlots?: number;
+  /** largest batch per forward (llama's -ub) */
+  maxTokens?: number;
+  nThreads?: number;
+  /** the slow exact reference path (f32 activations, dequantized weights) */
+  exact?: boolean;
+}
+
+export class Model {
+  readonly gguf: GgufFile;
+  readonly family: ModelFamily;
+  readonly hp: HParams;
+  readonly weights: MappedWeights;
+  readonly program: EncodedProgram;
+  readonly backend: Backend;
+
+  private constructor(path: string, o: LoadOptions) {
+    this.gguf = GgufFile.open(path);
+    this.family = familyFor(this.gguf);
+    this.hp = this.family.hparams(this.gguf);
+    const specs = this.family.program(this.gguf, this.hp);
+    this.weights = new MappedWeights(this.gguf);
+    this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
+    const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
+    this.backend = new CpuBackend(this.hp, this.program, {
+      nSlots: o.nSlots ?? 1,
+      nCtxSlot: nCtx,
+      maxTokens: o.maxTokens ?? 512,
+      nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
+      exact: o.exact,
+    });
+  }
+
+  static load(path: string, o: LoadOptions = {}): Model {
+    return new Model(path, o);
+  }
+
+  /**
+   * Evaluate tokens of one sequence starting at position `pos0`, in chunks of the backend's
+   * batch size; returns the logits of the last token (or of every token when `all`).
+   */
+  evalSequence(tokens: ArrayLike<number>, pos0: number, slot = 0, all = false): Float32Array {
+    const V = this.hp.nVocab, B = this.backend.maxTokens;
+    const out = new Float32Array((all ? tokens.length : 1) * V);
+    for (let s = 0; s < tokens.length; s += B) {
+      const n = Math.min(B, tokens.length - s);
+      const b: Batch = {
+        tokens: Int32Array.from({ length: n }, (_, i) => tokens[s + i]),
+        pos: Int32Array.from({ length: n }, (_, i) => pos0 + s + i),
+        seq: new Int32Array(n).fill(slot),
+        outRows: all ? Int32Array.from({ length: n }, (_, i) => i) : s + n === tokens.length ? Int32Array.of(n - 1) : new Int32Array(0),
+        logits: all ? out.subarray(s * V, (s + n) * V) : out,
+      };
+      this.backend.forward(b);
+    }
+    return out;
+  }
+
+  close(): void {
+    this.backend.close();
+    this.weights.close();
+  }
+}

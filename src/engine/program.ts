@@ -1,0 +1,33 @@
+// bloomery engine: encodes a model family's block list into the native bl_block array, with
+// each tensor name resolved by the placement (mapped host memory now; device memory later).
+import { ptr } from "bun:ffi";
+import { BLOCK_SLOTS, BLOCK_TENSOR_BASE, BLOCK_TENSORS, BlockSlot, PROGRAM_SLOTS, Slots, TENSOR_SLOTS, type FloatField, type IntField, type NativeTensor } from "../../ffi/layout.ts";
+import type { BlockSpec } from "../models/blocks.ts";
+
+export interface EncodedProgram {
+  /** bl_program struct; pass ptr(program.i) */
+  program: Slots;
+  /** the blocks it points to (kept alive with it) */
+  blocks: Slots;
+  nBlocks: number;
+}
+
+export function encodeProgram(specs: BlockSpec[], resolve: (name: string) => NativeTensor, nEmbd: number, nVocab: number): EncodedProgram {
+  const blocks = new Slots(specs.length * BLOCK_SLOTS);
+  specs.forEach((b, bi) => {
+    const base = bi * BLOCK_SLOTS;
+    blocks.setInt(base + BlockSlot.kind, b.kind);
+    for (const [k, v] of Object.entries(b.ints)) blocks.setInt(base + BlockSlot[k as IntField], v as number);
+    for (const [k, v] of Object.entries(b.floats)) blocks.setFloat(base + BlockSlot[k as FloatField], v as number);
+    if (b.tensors.length > BLOCK_TENSORS) throw new Error(`internal: block with ${b.tensors.length} tensors`);
+    b.tensors.forEach((name, role) => {
+      blocks.setTensor(base + BLOCK_TENSOR_BASE + role * TENSOR_SLOTS, name ? resolve(name) : undefined);
+    });
+  });
+  const program = new Slots(PROGRAM_SLOTS);
+  program.setInt(0, specs.length);
+  program.setInt(1, BigInt(ptr(blocks.i)));
+  program.setInt(2, nEmbd);
+  program.setInt(3, nVocab);
+  return { program, blocks, nBlocks: specs.length };
+}

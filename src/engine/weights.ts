@@ -1,0 +1,45 @@
+// bloomery engine: maps a model's GGUF files read-only through native code and resolves
+// tensor names to native tensor references (address, type, dims, strides).
+import { ptr } from "bun:ffi";
+import { check, cpu, cstr } from "../../ffi/cpu.ts";
+import type { NativeTensor } from "../../ffi/layout.ts";
+import { GgufError, TYPE_INFO, type GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
+
+export class MappedWeights {
+  private maps = new Map<string, { base: bigint; size: bigint }>();
+
+  constructor(readonly gguf: GgufFile) {
+    for (const path of gguf.paths) {
+      const out = new BigUint64Array(2);
+      check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
+      this.maps.set(path, { base: out[0], size: out[1] });
+    }
+  }
+
+  /** A native reference to a tensor's bytes in the mapping. */
+  tensor(name: string): NativeTensor {
+    const t = this.gguf.tensor(name);
+    if (!t) throw new GgufError(this.gguf.path, `required tensor '${name}' is missing`);
+    return this.ref(t);
+  }
+
+  ref(t: GgufTensorInfo): NativeTensor {
+    const m = this.maps.get(t.file);
+    if (!m) throw new Error(`internal: ${t.file} is not mapped`);
+    if (BigInt(t.fileOffset + t.nbytes) > m.size) throw new GgufError(t.file, `tensor '${t.name}' lies outside the mapped file`);
+    return nativeTensor(m.base + BigInt(t.fileOffset), t);
+  }
+
+  close(): void {
+    for (const m of this.maps.values()) cpu().bl_unmap_file(m.base, m.size);
+    this.maps.clear();
+  }
+}
+
+/** Row and slab strides of a contiguous tensor of type t. */
+export function nativeTensor(data: bigint, t: { type: number; ne: number[] }): NativeTensor {
+  const info = TYPE_INFO[t.type];
+  const nb1 = (t.ne[0] / info.blockElems) * info.blockBytes;
+  const nb2 = nb1 * (t.ne[1] ?? 1);
+  return { data, type: t.type, ne: [...t.ne], nb1, nb2 };
+}

@@ -1,0 +1,16 @@
+// bloomery models: the registry of model families by `general.architecture`.
+import { GgufError, type GgufFile } from "../gguf/index.ts";
+import { qwen3moe } from "./qwen3moe.ts";
+import type { ModelFamily } from "./types.ts";
+
+const FAMILIES: ModelFamily[] = [qwen3moe];
+
+export function familyFor(f: GgufFile): ModelFamily {
+  const arch = f.str("general.architecture");
+  const fam = FAMILIES.find((m) => m.archs.includes(arch));
+  if (!fam) {
+    const known = FAMILIES.flatMap((m) => m.archs).join(", ");
+    throw new GgufError(f.path, `architecture '${arch}' is not supported (supported: ${known})`);
+  }
+  return fam;
+}
