@@ -1,0 +1,158 @@
+/* bloomery CPU library: private quant block layouts (ggml-common.h byte layouts, packed) and the
+ * per-type scalar reference functions the traits table in quants_api.c points at. */
+#ifndef BL_QUANTS_IMPL_H
+#define BL_QUANTS_IMPL_H
+#include "quants.h"
+#include <string.h>
+
+/* The reference numerics are defined as separate float multiplies and adds in a fixed order;
+ * a fused multiply-add (which gcc forms on aarch64, or on x86 with FMA enabled) changes the
+ * rounding, so contraction is off in every file that includes this header. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#define BL_PACKED __attribute__((packed))
+
+/* 32-element blocks */
+typedef struct BL_PACKED { uint16_t d; uint8_t qs[16]; } bl_block_q4_0;                /* 18 */
+typedef struct BL_PACKED { uint16_t d, m; uint8_t qs[16]; } bl_block_q4_1;             /* 20 */
+typedef struct BL_PACKED { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } bl_block_q5_0; /* 22 */
+typedef struct BL_PACKED { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } bl_block_q5_1; /* 24 */
+typedef struct BL_PACKED { uint16_t d; int8_t qs[32]; } bl_block_q8_0;                 /* 34 */
+typedef struct BL_PACKED { uint16_t d, s; int8_t qs[32]; } bl_block_q8_1;              /* 36: s = d*sum(qs) */
+typedef struct BL_PACKED { uint16_t d; uint8_t qs[16]; } bl_block_iq4_nl;              /* 18 */
+typedef struct BL_PACKED { uint8_t e; uint8_t qs[16]; } bl_block_mxfp4;                /* 17 */
+
+/* 256-element super-blocks */
+typedef struct BL_PACKED {
+  uint8_t scales[16]; /* low nibble scale, high nibble min, per 16 elements */
+  uint8_t qs[64];
+  uint16_t d, dmin;
+} bl_block_q2_K; /* 84 */
+typedef struct BL_PACKED {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12]; /* 16 six-bit scales, offset 32 */
+  uint16_t d;
+} bl_block_q3_K; /* 110 */
+typedef struct BL_PACKED {
+  uint16_t d, dmin;
+  uint8_t scales[12]; /* 8 six-bit (scale, min) pairs */
+  uint8_t qs[128];
+} bl_block_q4_K; /* 144 */
+typedef struct BL_PACKED {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+} bl_block_q5_K; /* 176 */
+typedef struct BL_PACKED {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+} bl_block_q6_K; /* 210 */
+typedef struct BL_PACKED {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16]; /* sums of qs per 16 elements */
+} bl_block_q8_K; /* 292 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint16_t scales_h; /* high 2 bits of the 8 six-bit scales */
+  uint8_t scales_l[4]; /* low 4 bits, two per byte */
+  uint8_t qs[128];
+} bl_block_iq4_xs; /* 136 */
+
+_Static_assert(sizeof(bl_block_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(bl_block_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(bl_block_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(bl_block_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(bl_block_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(bl_block_q8_1) == 36, "q8_1");
+_Static_assert(sizeof(bl_block_iq4_nl) == 18, "iq4_nl");
+_Static_assert(sizeof(bl_block_mxfp4) == 17, "mxfp4");
+_Static_assert(sizeof(bl_block_q2_K) == 84, "q2_K");
+_Static_assert(sizeof(bl_block_q3_K) == 110, "q3_K");
+_Static_assert(sizeof(bl_block_q4_K) == 144, "q4_K");
+_Static_assert(sizeof(bl_block_q5_K) == 176, "q5_K");
+_Static_assert(sizeof(bl_block_q6_K) == 210, "q6_K");
+_Static_assert(sizeof(bl_block_q8_K) == 292, "q8_K");
+_Static_assert(sizeof(bl_block_iq4_xs) == 136, "iq4_xs");
+
+/* Value tables (facts of the formats): IQ4_NL / IQ4_XS non-linear levels; MXFP4 e2m1 values doubled. */
+extern const int8_t bl_kvalues_iq4nl[16];
+extern const int8_t bl_kvalues_mxfp4[16];
+
+/* Round to nearest, ties to even, for |f| <= 2^22 (ggml's nearest_int rule). */
+static inline int bl_nearest_int(float f) {
+  float v = f + 12582912.f; /* 1.5 * 2^23 */
+  int32_t i;
+  memcpy(&i, &v, sizeof i);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+/* E8M0 exponent to 2^(e-128): half the block scale, paired with the doubled e2m1 table. */
+static inline float bl_e8m0_to_f32_half(uint8_t e) {
+  uint32_t bits = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* Unpack the 6-bit scale and min j (0..7) of Q4_K / Q5_K. */
+static inline void bl_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+/* ---- per-type functions (n is a multiple of the block; checked by the callers) ---- */
+#define BL_DECL_TYPE(t)                                                \
+  void bl_to_float_##t(const void *src, float *dst, int64_t n);        \
+  void bl_from_float_##t(const float *src, void *dst, int64_t n);
+BL_DECL_TYPE(f32)
+BL_DECL_TYPE(f16)
+BL_DECL_TYPE(bf16)
+BL_DECL_TYPE(q4_0)
+BL_DECL_TYPE(q4_1)
+BL_DECL_TYPE(q5_0)
+BL_DECL_TYPE(q5_1)
+BL_DECL_TYPE(q8_0)
+BL_DECL_TYPE(q8_1)
+BL_DECL_TYPE(q2_K)
+BL_DECL_TYPE(q3_K)
+BL_DECL_TYPE(q4_K)
+BL_DECL_TYPE(q5_K)
+BL_DECL_TYPE(q6_K)
+BL_DECL_TYPE(q8_K)
+BL_DECL_TYPE(iq4_nl)
+BL_DECL_TYPE(iq4_xs)
+BL_DECL_TYPE(mxfp4)
+#undef BL_DECL_TYPE
+
+void bl_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q4_0_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q4_1_q8_1(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q5_0_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q5_1_q8_1(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q8_0_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq4_nl_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq4_xs_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *x, const void *y);
+
+#endif
