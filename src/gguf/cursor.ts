@@ -67,7 +67,7 @@ export class FileCursor {
   /** A u64 that must fit a safe integer no larger than `max` (else a clear error). */
   count(what: string, max: number): number {
     const v = this.u64(what);
-    if (v > BigInt(max)) throw new GgufError(this.path, `${what} is ${v}, more than the ${max} the rest of the file can hold`);
+    if (v > BigInt(max)) throw new GgufError(this.path, `${what} is ${v}, more than the ${max} the rest of the file can hold (truncated or corrupt)`);
     return Number(v);
   }
 
