@@ -8,6 +8,7 @@ import type { Backend, Batch } from "./backend.ts";
 import { CpuBackend } from "./cpu-backend.ts";
 import { encodeProgram, type EncodedProgram } from "./program.ts";
 import { MappedWeights } from "./weights.ts";
+import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 
 export interface LoadOptions {
   /** context per slot (0 = the model's training context) */
@@ -27,11 +28,13 @@ export class Model {
   readonly weights: MappedWeights;
   readonly program: EncodedProgram;
   readonly backend: Backend;
+  readonly tokenizer: Tokenizer;
 
   private constructor(path: string, o: LoadOptions) {
     this.gguf = GgufFile.open(path);
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
+    this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
     const specs = this.family.program(this.gguf, this.hp);
     this.weights = new MappedWeights(this.gguf);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);

@@ -1,0 +1,27 @@
+// Test helpers for model runs: greedy decoding and argmax over logits.
+import type { Model } from "../src/engine/model.ts";
+
+export function argmax(v: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[b]) b = i;
+  return b;
+}
+
+/** Greedy continuation of `n` tokens after `prompt` (slot 0, from position 0). */
+export function greedy(m: Model, prompt: number[], n: number): number[] {
+  let lg = m.evalSequence(prompt, 0);
+  let pos = prompt.length;
+  const out: number[] = [];
+  for (let s = 0; s < n; s++) {
+    const t = argmax(lg);
+    out.push(t);
+    if (s + 1 < n) lg = m.evalSequence([t], pos++);
+  }
+  return out;
+}
+
+export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
+  return d;
+}
