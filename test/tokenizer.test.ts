@@ -310,6 +310,12 @@ describe("SPM (hand-built vocabulary)", () => {
     expect(spm.decode(spm.encode(" he"))).toBe(" he");
   });
 
+  test("a character no piece contains splits the merging, with the same result", () => {
+    // "\n" is in no piece: "▁hello" | "\n" (byte fallback) | "hello" (no prefix: he, llo)
+    expect(spm.encode("hello\nhello")).toEqual([268, B(0x0a), 265, 267]);
+    expect(spm.decode(spm.encode("hello\nhello"))).toBe("hello\nhello");
+  });
+
   test("ties go to the leftmost pair", () => {
     // ▁ l l l: ll at (1,2) and (2,3) tie; the left one merges
     expect(spm.encode("lll")).toEqual([259, 264, 262]);

@@ -69,8 +69,18 @@ class BigramHeap {
 export class SpmEncoder {
   private readonly byteIds = new Int32Array(256);
   private readonly utf = new Utf8Scratch();
+  private readonly heap = new BigramHeap();
+  /** Code points that occur in some mergeable piece of two or more characters. */
+  private readonly mergeChars = new Set<number>();
 
   constructor(private readonly vocab: Vocab) {
+    for (let id = 0; id < vocab.size; id++) {
+      const t = vocab.tokens[id];
+      if (t.length < 2 || this.pieceId(t) < 0) continue;
+      const cps = [...t];
+      if (cps.length < 2) continue;
+      for (const c of cps) this.mergeChars.add(c.codePointAt(0)!);
+    }
     for (let b = 0; b < 256; b++) {
       // <0xNN> first; else the byte as a one-character piece, as llama.cpp's byte_to_token does.
       this.byteIds[b] = vocab.idOf.get(bytePiece(b)) ?? (b < 0x80 ? vocab.idOf.get(String.fromCharCode(b)) ?? -1 : -1);
@@ -89,49 +99,67 @@ export class SpmEncoder {
   encode(fragment: string, spacePrefix: boolean, out: number[]): void {
     const text = (spacePrefix ? " " + fragment : fragment).replaceAll(" ", "\u2581");
     if (text.length === 0) return;
-    // One symbol per code point: start offset and length in UTF-16 units, linked list.
+    // One symbol per code point: start offset and length in UTF-16 units.
     const n = text.length;
     const start = new Int32Array(n);
     const len = new Int32Array(n);
     const next = new Int32Array(n);
     const prev = new Int32Array(n);
+    const isolated = new Uint8Array(n);
     let count = 0;
     for (let i = 0; i < n; ) {
-      const c = text.charCodeAt(i);
-      const w = c >= 0xd800 && c <= 0xdbff && i + 1 < n && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00 ? 2 : 1;
+      const cp = text.codePointAt(i)!;
+      const w = cp > 0xffff ? 2 : 1;
       start[count] = i;
       len[count] = w;
-      prev[count] = count - 1;
-      next[count] = count + 1;
+      isolated[count] = this.mergeChars.has(cp) ? 0 : 1;
       count++;
       i += w;
     }
-    next[count - 1] = -1;
+    // A character that no multi-character piece contains never merges, so the text around it
+    // can be merged separately with the same result (smaller queues, same order within each).
+    for (let a = 0; a < count; ) {
+      let b = a + 1;
+      if (!isolated[a]) while (b < count && !isolated[b]) b++;
+      this.mergeRun(text, a, b, start, len, next, prev, out);
+      a = b;
+    }
+  }
 
-    const scores = this.vocab.scores;
-    const heap = new BigramHeap();
-    const tryAdd = (l: number, r: number): void => {
-      if (l < 0 || r < 0) return;
-      const id = this.pieceId(text.substr(start[l], len[l] + len[r]));
-      if (id < 0) return;
-      heap.push(scores ? scores[id] : 0, l, r, len[l] + len[r]);
-    };
-    for (let i = 0; i + 1 < count; i++) tryAdd(i, i + 1);
-    while (heap.size > 0) {
-      const top = heap.pop();
-      const l = heap.left[top];
-      const r = heap.right[top];
-      if (len[l] === 0 || len[r] === 0 || len[l] + len[r] !== heap.len[top]) continue; // stale
-      len[l] += len[r];
-      len[r] = 0;
-      const k = next[r];
-      next[l] = k;
-      if (k >= 0) prev[k] = l;
-      tryAdd(prev[l], l);
-      tryAdd(l, k);
+  /** Merges symbols [a, b) by piece score and appends their ids. */
+  private mergeRun(text: string, a: number, b: number, start: Int32Array, len: Int32Array, next: Int32Array, prev: Int32Array, out: number[]): void {
+    for (let i = a; i < b; i++) {
+      prev[i] = i - 1;
+      next[i] = i + 1 < b ? i + 1 : -1;
+    }
+    prev[a] = -1;
+    if (b - a > 1) {
+      const scores = this.vocab.scores;
+      const heap = this.heap;
+      heap.size = 0;
+      const tryAdd = (l: number, r: number): void => {
+        if (l < 0 || r < 0) return;
+        const id = this.pieceId(text.substr(start[l], len[l] + len[r]));
+        if (id < 0) return;
+        heap.push(scores ? scores[id] : 0, l, r, len[l] + len[r]);
+      };
+      for (let i = a; i + 1 < b; i++) tryAdd(i, i + 1);
+      while (heap.size > 0) {
+        const top = heap.pop();
+        const l = heap.left[top];
+        const r = heap.right[top];
+        if (len[l] === 0 || len[r] === 0 || len[l] + len[r] !== heap.len[top]) continue; // stale
+        len[l] += len[r];
+        len[r] = 0;
+        const k = next[r];
+        next[l] = k;
+        if (k >= 0) prev[k] = l;
+        tryAdd(prev[l], l);
+        tryAdd(l, k);
+      }
     }
 
-    for (let i = 0; i >= 0; i = next[i]) {
+    for (let i = a; i >= 0; i = next[i]) {
       const piece = text.substr(start[i], len[i]);
       const id = this.pieceId(piece);
       if (id >= 0) {
