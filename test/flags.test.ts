@@ -375,6 +375,7 @@ describe("spellings", () => {
     expect(fa.message).toContain("maybe");
     expect(flagError(() => parseArgs(["-c", "-5"], {})).flag).toBe("-c");
     expect(flagError(() => parseArgs(["-c", "4096.5"], {})).value).toBe("4096.5");
+    for (const loose of ["0x10", "1e3", "12 ", "4k"]) expect(flagError(() => parseArgs(["-c", loose], {})).value).toBe(loose);
     expect(flagError(() => parseArgs(["-c", "99999999999"], {})).flag).toBe("-c");
     expect(flagError(() => parseArgs(["--port", "70000"], {})).flag).toBe("--port");
     expect(flagError(() => parseArgs(["--reasoning-format", "bogus"], {})).flag).toBe("--reasoning-format");
