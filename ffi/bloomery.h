@@ -43,6 +43,9 @@ int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
  * with one f32 vector x, converting x to the type's activation format as ggml does. */
 int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t rows,
                       const float *x, int64_t n, float *y);
+/* Random blocks of `type` (block indices first_block.., n_blocks of them) with small finite
+ * scales giving weights of about weight_std; deterministic in (seed, block index). */
+int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std);
 
 /* ---- the model program (CPU backend; the GPU backends take the same program) ----
  * A model family file (src/models/) describes the forward pass as a list of coarse

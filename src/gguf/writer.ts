@@ -1,10 +1,11 @@
 // bloomery GGUF: writes GGUF v3 files (tests, `synth`); tensor data comes from bytes in
 // memory or from a filler that produces it in chunks, so multi-GB files stream to disk.
 import { openSync, writeSync, closeSync } from "node:fs";
-import { GgufValueType } from "./types.ts";
+import { open } from "node:fs/promises";
+import { GgufValueType, TYPE_INFO } from "./types.ts";
 import { tensorBytes } from "./reader.ts";
 
-/** Writes `len` bytes of a tensor starting at byte `start` of it into `dst`. */
+/** Fills `dst` with the tensor's bytes from byte `start`; chunks hold whole blocks. */
 export type TensorFiller = (dst: Uint8Array, start: number) => void;
 
 interface PendingTensor {
@@ -129,6 +130,13 @@ export class GgufWriter {
     return s.finish();
   }
 
+  /** The size the file will have. */
+  fileBytes(): number {
+    let n = this.encodeHeader().length;
+    for (const t of this.tensors) n += Math.ceil(t.nbytes / this.alignment) * this.alignment;
+    return n;
+  }
+
   /** Write the file; returns its size in bytes. */
   write(path: string, chunkBytes = 64 << 20): number {
     const header = this.encodeHeader();
@@ -147,8 +155,10 @@ export class GgufWriter {
         if (t.data instanceof Uint8Array) put(t.data);
         else {
           buf ??= new Uint8Array(chunkBytes);
-          for (let start = 0; start < t.nbytes; start += chunkBytes) {
-            const n = Math.min(chunkBytes, t.nbytes - start);
+          const bb = TYPE_INFO[t.type].blockBytes;
+          const chunk = Math.floor(chunkBytes / bb) * bb;
+          for (let start = 0; start < t.nbytes; start += chunk) {
+            const n = Math.min(chunk, t.nbytes - start);
             const view = buf.subarray(0, n);
             t.data(view, start);
             put(view);
@@ -160,6 +170,52 @@ export class GgufWriter {
       return pos;
     } finally {
       closeSync(fd);
+    }
+  }
+
+  /**
+   * Write the file, filling the next chunk while the previous one is written (two buffers),
+   * so generated tensors stream at the speed of the slower of the two. Returns the size.
+   */
+  async writeAsync(path: string, chunkBytes = 64 << 20): Promise<number> {
+    const header = this.encodeHeader();
+    const fh = await open(path, "w");
+    try {
+      let pos = 0;
+      let pending: Promise<unknown> = Promise.resolve();
+      const bufs = [new Uint8Array(chunkBytes), new Uint8Array(chunkBytes)];
+      let which = 0;
+      const put = async (b: Uint8Array) => {
+        const at = pos;
+        pos += b.length;
+        await pending;
+        pending = (async () => {
+          let done = 0;
+          while (done < b.length) done += (await fh.write(b, done, b.length - done, at + done)).bytesWritten;
+        })();
+      };
+      await put(header);
+      const zeros = new Uint8Array(this.alignment);
+      for (const t of this.tensors) {
+        if (t.data instanceof Uint8Array) await put(t.data);
+        else {
+          const bb = TYPE_INFO[t.type].blockBytes;
+          const chunk = Math.floor(chunkBytes / bb) * bb;
+          for (let start = 0; start < t.nbytes; start += chunk) {
+            const n = Math.min(chunk, t.nbytes - start);
+            const view = bufs[which].subarray(0, n);
+            which ^= 1;
+            t.data(view, start);
+            await put(view);
+          }
+        }
+        const padTo = Math.ceil(t.nbytes / this.alignment) * this.alignment;
+        if (padTo > t.nbytes) await put(zeros.subarray(0, padTo - t.nbytes));
+      }
+      await pending;
+      return pos;
+    } finally {
+      await fh.close();
     }
   }
 }

@@ -1,0 +1,149 @@
+// bloomery synth: writes a GGUF with the exact tensor names, shapes and quant types of a real
+// model (`qwen3-30b-a3b:Q4_K_M`, ...) and random contents, for benchmarks and tests.
+// Usage: bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--seed N]
+import { ptr } from "bun:ffi";
+import { check, cpu } from "../../ffi/cpu.ts";
+import { GgmlType, GgufValueType, GgufWriter, TYPE_INFO, type TensorFiller } from "../gguf/index.ts";
+import { MIXES, SHAPES, type Shape, type TensorRole } from "./synth-shapes.ts";
+import { synthVocab } from "./synth-vocab.ts";
+
+export interface SynthOptions {
+  model: string;
+  quant: string;
+  out: string;
+  /** fewer layers than the real model (0 = all) */
+  layers?: number;
+  /** router skew: 0 uniform; larger values make a few experts per layer chosen far more often */
+  skew?: number;
+  seed?: number;
+}
+
+export interface SynthResult {
+  path: string;
+  bytes: number;
+  seconds: number;
+  tensors: number;
+  params: number;
+}
+
+const CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+function randomFiller(type: GgmlType, seed: bigint, std: number): TensorFiller {
+  const bb = TYPE_INFO[type].blockBytes;
+  return (dst, start) => {
+    check(cpu().bl_synth_fill(type, ptr(dst), start / bb, dst.length / bb, seed, std), "synth fill");
+  };
+}
+
+function f32Bytes(a: Float32Array): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/** xorshift-based uniform source for the small F32 tensors */
+function rng(seed: number): () => number {
+  let s = (seed >>> 0) || 0x9e3779b9;
+  return () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+/**
+ * Router rows: random with std 1/sqrt(n_embd); with skew, expert rank r (a random order per
+ * layer) has its row scaled by 1 + skew / (1 + r), so the first few win the top-k most often.
+ */
+function routerRows(sh: Shape, layer: number, skew: number, seed: number): Float32Array {
+  const r = rng(seed * 7919 + layer * 104729 + 1);
+  const E = sh.nEmbd, X = sh.nExpert;
+  const w = new Float32Array(E * X);
+  const order = Array.from({ length: X }, (_, i) => i);
+  for (let i = X - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [order[i], order[j]] = [order[j], order[i]]; }
+  const std = 1 / Math.sqrt(E);
+  for (let rank = 0; rank < X; rank++) {
+    const e = order[rank];
+    const scale = std * (skew > 0 ? 1 + skew / (1 + rank) : 1);
+    for (let i = 0; i < E; i++) w[e * E + i] = (r() + r() + r() - 1.5) * 2 * scale;
+  }
+  return w;
+}
+
+/** The writer for a synthetic model (nothing written yet) and its parameter count. */
+export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: number; tensors: number } {
+  const base = SHAPES[o.model];
+  if (!base) throw new Error(`synth: unknown model '${o.model}' (known: ${Object.keys(SHAPES).join(", ")})`);
+  const mix = MIXES[o.quant.toUpperCase()];
+  if (!mix) throw new Error(`synth: unknown quantization '${o.quant}' (known: ${Object.keys(MIXES).join(", ")})`);
+  if (o.layers !== undefined && (o.layers < 0 || o.layers > base.nLayer)) throw new Error(`synth: --layers ${o.layers} is outside 1..${base.nLayer}`);
+  const sh: Shape = { ...base, nLayer: o.layers || base.nLayer };
+  const seed = o.seed ?? 1;
+  const skew = o.skew ?? 0;
+  const a = sh.arch;
+  const w = new GgufWriter();
+  w.str("general.architecture", a);
+  w.str("general.name", `${sh.name} (synthetic${sh.nLayer !== base.nLayer ? `, ${sh.nLayer} layers` : ""}${skew ? `, skew ${skew}` : ""})`);
+  w.str("general.type", "model");
+  w.u32("general.quantization_version", 2);
+  w.u32("general.file_type", mix.fileType);
+  w.u32(`${a}.block_count`, sh.nLayer);
+  w.u32(`${a}.context_length`, sh.nCtxTrain);
+  w.u32(`${a}.embedding_length`, sh.nEmbd);
+  w.u32(`${a}.feed_forward_length`, sh.nFf);
+  w.u32(`${a}.attention.head_count`, sh.nHead);
+  w.u32(`${a}.attention.head_count_kv`, sh.nHeadKv);
+  w.u32(`${a}.attention.key_length`, sh.headDim);
+  w.u32(`${a}.attention.value_length`, sh.headDim);
+  w.f32(`${a}.rope.freq_base`, sh.ropeBase);
+  w.f32(`${a}.attention.layer_norm_rms_epsilon`, sh.eps);
+  w.u32(`${a}.expert_count`, sh.nExpert);
+  w.u32(`${a}.expert_used_count`, sh.nExpertUsed);
+  w.u32(`${a}.expert_feed_forward_length`, sh.nFfExp);
+  const v = synthVocab(sh.nVocab, seed);
+  w.str("tokenizer.ggml.model", "gpt2");
+  w.str("tokenizer.ggml.pre", "qwen2");
+  w.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, v.tokens);
+  w.setArray("tokenizer.ggml.token_type", GgufValueType.I32, v.types);
+  w.setArray("tokenizer.ggml.merges", GgufValueType.STRING, v.merges);
+  w.u32("tokenizer.ggml.eos_token_id", v.eos);
+  w.u32("tokenizer.ggml.padding_token_id", v.pad);
+  w.u32("tokenizer.ggml.bos_token_id", v.bos);
+  w.bool("tokenizer.ggml.add_bos_token", false);
+  w.str("tokenizer.chat_template", CHATML);
+
+  let tseed = BigInt(seed) << 20n;
+  const E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim, F = sh.nFfExp, X = sh.nExpert;
+  let params = 0;
+  const mat = (name: string, role: TensorRole, layer: number, ne: number[], std = 0.02) => {
+    const t = mix.typeOf(role, layer, sh.nLayer);
+    params += ne.reduce((p, d) => p * d, 1);
+    w.addTensor(name, t, ne, randomFiller(t, tseed++, std));
+  };
+  const ones = (n: number) => f32Bytes(new Float32Array(n).fill(1));
+  const norm = (name: string, n: number) => { params += n; w.addTensor(name, GgmlType.F32, [n], ones(n)); };
+  mat("token_embd.weight", "token_embd", -1, [E, sh.nVocab], 1.0);
+  for (let i = 0; i < sh.nLayer; i++) {
+    const p = `blk.${i}.`;
+    norm(`${p}attn_norm.weight`, E);
+    mat(`${p}attn_q.weight`, "attn_q", i, [E, qd]);
+    mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
+    mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
+    mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], 0.02 / Math.sqrt(sh.nLayer));
+    norm(`${p}attn_q_norm.weight`, sh.headDim);
+    norm(`${p}attn_k_norm.weight`, sh.headDim);
+    norm(`${p}ffn_norm.weight`, E);
+    params += E * X;
+    w.addTensor(`${p}ffn_gate_inp.weight`, GgmlType.F32, [E, X], f32Bytes(routerRows(sh, i, skew, seed)));
+    mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
+    mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
+    mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(sh.nLayer));
+  }
+  norm("output_norm.weight", E);
+  mat("output.weight", "output", -1, [E, sh.nVocab]);
+  return { writer: w, params, tensors: 3 + sh.nLayer * 12 };
+}
+
+export async function synth(o: SynthOptions): Promise<SynthResult> {
+  const t0 = performance.now();
+  const { writer, params, tensors } = synthWriter(o);
+  const bytes = await writer.writeAsync(o.out);
+  return { path: o.out, bytes, seconds: (performance.now() - t0) / 1000, tensors, params };
+}
