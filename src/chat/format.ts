@@ -1,0 +1,55 @@
+// bloomery chat: the chat format a template implies: its family, tool-call syntax and how it
+// thinks (which decides how model output is parsed back into content, reasoning and tool calls).
+import { type ChatFamily, type ThinkingTags, type ToolCallSyntax, inspectTemplateSource } from "./families.ts";
+import { getChatTemplate } from "./template.ts";
+
+export type { ChatFamily, ThinkingTags, ToolCallSyntax } from "./families.ts";
+
+export interface ChatFormat {
+  family: ChatFamily;
+  /** How the model writes tool calls. */
+  toolCalls: ToolCallSyntax;
+  /** Whether tools/tools.ts can parse this syntax back into tool calls. */
+  toolCallsParsed: boolean;
+  /** The template reasons (think tags, or gpt-oss's analysis channel). */
+  supportsThinking: boolean;
+  /** `<think>`/`</think>` when reasoning is written in think tags; null otherwise. */
+  thinking: ThinkingTags | null;
+  /**
+   * With thinking enabled, the generation prompt itself opens `<think>` (Qwen3.5, GLM-4.7,
+   * MiniMax-M2, DeepSeek-V3.1, Nemotron-3): the model's output starts inside reasoning.
+   */
+  promptOpensThinking: boolean;
+  /** The template reads `enable_thinking` (so `chat_template_kwargs.enable_thinking` matters). */
+  readsEnableThinking: boolean;
+}
+
+const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml"]);
+
+/**
+ * Names the chat format of a template by its contents. `promptOpensThinking` comes from one
+ * probe render (a user message, thinking on); a template that cannot render it reports false.
+ * @throws TemplateError when the template does not parse.
+ */
+export function detectChatFormat(template: string): ChatFormat {
+  const tpl = getChatTemplate(template);
+  const info = inspectTemplateSource(tpl.source);
+  let promptOpensThinking = false;
+  if (info.thinking) {
+    try {
+      const probe = tpl.apply({ messages: [{ role: "user", content: "test" }], enableThinking: true });
+      promptOpensThinking = probe.thinkingPrefill !== null;
+    } catch {
+      promptOpensThinking = false;
+    }
+  }
+  return {
+    family: info.family,
+    toolCalls: info.toolCalls,
+    toolCallsParsed: PARSED.has(info.toolCalls),
+    supportsThinking: info.supportsThinking,
+    thinking: info.thinking,
+    promptOpensThinking,
+    readsEnableThinking: info.readsEnableThinking,
+  };
+}

@@ -1,0 +1,95 @@
+// bloomery chat: turning model output back into an assistant message (reasoning, content, tool
+// calls) for a chat format, whole or streamed as OpenAI-style deltas.
+import type { ThinkingTags, ToolCallSyntax } from "./families.ts";
+import { ReasoningStream } from "./reasoning.ts";
+import { ToolCallStream } from "./tool-stream.ts";
+import type { ChatDelta, ParsedMessage, ReasoningFormat, ToolCall, ToolDef } from "./types.ts";
+
+export interface OutputOptions {
+  /** The format's tool-call syntax (ChatFormat.toolCalls). */
+  syntax: ToolCallSyntax;
+  /** The format's think tags (ChatFormat.thinking); null: no reasoning is split out. */
+  thinking: ThinkingTags | null;
+  /** Default "auto" (= deepseek). */
+  reasoningFormat?: ReasoningFormat;
+  /** ChatPrompt.thinkingPrefill: the output starts inside a think block the prompt opened. */
+  thinkingPrefill?: string | null;
+  /** Tools the model may call (ToolPolicy.callable); empty or absent: no tool-call parsing. */
+  tools?: ToolDef[];
+  /** false keeps only the first call. */
+  parallelToolCalls?: boolean;
+  /** Tool-call id generator (default random, as llama-server). */
+  genId?: () => string;
+}
+
+/**
+ * Streaming parser of one assistant turn: push text as it is detokenized, get deltas back; the
+ * deltas of any chunking add up to the same message. `message` is the message so far.
+ */
+export class ChatOutputParser {
+  private readonly reasoning: ReasoningStream;
+  private readonly tools: ToolCallStream | null;
+  private content = "";
+  private reasoningText = "";
+  private finished = false;
+
+  constructor(opts: OutputOptions) {
+    const parsesCalls = (opts.syntax === "hermes" || opts.syntax === "qwen3-xml") && (opts.tools?.length ?? 0) > 0;
+    const format: ReasoningFormat = opts.thinking ? (opts.reasoningFormat ?? "auto") : "none";
+    this.reasoning = new ReasoningStream({
+      format,
+      prefill: opts.thinking ? (opts.thinkingPrefill ?? null) : null,
+      tags: opts.thinking ?? undefined,
+      endBefore: parsesCalls ? ["<tool_call>"] : [],
+    });
+    this.tools = parsesCalls
+      ? new ToolCallStream({
+          syntax: opts.syntax as "hermes" | "qwen3-xml",
+          tools: opts.tools ?? [],
+          parallelToolCalls: opts.parallelToolCalls,
+          genId: opts.genId,
+        })
+      : null;
+  }
+
+  push(text: string): ChatDelta[] {
+    if (this.finished) throw new Error("ChatOutputParser: push after finish");
+    return this.route(this.reasoning.push(text), false);
+  }
+
+  finish(): ChatDelta[] {
+    if (this.finished) return [];
+    this.finished = true;
+    return this.route(this.reasoning.finish(), true);
+  }
+
+  get message(): ParsedMessage {
+    const calls: ToolCall[] = this.tools ? this.tools.result.tool_calls : [];
+    return { content: this.content, reasoning_content: this.reasoningText, tool_calls: calls };
+  }
+
+  private route(parts: { kind: "reasoning" | "content"; text: string }[], final: boolean): ChatDelta[] {
+    const out: ChatDelta[] = [];
+    for (const p of parts) {
+      if (p.kind === "reasoning") {
+        this.reasoningText += p.text;
+        out.push({ kind: "reasoning", text: p.text });
+      } else if (this.tools) {
+        out.push(...this.tools.push(p.text));
+      } else {
+        out.push({ kind: "content", text: p.text });
+      }
+    }
+    if (final && this.tools) out.push(...this.tools.finish());
+    for (const d of out) if (d.kind === "content") this.content += d.text;
+    return out;
+  }
+}
+
+/** Parses a whole model output into an assistant message. */
+export function parseChatOutput(text: string, opts: OutputOptions): ParsedMessage {
+  const p = new ChatOutputParser(opts);
+  p.push(text);
+  p.finish();
+  return p.message;
+}

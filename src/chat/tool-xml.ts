@@ -1,0 +1,262 @@
+// bloomery chat: parsing one Qwen3-Coder / Qwen3.5 / Nemotron-3 XML tool call
+// (`<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>`) from streamed
+// text into OpenAI arguments JSON, converting each value by the tool's JSON schema.
+import { type CallMachine, type CallSink, type CallStep, escapeFragment, partialMarker, skipWs } from "./tool-call-machine.ts";
+import type { JsonSchema, ToolDef } from "./types.ts";
+
+const FUNC_OPEN = "<function=";
+const FUNC_CLOSE = "</function>";
+const PARAM_OPEN = "<parameter=";
+const PARAM_CLOSE = "</parameter>";
+const CALL_CLOSE = "</tool_call>";
+
+/** The JSON types a schema admits, or "any" when it does not say. */
+export function schemaTypes(schema: unknown): Set<string> | "any" {
+  if (typeof schema !== "object" || schema === null || Array.isArray(schema)) return "any";
+  const s = schema as JsonSchema;
+  if (typeof s.type === "string") return new Set([s.type]);
+  if (Array.isArray(s.type) && s.type.every((t) => typeof t === "string")) return new Set(s.type);
+  const jsonType = (v: unknown): string =>
+    v === null ? "null" : Array.isArray(v) ? "array" : typeof v === "object" ? "object" : typeof v === "boolean" ? "boolean" : typeof v === "number" ? "number" : "string";
+  if (Array.isArray(s.enum) && s.enum.length > 0) return new Set(s.enum.map(jsonType));
+  if ("const" in s) return new Set([jsonType(s.const)]);
+  const union = s.anyOf ?? s.oneOf;
+  if (Array.isArray(union) && union.length > 0) {
+    const out = new Set<string>();
+    for (const member of union) {
+      const t = schemaTypes(member);
+      if (t === "any") return "any";
+      for (const x of t) out.add(x);
+    }
+    return out;
+  }
+  return "any";
+}
+
+const PY_LITERALS: Record<string, string> = { True: "true", False: "false", None: "null" };
+
+/**
+ * The JSON text for a parameter value: strings stay strings; for other admitted types the
+ * value is parsed as JSON (Python's True/False/None accepted), falling back to a string.
+ */
+export function convertParamValue(raw: string, types: Set<string> | "any"): string {
+  if (types !== "any" && types.size === 1 && types.has("string")) return JSON.stringify(raw);
+  const text = raw.trim();
+  const literal = PY_LITERALS[text] ?? text;
+  let parsed: unknown;
+  let ok = false;
+  try {
+    parsed = JSON.parse(literal);
+    ok = true;
+  } catch {
+    ok = false;
+  }
+  if (ok) {
+    const kind =
+      parsed === null ? "null" : Array.isArray(parsed) ? "array" : typeof parsed === "object" ? "object" : typeof parsed;
+    const stringOk = types === "any" || types.has("string");
+    if (kind === "string") {
+      if (!stringOk) return literal;
+    } else {
+      const admitted =
+        types === "any" ||
+        types.has(kind) ||
+        (kind === "number" && types.has("integer") && Number.isInteger(parsed));
+      if (admitted || !stringOk) return literal;
+    }
+  }
+  return JSON.stringify(raw);
+}
+
+type St = "pre" | "name" | "between" | "pname" | "pstart" | "pvalue" | "end";
+
+export class XmlCall implements CallMachine {
+  private text = "";
+  private pos = 0;
+  private st: St;
+  private opened = false;
+  private closed = false;
+  private nParams = 0;
+  private pName = "";
+  private pTypes: Set<string> | "any" = "any";
+  private pStream = false;
+  private valStart = 0;
+  private streamed = 0;
+  private heldSurrogate = "";
+  private nameOfCall = "";
+
+  constructor(
+    private readonly sink: CallSink,
+    private readonly tools: Map<string, ToolDef>,
+    /** The call began with `<tool_call>` (else straight with `<function=`, already consumed). */
+    wrapped: boolean,
+  ) {
+    this.st = wrapped ? "pre" : "name";
+  }
+
+  feed(chunk: string, final: boolean): CallStep {
+    this.text += chunk;
+    for (;;) {
+      const r = this.step(final);
+      if (r === "again") continue;
+      if (r === "more") {
+        if (!final) return { status: "more" };
+        return this.endAt(this.text.length);
+      }
+      if (r === "fail") return this.opened ? this.endAt(this.pos) : { status: "fail" };
+      return r;
+    }
+  }
+
+  /** Ends the call early (cut off or malformed after it opened); rest is text from `at`. */
+  private endAt(at: number): CallStep {
+    if (!this.opened) return { status: "fail" };
+    if (this.st === "pvalue" || this.st === "pstart") {
+      const value = this.text.slice(this.valStart);
+      this.closeParam(value, true);
+      this.st = "between";
+      at = this.text.length;
+    }
+    this.closeArgs();
+    return { status: "done", rest: this.text.slice(at) };
+  }
+
+  private closeArgs(): void {
+    if (!this.closed) {
+      this.closed = true;
+      this.sink.args("}");
+    }
+  }
+
+  private openParam(name: string): void {
+    const schema = this.tools.get(this.nameOfCall)?.function.parameters?.properties?.[name];
+    this.pName = name;
+    this.pTypes = schemaTypes(schema);
+    this.pStream = this.pTypes !== "any" && this.pTypes.size === 1 && this.pTypes.has("string");
+    this.streamed = 0;
+    this.heldSurrogate = "";
+    if (this.pStream) this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(name)}:"`);
+  }
+
+  /** Emits the end of the current parameter given its whole raw value (trailing "\n" dropped). */
+  private closeParam(rawValue: string, cutOff: boolean): void {
+    let value = rawValue;
+    if (!cutOff && value.endsWith("\n")) value = value.slice(0, -1);
+    if (this.pStream) {
+      const { escaped } = escapeFragment(this.heldSurrogate + value.slice(this.streamed), true);
+      this.sink.args(`${escaped}"`);
+    } else {
+      this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(this.pName)}:${convertParamValue(value, this.pTypes)}`);
+    }
+    this.nParams++;
+  }
+
+  /** Expects `marker` at pos: "ok" (consumed), "more" (a prefix so far) or "fail". */
+  private expect(marker: string): "ok" | "more" | "fail" {
+    const tail = this.text.slice(this.pos, this.pos + marker.length);
+    if (tail === marker) {
+      this.pos += marker.length;
+      return "ok";
+    }
+    return marker.startsWith(tail) ? "more" : "fail";
+  }
+
+  private step(final: boolean): "again" | "more" | "fail" | CallStep {
+    switch (this.st) {
+      case "pre": {
+        this.pos = skipWs(this.text, this.pos);
+        const r = this.expect(FUNC_OPEN);
+        if (r !== "ok") return r;
+        this.st = "name";
+        return "again";
+      }
+      case "name": {
+        const gt = this.text.indexOf(">", this.pos);
+        const bad = this.text.slice(this.pos, gt < 0 ? undefined : gt).search(/[\n<]/);
+        if (bad >= 0) return "fail";
+        if (gt < 0) return "more";
+        const name = this.text.slice(this.pos, gt).trim();
+        if (!this.tools.has(name)) return "fail";
+        this.pos = gt + 1;
+        this.opened = true;
+        this.nameOfCall = name;
+        this.sink.open(name);
+        this.sink.args("{");
+        this.st = "between";
+        return "again";
+      }
+      case "between": {
+        this.pos = skipWs(this.text, this.pos);
+        if (this.pos >= this.text.length) return "more";
+        const p = this.expect(PARAM_OPEN);
+        if (p === "ok") {
+          this.st = "pname";
+          return "again";
+        }
+        const f = this.expect(FUNC_CLOSE);
+        if (f === "ok") {
+          this.closeArgs();
+          this.st = "end";
+          return "again";
+        }
+        // a call closed without its </function>
+        const c = this.expect(CALL_CLOSE);
+        if (c === "ok") {
+          this.closeArgs();
+          return { status: "done", rest: this.text.slice(this.pos) };
+        }
+        return p === "more" || f === "more" || c === "more" ? "more" : "fail";
+      }
+      case "pname": {
+        const gt = this.text.indexOf(">", this.pos);
+        const bad = this.text.slice(this.pos, gt < 0 ? undefined : gt).search(/[\n<]/);
+        if (bad >= 0) {
+          this.pos -= PARAM_OPEN.length;
+          return "fail";
+        }
+        if (gt < 0) return "more";
+        this.openParam(this.text.slice(this.pos, gt).trim());
+        this.pos = gt + 1;
+        this.valStart = this.pos;
+        this.st = "pstart";
+        return "again";
+      }
+      case "pstart": {
+        if (this.pos >= this.text.length) return "more";
+        if (this.text[this.pos] === "\n") this.pos++;
+        this.valStart = this.pos;
+        this.st = "pvalue";
+        return "again";
+      }
+      case "pvalue": {
+        const close = this.text.indexOf(PARAM_CLOSE, this.valStart);
+        if (close >= 0) {
+          this.closeParam(this.text.slice(this.valStart, close), false);
+          this.pos = close + PARAM_CLOSE.length;
+          this.st = "between";
+          return "again";
+        }
+        if (this.pStream && !final) {
+          // Stream what cannot be part of the closing tag (nor the newline before it).
+          let safe = this.text.length - partialMarker(this.text, PARAM_CLOSE);
+          if (safe > this.valStart && this.text[safe - 1] === "\n") safe--;
+          const upto = safe - this.valStart;
+          if (upto > this.streamed) {
+            const { escaped, held } = escapeFragment(this.heldSurrogate + this.text.slice(this.valStart + this.streamed, safe), false);
+            if (escaped !== "") this.sink.args(escaped);
+            this.heldSurrogate = held;
+            this.streamed = upto;
+          }
+        }
+        return "more";
+      }
+      case "end": {
+        const at = skipWs(this.text, this.pos);
+        const tail = this.text.slice(at, at + CALL_CLOSE.length);
+        if (tail === CALL_CLOSE) return { status: "done", rest: this.text.slice(at + CALL_CLOSE.length) };
+        if (!final && CALL_CLOSE.startsWith(tail)) return "more";
+        return { status: "done", rest: this.text.slice(at) };
+      }
+    }
+  }
+}
