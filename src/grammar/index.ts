@@ -4,3 +4,4 @@ export { parseGbnf, type ParsedGrammar, type GrammarRule, type GrammarElement } 
 export { CompiledGrammar, GrammarMatcher, compileGrammar, filterCandidates, type Candidate, type FilterOptions, type CompiledGrammarOptions } from "./match.ts";
 export { JSON_OBJECT_GBNF, convertJsonSchema, jsonSchemaToGbnf, type JsonSchemaConversion } from "./json-schema.ts";
 export { allowedBytes, randomDocument, shortestCompletion, type RandomDocumentOptions } from "./sample.ts";
+export { GrammarRequestError, requestGrammar, type GrammarRequestFields, type RequestGrammar } from "./request.ts";

@@ -212,8 +212,9 @@ class Converter {
         if (required.has(prop)) throw new JsonSchemaError(`${path}/properties/${prop}`, `required property "${prop}" has schema false`);
         continue;
       }
-      const valueRule = this.visit(ps, `${sub}${prop}`, `${path}/properties/${prop}`);
-      kv.set(prop, this.addRule(`${sub}${prop}-kv`, `${gbnfLiteral(JSON.stringify(prop))} space ":" space ${valueRule}`));
+      const propName = `${sub}${prop === "" ? "empty-key" : prop}`;
+      const valueRule = this.visit(ps, propName, `${path}/properties/${prop}`);
+      kv.set(prop, this.addRule(`${propName}-kv`, `${gbnfLiteral(JSON.stringify(prop))} space ":" space ${valueRule}`));
       (required.has(prop) ? requiredKeys : optionalKeys).push(prop);
       names.push(prop);
     }

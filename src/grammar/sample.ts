@@ -11,9 +11,43 @@ export function allowedBytes(m: GrammarMatcher): number[] {
 }
 
 /**
- * The shortest byte string that takes the matcher to a state where the grammar can end
- * (breadth-first over automaton states), or null when none is found within `maxStates`.
- * Does not change `m`.
+ * Whole characters to try from `m`: every allowed ASCII byte, and for each allowed UTF-8 lead
+ * byte one representative character (the smallest allowed continuation bytes). From a partial
+ * character, the smallest allowed completion of it.
+ */
+function nextCharacters(m: GrammarMatcher): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  const complete = (prefix: number[]): void => {
+    const probe = m.clone();
+    const bytes = [...prefix];
+    probe.advance(Uint8Array.from(prefix));
+    while (probe.inPartialCharacter()) {
+      let found = -1;
+      for (let b = 0x80; b < 0xc0; b++) {
+        if (probe.accepts(ONE_BYTE[b])) {
+          found = b;
+          break;
+        }
+      }
+      if (found < 0) return;
+      probe.advance(ONE_BYTE[found]);
+      bytes.push(found);
+    }
+    out.push(Uint8Array.from(bytes));
+  };
+  if (m.inPartialCharacter()) {
+    complete([]);
+    return out;
+  }
+  for (let b = 0; b < 0x80; b++) if (m.accepts(ONE_BYTE[b])) out.push(ONE_BYTE[b]);
+  for (let b = 0xc2; b <= 0xf4; b++) if (m.accepts(ONE_BYTE[b])) complete([b]);
+  return out;
+}
+
+/**
+ * A short byte string (fewest characters, trying one representative character per UTF-8 lead
+ * byte) that takes the matcher to a state where the grammar can end, by breadth-first search
+ * over automaton states; null when none is found within `maxStates`. Does not change `m`.
  */
 export function shortestCompletion(m: GrammarMatcher, maxStates = 200_000): Uint8Array | null {
   if (m.canEnd()) return new Uint8Array(0);
@@ -22,11 +56,10 @@ export function shortestCompletion(m: GrammarMatcher, maxStates = 200_000): Uint
   while (frontier.length > 0 && seen.size < maxStates) {
     const next: { m: GrammarMatcher; path: number[] }[] = [];
     for (const node of frontier) {
-      for (let b = 0; b < 256; b++) {
-        if (!node.m.accepts(ONE_BYTE[b])) continue;
+      for (const ch of nextCharacters(node.m)) {
         const child = node.m.clone();
-        child.advance(ONE_BYTE[b]);
-        const path = [...node.path, b];
+        child.advance(ch);
+        const path = [...node.path, ...ch];
         if (child.canEnd()) return Uint8Array.from(path);
         const id = child.stateId();
         if (seen.has(id)) continue;
