@@ -195,6 +195,7 @@ describe("message shaping before rendering (llama-server semantics)", () => {
           tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: '{"a":[1,2],"b":"ü"}' } }],
         },
       ],
+      prefillAssistant: false,
     });
     expect(p).toBe('[user|"q"][assistant|""|f:{"a": [1, 2], "b": "ü"}]');
   });
@@ -203,6 +204,7 @@ describe("message shaping before rendering (llama-server semantics)", () => {
     const bad = () =>
       renderChat(echo, {
         messages: [{ role: "assistant", tool_calls: [{ type: "function", function: { name: "f", arguments: "{oops" } }] }],
+        prefillAssistant: false,
       });
     expect(bad).toThrow(ChatInputError);
     expect(bad).toThrow("messages[0].tool_calls[0].function.arguments");
@@ -213,6 +215,7 @@ describe("message shaping before rendering (llama-server semantics)", () => {
       "{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.arguments }}{% endfor %}{% endfor %}";
     const p = renderChat(src, {
       messages: [{ role: "assistant", tool_calls: [{ type: "function", function: { name: "f", arguments: '{"a":1}' } }] }],
+      prefillAssistant: false,
     });
     expect(p).toBe('{"a":1}');
   });
@@ -282,6 +285,73 @@ describe("message shaping before rendering (llama-server semantics)", () => {
     const src = "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':')) }}";
     const p = renderChat(src, { messages: [{ role: "user", content: "" }], kwargs: { x: { a: [1, 2], b: "é\"" } } });
     expect(p).toBe('{"a": [1, 2], "b": "é\\""}|{\n  "a": [\n    1,\n    2\n  ],\n  "b": "é\\""\n}|{"a":[1,2],"b":"é\\""}');
+  });
+});
+
+describe.skipIf(!fixture)("continuing a final assistant message (prefill, continue_final_message)", () => {
+  const history: ChatMessage[] = [{ role: "user", content: "Hi" }];
+  const prefill = (m: Partial<ChatMessage>): ChatMessage[] => [...history, { role: "assistant", content: "", ...m }];
+
+  test("Qwen3.5 (Qwen3-XML handler): history, then the turn reopened with reasoning and content", () => {
+    const src = template("Qwen3.5-4B.jinja");
+    const base = renderChat(src, { messages: history, addGenerationPrompt: false });
+    const p = applyChatTemplate(src, { messages: prefill({ content: "Hello, ", reasoning_content: "I'm thinking" }) });
+    expect(p.continuation).toBe("content");
+    expect(p.prompt).toBe(`${base}<|im_start|>assistant\n<think>\nI'm thinking\n</think>\n\nHello, `);
+    expect(p.parsePrefix).toBe("<think>\nI'm thinking\n</think>\n\nHello, ");
+  });
+
+  test("reasoning only: the think block stays open", () => {
+    const src = template("Qwen3.5-4B.jinja");
+    const p = applyChatTemplate(src, { messages: prefill({ reasoning_content: "I'm" }) });
+    expect(p.continuation).toBe("reasoning");
+    expect(p.prompt.endsWith("<|im_start|>assistant\n<think>\nI'm")).toBe(true);
+  });
+
+  test("Qwen3 (generic rule): reasoning delimiters as the template writes them", () => {
+    const src = template("Qwen-Qwen3-0.6B.jinja");
+    expect(new ChatTemplate(src).reasoningDelimiters()).toEqual({ start: "<think>\n", end: "\n</think>\n\n" });
+    const p = renderChat(src, { messages: prefill({ content: "Hello, ", reasoning_content: "I'm thinking" }) });
+    expect(p).toBe("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nI'm thinking\n</think>\n\nHello, ");
+  });
+
+  test("Qwen3-Coder (no thinking): only the content is prefilled", () => {
+    const src = template("Qwen3-Coder.jinja");
+    const p = applyChatTemplate(src, { messages: prefill({ content: "def f(" }) });
+    expect(p.prompt).toBe("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\ndef f(");
+    expect(p.parsePrefix).toBe("def f(");
+  });
+
+  test("gpt-oss: analysis then final channel", () => {
+    const src = template("openai-gpt-oss-120b.jinja");
+    const p = renderChat(src, { messages: prefill({ content: "Hello", reasoning_content: "Think" }), now: FIXTURE_NOW });
+    expect(p.endsWith("<|start|>assistant<|channel|>analysis<|message|>Think<|end|><|start|>assistant<|channel|>final<|message|>Hello")).toBe(true);
+  });
+
+  test("prefillAssistant: false renders the assistant message as history", () => {
+    const src = template("Qwen3-Coder.jinja");
+    const p = renderChat(src, { messages: prefill({ content: "Done." }), prefillAssistant: false, addGenerationPrompt: false });
+    expect(p).toBe("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>\n");
+  });
+
+  test("explicit continue_final_message needs addGenerationPrompt: false (as llama-server)", () => {
+    const src = template("Qwen3-Coder.jinja");
+    const msgs: ChatMessage[] = [...history, { role: "assistant", content: "Do" }];
+    expect(() => renderChat(src, { messages: msgs, prefillAssistant: false, continueFinalMessage: true })).toThrow(ChatInputError);
+    const p = renderChat(src, { messages: msgs, prefillAssistant: false, continueFinalMessage: "content", addGenerationPrompt: false });
+    expect(p.endsWith("<|im_start|>assistant\nDo")).toBe(true);
+  });
+
+  test("refused: two trailing assistant messages; continuing a message with tool calls", () => {
+    const src = template("Qwen3-Coder.jinja");
+    expect(() =>
+      renderChat(src, { messages: [...history, { role: "assistant", content: "a" }, { role: "assistant", content: "b" }] }),
+    ).toThrow("2 or more assistant messages");
+    expect(() =>
+      renderChat(src, {
+        messages: [...history, { role: "assistant", tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }],
+      }),
+    ).toThrow("tool calls");
   });
 });
 

@@ -403,7 +403,7 @@ describe("ChatOutputParser: reasoning and tool calls together", () => {
   const think = { start: "<think>", end: "</think>" };
 
   test("Qwen3.5: prompt-opened thinking, then an XML call", () => {
-    const o = (): OutputOptions => ({ syntax: "qwen3-xml", thinking: think, thinkingPrefill: "<think>\n", tools: TOOLS, genId: ids() });
+    const o = (): OutputOptions => ({ syntax: "qwen3-xml", thinking: think, prefix: "<think>\n", tools: TOOLS, genId: ids() });
     const m = both("The user wants weather.\n</think>\n\nChecking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nBusan\n</parameter>\n</function>\n</tool_call>", o);
     expect(m).toEqual({
       content: "Checking.",
@@ -413,7 +413,7 @@ describe("ChatOutputParser: reasoning and tool calls together", () => {
   });
 
   test("a tool call ends prefilled reasoning without </think>", () => {
-    const o = (): OutputOptions => ({ syntax: "qwen3-xml", thinking: think, thinkingPrefill: "<think>\n", tools: TOOLS, genId: ids() });
+    const o = (): OutputOptions => ({ syntax: "qwen3-xml", thinking: think, prefix: "<think>\n", tools: TOOLS, genId: ids() });
     const m = both("Need to inspect.\n<tool_call>\n<function=python>\n<parameter=code>\nimport os\n</parameter>\n</function>\n</tool_call>", o);
     expect(m).toEqual({ content: "", reasoning_content: "Need to inspect.", tool_calls: [call("call_0", "python", '{"code":"import os"}')] });
   });
@@ -434,6 +434,20 @@ describe("ChatOutputParser: reasoning and tool calls together", () => {
     const o = (): OutputOptions => ({ syntax: "qwen3-xml", thinking: null, tools: [] });
     const text = "<think>a</think><tool_call>\n<function=python>\n</function>\n</tool_call>";
     expect(both(text, o)).toEqual({ content: text, reasoning_content: "", tool_calls: [] });
+  });
+
+  test("a continued message's prefix is part of the reply (llama-server semantics)", () => {
+    const o = (): OutputOptions => ({ syntax: "hermes", thinking: think, prefix: "<think>\nI'm thinking\n</think>\n\nHello, " });
+    expect(both("world!\nWhat's up?", o)).toEqual({
+      content: "Hello, world!\nWhat's up?",
+      reasoning_content: "I'm thinking",
+      tool_calls: [],
+    });
+    const p = new ChatOutputParser({ syntax: "none", thinking: null, prefix: "def f(" });
+    expect(p.push("x):")).toEqual([
+      { kind: "content", text: "def f(" },
+      { kind: "content", text: "x):" },
+    ]);
   });
 
   test("formats without a parser give content only", () => {

@@ -12,8 +12,12 @@ export interface OutputOptions {
   thinking: ThinkingTags | null;
   /** Default "auto" (= deepseek). */
   reasoningFormat?: ReasoningFormat;
-  /** ChatPrompt.thinkingPrefill: the output starts inside a think block the prompt opened. */
-  thinkingPrefill?: string | null;
+  /**
+   * ChatPrompt.parsePrefix: text read before the model's output (the think block the prompt
+   * opened, or a continued message's reasoning and content). It is part of the reply, as in
+   * llama-server: its deltas come with the first push.
+   */
+  prefix?: string;
   /** Tools the model may call (ToolPolicy.callable); empty or absent: no tool-call parsing. */
   tools?: ToolDef[];
   /** false keeps only the first call. */
@@ -38,7 +42,6 @@ export class ChatOutputParser {
     const format: ReasoningFormat = opts.thinking ? (opts.reasoningFormat ?? "auto") : "none";
     this.reasoning = new ReasoningStream({
       format,
-      prefill: opts.thinking ? (opts.thinkingPrefill ?? null) : null,
       tags: opts.thinking ?? undefined,
       endBefore: parsesCalls ? ["<tool_call>"] : [],
     });
@@ -50,17 +53,27 @@ export class ChatOutputParser {
           genId: opts.genId,
         })
       : null;
+    this.initial = opts.prefix ? this.route(this.reasoning.push(opts.prefix), false) : [];
   }
+
+  private initial: ChatDelta[];
 
   push(text: string): ChatDelta[] {
     if (this.finished) throw new Error("ChatOutputParser: push after finish");
-    return this.route(this.reasoning.push(text), false);
+    return this.takeInitial(this.route(this.reasoning.push(text), false));
   }
 
   finish(): ChatDelta[] {
     if (this.finished) return [];
     this.finished = true;
-    return this.route(this.reasoning.finish(), true);
+    return this.takeInitial(this.route(this.reasoning.finish(), true));
+  }
+
+  private takeInitial(out: ChatDelta[]): ChatDelta[] {
+    if (this.initial.length === 0) return out;
+    const all = [...this.initial, ...out];
+    this.initial = [];
+    return all;
   }
 
   get message(): ParsedMessage {

@@ -1,6 +1,13 @@
 // bloomery chat: rendering a chat template into a prompt exactly as llama-server's
 // /apply-template does (common/chat.cpp: message shaping, capability workarounds, context vars).
 import { type TemplateCaps, preserveReasoningVars, probeCaps, reasoningEffortVars } from "./caps.ts";
+import {
+  type ContinuationMode,
+  type ReasoningDelimiters,
+  continuationText,
+  probeReasoningDelimiters,
+  resolveContinuation,
+} from "./continuation.ts";
 import { ChatInputError } from "./errors.ts";
 import { type SourceInfo, inspectTemplateSource } from "./families.ts";
 import { type Program, compileTemplate, runTemplate, toVars } from "./jinja-env.ts";
@@ -38,6 +45,14 @@ export interface RenderRequest {
   addBos?: boolean;
   /** The tokenizer adds EOS itself: drop a trailing `eosToken` (llama's add_eos). */
   addEos?: boolean;
+  /**
+   * llama's `continue_final_message`: true (content or reasoning, decided by the message),
+   * "content" or "reasoning_content": the last message is continued instead of answered.
+   * Needs `addGenerationPrompt: false`, as in llama-server.
+   */
+  continueFinalMessage?: boolean | "content" | "reasoning_content";
+  /** A trailing assistant message is continued (llama-server's default; `--no-prefill-assistant`). */
+  prefillAssistant?: boolean;
 }
 
 /** A rendered prompt and the facts about its end that the output parsers need. */
@@ -52,6 +67,14 @@ export interface ChatPrompt {
   thinkingPrefill: string | null;
   /** The enable_thinking value the template was given. */
   enableThinking: boolean;
+  /** The request continues its last message ("content" or "reasoning"), or null. */
+  continuation: ContinuationMode | null;
+  /**
+   * Text the output parser must read before the model's output (OutputOptions.prefix): the
+   * open think block, or the continued message's reasoning and content, which llama-server
+   * returns as part of the reply.
+   */
+  parsePrefix: string;
 }
 
 /** Source patches llama.cpp applies before parsing (templates that raise on valid input). */
@@ -77,6 +100,12 @@ const STEPFUN_MARKER = "You have access to the following functions in JSONSchema
 
 function trimWs(s: string): string {
   return s.replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, "");
+}
+
+function suffixAfterCommonPrefix(a: string, b: string): string {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i++;
+  return a.slice(i);
 }
 
 /** The generation prompt's open `<think>` block (from `<think>` on), or null. */
@@ -109,20 +138,66 @@ export class ChatTemplate {
 
   /** Renders the prompt. @throws ChatInputError for a bad request, TemplateError when the template fails. */
   render(req: RenderRequest): string {
-    return this.renderWith(req, req.addGenerationPrompt ?? true);
+    return this.build(req, false).prompt;
   }
 
-  /** Renders the prompt and works out the generation prompt and an open thinking block. */
+  /** Renders the prompt and works out the generation prompt and what the output parser needs. */
   apply(req: RenderRequest): ChatPrompt {
-    const addGen = req.addGenerationPrompt ?? true;
-    const prompt = this.renderWith(req, addGen);
-    const without = addGen ? this.renderWith(req, false) : prompt;
-    let i = 0;
-    while (i < prompt.length && i < without.length && prompt[i] === without[i]) i++;
-    const generationPrompt = prompt.slice(i);
-    const tags = this.info.thinking;
-    const thinkingPrefill = tags ? thinkingPrefillOf(generationPrompt, tags.start, tags.end) : null;
-    return { prompt, generationPrompt, thinkingPrefill, enableThinking: this.enableThinking(req) };
+    return this.build(req, true);
+  }
+
+  private build(req: RenderRequest, full: boolean): ChatPrompt {
+    const enableThinking = this.enableThinking(req);
+    parseMessages(req.messages); // validate everything, the continued message included
+    const cont = resolveContinuation(req.messages, req.continueFinalMessage, req.addGenerationPrompt, req.prefillAssistant ?? true);
+    if (cont === null) {
+      const addGen = req.addGenerationPrompt ?? true;
+      const raw = this.renderDirect(req, req.messages, addGen);
+      const prompt = addGen ? raw : this.endTurn(raw);
+      if (!full) return { prompt, generationPrompt: "", thinkingPrefill: null, enableThinking, continuation: null, parsePrefix: "" };
+      const generationPrompt = addGen ? suffixAfterCommonPrefix(raw, this.renderDirect(req, req.messages, false)) : "";
+      const tags = this.info.thinking;
+      const thinkingPrefill = tags ? thinkingPrefillOf(generationPrompt, tags.start, tags.end) : null;
+      return { prompt, generationPrompt, thinkingPrefill, enableThinking, continuation: null, parsePrefix: thinkingPrefill ?? "" };
+    }
+    const history = req.messages.slice(0, -1);
+    const base = this.endTurn(this.renderDirect(req, history, false));
+    const genPrompt = suffixAfterCommonPrefix(this.renderDirect(req, history, true), this.renderDirect(req, history, false));
+    const family = this.info.toolCalls === "qwen3-xml" ? "qwen3-xml" : this.info.family === "gpt-oss" ? "gpt-oss" : "other";
+    const thinks = this.source.includes("<think>");
+    const delims = family === "other" ? this.reasoningDelimiters() : null;
+    const { text, parsePrefix } = continuationText(family, thinks, genPrompt, delims, cont);
+    return {
+      prompt: base + text,
+      generationPrompt: text,
+      thinkingPrefill: null,
+      enableThinking,
+      continuation: cont.mode,
+      parsePrefix,
+    };
+  }
+
+  /** gpt-oss ends a final reply with <|return|>; in a prompt that goes on it is <|end|> (llama). */
+  private endTurn(prompt: string): string {
+    if (this.info.family !== "gpt-oss") return prompt;
+    const at = prompt.lastIndexOf("<|return|>");
+    return at < 0 ? prompt : `${prompt.slice(0, at)}<|end|>${prompt.slice(at + "<|return|>".length)}`;
+  }
+
+  private delimsCache: ReasoningDelimiters | null | undefined;
+
+  /** How this template writes reasoning (tags and whitespace), probed once. */
+  reasoningDelimiters(): ReasoningDelimiters | null {
+    if (this.delimsCache === undefined) {
+      this.delimsCache = probeReasoningDelimiters((messages, addGen, thinking) => {
+        try {
+          return this.renderDirect({ messages, enableThinking: thinking }, messages, addGen);
+        } catch {
+          return null;
+        }
+      });
+    }
+    return this.delimsCache;
   }
 
   /** The `enable_thinking` value a request gets (kwargs first, then the request default). */
@@ -136,8 +211,8 @@ export class ChatTemplate {
   }
 
   /** The messages exactly as the template receives them. */
-  templateMessages(req: RenderRequest): TemplateMessage[] {
-    let msgs: NormalizedMessage[] = parseMessages(req.messages);
+  templateMessages(messages: ChatMessage[]): TemplateMessage[] {
+    let msgs: NormalizedMessage[] = parseMessages(messages);
     if (this.source.includes(STEPFUN_MARKER)) {
       msgs = msgs.map((m) => ({
         ...m,
@@ -196,13 +271,14 @@ export class ChatTemplate {
     return out;
   }
 
-  private renderWith(req: RenderRequest, addGenerationPrompt: boolean): string {
+  /** One render of `messages` with the request's context (llama's direct apply). */
+  renderDirect(req: RenderRequest, messages: ChatMessage[], addGenerationPrompt: boolean): string {
     const now = req.now ?? new Date();
     const tools = parseTools(req.tools);
     const bos = req.bosToken ?? "";
     const eos = req.eosToken ?? "";
     const ctx: Record<string, unknown> = {
-      messages: this.templateMessages(req),
+      messages: this.templateMessages(messages),
       bos_token: bos,
       eos_token: eos,
       enable_thinking: this.enableThinking(req),
