@@ -541,6 +541,17 @@ describe("schema errors and warnings", () => {
     });
   }
 
+  test("deeply nested schemas are a JsonSchemaError, not a stack overflow", () => {
+    let deep: Record<string, unknown> = { type: "integer" };
+    for (let i = 0; i < 5000; i++) deep = { type: "array", items: deep };
+    expect(() => convertJsonSchema(deep)).toThrow(/nests deeper/);
+    const defs: Record<string, unknown> = {};
+    for (let i = 0; i < 5000; i++) defs[`d${i}`] = { $ref: `#/$defs/d${i + 1}` };
+    defs.d5000 = { type: "null" };
+    expect(() => convertJsonSchema({ $defs: defs, $ref: "#/$defs/d0" })).toThrow(/nests deeper/);
+    expect(() => convertJsonSchema({ type: "string", pattern: "a**" })).toThrow(/nothing to repeat/);
+  });
+
   test("unenforced keywords are reported as warnings", () => {
     const { warnings } = convertJsonSchema({ type: "object", properties: { a: { type: "array", uniqueItems: true }, n: { type: "number", minimum: 0 }, e: { type: "string", format: "email" } } });
     expect(warnings.some((w) => w.includes("#/properties/a") && w.includes("uniqueItems"))).toBe(true);

@@ -184,6 +184,12 @@ describe("GBNF errors carry line and column", () => {
     expect(full(`root ::= "a"{0,50000}`, "a".repeat(12000))).toBe(true);
   });
 
+  test("deep nesting is a GrammarError, not a stack overflow", () => {
+    expect(() => parseGbnf(`root ::= ${"(".repeat(100000)}"a"${")".repeat(100000)}`)).toThrow(/nest deeper/);
+    expect(() => parseGbnf(`root ::= "a"${"?".repeat(100000)}`)).toThrow(/nest deeper/);
+    expect(full(`root ::= ${"(".repeat(200)}"a"${")".repeat(200)}`, "a")).toBe(true);
+  });
+
   test("a grammar that expands to too many elements is refused", () => {
     expect(() => parseGbnf(`root ::= (("a"{1000}){1000}){10}`)).toThrow(/too large/);
   });

@@ -38,6 +38,7 @@ const UNENFORCED = new Set([
   "$dynamicAnchor",
   "$recursiveRef",
 ]);
+const MAX_SCHEMA_DEPTH = 200;
 const INTEGER_BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 const STRING_KEYS = ["pattern", "minLength", "maxLength", "format"];
 
@@ -108,10 +109,17 @@ class Converter {
     return name;
   }
 
+  private depth = 0;
+
   /** Convert `schema` into a rule and return the rule's name. `name` is the path-derived name ("" at the root). */
   visit(schema: Json, name: string, path: string): string {
     const ruleName = name === "" ? "root" : RESERVED_RULE_NAMES.has(name) ? `${name}-` : name;
-    return this.addRule(ruleName, this.body(schema, name, path));
+    if (++this.depth > MAX_SCHEMA_DEPTH) throw new JsonSchemaError(path, `schema nests deeper than ${MAX_SCHEMA_DEPTH} levels`);
+    try {
+      return this.addRule(ruleName, this.body(schema, name, path));
+    } finally {
+      this.depth--;
+    }
   }
 
   /** A GBNF expression for `schema`. */
@@ -183,7 +191,12 @@ class Converter {
     const target = resolvePointer(this.root, ref, path);
     const name = this.reserve(`ref${sanitize(ref.slice(1))}`);
     this.refRules.set(ref, name);
-    this.rules.set(name, this.body(target, name, ref));
+    if (++this.depth > MAX_SCHEMA_DEPTH) throw new JsonSchemaError(path, `schema nests deeper than ${MAX_SCHEMA_DEPTH} levels`);
+    try {
+      this.rules.set(name, this.body(target, name, ref));
+    } finally {
+      this.depth--;
+    }
     return name;
   }
 

@@ -29,6 +29,8 @@ export interface ParsedGrammar {
 export const MAX_REPETITION = 10000;
 /** The grammar may not lower to more elements than this (repetitions are expanded into rules). */
 export const MAX_ELEMENTS = 2_000_000;
+/** Groups and repetition operators may not nest deeper than this. */
+export const MAX_NESTING = 500;
 
 type Node =
   | { readonly t: "lit"; readonly cps: number[] }
@@ -52,28 +54,53 @@ function isDigit(c: string | undefined): boolean {
   return c !== undefined && c >= "0" && c <= "9";
 }
 
+/** Offsets where each line of `src` starts. */
+function lineStarts(src: string): number[] {
+  const starts = [0];
+  for (let i = src.indexOf("\n"); i >= 0; i = src.indexOf("\n", i + 1)) starts.push(i + 1);
+  return starts;
+}
+
 /** Line and column (1-based, column in code points) of UTF-16 offset `pos` in `src`. */
-export function lineColumn(src: string, pos: number): { line: number; column: number } {
-  let line = 1;
-  let lineStart = 0;
-  for (let i = 0; i < pos && i < src.length; i++) {
-    if (src.charCodeAt(i) === 10) {
-      line++;
-      lineStart = i + 1;
-    }
+export function lineColumn(src: string, pos: number, starts: readonly number[] = lineStarts(src)): { line: number; column: number } {
+  let lo = 0;
+  let hi = starts.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= pos) lo = mid;
+    else hi = mid - 1;
   }
-  const column = Array.from(src.slice(lineStart, Math.min(pos, src.length))).length + 1;
-  return { line, column };
+  const column = Array.from(src.slice(starts[lo], Math.min(pos, src.length))).length + 1;
+  return { line: lo + 1, column };
 }
 
 class GbnfParser {
   pos = 0;
   readonly defs = new Map<string, RuleDef>();
+  /** How deeply each node nests groups and repetitions. */
+  private readonly depth = new WeakMap<Node, number>();
+  private openGroups = 0;
+
+  nested(node: Node, depth: number, at: number): Node {
+    if (depth > MAX_NESTING) this.fail(`groups and repetitions nest deeper than ${MAX_NESTING} levels`, at);
+    this.depth.set(node, depth);
+    return node;
+  }
+
+  depthOf(node: Node): number {
+    return this.depth.get(node) ?? 0;
+  }
+
+  private starts: number[] | undefined;
 
   constructor(readonly src: string) {}
 
+  lineColumn(at: number): { line: number; column: number } {
+    return lineColumn(this.src, at, (this.starts ??= lineStarts(this.src)));
+  }
+
   fail(detail: string, at = this.pos): never {
-    const { line, column } = lineColumn(this.src, at);
+    const { line, column } = this.lineColumn(at);
     throw new GrammarError(detail, line, column);
   }
 
@@ -233,7 +260,7 @@ class GbnfParser {
     const repeat = (min: number, max: number, opAt: number, op: string): void => {
       const last = seq.pop();
       if (last === undefined) this.fail(`'${op}' has nothing before it to repeat`, opAt);
-      seq.push({ t: "rep", node: last, min, max });
+      seq.push(this.nested({ t: "rep", node: last, min, max }, this.depthOf(last) + 1, opAt));
     };
     for (;;) {
       const c = this.peek();
@@ -250,10 +277,13 @@ class GbnfParser {
       } else if (c === "(") {
         this.pos++;
         this.skipSpace(true);
+        if (++this.openGroups > MAX_NESTING) this.fail(`groups nest deeper than ${MAX_NESTING} levels`, at);
         const alts = this.parseAlternates(true);
+        this.openGroups--;
         if (this.peek() !== ")") this.fail(`expecting ')' to close the group opened at ${this.where(at)}, found ${this.describeHere()}`);
         this.pos++;
-        seq.push({ t: "group", alts });
+        const inner = Math.max(0, ...alts.flat().map((n) => this.depthOf(n)));
+        seq.push(this.nested({ t: "group", alts }, inner + 1, at));
       } else if (c === ".") {
         this.pos++;
         seq.push({ t: "cls", ranges: ANY_CHAR });
@@ -287,7 +317,7 @@ class GbnfParser {
   }
 
   where(at: number): string {
-    const { line, column } = lineColumn(this.src, at);
+    const { line, column } = this.lineColumn(at);
     return `line ${line}, column ${column}`;
   }
 
@@ -329,7 +359,7 @@ class Lowerer {
     readonly defs: Map<string, RuleDef>,
   ) {
     for (const def of defs.values()) {
-      const { line, column } = lineColumn(parser.src, def.at);
+      const { line, column } = parser.lineColumn(def.at);
       this.ruleIds.set(def.name, this.rules.length);
       this.rules.push({ name: def.name, origin: def.name, line, column, alts: [] });
     }

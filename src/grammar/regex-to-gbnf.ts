@@ -103,30 +103,30 @@ class RegexParser {
     return { min, max, len: m[0].length };
   }
 
+  /** At most one quantifier (optionally lazy) per atom, as ECMAScript has it. */
   parseQuantifiers(atom: RNode): RNode {
-    let node = atom;
-    for (;;) {
-      const c = this.ch();
-      let min: number;
-      let max: number;
-      if (c === "*" || c === "+" || c === "?") {
-        this.i++;
-        min = c === "+" ? 1 : 0;
-        max = c === "?" ? 1 : Infinity;
-      } else if (c === "{") {
-        const q = this.readBraces();
-        if (q === null) return node;
-        this.i += q.len;
-        ({ min, max } = q);
-        if (max < min) this.invalid(`quantifier {${min},${max}} has maximum below minimum`);
-        if (min > MAX_REPETITION || (max !== Infinity && max > MAX_REPETITION)) this.unsupported(`repetition count above ${MAX_REPETITION}`);
-      } else {
-        return node;
-      }
-      if (this.ch() === "?") this.i++; // lazy: the same set of strings
-      if (node.t === "anchor") this.invalid("quantifier after an anchor");
-      node = { t: "rep", node, min, max };
+    const c = this.ch();
+    let min: number;
+    let max: number;
+    if (c === "*" || c === "+" || c === "?") {
+      this.i++;
+      min = c === "+" ? 1 : 0;
+      max = c === "?" ? 1 : Infinity;
+    } else if (c === "{") {
+      const q = this.readBraces();
+      if (q === null) return atom;
+      this.i += q.len;
+      ({ min, max } = q);
+      if (max < min) this.invalid(`quantifier {${min},${max}} has maximum below minimum`);
+      if (min > MAX_REPETITION || (max !== Infinity && max > MAX_REPETITION)) this.unsupported(`repetition count above ${MAX_REPETITION}`);
+    } else {
+      return atom;
     }
+    if (this.ch() === "?") this.i++; // lazy: the same set of strings
+    if (atom.t === "anchor") this.invalid("quantifier after an anchor");
+    const next = this.ch();
+    if (next === "*" || next === "+" || next === "?" || (next === "{" && this.readBraces() !== null)) this.invalid(`nothing to repeat before '${next}'`);
+    return { t: "rep", node: atom, min, max };
   }
 
   parseAtom(): RNode {
