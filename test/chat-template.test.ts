@@ -254,13 +254,13 @@ describe("message shaping before rendering (llama-server semantics)", () => {
       tools: [{ type: "function", function: { name: "f", strict: true } } as unknown as ToolDef],
     });
     expect(p).toBe('[{"type": "function", "function": {"name": "f", "description": "", "parameters": {}}}]');
-    expect(renderChat("{{ tools is defined }}", { messages: [{ role: "user", content: "x" }], tools: [] })).toBe("false");
+    expect(renderChat("{{ tools is defined }}", { messages: [{ role: "user", content: "x" }], tools: [] })).toBe("False");
   });
 
   test("context variables: add_generation_prompt only when set, bos/eos, dates, kwargs", () => {
     const src =
       "{{ add_generation_prompt is defined }}|{{ bos_token }}|{{ eos_token }}|{{ datetime }}|{{ date_string }}|" +
-      "{{ strftime_now('%Y-%m-%d %a %B %-d') }}|{{ custom }}";
+      "{{ strftime_now('%Y-%m-%d %a %B %-d') }}|{{ custom | tojson }}";
     const req = {
       messages: [{ role: "user", content: "x" }],
       bosToken: "<s>",
@@ -268,8 +268,8 @@ describe("message shaping before rendering (llama-server semantics)", () => {
       now: new Date(2026, 2, 5, 9, 30),
       kwargs: { custom: [1, "two"] },
     };
-    expect(renderChat(src, req)).toBe('true|<s>|</s>|Mar 05 2026|05 Mar 2026|2026-03-05 Thu March 5|[1, "two"]');
-    expect(renderChat(src, { ...req, addGenerationPrompt: false }).startsWith("false|")).toBe(true);
+    expect(renderChat(src, req)).toBe('True|<s>|</s>|Mar 05 2026|05 Mar 2026|2026-03-05 Thu March 5|[1, "two"]');
+    expect(renderChat(src, { ...req, addGenerationPrompt: false }).startsWith("False|")).toBe(true);
   });
 
   test("reasoning_effort and preserve_reasoning kwargs set llama's alias variables", () => {
@@ -278,7 +278,7 @@ describe("message shaping before rendering (llama-server semantics)", () => {
       messages: [{ role: "user", content: "x" }],
       kwargs: { reasoning_effort: "high", preserve_reasoning: true },
     });
-    expect(p).toBe("high|false|true");
+    expect(p).toBe("high|False|True");
   });
 
   test("tojson spacing is Python's (', ' and ': '), indent and separators honoured", () => {
@@ -352,6 +352,69 @@ describe.skipIf(!fixture)("continuing a final assistant message (prefill, contin
         messages: [...history, { role: "assistant", tool_calls: [{ type: "function", function: { name: "f", arguments: "{}" } }] }],
       }),
     ).toThrow("tool calls");
+  });
+});
+
+describe("llama.cpp jinja semantics where @huggingface/jinja differs", () => {
+  const r = (src: string, kwargs: Record<string, unknown> = {}) =>
+    renderChat(src, { messages: [{ role: "user", content: "x" }], kwargs });
+
+  test("printing: booleans as Python, none and objects print nothing, lists flatten", () => {
+    expect(r("{{ true }}|{{ false }}|{{ none }}|{{ undefined_name }}|{{ d }}|{{ [1, 'a', [2.5]] }}|{{ 2.0 }}", { d: { a: 1 } })).toBe(
+      "True|False||||1a2.5|2.0",
+    );
+  });
+
+  test("| string gives Python reprs", () => {
+    expect(r("{{ true | string }}|{{ none | string }}|{{ l | string }}|{{ d | string }}", {
+      l: [1, "a", false, null],
+      d: { k: "it's", n: { m: 0.5 } },
+    })).toBe(`True|None|[1, 'a', False, None]|{'k': "it's", 'n': {'m': 0.5}}`);
+  });
+
+  test("concatenation: none and undefined next to a string are empty; ~ stringifies", () => {
+    expect(r("{{ 'a' + none + 'b' }}|{{ nothing + 'c' }}|{{ 'x' ~ true ~ 1 }}")).toBe("ab|c|xTrue1");
+  });
+
+  test("a loop over undefined is empty (its else block runs)", () => {
+    expect(r("{% for t in tools %}T{% else %}none{% endfor %}|{% for t in missing if t %}x{% endfor %}.")).toBe("none|.");
+  });
+
+  test("filters on undefined and none give empty values", () => {
+    expect(r("[{{ u | trim }}][{{ u | length }}][{{ u | items | list | length }}][{{ n | selectattr('x') | list | length }}]", { n: null })).toBe(
+      "[][0][0][0]",
+    );
+  });
+
+  test("list.append / list.pop, str.format, min / max / sum", () => {
+    expect(
+      r("{% set ns = namespace(ids=[]) %}{% set _ = ns.ids.append('a') %}{% set _ = ns.ids.append('b') %}" +
+        "{{ ns.ids.pop(0) }}{{ ns.ids | length }}{{ ns.ids.length }}|{{ '<{}|{}>'.format('x', 2) }}|" +
+        "{{ [3, 1, 2] | min }}{{ [3, 1, 2] | max }}{{ [3, 1, 2] | sum }}"),
+    ).toBe("a11|<x|2>|136");
+  });
+
+  test.skipIf(!fixture)("Qwen3-Coder renders boolean arguments and union types as llama (Python) does", () => {
+    const tools: ToolDef[] = [
+      {
+        type: "function",
+        function: {
+          name: "set_flag",
+          parameters: { type: "object", properties: { on: { type: "boolean" }, note: { type: ["string", "null"] } } },
+        },
+      },
+    ];
+    const p = renderChat(template("Qwen3-Coder.jinja"), {
+      messages: [
+        { role: "user", content: "go" },
+        { role: "assistant", content: "", tool_calls: [{ type: "function", function: { name: "set_flag", arguments: '{"on": true}' } }] },
+        { role: "tool", content: "ok" },
+        { role: "user", content: "thanks" },
+      ],
+      tools,
+    });
+    expect(p).toContain("<type>['string', 'null']</type>");
+    expect(p).toContain("<parameter=on>\nTrue\n</parameter>");
   });
 });
 

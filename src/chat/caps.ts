@@ -99,7 +99,8 @@ export function probeCaps(program: Program): TemplateCaps {
   const typedMarker = "TYPED_MARKER";
   const s = runProbe(program, [{ role: "user", content: stringMarker }], []);
   const t = runProbe(program, [{ role: "user", content: [{ type: "text", text: typedMarker }] }], []);
-  caps.supports_typed_content = t.ok && t.output.includes(typedMarker) && !t.output.includes(`"${typedMarker}"`);
+  caps.supports_typed_content =
+    t.ok && t.output.includes(typedMarker) && !t.output.includes(`"${typedMarker}"`) && !t.output.includes(`'${typedMarker}'`);
   caps.supports_string_content = s.ok && (s.output.includes(stringMarker) || !caps.supports_typed_content);
 
   // System role: does the template read the system message's content at all?

@@ -2,7 +2,10 @@
 // (optionally with key-access tracking for capability probes) and running it with llama's globals.
 import { Environment, Interpreter, parse, tokenize } from "@huggingface/jinja";
 import { TemplateError } from "./errors.ts";
+import { installJinjaCompat, markForIterables } from "./jinja-compat.ts";
 import { strftime } from "./strftime.ts";
+
+installJinjaCompat();
 
 export type Program = ReturnType<typeof parse>;
 type RuntimeValue = ReturnType<Environment["set"]>;
@@ -90,7 +93,9 @@ export function toRuntime(value: unknown, track?: TrackedMaps): RuntimeValue {
 /** Parses template source with the options transformers (and llama.cpp) use. */
 export function compileTemplate(source: string): Program {
   try {
-    return parse(tokenize(source, { lstrip_blocks: true, trim_blocks: true }));
+    const program = parse(tokenize(source, { lstrip_blocks: true, trim_blocks: true }));
+    markForIterables(program);
+    return program;
   } catch (e) {
     throw new TemplateError("parse", e instanceof Error ? e.message : String(e));
   }
