@@ -11,6 +11,7 @@ import {
   applyChatTemplate,
   renderChat,
 } from "../src/chat/index.ts";
+import { cppDouble } from "../src/chat/jinja-json.ts";
 import { strftime } from "../src/chat/strftime.ts";
 import { FIXTURES, hasFixtures } from "./paths.ts";
 
@@ -384,6 +385,23 @@ describe("llama.cpp jinja semantics where @huggingface/jinja differs", () => {
     expect(r("[{{ u | trim }}][{{ u | length }}][{{ u | items | list | length }}][{{ n | selectattr('x') | list | length }}]", { n: null })).toBe(
       "[][0][0][0]",
     );
+  });
+
+  test("tojson: floats as C++ streams print them, ensure_ascii in lowercase hex, positional arguments", () => {
+    expect(r("{{ x | tojson }}", { x: { pi: 3.14159265, big: 123456789.5, small: 0.00001, n: 7, s: "é😀" } })).toBe(
+      '{"pi": 3.14159, "big": 1.23457e+08, "small": 1e-05, "n": 7, "s": "é😀"}',
+    );
+    expect(r("{{ x | tojson(true) }}|{{ x | tojson(ensure_ascii=true, indent=1) }}", { x: ["é😀"] })).toBe(
+      '["\\u00e9\\ud83d\\ude00"]|[\n "\\u00e9\\ud83d\\ude00"\n]',
+    );
+  });
+
+  test("cppDouble is %g with 6 significant digits", () => {
+    const cases: [number, string][] = [
+      [0.1, "0.1"], [1.5, "1.5"], [3.14159265, "3.14159"], [1e20, "1e+20"], [123456789.5, "1.23457e+08"],
+      [0.0001, "0.0001"], [0.00001, "1e-05"], [100000, "100000"], [1000000, "1e+06"], [999999.5, "1e+06"], [-2.5e-7, "-2.5e-07"],
+    ];
+    for (const [x, want] of cases) expect(cppDouble(x)).toBe(want);
   });
 
   test("list.append / list.pop, str.format, min / max / sum", () => {

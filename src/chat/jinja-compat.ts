@@ -3,6 +3,7 @@
 // over undefined, filters on undefined/none, and list.append/pop, str.format, min/max/sum.
 // Applied once, to the interpreter's prototype, by installJinjaCompat().
 import { Environment, Interpreter, type parse } from "@huggingface/jinja";
+import { type JsonTree, llamaJson } from "./jinja-json.ts";
 
 type Program = ReturnType<typeof parse>;
 type RV = ReturnType<Environment["set"]>;
@@ -70,6 +71,40 @@ function llamaPrint(v: RV): string {
   if (v instanceof IntegerValue || v instanceof FloatValue || v instanceof BooleanValue) return llamaString(v);
   if (v instanceof ArrayValue) return val<RV[]>(v).map(llamaPrint).join("");
   return "";
+}
+
+/** Reads an interpreter value as a JSON tree (functions become null, as in llama). */
+function toTree(v: RV): JsonTree {
+  if (v instanceof StringValue) return { kind: "string", v: val<string>(v) };
+  if (v instanceof BooleanValue) return { kind: "bool", v: val<boolean>(v) };
+  if (v instanceof IntegerValue) return { kind: "int", v: val<number>(v) };
+  if (v instanceof FloatValue) return { kind: "float", v: val<number>(v) };
+  if (v instanceof ArrayValue) return { kind: "array", items: val<RV[]>(v).map(toTree) };
+  const inner = val<unknown>(v);
+  if (inner instanceof Map) {
+    return { kind: "object", entries: [...(inner as Map<string, RV>).entries()].map(([k, x]) => [k, toTree(x)] as [string, JsonTree]) };
+  }
+  return { kind: "null" };
+}
+
+/** `x | tojson(ensure_ascii, indent, separators, sort_keys)`, positional or by keyword. */
+function tojson(operand: RV, args: RV[], kwargs: Map<string, RV>): RV {
+  const arg = (name: string, pos: number): RV | undefined => kwargs.get(name) ?? args[pos];
+  const ascii = arg("ensure_ascii", 0);
+  const indentArg = arg("indent", 1);
+  const seps = arg("separators", 2);
+  const sort = arg("sort_keys", 3);
+  const indent = indentArg instanceof IntegerValue ? val<number>(indentArg) : -1;
+  const sepList = seps instanceof ArrayValue ? val<RV[]>(seps).map((x) => llamaString(x)) : [];
+  return new StringValue(
+    llamaJson(toTree(operand), {
+      indent,
+      itemSep: sepList[0] ?? (indent < 0 ? ", " : ","),
+      keySep: sepList[1] ?? ": ",
+      ensureAscii: ascii !== undefined && val<unknown>(ascii) === true,
+      sortKeys: sort !== undefined && val<unknown>(sort) === true,
+    }),
+  );
 }
 
 /** Empty results of filters applied to undefined (llama's value_undefined builtins). */
@@ -155,6 +190,13 @@ export function installJinjaCompat(): void {
   proto.applyFilter = function (this: unknown, operand: unknown, filterNode: unknown, env: unknown) {
     const v = operand as RV;
     const name = filterName(filterNode as Node);
+    if (name === "tojson") {
+      const fnode = filterNode as Node;
+      if (fnode.type === "Identifier") return tojson(v, [], new Map());
+      const evalArgs = (this as { evaluateArguments: Fn }).evaluateArguments;
+      const [args, kwargs] = evalArgs.call(this, fnode.args, env) as [RV[], Map<string, RV>];
+      return tojson(v, args, kwargs);
+    }
     if (name !== null && name !== "default") {
       if (v instanceof UndefinedValue && ON_UNDEFINED[name]) return ON_UNDEFINED[name]();
       if (v instanceof NullValue && ON_NONE[name]) return ON_NONE[name]();
