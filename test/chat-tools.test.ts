@@ -458,3 +458,23 @@ describe("ChatOutputParser: reasoning and tool calls together", () => {
     expect(m.content).toBe("<tool_call>python<arg_key>code</arg_key><arg_value>1</arg_value></tool_call>");
   });
 });
+
+describe("long outputs stream in linear time", () => {
+  // A quadratic parser (re-reading the whole call on every chunk) takes many seconds here.
+  const body = "line of code x = 1 + 2  # comment\n".repeat(6000); // ~200 KB
+  const cases: [string, "hermes" | "qwen3-xml", string][] = [
+    ["hermes", "hermes", `<tool_call>\n{"name": "python", "arguments": ${JSON.stringify({ code: body })}}\n</tool_call>`],
+    ["xml", "qwen3-xml", `<tool_call>\n<function=python>\n<parameter=code>\n${body}\n</parameter>\n</function>\n</tool_call>`],
+  ];
+  for (const [name, syntax, text] of cases) {
+    test(`${name}: a 200 KB argument in 4-character chunks`, () => {
+      const p = new ChatOutputParser({ syntax, thinking: null, tools: TOOLS });
+      const t0 = performance.now();
+      for (let i = 0; i < text.length; i += 4) p.push(text.slice(i, i + 4));
+      p.finish();
+      expect(performance.now() - t0).toBeLessThan(3000);
+      expect(JSON.parse(p.message.tool_calls[0].function.arguments)).toEqual({ code: body });
+    });
+  }
+});
+

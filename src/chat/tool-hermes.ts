@@ -30,13 +30,24 @@ export class HermesCall implements CallMachine {
   private argsSent = -1;
   private opened = false;
   private sentAny = false;
+  // The text is kept as one growing string but scanned through the newest chunk only: indexing
+  // or slicing the whole string on every feed would copy it each time (quadratic on long calls).
+  private chunk = "";
+  private base = 0;
 
   constructor(
     private readonly sink: CallSink,
     private readonly isKnown: (name: string) => boolean,
   ) {}
 
+  /** text[a, b), read from the newest chunk when it lies there. */
+  private slice(a: number, b: number = this.base + this.chunk.length): string {
+    return a >= this.base ? this.chunk.slice(a - this.base, b - this.base) : this.text.slice(a, b);
+  }
+
   feed(chunk: string, final: boolean): CallStep {
+    this.base = this.text.length;
+    this.chunk = chunk;
     this.text += chunk;
     const r = this.scan();
     // The call opens as soon as its name is complete, whatever follows in the same text, so
@@ -90,7 +101,7 @@ export class HermesCall implements CallMachine {
     if (!this.opened || this.argsStart < 0) return;
     if (this.argsKind !== "container") {
       if (this.argsEnd < 0 || this.argsSent >= 0) return;
-      const raw = this.text.slice(this.argsStart, this.argsEnd);
+      const raw = this.slice(this.argsStart, this.argsEnd);
       let out = raw;
       if (this.argsKind === "string") {
         try {
@@ -108,7 +119,7 @@ export class HermesCall implements CallMachine {
     const inArgs = this.st === "value" && this.valStart === this.argsStart;
     const to = this.argsEnd >= 0 ? this.argsEnd : inArgs ? this.pos : from;
     if (to > from) {
-      this.sink.args(this.text.slice(from, to));
+      this.sink.args(this.slice(from, to));
       this.sentAny = true;
       this.argsSent = to;
     }
@@ -118,7 +129,7 @@ export class HermesCall implements CallMachine {
     if (this.key === "name") {
       if (this.valKind === "string" && this.name === null) {
         try {
-          this.name = JSON.parse(this.text.slice(this.valStart, end)) as string;
+          this.name = JSON.parse(this.slice(this.valStart, end)) as string;
         } catch {
           this.name = null;
         }
@@ -131,9 +142,9 @@ export class HermesCall implements CallMachine {
 
   /** Advances the scanner over new text; "fail" when the text cannot be the expected JSON. */
   private scan(): "ok" | "fail" {
-    const t = this.text;
-    while (this.pos < t.length) {
-      const c = t[this.pos];
+    const end = this.base + this.chunk.length;
+    while (this.pos < end) {
+      const c = this.chunk[this.pos - this.base];
       switch (this.st) {
         case "pre":
           if (isWs(c)) break;
@@ -158,7 +169,7 @@ export class HermesCall implements CallMachine {
           else if (c === "\\") this.esc = true;
           else if (c === '"') {
             try {
-              this.key = JSON.parse(t.slice(this.keyStart, this.pos + 1)) as string;
+              this.key = JSON.parse(this.slice(this.keyStart, this.pos + 1)) as string;
             } catch {
               return "fail";
             }

@@ -70,6 +70,13 @@ export function convertParamValue(raw: string, types: Set<string> | "any"): stri
 
 type St = "pre" | "name" | "between" | "pname" | "pstart" | "pvalue" | "end";
 
+/** Longest function or parameter name accepted before its `>`. */
+const MAX_NAME = 256;
+
+/**
+ * One XML call. `text` holds only what is not consumed yet (a parameter value is streamed out
+ * or moved to `acc` as it arrives), so long values cost linear time.
+ */
 export class XmlCall implements CallMachine {
   private text = "";
   private pos = 0;
@@ -80,8 +87,8 @@ export class XmlCall implements CallMachine {
   private pName = "";
   private pTypes: Set<string> | "any" = "any";
   private pStream = false;
-  private valStart = 0;
-  private streamed = 0;
+  /** A non-streamed value so far. */
+  private acc = "";
   private heldSurrogate = "";
   private nameOfCall = "";
 
@@ -95,7 +102,8 @@ export class XmlCall implements CallMachine {
   }
 
   feed(chunk: string, final: boolean): CallStep {
-    this.text += chunk;
+    this.text = this.text.slice(this.pos) + chunk;
+    this.pos = 0;
     for (;;) {
       const r = this.step(final);
       if (r === "again") continue;
@@ -112,8 +120,7 @@ export class XmlCall implements CallMachine {
   private endAt(at: number): CallStep {
     if (!this.opened) return { status: "fail" };
     if (this.st === "pvalue" || this.st === "pstart") {
-      const value = this.text.slice(this.valStart);
-      this.closeParam(value, true);
+      this.closeParam(this.text.slice(this.pos), true);
       this.st = "between";
       at = this.text.length;
     }
@@ -133,21 +140,35 @@ export class XmlCall implements CallMachine {
     this.pName = name;
     this.pTypes = schemaTypes(schema);
     this.pStream = this.pTypes !== "any" && this.pTypes.size === 1 && this.pTypes.has("string");
-    this.streamed = 0;
+    this.acc = "";
     this.heldSurrogate = "";
     if (this.pStream) this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(name)}:"`);
   }
 
-  /** Emits the end of the current parameter given its whole raw value (trailing "\n" dropped). */
-  private closeParam(rawValue: string, cutOff: boolean): void {
-    let value = rawValue;
-    if (!cutOff && value.endsWith("\n")) value = value.slice(0, -1);
+  /** Takes value text that cannot be part of the closing tag: streamed out, or kept in acc. */
+  private takeValue(text: string): void {
+    if (text === "") return;
+    if (!this.pStream) {
+      this.acc += text;
+      return;
+    }
+    const { escaped, held } = escapeFragment(this.heldSurrogate + text, false);
+    if (escaped !== "") this.sink.args(escaped);
+    this.heldSurrogate = held;
+  }
+
+  /** Ends the current parameter; `last` is the value's rest (its trailing "\n" is dropped). */
+  private closeParam(last: string, cutOff: boolean): void {
+    let rest = last;
+    if (!cutOff && rest.endsWith("\n")) rest = rest.slice(0, -1);
     if (this.pStream) {
-      const { escaped } = escapeFragment(this.heldSurrogate + value.slice(this.streamed), true);
+      const { escaped } = escapeFragment(this.heldSurrogate + rest, true);
       this.sink.args(`${escaped}"`);
     } else {
+      const value = this.acc + rest;
       this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(this.pName)}:${convertParamValue(value, this.pTypes)}`);
     }
+    this.acc = "";
     this.nParams++;
   }
 
@@ -161,6 +182,16 @@ export class XmlCall implements CallMachine {
     return marker.startsWith(tail) ? "more" : "fail";
   }
 
+  /** A name up to `>` at pos: the name, "more", or "fail" (newline, `<`, or too long). */
+  private readName(): string | "more" | "fail" {
+    const gt = this.text.indexOf(">", this.pos);
+    const body = this.text.slice(this.pos, gt < 0 ? undefined : gt);
+    if (/[\n<]/.test(body) || body.length > MAX_NAME) return "fail";
+    if (gt < 0) return "more";
+    this.pos = gt + 1;
+    return body.trim();
+  }
+
   private step(final: boolean): "again" | "more" | "fail" | CallStep {
     switch (this.st) {
       case "pre": {
@@ -171,13 +202,13 @@ export class XmlCall implements CallMachine {
         return "again";
       }
       case "name": {
-        const gt = this.text.indexOf(">", this.pos);
-        const bad = this.text.slice(this.pos, gt < 0 ? undefined : gt).search(/[\n<]/);
-        if (bad >= 0) return "fail";
-        if (gt < 0) return "more";
-        const name = this.text.slice(this.pos, gt).trim();
-        if (!this.tools.has(name)) return "fail";
-        this.pos = gt + 1;
+        const start = this.pos;
+        const name = this.readName();
+        if (name === "more" || name === "fail") return name;
+        if (!this.tools.has(name)) {
+          this.pos = start;
+          return "fail";
+        }
         this.opened = true;
         this.nameOfCall = name;
         this.sink.open(name);
@@ -208,44 +239,37 @@ export class XmlCall implements CallMachine {
         return p === "more" || f === "more" || c === "more" ? "more" : "fail";
       }
       case "pname": {
-        const gt = this.text.indexOf(">", this.pos);
-        const bad = this.text.slice(this.pos, gt < 0 ? undefined : gt).search(/[\n<]/);
-        if (bad >= 0) {
+        const name = this.readName();
+        if (name === "more") return "more";
+        if (name === "fail") {
           this.pos -= PARAM_OPEN.length;
           return "fail";
         }
-        if (gt < 0) return "more";
-        this.openParam(this.text.slice(this.pos, gt).trim());
-        this.pos = gt + 1;
-        this.valStart = this.pos;
+        this.openParam(name);
         this.st = "pstart";
         return "again";
       }
       case "pstart": {
         if (this.pos >= this.text.length) return "more";
         if (this.text[this.pos] === "\n") this.pos++;
-        this.valStart = this.pos;
         this.st = "pvalue";
         return "again";
       }
       case "pvalue": {
-        const close = this.text.indexOf(PARAM_CLOSE, this.valStart);
+        const close = this.text.indexOf(PARAM_CLOSE, this.pos);
         if (close >= 0) {
-          this.closeParam(this.text.slice(this.valStart, close), false);
+          this.closeParam(this.text.slice(this.pos, close), false);
           this.pos = close + PARAM_CLOSE.length;
           this.st = "between";
           return "again";
         }
-        if (this.pStream && !final) {
-          // Stream what cannot be part of the closing tag (nor the newline before it).
+        if (!final) {
+          // Take what cannot be part of the closing tag (nor the newline before it).
           let safe = this.text.length - partialMarker(this.text, PARAM_CLOSE);
-          if (safe > this.valStart && this.text[safe - 1] === "\n") safe--;
-          const upto = safe - this.valStart;
-          if (upto > this.streamed) {
-            const { escaped, held } = escapeFragment(this.heldSurrogate + this.text.slice(this.valStart + this.streamed, safe), false);
-            if (escaped !== "") this.sink.args(escaped);
-            this.heldSurrogate = held;
-            this.streamed = upto;
+          if (safe > this.pos && this.text[safe - 1] === "\n") safe--;
+          if (safe > this.pos) {
+            this.takeValue(this.text.slice(this.pos, safe));
+            this.pos = safe;
           }
         }
         return "more";
