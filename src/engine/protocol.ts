@@ -1,0 +1,145 @@
+// bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
+
+/** Sampling settings of one request (llama-server's fields, llama's defaults). */
+export interface SamplingParams {
+  temperature: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  typicalP: number;
+  topNSigma: number;
+  repeatPenalty: number;
+  repeatLastN: number;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  dryMultiplier: number;
+  dryBase: number;
+  dryAllowedLength: number;
+  dryPenaltyLastN: number;
+  drySequenceBreakers: string[];
+  xtcProbability: number;
+  xtcThreshold: number;
+  mirostat: number;
+  mirostatTau: number;
+  mirostatEta: number;
+  seed: number;
+  /** token id -> bias; -Infinity bans */
+  logitBias: [number, number][];
+  samplers: string[];
+}
+
+export interface GenerateRequest {
+  id: number;
+  prompt: number[];
+  params: SamplingParams;
+  /** -1: until EOS or the context is full */
+  nPredict: number;
+  stop: string[];
+  ignoreEos: boolean;
+  /** GBNF grammar constraining the output */
+  grammar?: string;
+  /** report this many top candidates with probabilities for each token */
+  nProbs: number;
+  idSlot: number;
+  cachePrompt: boolean;
+}
+
+export interface TokenProb {
+  id: number;
+  token: string;
+  logprob: number;
+  bytes: number[];
+}
+
+/** One generated token's worth of output. */
+export interface TokenEvent {
+  id: number;
+  token: number;
+  /** text completed by this token (a stop string and partial UTF-8 are held back) */
+  text: string;
+  /** probabilities of the chosen token and the top candidates, when asked */
+  probs?: { id: number; token: string; logprob: number; bytes: number[]; top: TokenProb[] };
+}
+
+export type StopType = "eos" | "limit" | "word" | "cancel" | "none";
+
+export interface Timings {
+  prompt_n: number;
+  prompt_ms: number;
+  prompt_per_token_ms: number;
+  prompt_per_second: number;
+  predicted_n: number;
+  predicted_ms: number;
+  predicted_per_token_ms: number;
+  predicted_per_second: number;
+  cache_n: number;
+}
+
+export interface DoneEvent {
+  id: number;
+  stopType: StopType;
+  stoppingWord: string;
+  /** the remaining held-back text, released at the end (empty when a stop word matched) */
+  text: string;
+  tokensPredicted: number;
+  tokensEvaluated: number;
+  tokensCached: number;
+  truncated: boolean;
+  idSlot: number;
+  timings: Timings;
+  error?: { message: string; type: string; code: number };
+}
+
+export interface ModelInfo {
+  path: string;
+  arch: string;
+  name: string;
+  nVocab: number;
+  nCtxTrain: number;
+  nEmbd: number;
+  nParams: number;
+  sizeBytes: number;
+  nCtx: number;
+  nCtxSlot: number;
+  nSlots: number;
+  backend: string;
+  chatTemplate: string;
+  bosToken: string;
+  eosToken: string;
+  fileType: string;
+}
+
+export type ToWorker =
+  | { type: "load"; path: string; options: EngineOptions }
+  | { type: "generate"; req: GenerateRequest }
+  | { type: "cancel"; id: number }
+  | { type: "slots" }
+  | { type: "shutdown" };
+
+export type FromWorker =
+  | { type: "loaded"; info: ModelInfo }
+  | { type: "load-error"; message: string }
+  | { type: "tokens"; events: TokenEvent[] }
+  | { type: "done"; done: DoneEvent }
+  | { type: "slots"; slots: SlotInfo[] }
+  | { type: "log"; message: string };
+
+export interface EngineOptions {
+  nCtx: number;
+  nSlots: number;
+  nThreads: number;
+  nThreadsBatch: number;
+  batchSize: number;
+  ubatchSize: number;
+  cacheRamMiB: number;
+  exact?: boolean;
+}
+
+export interface SlotInfo {
+  id: number;
+  n_ctx: number;
+  is_processing: boolean;
+  id_task: number;
+  n_past: number;
+  n_cached: number;
+}

@@ -1,0 +1,188 @@
+// bloomery engine: slots and continuous batching. Every step advances all busy slots in one
+// batched forward pass: one token for each generating slot, then prompt chunks from slots still
+// reading their prompt, up to the batch size, so a long prompt cannot stall running streams.
+import type { Model } from "./model.ts";
+import type { Batch } from "./backend.ts";
+import type { DoneEvent, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
+import { Task } from "./task.ts";
+import type { SamplerFactory } from "./task.ts";
+
+export class EngineError extends Error {
+  constructor(message: string, readonly type = "server_error", readonly code = 500) {
+    super(message);
+    this.name = "EngineError";
+  }
+}
+
+interface Slot {
+  id: number;
+  /** tokens whose KV the slot holds, positions 0..tokens.length-1 */
+  tokens: number[];
+  task?: Task;
+  lastUsed: number;
+}
+
+export interface SchedulerHooks {
+  tokens(events: TokenEvent[]): void;
+  done(d: DoneEvent): void;
+}
+
+export class Scheduler {
+  private slots: Slot[];
+  private queue: Task[] = [];
+  private logits: Float32Array;
+  private clock = 0;
+
+  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, private readonly ubatch: number) {
+    const b = model.backend;
+    this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
+    this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
+  }
+
+  get busy(): boolean {
+    return this.queue.length > 0 || this.slots.some((s) => s.task);
+  }
+
+  submit(req: GenerateRequest): void {
+    const nCtx = this.model.backend.nCtxSlot;
+    if (req.prompt.length === 0) throw new EngineError("the prompt is empty", "invalid_request_error", 400);
+    if (req.prompt.length >= nCtx) {
+      throw new EngineError(`the request exceeds the available context size (${req.prompt.length} prompt tokens, context ${nCtx})`, "exceed_context_size_error", 400);
+    }
+    if (req.idSlot >= this.slots.length) throw new EngineError(`id_slot ${req.idSlot} does not exist (${this.slots.length} slots)`, "invalid_request_error", 400);
+    for (const id of req.prompt) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.model.hp.nVocab) throw new EngineError(`token id ${id} is outside the vocabulary`, "invalid_request_error", 400);
+    }
+    const task = new Task(req, this.model, this.makeSampler(req, this.model));
+    this.queue.push(task);
+    this.assign();
+  }
+
+  cancel(id: number): void {
+    const q = this.queue.findIndex((t) => t.req.id === id);
+    if (q >= 0) {
+      const [t] = this.queue.splice(q, 1);
+      this.hooks.done(t.finish("cancel", -1));
+      return;
+    }
+    const slot = this.slots.find((s) => s.task?.req.id === id);
+    if (slot) this.release(slot, "cancel");
+  }
+
+  slotInfo(): SlotInfo[] {
+    return this.slots.map((s) => ({
+      id: s.id, n_ctx: this.model.backend.nCtxSlot, is_processing: !!s.task, id_task: s.task?.req.id ?? -1,
+      n_past: s.task ? s.task.nPast : s.tokens.length, n_cached: s.tokens.length,
+    }));
+  }
+
+  /** Put queued tasks into idle slots: the asked slot, else the one sharing the longest prefix, else the least recently used. */
+  private assign(): void {
+    for (let i = 0; i < this.queue.length; ) {
+      const t = this.queue[i];
+      let slot: Slot | undefined;
+      if (t.req.idSlot >= 0) slot = this.slots[t.req.idSlot].task ? undefined : this.slots[t.req.idSlot];
+      else {
+        let bestLen = -1;
+        for (const s of this.slots) {
+          if (s.task) continue;
+          const n = t.req.cachePrompt ? commonPrefix(s.tokens, t.req.prompt) : 0;
+          if (n > bestLen || (n === bestLen && slot && s.lastUsed < slot.lastUsed)) { bestLen = n; slot = s; }
+        }
+      }
+      if (!slot) { i++; continue; }
+      this.queue.splice(i, 1);
+      const keep = t.req.cachePrompt ? Math.min(commonPrefix(slot.tokens, t.req.prompt), t.req.prompt.length - 1) : 0;
+      slot.tokens.length = keep;
+      t.start(slot.id, keep);
+      slot.task = t;
+    }
+  }
+
+  private release(slot: Slot, stop: StopType, word = ""): void {
+    const t = slot.task!;
+    slot.task = undefined;
+    slot.lastUsed = ++this.clock;
+    this.hooks.done(t.finish(stop, slot.id, word));
+    this.assign();
+  }
+
+  /** One batched forward pass over all busy slots, then sampling. Returns false when idle. */
+  step(): boolean {
+    this.assign();
+    const active = this.slots.filter((s) => s.task);
+    if (active.length === 0) return false;
+    const tokens: number[] = [], pos: number[] = [], seq: number[] = [], outRows: number[] = [], outSlots: Slot[] = [];
+    // generating slots first: one token each
+    for (const s of active) {
+      const t = s.task!;
+      if (t.prompting) continue;
+      tokens.push(t.lastToken);
+      pos.push(s.tokens.length);
+      seq.push(s.id);
+      outRows.push(tokens.length - 1);
+      outSlots.push(s);
+    }
+    // then prompt chunks, oldest task first
+    const chunks: { slot: Slot; n: number }[] = [];
+    for (const s of active.filter((x) => x.task!.prompting).sort((a, b) => a.task!.req.id - b.task!.req.id)) {
+      const room = this.ubatch - tokens.length;
+      if (room <= 0) break;
+      const t = s.task!;
+      const rest = t.req.prompt.length - s.tokens.length;
+      const n = Math.min(room, rest);
+      for (let i = 0; i < n; i++) {
+        tokens.push(t.req.prompt[s.tokens.length + i]);
+        pos.push(s.tokens.length + i);
+        seq.push(s.id);
+      }
+      chunks.push({ slot: s, n });
+      if (n === rest) { outRows.push(tokens.length - 1); outSlots.push(s); }
+    }
+    const V = this.model.hp.nVocab;
+    const batch: Batch = {
+      tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq),
+      outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
+    };
+    const t0 = performance.now();
+    try {
+      this.model.backend.forward(batch);
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      for (const s of active) {
+        const t = s.task!;
+        s.task = undefined;
+        s.tokens.length = 0;
+        this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
+      }
+      return true;
+    }
+    const ms = performance.now() - t0;
+    for (const s of active) if (!s.task!.prompting) s.tokens.push(s.task!.lastToken);
+    for (const c of chunks) {
+      const t = c.slot.task!;
+      for (let i = 0; i < c.n; i++) c.slot.tokens.push(t.req.prompt[c.slot.tokens.length]);
+      t.promptMs += ms;
+    }
+    const events: TokenEvent[] = [];
+    outSlots.forEach((s, i) => {
+      const t = s.task!;
+      if (!t.prompting) t.genMs += ms;
+      const res = t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+      if (res.event) events.push(res.event);
+      if (res.stop) {
+        if (events.length) { this.hooks.tokens(events.splice(0)); }
+        this.release(s, res.stop, res.word);
+      }
+    });
+    if (events.length) this.hooks.tokens(events);
+    return true;
+  }
+}
+
+function commonPrefix(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}

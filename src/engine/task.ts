@@ -1,0 +1,102 @@
+// bloomery engine: one generation request inside the worker: prompt progress, sampling (with
+// the grammar's constraint), detokenization, stop conditions and timings.
+import { StreamDecoder } from "../tokenizer/index.ts";
+import { GrammarMatcher } from "../grammar/index.ts";
+import type { Model } from "./model.ts";
+import type { DoneEvent, GenerateRequest, StopType, TokenEvent } from "./protocol.ts";
+import { StopMatcher } from "./stop.ts";
+
+/** What the engine needs from a sampler. */
+export interface TokenSampler {
+  /** choose a token; `allowed` restricts candidates (grammar); probs when nProbs > 0 */
+  sample(logits: Float32Array, history: readonly number[], allowed?: (id: number) => boolean): { id: number; probs?: TokenEvent["probs"] };
+  accept(id: number): void;
+}
+export type SamplerFactory = (req: GenerateRequest, model: Model) => TokenSampler;
+
+export class Task {
+  slot = -1;
+  nPast = 0;
+  cached = 0;
+  prompting = true;
+  lastToken = -1;
+  generated: number[] = [];
+  promptMs = 0;
+  genMs = 0;
+  private decoder: StreamDecoder;
+  private stops: StopMatcher;
+  private grammar?: GrammarMatcher;
+  private history: number[];
+
+  constructor(readonly req: GenerateRequest, private readonly model: Model, private readonly sampler: TokenSampler) {
+    this.decoder = new StreamDecoder(model.tokenizer, { skipSpecial: true });
+    this.stops = new StopMatcher(req.stop);
+    if (req.grammar) this.grammar = GrammarMatcher.compile(req.grammar);
+    this.history = [...req.prompt];
+  }
+
+  start(slot: number, cached: number): void {
+    this.slot = slot;
+    this.cached = cached;
+    this.nPast = cached;
+  }
+
+  private allowed = (id: number): boolean => {
+    const g = this.grammar!;
+    if (this.model.tokenizer.isEog(id)) return g.canEnd();
+    const bytes = this.model.tokenizer.tokenBytes(id);
+    return bytes.length > 0 && g.accepts(bytes);
+  };
+
+  /** Sample the next token from this row of logits; decide whether to stop. */
+  next(logits: Float32Array, nPast: number, nCtx: number): { event?: TokenEvent; stop?: StopType; word?: string } {
+    this.nPast = nPast;
+    this.prompting = false;
+    const tok = this.model.tokenizer;
+    const grammarDone = this.grammar?.isDone() ?? false;
+    if (grammarDone) return { stop: "eos" };
+    const { id, probs } = this.sampler.sample(logits, this.history, this.grammar ? this.allowed : undefined);
+    this.sampler.accept(id);
+    this.lastToken = id;
+    if (tok.isEog(id) && !this.req.ignoreEos) return { stop: "eos" };
+    this.generated.push(id);
+    this.history.push(id);
+    if (this.grammar) this.grammar.advance(tok.tokenBytes(id));
+    const { out, stop } = this.stops.push(this.decoder.push(id));
+    const event: TokenEvent = { id: this.req.id, token: id, text: out, probs };
+    if (stop !== undefined) return { event, stop: "word", word: stop };
+    if (this.req.nPredict >= 0 && this.generated.length >= this.req.nPredict) return { event, stop: "limit" };
+    if (nPast >= nCtx) return { event, stop: "limit" };
+    if (this.grammar?.isDone()) return { event, stop: "eos" };
+    return { event };
+  }
+
+  finish(stopType: StopType, slot: number, word = "", error?: DoneEvent["error"]): DoneEvent {
+    const rest = stopType === "word" ? "" : this.stops.push(this.decoder.flush()).out + this.stops.flush();
+    const promptN = this.req.prompt.length - this.cached;
+    const genN = this.generated.length;
+    return {
+      id: this.req.id,
+      stopType,
+      stoppingWord: word,
+      text: rest,
+      tokensPredicted: genN,
+      tokensEvaluated: this.req.prompt.length,
+      tokensCached: this.cached,
+      truncated: false,
+      idSlot: slot,
+      error,
+      timings: {
+        prompt_n: promptN,
+        prompt_ms: this.promptMs,
+        prompt_per_token_ms: promptN ? this.promptMs / promptN : 0,
+        prompt_per_second: this.promptMs ? (promptN * 1000) / this.promptMs : 0,
+        predicted_n: genN,
+        predicted_ms: this.genMs,
+        predicted_per_token_ms: genN ? this.genMs / genN : 0,
+        predicted_per_second: this.genMs ? (genN * 1000) / this.genMs : 0,
+        cache_n: this.cached,
+      },
+    };
+  }
+}

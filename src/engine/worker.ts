@@ -1,0 +1,79 @@
+// bloomery engine: the worker that owns the model and runs the decode loop. HTTP handlers talk
+// to it through messages (protocol.ts); it never blocks on one request.
+declare const self: Worker;
+import { Model } from "./model.ts";
+import type { EngineOptions, FromWorker, ToWorker } from "./protocol.ts";
+import { EngineError, Scheduler } from "./scheduler.ts";
+import { makeSampler } from "./sampler-bridge.ts";
+import { modelInfo } from "./info.ts";
+
+let model: Model | undefined;
+let sched: Scheduler | undefined;
+let running = false;
+
+function post(m: FromWorker): void {
+  self.postMessage(m);
+}
+
+function load(path: string, o: EngineOptions): void {
+  try {
+    const m = Model.load(path, { nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact });
+    model = m;
+    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize);
+    post({ type: "loaded", info: modelInfo(m, path) });
+  } catch (e) {
+    post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
+  }
+}
+
+/** Run steps while there is work, yielding to the message loop between steps. */
+async function loop(): Promise<void> {
+  if (running) return;
+  running = true;
+  try {
+    while (sched && sched.step()) await new Promise((r) => setImmediate(r));
+  } finally {
+    running = false;
+  }
+}
+
+self.onmessage = (ev: MessageEvent<ToWorker>) => {
+  const m = ev.data;
+  switch (m.type) {
+    case "load":
+      load(m.path, m.options);
+      break;
+    case "generate":
+      if (!sched) {
+        post({ type: "done", done: failed(m.req.id, "the model is not loaded", "unavailable_error", 503) });
+        break;
+      }
+      try {
+        sched.submit(m.req);
+        void loop();
+      } catch (e) {
+        const err = e instanceof EngineError ? e : new EngineError(e instanceof Error ? e.message : String(e));
+        post({ type: "done", done: failed(m.req.id, err.message, err.type, err.code) });
+      }
+      break;
+    case "cancel":
+      sched?.cancel(m.id);
+      break;
+    case "slots":
+      post({ type: "slots", slots: sched?.slotInfo() ?? [] });
+      break;
+    case "shutdown":
+      model?.close();
+      model = undefined;
+      sched = undefined;
+      break;
+  }
+};
+
+function failed(id: number, message: string, type: string, code: number) {
+  return {
+    id, stopType: "none" as const, stoppingWord: "", text: "", tokensPredicted: 0, tokensEvaluated: 0, tokensCached: 0, truncated: false, idSlot: -1,
+    timings: { prompt_n: 0, prompt_ms: 0, prompt_per_token_ms: 0, prompt_per_second: 0, predicted_n: 0, predicted_ms: 0, predicted_per_token_ms: 0, predicted_per_second: 0, cache_n: 0 },
+    error: { message, type, code },
+  };
+}
