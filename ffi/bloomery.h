@@ -131,6 +131,46 @@ int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
 
+/* ---- sampling ----
+ * The vocabulary-wide part of a sampling step (src/sampling/ runs the chain on the candidates).
+ * Ops act on the logits row in order, as llama.cpp's samplers do, without writing the row:
+ *   ADD      logit[id] += value (logit bias; -inf bans)
+ *   BAN      logit[id] = -inf (values unused)
+ *   PENALTY  for each id with count value > 0: logit /= a when positive, *= a otherwise, then
+ *            -= count * b + c (repeat a, frequency b, presence c)
+ *   NSIGMA   logits below max - a * std of the finite logits become -inf (a <= 0: no-op)
+ * Then the best k tokens in (logit desc, id asc) order go to out_ids / out_logits (n_out = min(k,
+ * n_vocab)); with want_stats, stats = {max, count of finite logits, Z1 = sum exp(l - max),
+ * S1 = sum exp(l - max) * (l - max), Zs = sum exp(s (l - max)), Ss = sum exp(s (l - max)) * s (l - max)}
+ * with s = scale, over the whole adjusted row. NaN or +inf logits are an error. */
+enum { BL_SAMPLE_OP_ADD = 1, BL_SAMPLE_OP_BAN = 2, BL_SAMPLE_OP_PENALTY = 3, BL_SAMPLE_OP_NSIGMA = 4 };
+
+typedef struct bl_sample_op {
+  int64_t kind;
+  int64_t n;        /* entries in ids / values */
+  uint64_t ids;     /* const int32_t[n], each in [0, n_vocab) */
+  uint64_t values;  /* const float[n] */
+  double a, b, c;
+} bl_sample_op; /* 7 slots */
+
+typedef struct bl_sample_args {
+  uint64_t logits;     /* const float[n_vocab] */
+  int64_t n_vocab;
+  uint64_t ops;        /* const bl_sample_op[n_ops] */
+  int64_t n_ops;
+  int64_t k;
+  uint64_t out_ids;    /* int32_t[k] */
+  uint64_t out_logits; /* float[k] */
+  int64_t want_stats;
+  double scale;
+  int64_t n_out;       /* out */
+  double stats[6];     /* out */
+} bl_sample_args; /* 16 slots */
+
+int64_t bl_sample_candidates(bl_sample_args *args);
+/* The first index of the largest logit (NaN or +inf: an error). */
+int64_t bl_sample_argmax(const float *logits, int64_t n_vocab, int64_t *out_id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,8 @@ export const cpuSymbols = {
   bl_cpu_kv_pos_bytes: { args: [u64], returns: i64 },
   bl_cpu_kv_save: { args: [u64, i64, i64, ptr], returns: i64 },
   bl_cpu_kv_load: { args: [u64, i64, i64, ptr], returns: i64 },
+  bl_sample_candidates: { args: [ptr], returns: i64 },
+  bl_sample_argmax: { args: [ptr, i64, ptr], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof cpuSymbols>>["symbols"];
