@@ -119,6 +119,34 @@ typedef struct bl_ctx_params {
  * reference path, to tell numerics from bugs); the default converts activations as ggml does. */
 enum { BL_CTX_EXACT = 1 };
 
+/* ---- CPU kernel paths, threads and probes (CPU library) ----
+ * The kernels run on one path: "scalar" (the reference), "avx2" (AVX2+FMA+F16C) or "avx512"
+ * (F/BW/VL/DQ + VNNI), chosen at run time from cpuid; BLOOMERY_CPU_PATH forces one. */
+const char *bl_cpu_path_name(void);
+/* Bit p set when this CPU runs path p (0 scalar, 1 avx2, 2 avx512). */
+int64_t bl_cpu_paths(void);
+/* Use path `name` from now on (BL_E_UNSUPPORTED when this CPU lacks it). */
+int64_t bl_cpu_set_path(const char *name);
+/* BL_E_UNSUPPORTED (saying why) when BLOOMERY_CPU_PATH names no path or one this CPU lacks. */
+int64_t bl_cpu_path_check(void);
+/* Cores this process may use: its allowed CPUs, capped by the cgroup's CPU quota. */
+int64_t bl_cpu_usable_cores(void);
+/* Threads for one-token steps (llama's -t) and for batches (-tb), each clamped to the usable
+ * cores; the pool is pinned to those cores. bl_cpu_ctx_new starts n_threads for both. */
+int64_t bl_cpu_ctx_set_threads(uint64_t ctx, int64_t n_threads, int64_t n_threads_batch);
+int64_t bl_cpu_ctx_threads(uint64_t ctx, int64_t *n_threads, int64_t *n_threads_batch);
+/* One path's kernels alone, for tests (path NULL or "" = the active path): convert n floats to
+ * an activation type; y[i][r] = W row r . x row i with x converted as the path does; the float
+ * helpers (op 0 dot_f32, 1 dot_f16, 2 axpy_f16, 3 to_f16, 4 round_f16, 5 swiglu, 6 exp_sum,
+ * 7 axpy_f32, 8 scale_f32; scalar results in *r). */
+int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, void *dst, int64_t n);
+int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t row_stride, int64_t rows,
+                         const float *x, int64_t n_x, int64_t n, float *y);
+int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, void *y, int64_t n, double *r);
+/* Memory read bandwidth: n_threads pinned threads read a buffer of `bytes` `reps` times; the
+ * best rate in GB/s (1e9 bytes) in *gbps. */
+int64_t bl_membw(int64_t n_threads, int64_t bytes, int64_t reps, double *gbps);
+
 int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out_ctx);
 int64_t bl_cpu_ctx_free(uint64_t ctx);
 int64_t bl_cpu_forward(uint64_t ctx, const bl_program *prog, const bl_batch *batch);

@@ -1,11 +1,17 @@
-/* bloomery CPU library: the attention block (rmsnorm, Q/K/V projections, per-head Q/K norm,
- * RoPE, f16 KV cache write, causal GQA attention over the slot's cache, output projection,
- * residual). Queries are rounded to f16 before the K dot products, as ggml does. */
+/* bloomery CPU library: the attention block as one pool job - rmsnorm, Q/K/V projections (the
+ * input converted once per activation type, the three matrices one item space), biases,
+ * per-head Q/K norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache
+ * (items of (token, KV head, position chunk); the query heads sharing a KV head walk its rows
+ * together; online softmax; chunks of a long context merged after), output projection and
+ * residual. Queries are rounded to f16 before the K products, as ggml does. The exact path
+ * keeps the reference loops (one pass, double sums of the softmax). */
 #include "ctx.h"
 #include "common.h"
 #include "rope.h"
 #include <math.h>
 #include <string.h>
+
+#define SUB 64 /* positions per sub-tile of an item */
 
 static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer, int64_t slot, int64_t pos, int64_t dim) {
   return base + (((layer * c->p.kv_slots + slot) * c->p.kv_ctx) + pos) * dim;
@@ -15,115 +21,243 @@ typedef struct {
   bl_cpu_ctx *c;
   const bl_block *b;
   const bl_batch *batch;
-  const float *qn, *kn; /* per-head norm weights or NULL */
+  int64_t n_tok, E, hd, nh, nkv, qd, kd, group;
+  const int32_t *pos, *seq;
+  const float *normw, *qn, *kn, *bq, *bk, *bv;
   bl_rope rope;
-  float eps;
-} prep_job;
+  float eps, scale;
+  /* projections: up to three activation types among Q, K, V */
+  int32_t vt[3];
+  int64_t rb[3];
+  uint8_t *qin[3];
+  int n_vt, which[3]; /* which[m]: index into vt of matrix m (0 Q, 1 K, 2 V) */
+  const bl_tensor *w[3];
+  int64_t rpi, tiles[3];
+  /* attention */
+  int64_t chunk, n_chunk; /* positions per item, items per (token, KV head) */
+  float *part;            /* n_tok x nh x n_chunk x (hd + 2): m, l, acc */
+  float *wk;              /* per worker: group x (SUB + hd + 2) floats */
+  int64_t wk_stride;
+  /* output projection */
+  int32_t vt_o;
+  int64_t rb_o, rpi_o;
+  uint8_t *qo;
+  const uint8_t **act;  /* per worker pointer arrays */
+  float **yp;
+  bl_counter c_norm, c_q[3], c_mm, c_prep, c_att, c_merge, c_qo, c_o, c_res;
+} attn_job;
 
-/* Q/K norm, RoPE, and the KV cache write for each token. */
-static void prep_task(void *a, int ith, int nth) {
-  prep_job *j = a;
+static void prep_token(attn_job *j, int64_t t) {
   bl_cpu_ctx *c = j->c;
-  const bl_block *b = j->b;
-  int hd = (int)b->head_dim, nh = (int)b->n_head, nkv = (int)b->n_head_kv;
-  const int32_t *pos = (const int32_t *)(uintptr_t)j->batch->pos;
-  const int32_t *seq = (const int32_t *)(uintptr_t)j->batch->seq;
-  int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
-  int64_t lo, hi;
-  bl_split(j->batch->n_tokens, ith, nth, &lo, &hi);
-  for (int64_t t = lo; t < hi; t++) {
-    float *q = c->q + t * qd, *k = c->k + t * kd, *v = c->v + t * kd;
-    for (int pass = 0; pass < 2; pass++) {
-      const float *w = pass ? j->kn : j->qn;
-      float *base = pass ? k : q;
-      int heads = pass ? nkv : nh;
-      if (!w) continue;
-      for (int h = 0; h < heads; h++) {
-        float *x = base + (int64_t)h * hd;
-        double ss = 0;
-        for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
-        float sc = 1.0f / sqrtf((float)(ss / hd) + j->eps);
-        for (int i = 0; i < hd; i++) x[i] = x[i] * sc * w[i];
+  const int64_t hd = j->hd;
+  float *q = c->q + t * j->qd, *k = c->k + t * j->kd, *v = c->v + t * j->kd;
+  if (j->bq) for (int64_t i = 0; i < j->qd; i++) q[i] += j->bq[i];
+  if (j->bk) for (int64_t i = 0; i < j->kd; i++) k[i] += j->bk[i];
+  if (j->bv) for (int64_t i = 0; i < j->kd; i++) v[i] += j->bv[i];
+  for (int pass = 0; pass < 2; pass++) {
+    const float *w = pass ? j->kn : j->qn;
+    float *base = pass ? k : q;
+    const int64_t heads = pass ? j->nkv : j->nh;
+    if (!w) continue;
+    for (int64_t h = 0; h < heads; h++) {
+      float *x = base + h * hd;
+      double ss = 0;
+      for (int64_t i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+      const float sc = 1.0f / sqrtf((float)(ss / hd) + j->eps);
+      for (int64_t i = 0; i < hd; i++) x[i] = x[i] * sc * w[i];
+    }
+  }
+  if (j->rope.n_rot > 0) {
+    bl_rope_apply(&j->rope, q, (int)j->nh, (int)hd, j->pos[t]);
+    bl_rope_apply(&j->rope, k, (int)j->nkv, (int)hd, j->pos[t]);
+  }
+  const bl_kernels *kn = c->kern;
+  kn->to_f16(k, kv_at(c, c->kc, j->b->layer, j->seq[t], j->pos[t], j->kd), j->kd);
+  kn->to_f16(v, kv_at(c, c->vc, j->b->layer, j->seq[t], j->pos[t], j->kd), j->kd);
+  if (!bl_exact(c)) kn->round_f16(q, j->qd);
+}
+
+/* The reference loop of the exact path: one (token, head), all positions. */
+static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
+  bl_cpu_ctx *c = j->c;
+  const int64_t hd = j->hd, g = h / j->group, n = (int64_t)j->pos[t] + 1;
+  float *sc = j->wk + (int64_t)ith * j->wk_stride; /* kv_ctx floats in the exact layout */
+  float acc[1024];
+  const float *q = c->q + t * j->qd + h * hd;
+  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  float mx = -INFINITY;
+  for (int64_t p = 0; p < n; p++) {
+    const uint16_t *kr = kb + p * j->kd;
+    float s = 0;
+    for (int64_t i = 0; i < hd; i++) s += q[i] * bl_fp16_to_f32(kr[i]);
+    s *= j->scale;
+    sc[p] = s;
+    if (s > mx) mx = s;
+  }
+  double sum = 0;
+  for (int64_t p = 0; p < n; p++) {
+    sc[p] = expf(sc[p] - mx);
+    sum += sc[p];
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < hd; i++) acc[i] = 0;
+  for (int64_t p = 0; p < n; p++) {
+    const uint16_t *vr = vb + p * j->kd;
+    const float pw = sc[p] * inv;
+    for (int64_t i = 0; i < hd; i++) acc[i] += pw * bl_fp16_to_f32(vr[i]);
+  }
+  memcpy(c->att + t * j->qd + h * hd, acc, sizeof(float) * (size_t)hd);
+}
+
+/* Positions [p0, p1) of token t against KV head g, for every query head of the group: online
+ * softmax state (m, l, acc) per head, written to att (one chunk) or to the partials. */
+static void attn_item(attn_job *j, int ith, int64_t t, int64_t g, int64_t ch) {
+  bl_cpu_ctx *c = j->c;
+  const bl_kernels *kn = c->kern;
+  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1;
+  const int64_t p0 = ch * j->chunk, p1 = p0 + j->chunk < n ? p0 + j->chunk : n;
+  float *wk = j->wk + (int64_t)ith * j->wk_stride;
+  float *s = wk;                  /* SUB scores */
+  float *st = wk + SUB;           /* per head: m, l, acc[hd] */
+  const int64_t sts = hd + 2;
+  for (int64_t h = 0; h < G; h++) {
+    st[h * sts] = -INFINITY;
+    st[h * sts + 1] = 0;
+    memset(st + h * sts + 2, 0, sizeof(float) * (size_t)hd);
+  }
+  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
+    const int64_t nb = p1 - b0 < SUB ? p1 - b0 : SUB;
+    for (int64_t hh = 0; hh < G; hh++) {
+      const int64_t h = g * G + hh;
+      const float *q = c->q + t * j->qd + h * hd;
+      float *m = st + hh * sts, *l = m + 1, *acc = m + 2;
+      float mx = -INFINITY;
+      for (int64_t p = 0; p < nb; p++) {
+        s[p] = kn->dot_f16(q, kb + (b0 + p) * j->kd, hd) * j->scale;
+        if (s[p] > mx) mx = s[p];
       }
+      if (mx > *m) {
+        if (*l > 0) {
+          const float a = expf(*m - mx);
+          *l *= a;
+          kn->scale_f32(a, acc, hd);
+        }
+        *m = mx;
+      }
+      *l += (float)kn->exp_sum(s, *m, nb);
+      for (int64_t p = 0; p < nb; p++) kn->axpy_f16(s[p], vb + (b0 + p) * j->kd, acc, hd);
     }
-    if (j->rope.n_rot > 0) {
-      bl_rope_apply(&j->rope, q, nh, hd, pos[t]);
-      bl_rope_apply(&j->rope, k, nkv, hd, pos[t]);
-    }
-    uint16_t *kc = kv_at(c, c->kc, b->layer, seq[t], pos[t], kd);
-    uint16_t *vc = kv_at(c, c->vc, b->layer, seq[t], pos[t], kd);
-    for (int64_t i = 0; i < kd; i++) {
-      kc[i] = bl_f32_to_fp16(k[i]);
-      vc[i] = bl_f32_to_fp16(v[i]);
+  }
+  for (int64_t hh = 0; hh < G; hh++) {
+    const int64_t h = g * G + hh;
+    const float *m = st + hh * sts;
+    if (j->n_chunk == 1) {
+      float *o = c->att + t * j->qd + h * hd;
+      const float inv = m[1] > 0 ? 1.0f / m[1] : 0.0f;
+      for (int64_t i = 0; i < hd; i++) o[i] = m[2 + i] * inv;
+    } else {
+      memcpy(j->part + ((t * j->nh + h) * j->n_chunk + ch) * sts, m, sizeof(float) * (size_t)sts);
     }
   }
 }
 
-typedef struct {
-  bl_cpu_ctx *c;
-  const bl_block *b;
-  const bl_batch *batch;
-  float scale;
-  int exact;
-} attn_job;
+static void merge_head(attn_job *j, int64_t t, int64_t h) {
+  const int64_t hd = j->hd, sts = hd + 2;
+  const float *pp = j->part + (t * j->nh + h) * j->n_chunk * sts;
+  float M = -INFINITY;
+  for (int64_t ch = 0; ch < j->n_chunk; ch++)
+    if (pp[ch * sts + 1] > 0 && pp[ch * sts] > M) M = pp[ch * sts];
+  float *o = j->c->att + t * j->qd + h * hd;
+  memset(o, 0, sizeof(float) * (size_t)hd);
+  double L = 0;
+  for (int64_t ch = 0; ch < j->n_chunk; ch++) {
+    const float *m = pp + ch * sts;
+    if (m[1] <= 0) continue;
+    const float a = expf(m[0] - M);
+    L += (double)a * m[1];
+    j->c->kern->axpy_f32(a, m + 2, o, hd);
+  }
+  const float inv = L > 0 ? (float)(1.0 / L) : 0.0f;
+  for (int64_t i = 0; i < hd; i++) o[i] *= inv;
+}
 
 static void attn_task(void *a, int ith, int nth) {
   attn_job *j = a;
   bl_cpu_ctx *c = j->c;
-  const bl_block *b = j->b;
-  int hd = (int)b->head_dim, nh = (int)b->n_head, nkv = (int)b->n_head_kv;
-  int group = nh / nkv;
-  int64_t kd = (int64_t)nkv * hd, qd = (int64_t)nh * hd;
-  const int32_t *pos = (const int32_t *)(uintptr_t)j->batch->pos;
-  const int32_t *seq = (const int32_t *)(uintptr_t)j->batch->seq;
-  float *sc = c->scores + (int64_t)ith * c->p.kv_ctx;
-  float qh[1024], acc[1024];
-  int64_t lo, hi;
-  bl_split(j->batch->n_tokens * nh, ith, nth, &lo, &hi);
-  for (int64_t w = lo; w < hi; w++) {
-    int64_t t = w / nh;
-    int h = (int)(w % nh), g = h / group;
-    const float *q = c->q + t * qd + (int64_t)h * hd;
-    if (j->exact) memcpy(qh, q, sizeof(float) * hd);
-    else for (int i = 0; i < hd; i++) qh[i] = bl_fp16_to_f32(bl_f32_to_fp16(q[i]));
-    int64_t n = (int64_t)pos[t] + 1;
-    const uint16_t *kb = kv_at(c, c->kc, b->layer, seq[t], 0, kd) + (int64_t)g * hd;
-    const uint16_t *vb = kv_at(c, c->vc, b->layer, seq[t], 0, kd) + (int64_t)g * hd;
-    float mx = -INFINITY;
-    for (int64_t p = 0; p < n; p++) {
-      const uint16_t *kr = kb + p * kd;
-      float s = 0;
-      for (int i = 0; i < hd; i++) s += qh[i] * bl_fp16_to_f32(kr[i]);
-      s *= j->scale;
-      sc[p] = s;
-      if (s > mx) mx = s;
+  const int exact = bl_exact(c);
+  (void)nth;
+  const uint8_t **act = j->act + (int64_t)ith * j->n_tok;
+  float **yp = j->yp + (int64_t)ith * j->n_tok;
+  bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
+  bl_pool_barrier(c->pool);
+  if (!exact) {
+    for (int i = 0; i < j->n_vt; i++) bl_job_quantize(c, &j->c_q[i], j->vt[i], c->h, j->E, j->n_tok, j->E, j->qin[i], j->rb[i]);
+    bl_pool_barrier(c->pool);
+  }
+  /* Q, K and V rows as one item space */
+  float *outs[3] = {c->q, c->k, c->v};
+  const int64_t dims[3] = {j->qd, j->kd, j->kd};
+  const int64_t total = j->tiles[0] + j->tiles[1] + j->tiles[2];
+  int cur = -1;
+  bl_mm_spec m = {0};
+  for (int64_t i; (i = bl_claim(&j->c_mm, 1)) < total;) {
+    int mi = 0;
+    int64_t tile = i;
+    while (tile >= j->tiles[mi]) tile -= j->tiles[mi++];
+    if (mi != cur) {
+      cur = mi;
+      for (int64_t t = 0; t < j->n_tok; t++) {
+        act[t] = exact ? (const uint8_t *)(c->h + t * j->E) : j->qin[j->which[mi]] + t * j->rb[j->which[mi]];
+        yp[t] = outs[mi] + t * dims[mi];
+      }
+      m = (bl_mm_spec){j->w[mi], 0, act, yp, j->n_tok};
     }
-    double sum = 0;
-    for (int64_t p = 0; p < n; p++) {
-      sc[p] = expf(sc[p] - mx);
-      sum += sc[p];
+    const int64_t r0 = tile * j->rpi, r1 = r0 + j->rpi < dims[mi] ? r0 + j->rpi : dims[mi];
+    bl_mm_rows(c, ith, &m, r0, r1);
+  }
+  bl_pool_barrier(c->pool);
+  for (int64_t t; (t = bl_claim(&j->c_prep, 1)) < j->n_tok;) prep_token(j, t);
+  bl_pool_barrier(c->pool);
+  if (exact) {
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nh;) attn_exact(j, ith, i / j->nh, i % j->nh);
+  } else {
+    const int64_t per_tok = j->nkv * j->n_chunk;
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * per_tok;)
+      attn_item(j, ith, i / per_tok, (i % per_tok) / j->n_chunk, i % j->n_chunk);
+    if (j->n_chunk > 1) {
+      bl_pool_barrier(c->pool);
+      for (int64_t i; (i = bl_claim(&j->c_merge, 1)) < j->n_tok * j->nh;) merge_head(j, i / j->nh, i % j->nh);
     }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < hd; i++) acc[i] = 0;
-    for (int64_t p = 0; p < n; p++) {
-      const uint16_t *vr = vb + p * kd;
-      float pw = sc[p] * inv;
-      for (int i = 0; i < hd; i++) acc[i] += pw * bl_fp16_to_f32(vr[i]);
-    }
-    float *o = c->att + t * qd + (int64_t)h * hd;
-    memcpy(o, acc, sizeof(float) * hd);
+  }
+  bl_pool_barrier(c->pool);
+  if (!exact) {
+    bl_job_quantize(c, &j->c_qo, j->vt_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
+    bl_pool_barrier(c->pool);
+  }
+  for (int64_t t = 0; t < j->n_tok; t++) {
+    act[t] = exact ? (const uint8_t *)(c->att + t * j->qd) : j->qo + t * j->rb_o;
+    yp[t] = c->h + t * j->E;
+  }
+  const bl_mm_spec mo = {&j->b->t[BL_ATTN_O], 0, act, yp, j->n_tok};
+  bl_job_matmul(c, ith, &j->c_o, &mo, j->rpi_o);
+  bl_pool_barrier(c->pool);
+  for (int64_t t; (t = bl_claim(&j->c_res, 1)) < j->n_tok;) {
+    float *x = c->x + t * j->E;
+    const float *y = c->h + t * j->E;
+    for (int64_t i = 0; i < j->E; i++) x[i] += y[i];
   }
 }
 
-static int64_t add_bias(const bl_tensor *bt, float *y, int64_t n_tok, int64_t dim) {
-  if (!bt->data) return BL_OK;
-  float bias[16384];
-  if (dim > 16384) return bl_fail(BL_E_UNSUPPORTED, "bias of %lld elements", (long long)dim);
-  int64_t s = bl_weight_f32(bt, bias, dim);
-  if (s != BL_OK) return s;
-  for (int64_t t = 0; t < n_tok; t++)
-    for (int64_t i = 0; i < dim; i++) y[t * dim + i] += bias[i];
-  return BL_OK;
+/* Float copy of an optional vector weight (bias or norm) into dst; *out = dst or NULL. */
+static int64_t opt_vec(const bl_tensor *t, float *dst, int64_t n, const float **out) {
+  *out = NULL;
+  if (!t->data) return BL_OK;
+  int64_t s = bl_weight_f32(t, dst, n);
+  if (s == BL_OK) *out = dst;
+  return s;
 }
 
 int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
@@ -135,31 +269,104 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   if (nkv * hd != c->p.kv_k_dim || nh * hd > c->p.max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
   const int32_t *pos = (const int32_t *)(uintptr_t)batch->pos;
   const int32_t *seq = (const int32_t *)(uintptr_t)batch->seq;
+  int64_t max_pos = 0;
   for (int64_t t = 0; t < n_tok; t++) {
     if (pos[t] < 0 || pos[t] >= c->p.kv_ctx) return bl_fail(BL_E_INVAL, "attention: position %d outside the context of %lld", pos[t], (long long)c->p.kv_ctx);
     if (seq[t] < 0 || seq[t] >= c->p.kv_slots) return bl_fail(BL_E_INVAL, "attention: sequence %d outside %lld slots", seq[t], (long long)c->p.kv_slots);
+    if (pos[t] > max_pos) max_pos = pos[t];
   }
+  attn_job j;
+  memset(&j, 0, sizeof j);
+  j.c = c;
+  j.b = b;
+  j.batch = batch;
+  j.n_tok = n_tok;
+  j.E = E;
+  j.hd = hd;
+  j.nh = nh;
+  j.nkv = nkv;
+  j.qd = nh * hd;
+  j.kd = nkv * hd;
+  j.group = nh / nkv;
+  j.pos = pos;
+  j.seq = seq;
+  j.eps = (float)b->eps;
+  j.scale = b->attn_scale > 0 ? (float)b->attn_scale : 1.0f / sqrtf((float)hd);
   int64_t s;
-  if ((s = bl_rmsnorm_rows(c, c->x, E, c->h, E, n_tok, E, &b->t[BL_ATTN_NORM], (float)b->eps))) return s;
-  if ((s = bl_matmul(c, &b->t[BL_ATTN_Q], 0, c->h, E, n_tok, c->q, nh * hd))) return s;
-  if ((s = bl_matmul(c, &b->t[BL_ATTN_K], 0, c->h, E, n_tok, c->k, nkv * hd))) return s;
-  if ((s = bl_matmul(c, &b->t[BL_ATTN_V], 0, c->h, E, n_tok, c->v, nkv * hd))) return s;
-  if ((s = add_bias(&b->t[BL_ATTN_BQ], c->q, n_tok, nh * hd))) return s;
-  if ((s = add_bias(&b->t[BL_ATTN_BK], c->k, n_tok, nkv * hd))) return s;
-  if ((s = add_bias(&b->t[BL_ATTN_BV], c->v, n_tok, nkv * hd))) return s;
+  const bl_tensor *ws[3] = {&b->t[BL_ATTN_Q], &b->t[BL_ATTN_K], &b->t[BL_ATTN_V]};
+  const char *names[3] = {"attention q", "attention k", "attention v"};
+  const int64_t rows[3] = {j.qd, j.kd, j.kd};
+  for (int mi = 0; mi < 3; mi++) {
+    if ((s = bl_check_weight(c, ws[mi], names[mi]))) return s;
+    if (ws[mi]->ne[0] != E || ws[mi]->ne[1] != rows[mi]) return bl_fail(BL_E_INVAL, "%s: shape does not match the heads", names[mi]);
+  }
+  if ((s = bl_check_weight(c, &b->t[BL_ATTN_O], "attention output"))) return s;
+  if (b->t[BL_ATTN_O].ne[0] != j.qd || b->t[BL_ATTN_O].ne[1] != E) return bl_fail(BL_E_INVAL, "attention output: shape does not match");
 
-  float qn[1024], kn[1024];
-  prep_job pj = {c, b, batch, NULL, NULL, {0}, (float)b->eps};
-  if (b->t[BL_ATTN_Q_NORM].data) { if ((s = bl_weight_f32(&b->t[BL_ATTN_Q_NORM], qn, hd))) return s; pj.qn = qn; }
-  if (b->t[BL_ATTN_K_NORM].data) { if ((s = bl_weight_f32(&b->t[BL_ATTN_K_NORM], kn, hd))) return s; pj.kn = kn; }
-  bl_rope_init(&pj.rope, b);
-  bl_pool_run(c->pool, prep_task, &pj);
+  bl_rope_init(&j.rope, b);
 
-  attn_job aj = {c, b, batch, b->attn_scale > 0 ? (float)b->attn_scale : 1.0f / sqrtf((float)hd), (int)(c->p.flags & BL_CTX_EXACT)};
-  bl_pool_run(c->pool, attn_task, &aj);
-
-  /* x += Wo att */
-  if ((s = bl_matmul(c, &b->t[BL_ATTN_O], 0, c->att, nh * hd, n_tok, c->h, E))) return s;
-  for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->h[i];
+  const int nth = bl_pool_active(c->pool);
+  /* distinct activation types of Q, K, V */
+  for (int mi = 0; mi < 3; mi++) {
+    const int32_t vt = bl_act_type(c, (int32_t)ws[mi]->type);
+    int f = -1;
+    for (int i = 0; i < j.n_vt; i++)
+      if (j.vt[i] == vt) f = i;
+    if (f < 0) {
+      f = j.n_vt++;
+      j.vt[f] = vt;
+      j.rb[f] = bl_row_bytes(vt, E);
+    }
+    j.which[mi] = f;
+    j.w[mi] = ws[mi];
+  }
+  j.rpi = bl_rows_per_item(j.qd + 2 * j.kd, n_tok, nth);
+  for (int mi = 0; mi < 3; mi++) j.tiles[mi] = (rows[mi] + j.rpi - 1) / j.rpi;
+  j.vt_o = bl_act_type(c, (int32_t)b->t[BL_ATTN_O].type);
+  j.rb_o = bl_row_bytes(j.vt_o, j.qd);
+  j.rpi_o = bl_rows_per_item(E, n_tok, nth);
+  /* position chunks: enough items for the threads when few tokens meet a long context */
+  j.n_chunk = 1;
+  j.chunk = c->p.kv_ctx;
+  if (!bl_exact(c) && n_tok * nkv < 4 * nth && max_pos + 1 > 2 * SUB) {
+    int64_t want = (4 * nth + n_tok * nkv - 1) / (n_tok * nkv);
+    j.chunk = (max_pos + 1 + want - 1) / want;
+    j.chunk = (j.chunk + SUB - 1) / SUB * SUB;
+    j.n_chunk = (max_pos + 1 + j.chunk - 1) / j.chunk;
+  }
+  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : SUB + j.group * (hd + 2);
+  j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
+  const size_t sz[] = {
+      (size_t)(j.n_vt > 0 ? j.rb[0] * n_tok : 0), (size_t)(j.n_vt > 1 ? j.rb[1] * n_tok : 0),
+      (size_t)(j.n_vt > 2 ? j.rb[2] * n_tok : 0), (size_t)(j.rb_o * n_tok),
+      sizeof(float) * (size_t)(j.n_chunk > 1 ? n_tok * nh * j.n_chunk * (hd + 2) : 0),
+      sizeof(float) * (size_t)(nth * j.wk_stride), sizeof(void *) * (size_t)(nth * n_tok),
+      sizeof(void *) * (size_t)(nth * n_tok),
+      sizeof(float) * (size_t)(E + 2 * hd + j.qd + 2 * j.kd), /* norm, q/k norm and bias vectors */
+  };
+  enum { NB = sizeof sz / sizeof sz[0] };
+  size_t total = 0;
+  for (int i = 0; i < NB; i++) total += (sz[i] + 63) & ~(size_t)63;
+  uint8_t *p = bl_cpu_scratch(c, total);
+  if (!p) return bl_fail(BL_E_NOMEM, "attention: cannot allocate %zu MiB of work space", total >> 20);
+  void *out[NB];
+  for (int i = 0; i < NB; i++) {
+    out[i] = p;
+    p += (sz[i] + 63) & ~(size_t)63;
+  }
+  for (int i = 0; i < 3; i++) j.qin[i] = out[i];
+  j.qo = out[3];
+  j.part = out[4];
+  j.wk = out[5];
+  j.act = out[6];
+  j.yp = out[7];
+  float *vec = out[8];
+  if ((s = opt_vec(&b->t[BL_ATTN_NORM], vec, E, &j.normw))) return s;
+  if ((s = opt_vec(&b->t[BL_ATTN_Q_NORM], vec + E, hd, &j.qn))) return s;
+  if ((s = opt_vec(&b->t[BL_ATTN_K_NORM], vec + E + hd, hd, &j.kn))) return s;
+  if ((s = opt_vec(&b->t[BL_ATTN_BQ], vec + E + 2 * hd, j.qd, &j.bq))) return s;
+  if ((s = opt_vec(&b->t[BL_ATTN_BK], vec + E + 2 * hd + j.qd, j.kd, &j.bk))) return s;
+  if ((s = opt_vec(&b->t[BL_ATTN_BV], vec + E + 2 * hd + j.qd + j.kd, j.kd, &j.bv))) return s;
+  bl_pool_run(c->pool, attn_task, &j);
   return BL_OK;
 }

@@ -3,8 +3,10 @@
 #ifndef BL_CTX_H
 #define BL_CTX_H
 #include "../bloomery.h"
+#include "kernels.h"
 #include "pool.h"
 #include "quants.h"
+#include <stddef.h>
 
 typedef struct bl_cpu_ctx {
   bl_ctx_params p;
@@ -16,24 +18,59 @@ typedef struct bl_cpu_ctx {
   float *selw;         /* their weights */
   int32_t *tok_list;   /* max_tokens x max_experts: tokens routed to an expert */
   int32_t *slot_list;  /* which of the token's picks it was */
-  uint8_t *qact;       /* quantized activation rows */
+  uint8_t *qact;       /* quantized activation rows: two halves of max_tokens rows */
   int64_t qact_row;    /* bytes per quantized row (largest) */
   float *scores;       /* per worker: kv_ctx floats */
   uint16_t *kc, *vc;   /* f16 [layer][slot][pos][dim] */
   int64_t n_workers;
+  /* ---- kept by bl_cpu_ext_init (matmul.c) ---- */
+  int64_t n_threads, n_threads_batch; /* -t (one-token steps) and -tb (batches) */
+  int64_t widest;      /* longest activation row (n_embd, q dim, FFN hidden) */
+  float *wrow;         /* per worker: one dequantized weight row (exact path) */
+  uint8_t *scratch;    /* growable: MoE pair rows and attention partials */
+  size_t scratch_cap;
+  const bl_kernels *kern; /* the path of the current forward */
 } bl_cpu_ctx;
 
-/* y[t][r] = W(slab)[r] . x[t] for t < n_tok, r < ne1; x rows have length ne0. */
+/* Set up / release what the kernels keep in the context (called by ctx_new / ctx_free). */
+int64_t bl_cpu_ext_init(bl_cpu_ctx *c);
+void bl_cpu_ext_free(bl_cpu_ctx *c);
+/* Around one forward: choose the path and the thread count for n_tok tokens, pin the caller. */
+int64_t bl_cpu_begin(bl_cpu_ctx *c, int64_t n_tok);
+void bl_cpu_end(bl_cpu_ctx *c);
+/* At least bytes of scratch (64-byte aligned); NULL when it cannot grow. */
+void *bl_cpu_scratch(bl_cpu_ctx *c, size_t bytes);
+
+/* y[t][r] = W(slab)[r] . x[t] for t < n_tok, r < ne1; x rows have length ne0. One pool job. */
 int64_t bl_matmul(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const float *x, int64_t xs,
                   int64_t n_tok, float *y, int64_t ys);
-/* As bl_matmul for rows already converted to the weight's vec_dot_type (qrows, qstride bytes);
- * only tokens listed in idx (n_idx of them) are computed, y row i gets token idx[i]. */
-void bl_matmul_q(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const uint8_t *qrows, int64_t qstride,
-                 const int32_t *idx, int64_t n_idx, float *y, int64_t ys);
 /* The type activations are converted to for products with weights of type wtype. */
 int32_t bl_act_type(const bl_cpu_ctx *c, int32_t wtype);
-/* Convert n_tok rows of x (length n) to type vt; returns row stride in bytes or -1. */
-int64_t bl_quantize_rows(bl_cpu_ctx *c, int32_t vt, const float *x, int64_t xs, int64_t n_tok, int64_t n, uint8_t *dst);
+/* Check a weight can be multiplied on this path; returns a status naming what is missing. */
+int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *what);
+
+/* ---- pieces that run inside a pool job (every worker calls them; items claimed by counter) ---- */
+/* Convert rows of x (length n) to type vt at dst + t * rb. */
+void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, const float *x, int64_t xs, int64_t n_tok,
+                     int64_t n, uint8_t *dst, int64_t rb);
+/* Rows [r0, r1) of W(slab) against n_act converted activation rows: y[i][r - r0] for row r, row i.
+ * Work is split in items of `rows_per_item` rows claimed from ctr. */
+typedef struct {
+  const bl_tensor *w;
+  int64_t slab;
+  const uint8_t *const *act; /* activation row pointers */
+  float *const *y;           /* output row pointers (row r of W lands at y[i][r]) */
+  int64_t n_act;
+} bl_mm_spec;
+void bl_job_matmul(bl_cpu_ctx *c, int ith, bl_counter *ctr, const bl_mm_spec *m, int64_t rows_per_item);
+/* Rows per work item for a matrix of `rows` rows with n_act activation rows on nth threads. */
+int64_t bl_rows_per_item(int64_t rows, int64_t n_act, int nth);
+/* One item: rows [r0, r1) of W against the activation rows (the inner loop of bl_job_matmul); ith
+ * picks the worker's scratch row of the exact path. */
+void bl_mm_rows(bl_cpu_ctx *c, int ith, const bl_mm_spec *m, int64_t r0, int64_t r1);
+/* y = rmsnorm(x) * w for rows claimed from ctr (w as floats or NULL). */
+void bl_job_rmsnorm(bl_counter *ctr, const float *x, int64_t xs, float *y, int64_t ys, int64_t n_tok, int64_t n,
+                    const float *w, float eps);
 
 #define BL_MAX_NORM 32768
 /* y = rmsnorm(x) * w (w may be absent: data == 0) per row. */
@@ -49,4 +86,5 @@ int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
 static inline const uint8_t *bl_tensor_row(const bl_tensor *t, int64_t slab, int64_t row) {
   return (const uint8_t *)(uintptr_t)t->data + slab * t->nb2 + row * t->nb1;
 }
+static inline int bl_exact(const bl_cpu_ctx *c) { return (c->p.flags & BL_CTX_EXACT) != 0; }
 #endif

@@ -16,6 +16,7 @@ static void *zalloc(size_t n) {
 int64_t bl_cpu_ctx_free(uint64_t h) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
   if (!c) return BL_OK;
+  bl_cpu_ext_free(c);
   if (c->pool) bl_pool_free(c->pool);
   void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->sel,
                   c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp};
@@ -68,6 +69,11 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
     bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
     return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", kvn * 4 >> 20);
   }
+  int64_t st = bl_cpu_ext_init(c);
+  if (st != BL_OK) {
+    bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
+    return st;
+  }
   *out = (uint64_t)(uintptr_t)c;
   return BL_OK;
 }
@@ -102,6 +108,8 @@ static int64_t output(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   return bl_matmul(c, &b->t[1], 0, c->h, E, batch->n_out, logits, V);
 }
 
+static int64_t run_blocks(bl_cpu_ctx *c, const bl_program *prog, const bl_batch *batch);
+
 int64_t bl_cpu_forward(uint64_t h, const bl_program *prog, const bl_batch *batch) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
   if (!c || !prog || !batch) return bl_fail(BL_E_INVAL, "forward: null argument");
@@ -109,6 +117,14 @@ int64_t bl_cpu_forward(uint64_t h, const bl_program *prog, const bl_batch *batch
     return bl_fail(BL_E_INVAL, "forward: batch of %lld tokens (the context takes 1..%lld)", (long long)batch->n_tokens, (long long)c->p.max_tokens);
   if (batch->n_out < 0 || batch->n_out > batch->n_tokens) return bl_fail(BL_E_INVAL, "forward: %lld output rows", (long long)batch->n_out);
   if (prog->n_embd != c->p.n_embd || prog->n_vocab != c->p.n_vocab) return bl_fail(BL_E_INVAL, "forward: program and context disagree on sizes");
+  int64_t st = bl_cpu_begin(c, batch->n_tokens);
+  if (st != BL_OK) return st;
+  st = run_blocks(c, prog, batch);
+  bl_cpu_end(c);
+  return st;
+}
+
+static int64_t run_blocks(bl_cpu_ctx *c, const bl_program *prog, const bl_batch *batch) {
   const bl_block *blocks = (const bl_block *)(uintptr_t)prog->blocks;
   for (int64_t i = 0; i < prog->n_blocks; i++) {
     const bl_block *b = &blocks[i];

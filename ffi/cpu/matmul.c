@@ -1,5 +1,7 @@
-/* bloomery CPU library: matrix products on the stored quant blocks (activation rows are
- * converted once to the weight type's vec_dot_type, as ggml does), RMSNorm. */
+/* bloomery CPU library: matrix products on the stored quant blocks (activation rows converted once
+ * to the weight type's vec_dot_type by the path's quantizer, as ggml does; weight rows in items
+ * of several rows claimed from an atomic counter, each item read once per BL_TILE_A activation
+ * rows), the exact f32 reference product, and RMSNorm. */
 #include "ctx.h"
 #include "common.h"
 #include <math.h>
@@ -14,100 +16,129 @@ int64_t bl_weight_f32(const bl_tensor *w, float *dst, int64_t n) {
   return BL_OK;
 }
 
-typedef struct {
-  const bl_type_traits *vt;
-  const float *x;
-  int64_t xs, n;
-  uint8_t *dst;
-  int64_t rb;
-  int64_t n_tok;
-} quant_job;
-
-static void quant_task(void *a, int ith, int nth) {
-  quant_job *j = a;
-  int64_t lo, hi;
-  bl_split(j->n_tok, ith, nth, &lo, &hi);
-  for (int64_t t = lo; t < hi; t++) j->vt->from_float(j->x + t * j->xs, j->dst + t * j->rb, j->n);
-}
-
-int64_t bl_quantize_rows(bl_cpu_ctx *c, int32_t vt, const float *x, int64_t xs, int64_t n_tok, int64_t n, uint8_t *dst) {
-  const bl_type_traits *tr = bl_traits(vt);
-  int64_t rb = bl_row_bytes(vt, n);
-  if (!tr || !tr->from_float || rb < 0) return -1;
-  quant_job j = {tr, x, xs, n, dst, rb, n_tok};
-  if (n_tok == 1) quant_task(&j, 0, 1);
-  else bl_pool_run(c->pool, quant_task, &j);
-  return rb;
-}
-
-typedef struct {
-  const bl_tensor *w;
-  int64_t slab;
-  const bl_type_traits *tr;
-  const uint8_t *q;
-  int64_t qs;
-  const int32_t *idx;
-  int64_t n_idx;
-  float *y;
-  int64_t ys;
-} mm_job;
-
-static void mm_task(void *a, int ith, int nth) {
-  mm_job *j = a;
-  int64_t rows = j->w->ne[1], n = j->w->ne[0];
-  int64_t lo, hi;
-  bl_split(rows, ith, nth, &lo, &hi);
-  for (int64_t r = lo; r < hi; r++) {
-    const uint8_t *wr = bl_tensor_row(j->w, j->slab, r);
-    for (int64_t i = 0; i < j->n_idx; i++) {
-      int64_t t = j->idx ? j->idx[i] : i;
-      j->tr->vec_dot(n, &j->y[i * j->ys + r], wr, j->q + t * j->qs);
-    }
-  }
-}
-
-/* The exact path: weight rows dequantized, f32 activations, double accumulation. */
-static void mm_exact_task(void *a, int ith, int nth) {
-  mm_job *j = a;
-  int64_t rows = j->w->ne[1], n = j->w->ne[0];
-  int64_t lo, hi;
-  bl_split(rows, ith, nth, &lo, &hi);
-  float *wf = malloc(sizeof(float) * (size_t)n);
-  if (!wf) return;
-  for (int64_t r = lo; r < hi; r++) {
-    j->tr->to_float(bl_tensor_row(j->w, j->slab, r), wf, n);
-    for (int64_t i = 0; i < j->n_idx; i++) {
-      int64_t t = j->idx ? j->idx[i] : i;
-      const float *x = (const float *)(j->q + t * j->qs);
-      double s = 0;
-      for (int64_t k = 0; k < n; k++) s += (double)wf[k] * x[k];
-      j->y[i * j->ys + r] = (float)s;
-    }
-  }
-  free(wf);
-}
-
-void bl_matmul_q(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const uint8_t *qrows, int64_t qstride,
-                 const int32_t *idx, int64_t n_idx, float *y, int64_t ys) {
-  mm_job j = {w, slab, bl_traits((int32_t)w->type), qrows, qstride, idx, n_idx, y, ys};
-  bl_pool_run(c->pool, (c->p.flags & BL_CTX_EXACT) ? mm_exact_task : mm_task, &j);
-}
-
 int32_t bl_act_type(const bl_cpu_ctx *c, int32_t wtype) {
   const bl_type_traits *tr = bl_traits(wtype);
   if (!tr) return -1;
-  return (c->p.flags & BL_CTX_EXACT) ? BL_F32 : tr->vec_dot_type;
+  return bl_exact(c) ? BL_F32 : tr->vec_dot_type;
+}
+
+int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *what) {
+  const bl_type_traits *tr = bl_traits((int32_t)w->type);
+  if (!w->data) return bl_fail(BL_E_INVAL, "%s: missing weight", what);
+  if (!tr || !tr->vec_dot || !c->kern->tile[w->type])
+    return bl_fail(BL_E_UNSUPPORTED, "%s: weight type %lld has no CPU product", what, (long long)w->type);
+  if (w->ne[0] % tr->block_elems != 0)
+    return bl_fail(BL_E_INVAL, "%s: rows of %lld elements are not whole %s blocks", what, (long long)w->ne[0], tr->name);
+  if (w->ne[0] > c->widest)
+    return bl_fail(BL_E_INVAL, "%s: rows of %lld elements are longer than the context's %lld", what, (long long)w->ne[0], (long long)c->widest);
+  return BL_OK;
+}
+
+void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, const float *x, int64_t xs, int64_t n_tok,
+                     int64_t n, uint8_t *dst, int64_t rb) {
+  bl_act_fn f = c->kern->act[vt];
+  for (int64_t t; (t = bl_claim(ctr, 1)) < n_tok;) f(x + t * xs, dst + t * rb, n);
+}
+
+int64_t bl_rows_per_item(int64_t rows, int64_t n_act, int nth) {
+  /* enough items for every thread to take several (balance), few enough to keep the counter cold */
+  int64_t r = rows / (8 * (int64_t)nth);
+  const int64_t hi = n_act > 1 ? 32 : 64;
+  if (r > hi) r = hi;
+  if (r < 4) r = 4;
+  return r;
+}
+
+/* The exact path: a weight row dequantized, f32 activation rows, double accumulation. */
+static void mm_rows_exact(bl_cpu_ctx *c, int ith, const bl_mm_spec *m, int64_t r0, int64_t r1) {
+  const bl_type_traits *tr = bl_traits((int32_t)m->w->type);
+  const int64_t n = m->w->ne[0];
+  float *wf = c->wrow + (int64_t)ith * c->widest;
+  for (int64_t r = r0; r < r1; r++) {
+    tr->to_float(bl_tensor_row(m->w, m->slab, r), wf, n);
+    for (int64_t i = 0; i < m->n_act; i++) {
+      const float *x = (const float *)m->act[i];
+      double s = 0;
+      for (int64_t k = 0; k < n; k++) s += (double)wf[k] * x[k];
+      m->y[i][r] = (float)s;
+    }
+  }
+}
+
+void bl_mm_rows(bl_cpu_ctx *c, int ith, const bl_mm_spec *m, int64_t r0, int64_t r1) {
+  if (bl_exact(c)) {
+    mm_rows_exact(c, ith, m, r0, r1);
+    return;
+  }
+  const bl_tile_fn tile = c->kern->tile[m->w->type];
+  const uint8_t *w0 = bl_tensor_row(m->w, m->slab, r0);
+  for (int64_t t0 = 0; t0 < m->n_act; t0 += BL_TILE_A) {
+    const int na = (int)(m->n_act - t0 < BL_TILE_A ? m->n_act - t0 : BL_TILE_A);
+    float *yp[BL_TILE_A];
+    for (int i = 0; i < na; i++) yp[i] = m->y[t0 + i] + r0;
+    tile(m->w->ne[0], w0, m->w->nb1, (int)(r1 - r0), m->act + t0, na, yp);
+  }
+}
+
+void bl_job_matmul(bl_cpu_ctx *c, int ith, bl_counter *ctr, const bl_mm_spec *m, int64_t rows_per_item) {
+  const int64_t rows = m->w->ne[1];
+  for (int64_t i; (i = bl_claim(ctr, 1)) * rows_per_item < rows;) {
+    const int64_t r0 = i * rows_per_item, r1 = r0 + rows_per_item < rows ? r0 + rows_per_item : rows;
+    bl_mm_rows(c, ith, m, r0, r1);
+  }
+}
+
+typedef struct {
+  bl_cpu_ctx *c;
+  bl_mm_spec m;
+  int32_t vt;
+  const float *x;
+  int64_t xs, n_tok, rb, rpi;
+  uint8_t *dst;
+  bl_counter cq, cm;
+} matmul_job;
+
+static void matmul_task(void *a, int ith, int nth) {
+  matmul_job *j = a;
+  (void)nth;
+  if (!bl_exact(j->c)) {
+    bl_job_quantize(j->c, &j->cq, j->vt, j->x, j->xs, j->n_tok, j->m.w->ne[0], j->dst, j->rb);
+    bl_pool_barrier(j->c->pool);
+  }
+  bl_job_matmul(j->c, ith, &j->cm, &j->m, j->rpi);
 }
 
 int64_t bl_matmul(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const float *x, int64_t xs,
                   int64_t n_tok, float *y, int64_t ys) {
-  const bl_type_traits *tr = bl_traits((int32_t)w->type);
-  if (!w->data) return bl_fail(BL_E_INVAL, "matmul: missing weight");
-  if (!tr || !tr->vec_dot) return bl_fail(BL_E_UNSUPPORTED, "matmul: weight type %lld has no CPU dot product", (long long)w->type);
-  int64_t rb = bl_quantize_rows(c, bl_act_type(c, (int32_t)w->type), x, xs, n_tok, w->ne[0], c->qact);
+  int64_t s = bl_check_weight(c, w, "matmul");
+  if (s != BL_OK) return s;
+  if (n_tok > c->p.max_tokens) return bl_fail(BL_E_INVAL, "matmul: %lld rows", (long long)n_tok);
+  const int32_t vt = bl_act_type(c, (int32_t)w->type);
+  const int64_t rb = bl_row_bytes(vt, w->ne[0]);
   if (rb < 0 || rb > c->qact_row) return bl_fail(BL_E_INVAL, "matmul: cannot convert activations for type %lld", (long long)w->type);
-  bl_matmul_q(c, w, slab, c->qact, rb, NULL, n_tok, y, ys);
+  const uint8_t **act = bl_cpu_scratch(c, (size_t)n_tok * 2 * sizeof(void *));
+  if (!act) return bl_fail(BL_E_NOMEM, "matmul: out of memory");
+  float **yp = (float **)(act + n_tok);
+  for (int64_t t = 0; t < n_tok; t++) {
+    act[t] = bl_exact(c) ? (const uint8_t *)(x + t * xs) : c->qact + t * rb;
+    yp[t] = y + t * ys;
+  }
+  matmul_job j = {.c = c, .m = {w, slab, act, yp, n_tok}, .vt = vt, .x = x, .xs = xs, .n_tok = n_tok, .rb = rb,
+                  .rpi = bl_rows_per_item(w->ne[1], n_tok, bl_pool_active(c->pool)), .dst = c->qact};
+  bl_pool_run(c->pool, matmul_task, &j);
   return BL_OK;
+}
+
+void bl_job_rmsnorm(bl_counter *ctr, const float *x, int64_t xs, float *y, int64_t ys, int64_t n_tok, int64_t n,
+                    const float *w, float eps) {
+  for (int64_t t; (t = bl_claim(ctr, 1)) < n_tok;) {
+    const float *xr = x + t * xs;
+    float *yr = y + t * ys;
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+  }
 }
 
 typedef struct {
@@ -118,20 +149,14 @@ typedef struct {
   const float *w;
   float eps;
   int64_t n_tok;
+  bl_counter ctr;
 } norm_job;
 
 static void norm_task(void *a, int ith, int nth) {
   norm_job *j = a;
-  int64_t lo, hi;
-  bl_split(j->n_tok, ith, nth, &lo, &hi);
-  for (int64_t t = lo; t < hi; t++) {
-    const float *x = j->x + t * j->xs;
-    float *y = j->y + t * j->ys;
-    double ss = 0;
-    for (int64_t i = 0; i < j->n; i++) ss += (double)x[i] * x[i];
-    float scale = 1.0f / sqrtf((float)(ss / j->n) + j->eps);
-    for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * (j->w ? j->w[i] : 1.0f);
-  }
+  (void)ith;
+  (void)nth;
+  bl_job_rmsnorm(&j->ctr, j->x, j->xs, j->y, j->ys, j->n_tok, j->n, j->w, j->eps);
 }
 
 int64_t bl_rmsnorm_rows(bl_cpu_ctx *c, const float *x, int64_t xs, float *y, int64_t ys, int64_t n_tok, int64_t n,
@@ -144,7 +169,7 @@ int64_t bl_rmsnorm_rows(bl_cpu_ctx *c, const float *x, int64_t xs, float *y, int
     if (s != BL_OK) return s;
     wp = wbuf;
   }
-  norm_job j = {x, xs, y, ys, n, wp, eps, n_tok};
+  norm_job j = {x, xs, y, ys, n, wp, eps, n_tok, {0}};
   if (n_tok == 1) norm_task(&j, 0, 1);
   else bl_pool_run(c->pool, norm_task, &j);
   return BL_OK;

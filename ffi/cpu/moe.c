@@ -1,69 +1,215 @@
-/* bloomery CPU library: the routed-experts block (softmax router, top-k with renormalisation,
- * SwiGLU experts grouped by expert so each expert's rows are read once per batch) and the
- * dense SwiGLU FFN block. */
+/* bloomery CPU library: the routed-experts block and the dense SwiGLU FFN block, each one pool
+ * job: rmsnorm, router (softmax, top-k, renormalisation), the input rows converted once, then
+ * the (token, pick) pairs grouped by expert and computed in work items of (expert, row tile)
+ * claimed from atomic counters - gate and up of an item read once for all the expert's tokens
+ * and fused with SwiGLU - then down, and the picks of each token summed in ascending expert
+ * order (so a token's result does not depend on the rest of the batch). */
 #include "ctx.h"
 #include "common.h"
 #include <math.h>
 #include <string.h>
 
+typedef struct {
+  bl_cpu_ctx *c;
+  const bl_block *b;
+  int64_t n_tok, E, ff, ne, k;
+  int dense;
+  const bl_tensor *gate, *up, *down, *gate_inp;
+  const float *normw;
+  float eps;
+  int32_t vt, vt_d;   /* activation types of gate/up and of down */
+  int64_t rb, rb_d;   /* their row bytes */
+  uint8_t *qin;       /* input rows converted (n_tok x rb) */
+  /* pairs (token, pick) sorted by expert */
+  int64_t n_pairs, n_active, tiles_gu, tiles_d, rpi_gu, rpi_d;
+  int32_t *pair_tok, *pair_of, *exp_start, *active;
+  float *ff_out;      /* n_pairs x ff: silu(gate) * up */
+  uint8_t *ffq;       /* n_pairs x rb_d */
+  float *dn;          /* n_pairs x E */
+  float *tmp;         /* per worker: up results of an item */
+  int64_t tmp_stride;
+  const uint8_t **act; /* per worker: activation pointers of an item */
+  float **yp;          /* per worker: output pointers of an item */
+  bl_counter c_norm, c_router, c_quant, c_route, c_gu, c_qd, c_down, c_comb;
+} moe_job;
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Route each token: probabilities over experts, top-k, weights. */
-static int64_t route(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok) {
-  const int64_t ne = b->n_expert, k = b->n_expert_used;
-  for (int64_t t = 0; t < n_tok; t++) {
-    float *lg = c->router + t * ne;
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < ne; e++) mx = fmaxf(mx, lg[e]);
-    double sum = 0;
-    for (int64_t e = 0; e < ne; e++) { lg[e] = expf(lg[e] - mx); sum += lg[e]; }
-    for (int64_t e = 0; e < ne; e++) lg[e] = (float)(lg[e] / sum);
-    int32_t *sel = c->sel + t * k;
-    float *w = c->selw + t * k;
-    for (int64_t i = 0; i < k; i++) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < ne; e++) {
-        int taken = 0;
-        for (int64_t j = 0; j < i; j++) if (sel[j] == e) { taken = 1; break; }
-        if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
-      }
-      sel[i] = (int32_t)best;
-      w[i] = lg[best];
-    }
-    if (b->norm_topk) {
-      float s = 0;
-      for (int64_t i = 0; i < k; i++) s += w[i];
-      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
-      for (int64_t i = 0; i < k; i++) w[i] /= s;
-    }
-    if (b->expert_weights_scale != 0 && b->expert_weights_scale != 1)
-      for (int64_t i = 0; i < k; i++) w[i] *= (float)b->expert_weights_scale;
+/* Softmax over the experts, top-k, renormalised weights (ggml's order: softmax, then argsort). */
+static void route_token(const moe_job *j, int64_t t) {
+  bl_cpu_ctx *c = j->c;
+  const bl_block *b = j->b;
+  const int64_t ne = j->ne, k = j->k;
+  float *lg = c->router + t * ne;
+  float mx = -INFINITY;
+  for (int64_t e = 0; e < ne; e++) mx = fmaxf(mx, lg[e]);
+  double sum = 0;
+  for (int64_t e = 0; e < ne; e++) {
+    lg[e] = expf(lg[e] - mx);
+    sum += lg[e];
   }
-  return BL_OK;
+  for (int64_t e = 0; e < ne; e++) lg[e] = (float)(lg[e] / sum);
+  int32_t *sel = c->sel + t * k;
+  float *w = c->selw + t * k;
+  for (int64_t i = 0; i < k; i++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < ne; e++) {
+      int taken = 0;
+      for (int64_t q = 0; q < i; q++)
+        if (sel[q] == e) {
+          taken = 1;
+          break;
+        }
+      if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+    }
+    sel[i] = (int32_t)best;
+    w[i] = lg[best];
+  }
+  if (b->norm_topk) {
+    float s = 0;
+    for (int64_t i = 0; i < k; i++) s += w[i];
+    if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+    for (int64_t i = 0; i < k; i++) w[i] /= s;
+  }
+  if (b->expert_weights_scale != 0 && b->expert_weights_scale != 1)
+    for (int64_t i = 0; i < k; i++) w[i] *= (float)b->expert_weights_scale;
 }
 
-typedef struct {
-  float *g, *u;
-  int64_t n, ff;
-} swiglu_job;
-
-static void swiglu_task(void *a, int ith, int nth) {
-  swiglu_job *j = a;
-  int64_t lo, hi;
-  bl_split(j->n * j->ff, ith, nth, &lo, &hi);
-  for (int64_t i = lo; i < hi; i++) j->g[i] = silu(j->g[i]) * j->u[i];
+/* Counting sort of the (token, pick) pairs by expert; the item counts of both phases. */
+static void group_pairs(moe_job *j, int nth) {
+  bl_cpu_ctx *c = j->c;
+  const int64_t ne = j->ne, k = j->k, n = j->n_tok * k;
+  int32_t *start = j->exp_start;
+  memset(start, 0, sizeof(int32_t) * (size_t)(ne + 1));
+  for (int64_t i = 0; i < n; i++) start[c->sel[i] + 1]++;
+  for (int64_t e = 0; e < ne; e++) start[e + 1] += start[e];
+  int32_t *fill = c->tok_list; /* per expert write position */
+  memcpy(fill, start, sizeof(int32_t) * (size_t)ne);
+  /* tokens in order within an expert; pair_of maps (token, pick) to its pair */
+  for (int64_t t = 0; t < j->n_tok; t++)
+    for (int64_t i = 0; i < k; i++) {
+      const int32_t e = c->sel[t * k + i], p = fill[e]++;
+      j->pair_tok[p] = (int32_t)t;
+      j->pair_of[t * k + i] = p;
+    }
+  j->n_active = 0;
+  for (int64_t e = 0; e < ne; e++)
+    if (start[e + 1] > start[e]) j->active[j->n_active++] = (int32_t)e;
+  j->n_pairs = n;
+  const int64_t per = n / (j->n_active > 0 ? j->n_active : 1);
+  j->rpi_gu = bl_rows_per_item(j->ff * j->n_active, per, nth);
+  j->rpi_d = bl_rows_per_item(j->E * j->n_active, per, nth);
+  j->tiles_gu = (j->ff + j->rpi_gu - 1) / j->rpi_gu;
+  j->tiles_d = (j->E + j->rpi_d - 1) / j->rpi_d;
 }
 
-/* One expert (slab e) or a dense FFN (slab 0) for n tokens listed in idx; the input rows were
- * converted once (qin, qs). Result rows in c->ff_b (n x E). */
-static int64_t ffn_rows(bl_cpu_ctx *c, const bl_tensor *gate, const bl_tensor *up, const bl_tensor *down,
-                        int64_t slab, const uint8_t *qin, int64_t qs, const int32_t *idx, int64_t n) {
-  const int64_t ff = gate->ne[1];
-  bl_matmul_q(c, gate, slab, qin, qs, idx, n, c->ff_a, ff);
-  bl_matmul_q(c, up, slab, qin, qs, idx, n, c->ff_a + n * ff, ff);
-  swiglu_job sj = {c->ff_a, c->ff_a + n * ff, n, ff};
-  bl_pool_run(c->pool, swiglu_task, &sj);
-  return bl_matmul(c, down, slab, c->ff_a, ff, n, c->ff_b, c->p.n_embd);
+/* Gate and up rows [r0, r1) of expert e for its pairs, then SwiGLU into ff_out. */
+static void gate_up_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
+  bl_cpu_ctx *c = j->c;
+  const int64_t p0 = j->exp_start[e], np = j->exp_start[e + 1] - p0;
+  const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
+  float **yp = j->yp + (int64_t)ith * j->n_pairs;
+  float *tmp = j->tmp + (int64_t)ith * j->tmp_stride;
+  const int exact = bl_exact(c);
+  for (int64_t i = 0; i < np; i++) {
+    const int64_t t = j->pair_tok[p0 + i];
+    act[i] = exact ? (const uint8_t *)(c->h + t * j->E) : j->qin + t * j->rb;
+    yp[i] = j->ff_out + (p0 + i) * j->ff;
+  }
+  bl_mm_spec m = {j->gate, e, act, yp, np};
+  bl_mm_rows(c, ith, &m, r0, r1);
+  const int64_t w = r1 - r0;
+  for (int64_t i = 0; i < np; i++) yp[i] = tmp + i * w - r0;
+  m.w = j->up;
+  bl_mm_rows(c, ith, &m, r0, r1);
+  for (int64_t i = 0; i < np; i++) {
+    float *g = j->ff_out + (p0 + i) * j->ff + r0;
+    const float *u = tmp + i * w;
+    if (exact) for (int64_t r = 0; r < w; r++) g[r] = silu(g[r]) * u[r];
+    else c->kern->swiglu(g, u, w);
+  }
+}
+
+static void down_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
+  bl_cpu_ctx *c = j->c;
+  const int64_t p0 = j->exp_start[e], np = j->exp_start[e + 1] - p0;
+  const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
+  float **yp = j->yp + (int64_t)ith * j->n_pairs;
+  const int exact = bl_exact(c);
+  for (int64_t i = 0; i < np; i++) {
+    act[i] = exact ? (const uint8_t *)(j->ff_out + (p0 + i) * j->ff) : j->ffq + (p0 + i) * j->rb_d;
+    yp[i] = j->dn + (p0 + i) * j->E;
+  }
+  bl_mm_spec m = {j->down, e, act, yp, np};
+  bl_mm_rows(c, ith, &m, r0, r1);
+}
+
+/* x[t] += sum over the token's picks, in ascending expert order, of weight * down output. */
+static void combine_token(moe_job *j, int64_t t) {
+  bl_cpu_ctx *c = j->c;
+  const int64_t k = j->k, E = j->E;
+  int32_t ord[64];
+  for (int64_t i = 0; i < k; i++) ord[i] = (int32_t)i;
+  for (int64_t i = 1; i < k; i++)
+    for (int64_t q = i; q > 0 && c->sel[t * k + ord[q]] < c->sel[t * k + ord[q - 1]]; q--) {
+      int32_t s = ord[q];
+      ord[q] = ord[q - 1];
+      ord[q - 1] = s;
+    }
+  float *o = c->moe_out + t * E;
+  memset(o, 0, sizeof(float) * (size_t)E);
+  const int simd = !bl_exact(c);
+  for (int64_t i = 0; i < k; i++) {
+    const int64_t slot = ord[i];
+    const float w = j->dense ? 1.0f : c->selw[t * k + slot];
+    const float *y = j->dn + (int64_t)j->pair_of[t * k + slot] * E;
+    if (simd) c->kern->axpy_f32(w, y, o, E);
+    else for (int64_t q = 0; q < E; q++) o[q] += w * y[q];
+  }
+  float *x = c->x + t * E;
+  for (int64_t q = 0; q < E; q++) x[q] += o[q];
+}
+
+static void moe_task(void *a, int ith, int nth) {
+  moe_job *j = a;
+  bl_cpu_ctx *c = j->c;
+  const int exact = bl_exact(c);
+  bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
+  bl_pool_barrier(c->pool);
+  if (!j->dense) {
+    /* router logits (f32 weights against f32 rows) */
+    const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
+    float **yp = j->yp + (int64_t)ith * j->n_pairs;
+    for (int64_t t = 0; t < j->n_tok; t++) {
+      act[t] = (const uint8_t *)(c->h + t * j->E);
+      yp[t] = c->router + t * j->ne;
+    }
+    bl_mm_spec m = {j->gate_inp, 0, act, yp, j->n_tok};
+    bl_job_matmul(c, ith, &j->c_router, &m, 4);
+  }
+  if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
+  bl_pool_barrier(c->pool);
+  if (!j->dense) {
+    for (int64_t t; (t = bl_claim(&j->c_route, 1)) < j->n_tok;) route_token(j, t);
+    bl_pool_barrier(c->pool);
+  }
+  if (ith == 0) group_pairs(j, nth);
+  bl_pool_barrier(c->pool);
+  for (int64_t i; (i = bl_claim(&j->c_gu, 1)) < j->n_active * j->tiles_gu;) {
+    const int64_t e = j->active[i / j->tiles_gu], r0 = (i % j->tiles_gu) * j->rpi_gu;
+    gate_up_item(j, ith, e, r0, r0 + j->rpi_gu < j->ff ? r0 + j->rpi_gu : j->ff);
+  }
+  bl_pool_barrier(c->pool);
+  if (!exact) {
+    bl_job_quantize(c, &j->c_qd, j->vt_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
+    bl_pool_barrier(c->pool);
+  }
+  for (int64_t i; (i = bl_claim(&j->c_down, 1)) < j->n_active * j->tiles_d;) {
+    const int64_t e = j->active[i / j->tiles_d], r0 = (i % j->tiles_d) * j->rpi_d;
+    down_item(j, ith, e, r0, r0 + j->rpi_d < j->E ? r0 + j->rpi_d : j->E);
+  }
+  bl_pool_barrier(c->pool);
+  for (int64_t t; (t = bl_claim(&j->c_comb, 1)) < j->n_tok;) combine_token(j, t);
 }
 
 static int64_t check_ffn(const bl_cpu_ctx *c, const bl_tensor *g, const bl_tensor *u, const bl_tensor *d, const char *what) {
@@ -72,59 +218,111 @@ static int64_t check_ffn(const bl_cpu_ctx *c, const bl_tensor *g, const bl_tenso
     return bl_fail(BL_E_INVAL, "%s: gate/up/down shapes do not agree", what);
   if (g->ne[1] > c->p.max_ff) return bl_fail(BL_E_INVAL, "%s: hidden size %lld is more than the context's %lld", what, (long long)g->ne[1], (long long)c->p.max_ff);
   if (g->type != u->type) return bl_fail(BL_E_UNSUPPORTED, "%s: gate and up weights of different types", what);
+  int64_t s;
+  if ((s = bl_check_weight(c, g, what)) || (s = bl_check_weight(c, u, what)) || (s = bl_check_weight(c, d, what))) return s;
   return BL_OK;
 }
 
-int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
-  const int64_t n_tok = batch->n_tokens, E = c->p.n_embd, ne = b->n_expert, k = b->n_expert_used;
-  const bl_tensor *gate = &b->t[BL_MOE_GATE], *up = &b->t[BL_MOE_UP], *down = &b->t[BL_MOE_DOWN];
-  int64_t s;
-  if (ne <= 0 || k <= 0 || k > ne || ne > c->p.max_experts) return bl_fail(BL_E_INVAL, "moe: %lld experts, %lld used", (long long)ne, (long long)k);
-  if ((s = check_ffn(c, gate, up, down, "moe"))) return s;
-  if (gate->ne[2] != ne || b->t[BL_MOE_GATE_INP].ne[1] != ne) return bl_fail(BL_E_INVAL, "moe: expert count of the tensors is not %lld", (long long)ne);
-
-  if ((s = bl_rmsnorm_rows(c, c->x, E, c->h, E, n_tok, E, &b->t[BL_MOE_NORM], (float)b->eps))) return s;
-  if ((s = bl_matmul(c, &b->t[BL_MOE_GATE_INP], 0, c->h, E, n_tok, c->router, ne))) return s;
-  route(c, b, n_tok);
-
-  const bl_type_traits *tr = bl_traits((int32_t)gate->type);
-  if (!tr || !tr->vec_dot) return bl_fail(BL_E_UNSUPPORTED, "moe: expert type %lld has no CPU dot product", (long long)gate->type);
-  /* the input rows, converted once for gate and up of every expert */
-  uint8_t *qin = c->qact + c->qact_row * c->p.max_tokens; /* second half of qact */
-  int64_t qs = bl_quantize_rows(c, bl_act_type(c, (int32_t)gate->type), c->h, E, n_tok, E, qin);
-  if (qs < 0) return bl_fail(BL_E_UNSUPPORTED, "moe: cannot convert activations for type %lld", (long long)gate->type);
-
-  memset(c->moe_out, 0, sizeof(float) * n_tok * E);
-  for (int64_t e = 0; e < ne; e++) {
-    int64_t n = 0;
-    for (int64_t t = 0; t < n_tok; t++)
-      for (int64_t i = 0; i < k; i++)
-        if (c->sel[t * k + i] == e) { c->tok_list[n] = (int32_t)t; c->slot_list[n] = (int32_t)i; n++; }
-    if (n == 0) continue;
-    if ((s = ffn_rows(c, gate, up, down, e, qin, qs, c->tok_list, n))) return s;
-    for (int64_t r = 0; r < n; r++) {
-      int64_t t = c->tok_list[r];
-      float w = c->selw[t * k + c->slot_list[r]];
-      float *o = c->moe_out + t * E, *y = c->ff_b + r * E;
-      for (int64_t i = 0; i < E; i++) o[i] += w * y[i];
-    }
+/* Lays the job's buffers out in the context's scratch. */
+static int64_t moe_alloc(moe_job *j, int nth) {
+  const int64_t n = j->n_tok * j->k, ne = j->ne > 0 ? j->ne : 1;
+  j->tmp_stride = j->n_tok * 64 + 16; /* an item has at most 64 rows for at most n_tok pairs */
+  const size_t sz[] = {
+      (size_t)(j->n_tok * j->rb),             /* qin */
+      sizeof(int32_t) * (size_t)n,            /* pair_tok */
+      sizeof(int32_t) * (size_t)n,            /* pair_of */
+      sizeof(int32_t) * (size_t)(ne + 1),     /* exp_start */
+      sizeof(int32_t) * (size_t)ne,           /* active */
+      sizeof(float) * (size_t)(n * j->ff),    /* ff_out */
+      (size_t)(n * j->rb_d),                  /* ffq */
+      sizeof(float) * (size_t)(n * j->E),     /* dn */
+      sizeof(float) * (size_t)(nth * j->tmp_stride), /* tmp */
+      sizeof(void *) * (size_t)(nth * (n > j->n_tok ? n : j->n_tok)), /* act */
+      sizeof(void *) * (size_t)(nth * (n > j->n_tok ? n : j->n_tok)), /* yp */
+  };
+  enum { NB = sizeof sz / sizeof sz[0] };
+  size_t total = 0;
+  for (int i = 0; i < NB; i++) total += (sz[i] + 63) & ~(size_t)63;
+  uint8_t *p = bl_cpu_scratch(j->c, total);
+  if (!p) return bl_fail(BL_E_NOMEM, "moe: cannot allocate %zu MiB of work space", total >> 20);
+  void *out[NB];
+  for (int i = 0; i < NB; i++) {
+    out[i] = p;
+    p += (sz[i] + 63) & ~(size_t)63;
   }
-  for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->moe_out[i];
+  j->qin = out[0];
+  j->pair_tok = out[1];
+  j->pair_of = out[2];
+  j->exp_start = out[3];
+  j->active = out[4];
+  j->ff_out = out[5];
+  j->ffq = out[6];
+  j->dn = out[7];
+  j->tmp = out[8];
+  j->act = out[9];
+  j->yp = out[10];
+  j->n_pairs = n > j->n_tok ? n : j->n_tok; /* pointer arrays per worker; group_pairs sets the real count */
   return BL_OK;
 }
 
-int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
-  const int64_t n_tok = batch->n_tokens, E = c->p.n_embd;
-  const bl_tensor *gate = &b->t[1], *up = &b->t[2], *down = &b->t[3];
+static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, int dense) {
+  moe_job j;
+  memset(&j, 0, sizeof j);
+  j.c = c;
+  j.b = b;
+  j.n_tok = batch->n_tokens;
+  j.E = c->p.n_embd;
+  j.dense = dense;
+  j.eps = (float)b->eps;
+  const bl_tensor *norm;
+  if (dense) {
+    norm = &b->t[0];
+    j.gate = &b->t[1];
+    j.up = &b->t[2];
+    j.down = &b->t[3];
+    j.ne = 1;
+    j.k = 1;
+  } else {
+    norm = &b->t[BL_MOE_NORM];
+    j.gate = &b->t[BL_MOE_GATE];
+    j.up = &b->t[BL_MOE_UP];
+    j.down = &b->t[BL_MOE_DOWN];
+    j.gate_inp = &b->t[BL_MOE_GATE_INP];
+    j.ne = b->n_expert;
+    j.k = b->n_expert_used;
+    if (j.ne <= 0 || j.k <= 0 || j.k > j.ne || j.ne > c->p.max_experts || j.k > 64)
+      return bl_fail(BL_E_INVAL, "moe: %lld experts, %lld used", (long long)j.ne, (long long)j.k);
+  }
+  const char *what = dense ? "ffn" : "moe";
   int64_t s;
-  if ((s = check_ffn(c, gate, up, down, "ffn"))) return s;
-  if ((s = bl_rmsnorm_rows(c, c->x, E, c->h, E, n_tok, E, &b->t[0], (float)b->eps))) return s;
-  const bl_type_traits *tr = bl_traits((int32_t)gate->type);
-  if (!tr || !tr->vec_dot) return bl_fail(BL_E_UNSUPPORTED, "ffn: type %lld has no CPU dot product", (long long)gate->type);
-  uint8_t *qin = c->qact + c->qact_row * c->p.max_tokens;
-  int64_t qs = bl_quantize_rows(c, bl_act_type(c, (int32_t)gate->type), c->h, E, n_tok, E, qin);
-  if (qs < 0) return bl_fail(BL_E_UNSUPPORTED, "ffn: cannot convert activations for type %lld", (long long)gate->type);
-  if ((s = ffn_rows(c, gate, up, down, 0, qin, qs, NULL, n_tok))) return s;
-  for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->ff_b[i];
+  if ((s = check_ffn(c, j.gate, j.up, j.down, what))) return s;
+  if (!dense) {
+    if (j.gate->ne[2] != j.ne || j.up->ne[2] != j.ne || j.down->ne[2] != j.ne || j.gate_inp->ne[1] != j.ne)
+      return bl_fail(BL_E_INVAL, "moe: expert count of the tensors is not %lld", (long long)j.ne);
+    if ((s = bl_check_weight(c, j.gate_inp, "moe router"))) return s;
+    if (j.gate_inp->type != BL_F32) return bl_fail(BL_E_UNSUPPORTED, "moe: router weights of type %lld (F32 expected)", (long long)j.gate_inp->type);
+  }
+  j.ff = j.gate->ne[1];
+  j.vt = bl_act_type(c, (int32_t)j.gate->type);
+  j.vt_d = bl_act_type(c, (int32_t)j.down->type);
+  j.rb = bl_row_bytes(j.vt, j.E);
+  j.rb_d = bl_row_bytes(j.vt_d, j.ff);
+  if (j.rb < 0 || j.rb_d < 0) return bl_fail(BL_E_UNSUPPORTED, "%s: cannot convert activations for the expert types", what);
+  float normw[BL_MAX_NORM];
+  if (norm->data) {
+    if (j.E > BL_MAX_NORM) return bl_fail(BL_E_UNSUPPORTED, "%s: n_embd %lld", what, (long long)j.E);
+    if ((s = bl_weight_f32(norm, normw, j.E))) return s;
+    j.normw = normw;
+  }
+  const int nth = bl_pool_active(c->pool);
+  if ((s = moe_alloc(&j, nth))) return s;
+  if (dense) {
+    for (int64_t t = 0; t < j.n_tok; t++) c->sel[t] = 0;
+  }
+  bl_pool_run(c->pool, moe_task, &j);
   return BL_OK;
 }
+
+int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch, 0); }
+
+int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch, 1); }

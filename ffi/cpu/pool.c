@@ -1,96 +1,248 @@
-/* bloomery CPU library: thread pool. Workers spin briefly on a generation counter, then
- * sleep on a condition variable; the caller runs worker 0's share itself. */
+/* bloomery CPU library: the thread pool (pool.h). Workers are pinned to the allowed cores in
+ * order (worker 0, the caller, to the first); a job is published by bumping a generation
+ * counter that idle workers spin on for BLOOMERY_SPIN_US microseconds (default 1000) and then
+ * sleep on with a futex. BLOOMERY_PIN=0 turns pinning off. */
 #define _GNU_SOURCE
 #include "pool.h"
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 512
 
 struct bl_pool {
-  int n;
+  int n, active, pin;
+  int cpu[MAX_THREADS];
   pthread_t *threads;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  _Atomic uint64_t gen;     /* bumped for each job */
-  _Atomic int pending;      /* workers still running the current job */
+  _Atomic uint32_t gen; /* futex word: job sequence (low 22 bits) and its thread count (high 10) */
+  _Atomic int sleepers;
+  _Atomic int pending;  /* active workers (other than 0) still running the job */
   _Atomic int stop;
+  int job_nth;
+  uint32_t seq;
   bl_task_fn fn;
   void *arg;
+  _Atomic int bar_count;
+  _Atomic uint32_t bar_gen;
+  int64_t spin_ns;
+  cpu_set_t saved;
+  int saved_ok;
 };
 
-typedef struct { bl_pool *p; int ith; } worker_arg;
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val) {
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, NULL, NULL, 0);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void relax(void) { __builtin_ia32_pause(); }
+
+/* CPU quota of the cgroup (v2 cpu.max, else v1 cfs files), rounded up; 0 when unlimited. */
+static int cgroup_cpus(void) {
+  long long quota = -1, period = 0;
+  FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+  if (f) {
+    char q[32] = {0};
+    if (fscanf(f, "%31s %lld", q, &period) == 2 && strcmp(q, "max") != 0) quota = atoll(q);
+    fclose(f);
+  } else {
+    f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+    if (f) {
+      if (fscanf(f, "%lld", &quota) != 1) quota = -1;
+      fclose(f);
+    }
+    f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+    if (f) {
+      if (fscanf(f, "%lld", &period) != 1) period = 0;
+      fclose(f);
+    }
+  }
+  if (quota <= 0 || period <= 0) return 0;
+  return (int)((quota + period - 1) / period);
+}
+
+/* The allowed CPUs of this thread, in order, into cpus (at most max); returns the count. */
+static int allowed_cpus(int *cpus, int max) {
+  cpu_set_t set;
+  int n = 0;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 0; i < c && n < max; i++) cpus[n++] = i;
+    return n > 0 ? n : 1;
+  }
+  for (int i = 0; i < CPU_SETSIZE && n < max; i++)
+    if (CPU_ISSET(i, &set)) cpus[n++] = i;
+  return n > 0 ? n : 1;
+}
+
+int bl_usable_cores(void) {
+  int cpus[MAX_THREADS];
+  int n = allowed_cpus(cpus, MAX_THREADS);
+  int q = cgroup_cpus();
+  return q > 0 && q < n ? q : n;
+}
+
+static void pin_self(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+typedef struct {
+  bl_pool *p;
+  int ith;
+} worker_arg;
 
 static void *worker(void *a) {
   worker_arg wa = *(worker_arg *)a;
   free(a);
   bl_pool *p = wa.p;
-  uint64_t seen = 0;
+  if (p->pin) pin_self(p->cpu[wa.ith]);
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t g;
-    int spins = 0;
-    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
-      if (++spins < 20000) {
-        __builtin_ia32_pause();
-        continue;
-      }
-      pthread_mutex_lock(&p->mu);
-      while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
-      pthread_mutex_unlock(&p->mu);
+    uint32_t g;
+    int64_t t0 = 0;
+    unsigned spins = 0;
+    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+      relax();
+      if ((++spins & 255) != 0) continue;
+      int64_t t = now_ns();
+      if (t0 == 0) t0 = t;
+      if (t - t0 < p->spin_ns) continue;
+      atomic_fetch_add(&p->sleepers, 1);
+      if (atomic_load(&p->gen) == seen) futex(&p->gen, FUTEX_WAIT_PRIVATE, seen);
+      atomic_fetch_sub(&p->sleepers, 1);
+      t0 = 0;
     }
-    if (atomic_load(&p->stop)) return NULL;
     seen = g;
-    p->fn(p->arg, wa.ith, p->n);
-    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+    /* the word carries the job's thread count, so a worker that wakes late for a job it is
+     * not part of never reads a later job's fields */
+    const int nth = (int)(g >> 22);
+    if (wa.ith < nth) {
+      p->fn(p->arg, wa.ith, nth);
+      atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
   }
 }
 
+static void publish(bl_pool *p, int nth) {
+  p->seq = (p->seq + 1) & 0x3fffffu;
+  atomic_store(&p->gen, p->seq | ((uint32_t)nth << 22));
+  if (atomic_load(&p->sleepers) > 0) futex(&p->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+}
+
 bl_pool *bl_pool_new(int n_threads) {
-  if (n_threads < 1) n_threads = 1;
   bl_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
+  int avail = allowed_cpus(p->cpu, MAX_THREADS);
+  int usable = bl_usable_cores();
+  if (n_threads < 1) n_threads = 1;
+  if (n_threads > usable) n_threads = usable;
+  if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
   p->n = n_threads;
-  pthread_mutex_init(&p->mu, NULL);
-  pthread_cond_init(&p->cv, NULL);
+  p->active = n_threads;
+  const char *pin = getenv("BLOOMERY_PIN");
+  p->pin = !(pin && strcmp(pin, "0") == 0) && avail >= n_threads;
+  const char *spin = getenv("BLOOMERY_SPIN_US");
+  p->spin_ns = (spin && *spin ? atoll(spin) : 1000) * 1000;
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-  if (!p->threads) { free(p); return NULL; }
+  if (!p->threads) {
+    free(p);
+    return NULL;
+  }
   for (int i = 1; i < n_threads; i++) {
     worker_arg *wa = malloc(sizeof *wa);
-    if (!wa) { p->n = i; bl_pool_free(p); return NULL; }
+    if (!wa) {
+      p->n = i;
+      bl_pool_free(p);
+      return NULL;
+    }
     wa->p = p;
     wa->ith = i;
-    if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) { free(wa); p->n = i; bl_pool_free(p); return NULL; }
+    if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
+      free(wa);
+      p->n = i;
+      bl_pool_free(p);
+      return NULL;
+    }
   }
   return p;
 }
 
 void bl_pool_free(bl_pool *p) {
   if (!p) return;
-  pthread_mutex_lock(&p->mu);
   atomic_store(&p->stop, 1);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  publish(p, 0);
   for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
-  pthread_mutex_destroy(&p->mu);
-  pthread_cond_destroy(&p->cv);
   free(p->threads);
   free(p);
 }
 
 int bl_pool_size(const bl_pool *p) { return p->n; }
 
+void bl_pool_set_active(bl_pool *p, int n) { p->active = n < 1 ? 1 : n > p->n ? p->n : n; }
+
+int bl_pool_active(const bl_pool *p) { return p->active; }
+
 void bl_pool_run(bl_pool *p, bl_task_fn fn, void *arg) {
-  if (p->n == 1) { fn(arg, 0, 1); return; }
+  const int nth = p->active;
+  p->job_nth = nth;
+  if (nth == 1) {
+    fn(arg, 0, 1);
+    return;
+  }
   p->fn = fn;
   p->arg = arg;
-  atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
-  pthread_mutex_lock(&p->mu);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  fn(arg, 0, p->n);
-  int spins = 0;
+  atomic_store(&p->bar_count, 0);
+  atomic_store_explicit(&p->pending, nth - 1, memory_order_release);
+  publish(p, nth);
+  fn(arg, 0, nth);
+  unsigned spins = 0;
   while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-    if (++spins > 1000) sched_yield(); else __builtin_ia32_pause();
+    if (++spins > 100000) sched_yield();
+    else relax();
   }
+}
+
+void bl_pool_barrier(bl_pool *p) {
+  const int nth = p->job_nth;
+  if (nth <= 1) return;
+  const uint32_t g = atomic_load_explicit(&p->bar_gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == nth - 1) {
+    atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->bar_gen, 1, memory_order_acq_rel);
+    return;
+  }
+  unsigned spins = 0;
+  while (atomic_load_explicit(&p->bar_gen, memory_order_acquire) == g) {
+    if (++spins > 100000) sched_yield();
+    else relax();
+  }
+}
+
+void bl_pool_enter(bl_pool *p) {
+  p->saved_ok = 0;
+  if (!p->pin || p->n < 2) return;
+  if (pthread_getaffinity_np(pthread_self(), sizeof p->saved, &p->saved) == 0) {
+    p->saved_ok = 1;
+    pin_self(p->cpu[0]);
+  }
+}
+
+void bl_pool_leave(bl_pool *p) {
+  if (p->saved_ok) pthread_setaffinity_np(pthread_self(), sizeof p->saved, &p->saved);
+  p->saved_ok = 0;
 }

@@ -2,6 +2,7 @@
 // that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
+import { ctxThreads, setCtxThreads } from "../../ffi/cpu-kernels.ts";
 import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
@@ -12,6 +13,8 @@ export interface CpuBackendOptions {
   nCtxSlot: number;
   maxTokens: number;
   nThreads: number;
+  /** threads for batches of more than one token (llama's -tb); default nThreads */
+  nThreadsBatch?: number;
   /** the slow exact reference path (f32 activations, dequantized weights) */
   exact?: boolean;
 }
@@ -36,6 +39,7 @@ export class CpuBackend implements Backend {
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context");
     this.ctx = out[0];
+    if (o.nThreadsBatch !== undefined && o.nThreadsBatch !== o.nThreads) this.setThreads(o.nThreads, o.nThreadsBatch);
     this.maxTokens = o.maxTokens;
     this.nSlots = o.nSlots;
     this.nCtxSlot = o.nCtxSlot;
@@ -54,6 +58,16 @@ export class CpuBackend implements Backend {
     s.setInt(5, b.outRows.length ? BigInt(ptr(b.outRows)) : 0n);
     s.setInt(6, b.outRows.length ? BigInt(ptr(b.logits)) : 0n);
     check(cpu().bl_cpu_forward(this.ctx, ptr(this.prog.program.i), ptr(s.i)), "forward");
+  }
+
+  /** Threads for one-token steps (-t) and for batches (-tb), each clamped to the usable cores. */
+  setThreads(nThreads: number, nThreadsBatch: number): void {
+    setCtxThreads(this.ctx, nThreads, nThreadsBatch);
+  }
+
+  /** The thread counts in use (after clamping to the usable cores). */
+  threads(): { nThreads: number; nThreadsBatch: number } {
+    return ctxThreads(this.ctx);
   }
 
   kvPosBytes(): number {

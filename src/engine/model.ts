@@ -17,6 +17,8 @@ export interface LoadOptions {
   /** largest batch per forward (llama's -ub) */
   maxTokens?: number;
   nThreads?: number;
+  /** threads for batches (llama's -tb; default nThreads) */
+  nThreadsBatch?: number;
   /** the slow exact reference path (f32 activations, dequantized weights) */
   exact?: boolean;
 }
@@ -44,6 +46,7 @@ export class Model {
       nCtxSlot: nCtx,
       maxTokens: o.maxTokens ?? 512,
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
+      nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
     });
   }

@@ -1,0 +1,79 @@
+/* bloomery CPU library: the kernel table (one per instruction-set path: scalar, AVX2, AVX-512)
+ * that matmul, MoE and attention call through, chosen at run time from cpuid (cpuid.c). */
+#ifndef BL_KERNELS_H
+#define BL_KERNELS_H
+#include "quants.h"
+#include <stdint.h>
+
+/* Most activation rows one tile call takes (prefill reads a weight block once per this many rows). */
+#define BL_TILE_A 8
+
+/* y[r][i] = dot(weight row i, activation row r) for i < nw, r < na (na <= BL_TILE_A).
+ * Weight rows of n elements at w + i * ws; activation row r (already in the weight type's
+ * vec_dot_type, as this path's quantizer wrote it) at a[r]. */
+typedef void (*bl_tile_fn)(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,
+                           float *const *y);
+/* Convert one activation row of n floats (n a multiple of the block) to an activation type. */
+typedef void (*bl_act_fn)(const float *x, void *dst, int64_t n);
+
+typedef enum { BL_PATH_SCALAR = 0, BL_PATH_AVX2 = 1, BL_PATH_AVX512 = 2, BL_PATH_COUNT = 3 } bl_path;
+
+typedef struct bl_kernels {
+  const char *name;
+  bl_path path;
+  bl_tile_fn tile[BL_TYPE_COUNT]; /* by weight type; NULL: the type has no product on this path */
+  bl_act_fn act[BL_TYPE_COUNT];   /* by activation type (Q8_K, Q8_0, F16, ...); NULL: reference */
+  /* ---- float helpers for attention and the dense parts ---- */
+  /* sum of x[i] * y[i] */
+  float (*dot_f32)(const float *x, const float *y, int64_t n);
+  /* sum of x[i] * h[i], h in f16 */
+  float (*dot_f16)(const float *x, const uint16_t *h, int64_t n);
+  /* y[i] += a * h[i], h in f16 */
+  void (*axpy_f16)(float a, const uint16_t *h, float *y, int64_t n);
+  /* h[i] = f16(x[i]) (round to nearest even) */
+  void (*to_f16)(const float *x, uint16_t *h, int64_t n);
+  /* x[i] = f32(f16(x[i])) */
+  void (*round_f16)(float *x, int64_t n);
+  /* g[i] = silu(g[i]) * u[i] */
+  void (*swiglu)(float *g, const float *u, int64_t n);
+  /* x[i] = exp(x[i] - m), returns the sum (in double) */
+  double (*exp_sum)(float *x, float m, int64_t n);
+  /* y[i] += a * x[i] */
+  void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
+  /* y[i] *= a */
+  void (*scale_f32)(float a, float *y, int64_t n);
+} bl_kernels;
+
+/* The active path's table (BLOOMERY_CPU_PATH, else the best the CPU has). */
+const bl_kernels *bl_kern(void);
+/* The table of a path, or NULL when this CPU cannot run it. */
+const bl_kernels *bl_kern_path(bl_path p);
+/* Path by name ("scalar", "avx2", "avx512"); -1 when the name is unknown. */
+int bl_path_by_name(const char *name);
+/* Whether this CPU (and OS) can run a path. */
+int bl_path_supported(bl_path p);
+
+/* Per-path tables, defined in kernels_scalar.c, simd_avx2_*.c and simd_avx512_*.c. */
+extern const bl_kernels bl_kernels_scalar;
+void bl_kernels_init_avx2(bl_kernels *k);
+void bl_kernels_init_avx512(bl_kernels *k);
+/* Pieces of the SIMD tables filled by each file of a path. */
+void bl_avx2_fill_k(bl_kernels *k);
+void bl_avx2_fill_q(bl_kernels *k);
+void bl_avx2_fill_f(bl_kernels *k);
+void bl_avx512_fill_k(bl_kernels *k);
+void bl_avx512_fill_q(bl_kernels *k);
+void bl_avx512_fill_f(bl_kernels *k);
+
+/* Scalar float helpers (the scalar table's entries, reused by SIMD paths for tails). */
+float bl_dot_f32_ref(const float *x, const float *y, int64_t n);
+float bl_dot_f16_ref(const float *x, const uint16_t *h, int64_t n);
+void bl_axpy_f16_ref(float a, const uint16_t *h, float *y, int64_t n);
+void bl_to_f16_ref(const float *x, uint16_t *h, int64_t n);
+void bl_round_f16_ref(float *x, int64_t n);
+void bl_swiglu_ref(float *g, const float *u, int64_t n);
+double bl_exp_sum_ref(float *x, float m, int64_t n);
+/* The scalar tile: every (row, activation) pair through the type's reference vec_dot. */
+void bl_tile_ref(int32_t type, int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,
+                 float *const *y);
+#endif

@@ -1,0 +1,172 @@
+/* bloomery CPU library: what the kernels keep in the CPU context (per-worker rows, growable
+ * scratch), the set-up around one forward (path, -t / -tb thread count, pinning the caller), the
+ * exported thread setter, and entry points that run one path's kernels alone (for tests). */
+#include "ctx.h"
+#include "common.h"
+#include <stdlib.h>
+#include <string.h>
+
+static void *aligned(size_t n) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+  return p;
+}
+
+static int64_t alloc_rows(bl_cpu_ctx *c) {
+  free(c->wrow);
+  c->wrow = aligned(sizeof(float) * (size_t)(bl_pool_size(c->pool) * c->widest));
+  return c->wrow ? BL_OK : bl_fail(BL_E_NOMEM, "ctx: out of memory");
+}
+
+int64_t bl_cpu_ext_init(bl_cpu_ctx *c) {
+  int64_t s = bl_cpu_path_check();
+  if (s != BL_OK) return s;
+  c->kern = bl_kern();
+  c->n_threads = c->n_threads_batch = bl_pool_size(c->pool);
+  c->widest = c->p.n_embd;
+  if (c->p.max_ff > c->widest) c->widest = c->p.max_ff;
+  if (c->p.max_q_dim > c->widest) c->widest = c->p.max_q_dim;
+  return alloc_rows(c);
+}
+
+void bl_cpu_ext_free(bl_cpu_ctx *c) {
+  free(c->wrow);
+  free(c->scratch);
+  c->wrow = NULL;
+  c->scratch = NULL;
+  c->scratch_cap = 0;
+}
+
+void *bl_cpu_scratch(bl_cpu_ctx *c, size_t bytes) {
+  if (bytes > c->scratch_cap) {
+    free(c->scratch);
+    c->scratch_cap = 0;
+    c->scratch = aligned(bytes);
+    if (!c->scratch) return NULL;
+    c->scratch_cap = bytes;
+  }
+  return c->scratch;
+}
+
+int64_t bl_cpu_begin(bl_cpu_ctx *c, int64_t n_tok) {
+  int64_t s = bl_cpu_path_check();
+  if (s != BL_OK) return s;
+  c->kern = bl_kern();
+  bl_pool_set_active(c->pool, (int)(n_tok > 1 ? c->n_threads_batch : c->n_threads));
+  bl_pool_enter(c->pool);
+  return BL_OK;
+}
+
+void bl_cpu_end(bl_cpu_ctx *c) { bl_pool_leave(c->pool); }
+
+int64_t bl_cpu_ctx_set_threads(uint64_t h, int64_t n_threads, int64_t n_threads_batch) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c) return bl_fail(BL_E_INVAL, "set_threads: null context");
+  if (n_threads < 1 || n_threads_batch < 1 || n_threads > 4096 || n_threads_batch > 4096)
+    return bl_fail(BL_E_INVAL, "set_threads: thread counts %lld and %lld (each must be 1..4096)", (long long)n_threads,
+                   (long long)n_threads_batch);
+  const int64_t want = n_threads > n_threads_batch ? n_threads : n_threads_batch;
+  const int cores = bl_usable_cores();
+  const int64_t size = want < cores ? want : cores;
+  if (size != bl_pool_size(c->pool)) {
+    bl_pool *p = bl_pool_new((int)size);
+    if (!p) return bl_fail(BL_E_NOMEM, "set_threads: cannot start %lld threads", (long long)size);
+    bl_pool_free(c->pool);
+    c->pool = p;
+    int64_t s = alloc_rows(c);
+    if (s != BL_OK) return s;
+  }
+  c->n_threads = n_threads < size ? n_threads : size;
+  c->n_threads_batch = n_threads_batch < size ? n_threads_batch : size;
+  return BL_OK;
+}
+
+int64_t bl_cpu_ctx_threads(uint64_t h, int64_t *n_threads, int64_t *n_threads_batch) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c || !n_threads || !n_threads_batch) return bl_fail(BL_E_INVAL, "ctx_threads: null argument");
+  *n_threads = c->n_threads;
+  *n_threads_batch = c->n_threads_batch;
+  return BL_OK;
+}
+
+int64_t bl_cpu_usable_cores(void) { return bl_usable_cores(); }
+
+/* ---- one path's kernels alone ---- */
+
+static const bl_kernels *path_kernels(const char *path) {
+  if (!path || !*path) return bl_kern();
+  const int p = bl_path_by_name(path);
+  return p < 0 ? NULL : bl_kern_path((bl_path)p);
+}
+
+static int64_t bad_path(const char *fn, const char *path) {
+  if (bl_path_by_name(path) < 0) return bl_fail(BL_E_INVAL, "%s: '%s' is not a path (scalar, avx2, avx512)", fn, path);
+  return bl_fail(BL_E_UNSUPPORTED, "%s: this CPU lacks the instructions of path '%s'", fn, path);
+}
+
+int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, void *dst, int64_t n) {
+  const bl_kernels *k = path_kernels(path);
+  if (!k) return bad_path("bl_kernel_quantize", path);
+  const bl_type_traits *tr = bl_traits((int32_t)act_type);
+  if (!tr || !k->act[act_type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_quantize: type %lld is not an activation type", (long long)act_type);
+  if (n < 0 || n % tr->block_elems) return bl_fail(BL_E_INVAL, "bl_kernel_quantize: %s: %lld elements", tr->name, (long long)n);
+  if (n && (!x || !dst)) return bl_fail(BL_E_INVAL, "bl_kernel_quantize: null buffer");
+  if (n) k->act[act_type](x, dst, n);
+  return BL_OK;
+}
+
+int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t row_stride, int64_t rows, const float *x,
+                         int64_t n_x, int64_t n, float *y) {
+  const bl_kernels *k = path_kernels(path);
+  if (!k) return bad_path("bl_kernel_matmul", path);
+  const bl_type_traits *tr = bl_traits((int32_t)type);
+  if (!tr || !tr->vec_dot || !k->tile[type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_matmul: type %lld has no product", (long long)type);
+  const int32_t vt = tr->vec_dot_type;
+  const int64_t rb = bl_row_bytes(vt, n);
+  if (n <= 0 || rb < 0 || bl_row_bytes((int32_t)type, n) > row_stride || rows < 0 || n_x < 0)
+    return bl_fail(BL_E_INVAL, "bl_kernel_matmul: %s: bad shape (n %lld, stride %lld, rows %lld, n_x %lld)", tr->name,
+                   (long long)n, (long long)row_stride, (long long)rows, (long long)n_x);
+  if ((rows && !w) || (n_x && (!x || !y))) return bl_fail(BL_E_INVAL, "bl_kernel_matmul: null buffer");
+  uint8_t *q = aligned((size_t)(rb * (n_x ? n_x : 1)));
+  if (!q) return bl_fail(BL_E_NOMEM, "bl_kernel_matmul: out of memory");
+  for (int64_t i = 0; i < n_x; i++) k->act[vt](x + i * n, q + i * rb, n);
+  /* odd tiles on purpose: every activation count 1..BL_TILE_A and a varying number of rows */
+  for (int64_t i0 = 0, step = 1; i0 < n_x; i0 += step, step = step % BL_TILE_A + 1) {
+    const int na = (int)(n_x - i0 < step ? n_x - i0 : step);
+    const uint8_t *a[BL_TILE_A];
+    for (int r0 = 0, nw = 1; r0 < rows; r0 += nw, nw = nw % 5 + 1) {
+      const int cnt = (int)(rows - r0 < nw ? rows - r0 : nw);
+      float *yp[BL_TILE_A];
+      for (int r = 0; r < na; r++) {
+        a[r] = q + (i0 + r) * rb;
+        yp[r] = y + (i0 + r) * rows + r0;
+      }
+      k->tile[type](n, (const uint8_t *)w + r0 * row_stride, row_stride, cnt, a, na, yp);
+    }
+  }
+  free(q);
+  return BL_OK;
+}
+
+/* The float helpers of a path: op 0 dot_f32, 1 dot_f16, 2 axpy_f16, 3 to_f16, 4 round_f16, 5 swiglu,
+ * 6 exp_sum, 7 axpy_f32, 8 scale_f32. Arguments as the helper takes them; the scalar result
+ * (dot, sum) in *r. */
+int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, void *y, int64_t n, double *r) {
+  const bl_kernels *k = path_kernels(path);
+  if (!k) return bad_path("bl_kernel_float", path);
+  if (n < 0 || (n && (!x || !y)) || !r) return bl_fail(BL_E_INVAL, "bl_kernel_float: bad arguments");
+  *r = 0;
+  switch (op) {
+    case 0: *r = k->dot_f32(x, y, n); break;
+    case 1: *r = k->dot_f16(x, y, n); break;
+    case 2: k->axpy_f16(a, x, y, n); break;
+    case 3: k->to_f16(x, y, n); break;
+    case 4: memcpy(y, x, sizeof(float) * (size_t)n); k->round_f16(y, n); break;
+    case 5: k->swiglu(y, x, n); break;
+    case 6: memcpy(y, x, sizeof(float) * (size_t)n); *r = k->exp_sum(y, a, n); break;
+    case 7: k->axpy_f32(a, x, y, n); break;
+    case 8: memcpy(y, x, sizeof(float) * (size_t)n); k->scale_f32(a, y, n); break;
+    default: return bl_fail(BL_E_INVAL, "bl_kernel_float: unknown op %lld", (long long)op);
+  }
+  return BL_OK;
+}

@@ -1,0 +1,123 @@
+// bloomery tests: whole forward passes on every CPU kernel path (the fixture models) against the
+// scalar path; llama.cpp's greedy text on every path; the exact path unchanged by the kernels;
+// thread counts (-t / -tb) and batching leave results unchanged; a path the CPU lacks is refused.
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { Model } from "../src/engine/model.ts";
+import { CpuBackend } from "../src/engine/cpu-backend.ts";
+import { NativeError } from "../ffi/cpu.ts";
+import { CPU_PATHS, cpuPath, cpuPaths, setCpuPath, usableCores } from "../ffi/cpu-kernels.ts";
+import { FIXTURES } from "./paths.ts";
+import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
+
+const tinyDir = join(FIXTURES, "tiny-qwen3moe");
+const demoDir = join(FIXTURES, "demo-model");
+const initial = cpuPath();
+const paths = cpuPaths();
+afterAll(() => setCpuPath(initial));
+
+function onPath<T>(path: string, f: () => T): T {
+  setCpuPath(path);
+  try {
+    return f();
+  } finally {
+    setCpuPath(initial);
+  }
+}
+
+describe("paths", () => {
+  test("an unknown path and a path this CPU lacks are refused by name", () => {
+    expect(() => setCpuPath("avx9")).toThrow(/avx9.*not one of scalar, avx2, avx512/);
+    for (const p of CPU_PATHS) if (!paths.includes(p)) expect(() => setCpuPath(p)).toThrow(NativeError);
+    expect(cpuPath()).toBe(initial);
+  });
+});
+
+describe("forward passes agree across paths", () => {
+  const prompt = [1, 22, 333, 44, 5, 66, 77, 8, 99, 100, 111, 12, 13, 140, 15, 16, 170];
+  for (const file of [join(tinyDir, "tiny.gguf"), join(tinyDir, "tiny-q8_0.gguf"), join(demoDir, "bloomery-demo-q4_k_m.gguf")]) {
+    const name = file.split("/").pop();
+    test(`${name}: logits of every path near the scalar path's; the exact path identical on all`, () => {
+      const m = Model.load(file, { nCtx: 64, nThreads: 2 });
+      const mx = Model.load(file, { nCtx: 64, nThreads: 2, exact: true });
+      try {
+        const ref = onPath("scalar", () => m.evalSequence(prompt, 0, 0, true));
+        const refExact = onPath("scalar", () => mx.evalSequence(prompt, 0));
+        let scale = 0;
+        for (const v of ref) scale = Math.max(scale, Math.abs(v));
+        const V = m.hp.nVocab;
+        for (const p of paths) {
+          const got = onPath(p, () => m.evalSequence(prompt, 0, 0, true));
+          // Another summation order may move an activation across an int8 step, or a router near a
+          // tie to another expert: per position the logits stay close in most places (median), and
+          // the top token agrees wherever the scalar path's top-2 margin is clear.
+          const per: number[] = [];
+          for (let t = 0; t < prompt.length; t++) {
+            const a = got.subarray(t * V, (t + 1) * V), b = ref.subarray(t * V, (t + 1) * V);
+            per.push(maxAbsDiff(a, b));
+            const order = Array.from(b.keys()).sort((i, j) => b[j] - b[i]);
+            if (b[order[0]] - b[order[1]] > 1.0) expect(argmax(a)).toBe(order[0]);
+          }
+          const median = per.slice().sort((x, y) => x - y)[per.length >> 1];
+          console.log(`${name} ${p}: |dlogit| vs scalar: median ${median.toExponential(2)}, max ${Math.max(...per).toExponential(2)} (logits up to ${scale.toFixed(2)})`);
+          expect(median).toBeLessThan(0.03 * scale);
+          const ex = onPath(p, () => mx.evalSequence(prompt, 0));
+          expect(maxAbsDiff(ex, refExact)).toBe(0);
+        }
+      } finally {
+        m.close();
+        mx.close();
+      }
+    });
+  }
+
+  test("demo Q4_K_M: llama.cpp's greedy text on every path", async () => {
+    const file = "bloomery-demo-q4_k_m.gguf";
+    const hf = (await Bun.file(join(demoDir, "demo-ref.json")).json()).refs as { prompt: number[] }[];
+    const ll = (await Bun.file(join(demoDir, "llamacpp-ref.json")).json()).files[file].greedy as { completion: string }[];
+    const m = Model.load(join(demoDir, file), { nCtx: 256, nThreads: 2 });
+    try {
+      for (const p of paths) {
+        let equal = 0;
+        onPath(p, () => {
+          for (let i = 0; i < hf.length; i++) {
+            const text = m.tokenizer.decode(greedy(m, hf[i].prompt, 32));
+            const ref = ll[i].completion.replace(/\n\n$/, "");
+            const n = Math.min(text.length, ref.length);
+            if (text.slice(0, n) === ref.slice(0, n)) equal++;
+          }
+        });
+        console.log(`${file} on ${p}: ${equal}/${hf.length} greedy texts equal llama.cpp's`);
+        expect(equal).toBe(hf.length);
+      }
+    } finally {
+      m.close();
+    }
+  });
+});
+
+describe("threads", () => {
+  test("-t / -tb are clamped to the usable cores and do not change results; batching neither", () => {
+    const cores = usableCores();
+    expect(cores).toBeGreaterThanOrEqual(1);
+    const prompt = [5, 17, 300, 2, 44, 9, 81, 120, 7, 64, 3];
+    const m = Model.load(join(tinyDir, "tiny-q8_0.gguf"), { nCtx: 64, nThreads: 1, nThreadsBatch: 2, nSlots: 2 });
+    try {
+      const be = m.backend as CpuBackend;
+      expect(be.threads()).toEqual({ nThreads: 1, nThreadsBatch: Math.min(2, cores) });
+      const a = m.evalSequence(prompt, 0, 0, true);
+      be.setThreads(64, 64);
+      expect(be.threads()).toEqual({ nThreads: cores, nThreadsBatch: cores });
+      const b = m.evalSequence(prompt, 0, 0, true);
+      expect(maxAbsDiff(a, b)).toBe(0);
+      const V = m.hp.nVocab;
+      for (let i = 0; i < prompt.length; i++) {
+        const one = m.evalSequence([prompt[i]], i, 1);
+        expect(maxAbsDiff(one, a.subarray(i * V, (i + 1) * V))).toBe(0);
+      }
+      expect(() => be.setThreads(0, 1)).toThrow(/thread counts/);
+    } finally {
+      m.close();
+    }
+  });
+});
