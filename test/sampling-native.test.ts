@@ -92,6 +92,13 @@ describe("top-k candidates", () => {
     expectTopK(new Float32Array(1000).fill(-Infinity), [], 10);
   });
 
+  test("a row that is a view into a larger buffer (a batch of logits)", () => {
+    const big = tiedRow(3 * 5000, 21);
+    const view = big.subarray(5000, 10000);
+    expectTopK(view, [], 50);
+    expectTopK(view, [{ kind: "ban", ids: Int32Array.from([jsOrder(view)[0]]) }], 50);
+  });
+
   test("-0 and +0 tie and fall back to id order", () => {
     const r = Float32Array.from([-0, 0, -0, 1, 0]);
     expect(Array.from(nativeCandidates(r, [], 5).ids)).toEqual([3, 0, 1, 2, 4]);
