@@ -2,7 +2,10 @@
 // breakers, breaker strings matched against token bytes (whole and across tokens), crafted
 // histories, and the Z-algorithm repeat lengths against a brute-force search.
 import { describe, expect, test } from "bun:test";
-import { dryBreakers, dryBreakersFromTokens, dryPenalties, type DryBreakers, type DryParams } from "../src/sampling/index.ts";
+import { join } from "node:path";
+import { dryBreakers, dryBreakersFromTokens, dryPenalties, Sampler, type DryBreakers, type DryParams } from "../src/sampling/index.ts";
+import { Tokenizer } from "../src/tokenizer/index.ts";
+import { FIXTURES, hasFixtures } from "./paths.ts";
 
 /** Probabilities after subtracting the penalties from log(probs) (what llama's test checks). */
 function afterDry(probs: number[], pen: Map<number, number>): number[] {
@@ -139,4 +142,38 @@ test("Z-algorithm repeat lengths equal a brute-force search on random histories"
     expect([...got.keys()].sort()).toEqual([...want.keys()].sort());
     for (const [tok, n] of want) expect(got.get(tok)).toBeCloseTo(Math.pow(Math.fround(1.5), n - allowed), 6);
   }
+});
+
+describe.skipIf(!hasFixtures)("with a real vocabulary (fixtures/tokenizer, 8000 byte-level BPE tokens)", () => {
+  test("llama's default breakers over a Tokenizer; the Sampler takes the Tokenizer as its vocabulary", async () => {
+    const fx = (await Bun.file(join(FIXTURES, "tokenizer", "tok-cases.json")).json()) as { tokens: string[]; token_type: number[]; merges: string[] };
+    const tok = Tokenizer.fromVocab({ model: "gpt2", pre: "qwen2", tokens: fx.tokens, tokenTypes: fx.token_type, merges: fx.merges });
+    const t0 = performance.now();
+    const b = dryBreakers(tok, ["\n", ":", "\"", "*"]);
+    const ms = performance.now() - t0;
+    const dec = new TextDecoder();
+    let alone = 0;
+    for (let id = 0; id < tok.nVocab; id++) {
+      const text = dec.decode(tok.tokenBytes(id));
+      const breaks = ["\n", ":", "\"", "*"].some((c) => text.includes(c));
+      expect((b.get(id) ?? []).some((t) => t.length === 0)).toBe(breaks);
+      if (breaks) alone++;
+    }
+    console.log(`DRY breakers over ${tok.nVocab} tokens: ${alone} single-token breakers, ${b.size} heads, ${ms.toFixed(1)} ms`);
+    // "... return x \n ... return": the token after the first "return" would extend a repeat
+    // (cut at the latest "\n" breaker to the tokens of "    return": penalty 0.8 * 1.75^(n - 2))
+    const first = tok.encode("def f(x):\n    return x\n");
+    const again = tok.encode("def f(x):\n    return");
+    const hist = [...first, ...again];
+    const next = first[again.length]; // what followed "return" the first time
+    const logits = new Float32Array(tok.nVocab);
+    logits[next] = 0.5;
+    const eog = tok.eogIds[0];
+    logits[eog] = 1;
+    expect(new Sampler({ temperature: 0 }, tok).sample(logits, hist).id).toBe(eog);
+    expect(new Sampler({ temperature: 0, ignoreEos: true }, tok).sample(logits, hist).id).toBe(next);
+    const r = new Sampler({ seed: 1, dryMultiplier: 0.8, ignoreEos: true, temperature: 0 }, tok).sample(logits, hist);
+    expect(r.id).not.toBe(next);
+    expect(tok.eogIds).not.toContain(r.id);
+  });
 });
