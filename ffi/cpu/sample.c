@@ -526,12 +526,14 @@ __attribute__((target("avx2,fma"))) static int64_t smx_blocks_v8(smx_acc *acc, c
 }
 
 static int cpu_avx2(void) {
-  static int have = -1; /* a benign race: every thread computes the same value */
-  if (have < 0) {
+  static int have = -1; /* every thread that races here computes the same value */
+  int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+  if (h < 0) {
     __builtin_cpu_init();
-    have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    __atomic_store_n(&have, h, __ATOMIC_RELAXED);
   }
-  return have;
+  return h;
 }
 #endif
 
