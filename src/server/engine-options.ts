@@ -1,0 +1,85 @@
+// bloomery server: the engine settings a server's flags ask for (context split over the slots as
+// llama-server splits it, -np auto, threads, batches), and one log line for each flag that
+// parses but the CPU engine cannot honour, saying what happens instead.
+import { availableParallelism } from "node:os";
+import type { ServerOptionKey, ServerOptions } from "../cli/flags.ts";
+import type { EngineOptions } from "../engine/protocol.ts";
+
+/** -np auto: llama-server's count (4), fewer when a slot would get under this many tokens. */
+export const AUTO_SLOTS = 4;
+export const AUTO_MIN_SLOT_CTX = 4096;
+
+export class EngineOptionError extends Error {
+  override readonly name = "EngineOptionError";
+  constructor(
+    readonly flag: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface EnginePlan {
+  engine: EngineOptions;
+  /** the whole context (-c, or the model's training context) */
+  nCtxTotal: number;
+  /** lines worth logging at start */
+  notes: string[];
+}
+
+/** Slots for -np auto: 4, unless that leaves a slot less than AUTO_MIN_SLOT_CTX tokens (never under 1). */
+export function autoSlots(nCtxTotal: number): number {
+  return Math.max(1, Math.min(AUTO_SLOTS, Math.floor(nCtxTotal / AUTO_MIN_SLOT_CTX)));
+}
+
+export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number): EnginePlan {
+  const notes: string[] = [];
+  const nCtxTotal = o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
+  if (nCtxTotal <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N");
+  let nSlots = o.nParallel;
+  if (nSlots <= 0) {
+    nSlots = autoSlots(nCtxTotal);
+    notes.push(`srv  load_model: -np auto: ${nSlots} slots of ${Math.floor(nCtxTotal / nSlots)} tokens each (context ${nCtxTotal})`);
+  }
+  const nCtxSlot = Math.floor(nCtxTotal / nSlots);
+  if (nCtxSlot < 16) throw new EngineOptionError("--parallel", `-c ${nCtxTotal} split over ${nSlots} slots leaves ${nCtxSlot} tokens per slot; give a larger -c or a smaller -np`);
+  const cores = Math.max(1, availableParallelism());
+  const nThreads = o.threads > 0 ? o.threads : cores;
+  const nThreadsBatch = o.threadsBatch > 0 ? o.threadsBatch : nThreads;
+  const ubatch = Math.min(o.ubatchSize, o.batchSize);
+  if (o.ubatchSize > o.batchSize) notes.push(`srv  load_model: -ub ${o.ubatchSize} is larger than -b ${o.batchSize}; using -ub ${ubatch}`);
+  if (explicit.has("threadsBatch") && nThreadsBatch !== nThreads) notes.push(`srv  load_model: -tb ${nThreadsBatch}: the CPU engine runs prompts and generation on one pool of ${nThreads} threads`);
+
+  // flags that parse but that this engine cannot honour
+  const cpu = "this build has no GPU backend";
+  const ngl = o.nGpuLayers;
+  if (explicit.has("nGpuLayers") && ngl !== "auto" && ngl !== 0) notes.push(`srv  load_model: -ngl ${ngl}: ${cpu}; every layer runs on the CPU`);
+  if (explicit.has("devices") && !(o.devices.length === 1 && o.devices[0] === "none")) notes.push(`srv  load_model: -dev ${o.devices.join(",")}: ${cpu}; running on the CPU`);
+  if (o.tensorSplit.length > 0) notes.push(`srv  load_model: -ts ${o.tensorSplit.join(",")}: ${cpu}; nothing to split across`);
+  if (explicit.has("splitMode")) notes.push(`srv  load_model: -sm ${o.splitMode}: ${cpu}; ignored`);
+  if (explicit.has("mainGpu")) notes.push(`srv  load_model: -mg ${o.mainGpu}: ${cpu}; ignored`);
+  const offCpu = o.overrideTensor.filter((t) => t.buffer.toUpperCase() !== "CPU");
+  if (offCpu.length) notes.push(`srv  load_model: -ot ${offCpu.map((t) => `${t.pattern}=${t.buffer}`).join(",")}: ${cpu}; those tensors stay in host memory`);
+  if (explicit.has("fit") || explicit.has("fitTargetMiB")) notes.push(`srv  load_model: -fit: ${cpu}; there is no device memory to fit into`);
+  if (explicit.has("flashAttn")) notes.push(`srv  load_model: -fa ${o.flashAttn}: the CPU engine always runs its own fused attention; the flag changes nothing`);
+  if (o.contextShift) notes.push("srv  load_model: --context-shift: context shifting is not implemented; a generation stops when its slot context is full");
+  if (o.cacheReuse > 0) notes.push(`srv  load_model: --cache-reuse ${o.cacheReuse}: KV shifting is not implemented; only the common prefix of a slot's last prompt is reused`);
+  if (!o.contBatching) notes.push("srv  load_model: --no-cont-batching: the engine always batches the busy slots together");
+  if (o.loadMode === "none") notes.push("srv  load_model: --no-mmap: weights are always memory-mapped by this engine");
+  if (o.slotSavePath !== undefined) notes.push("srv  load_model: --slot-save-path: slot save/restore/erase answer 501 not_supported_error until the engine's prompt cache lands");
+  if (explicit.has("timeout") && o.timeout > 255) notes.push(`srv  load_model: -to ${o.timeout}: idle connections are closed after 255 s at most (Bun's limit); generating requests are never timed out`);
+
+  return {
+    engine: {
+      nCtx: nCtxSlot,
+      nSlots,
+      nThreads,
+      nThreadsBatch,
+      batchSize: o.batchSize,
+      ubatchSize: ubatch,
+      cacheRamMiB: o.cacheRamMiB,
+    },
+    nCtxTotal,
+    notes,
+  };
+}

@@ -1,0 +1,108 @@
+// bloomery server: request counters and the Prometheus text of GET /metrics (llama-server's
+// `llamacpp:` metric names), and admission: how many generations may run or wait at once.
+import type { DoneEvent } from "../engine/protocol.ts";
+import { ApiError } from "./errors.ts";
+
+export class Metrics {
+  readonly startTime = Math.floor(Date.now() / 1000);
+  promptTokens = 0;
+  promptCached = 0;
+  promptMs = 0;
+  predictedTokens = 0;
+  predictedMs = 0;
+  nTokensMax = 0;
+  requests = 0;
+  // window since the last scrape (llama averages its gauges over it)
+  private bucketPromptTokens = 0;
+  private bucketPromptMs = 0;
+  private bucketPredTokens = 0;
+  private bucketPredMs = 0;
+
+  /** Count one finished generation. */
+  record(d: DoneEvent): void {
+    const t = d.timings;
+    this.promptTokens += t.prompt_n;
+    this.promptCached += t.cache_n;
+    this.promptMs += t.prompt_ms;
+    this.predictedTokens += t.predicted_n;
+    this.predictedMs += t.predicted_ms;
+    this.bucketPromptTokens += t.prompt_n;
+    this.bucketPromptMs += t.prompt_ms;
+    this.bucketPredTokens += t.predicted_n;
+    this.bucketPredMs += t.predicted_ms;
+    this.nTokensMax = Math.max(this.nTokensMax, d.tokensEvaluated + d.tokensPredicted);
+  }
+
+  /** The Prometheus exposition text; resets the averaging window. */
+  render(processing: number, deferred: number): string {
+    const rate = (n: number, ms: number) => (ms > 0 ? (n * 1000) / ms : 0);
+    const counters: [string, string, number][] = [
+      ["prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", this.promptTokens],
+      ["prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", this.promptCached],
+      ["prompt_seconds_total", "Total time spent processing prompts", this.promptMs / 1000],
+      ["tokens_predicted_total", "Number of generation tokens processed", this.predictedTokens],
+      ["tokens_predicted_seconds_total", "Total time spent generating tokens", this.predictedMs / 1000],
+      ["n_tokens_max", "Largest observed sequence length (prompt + generation)", this.nTokensMax],
+      ["requests_total", "Number of generating requests received", this.requests],
+    ];
+    const gauges: [string, string, number][] = [
+      ["prompt_tokens_seconds", "Average prompt throughput in tokens/s", rate(this.bucketPromptTokens, this.bucketPromptMs)],
+      ["predicted_tokens_seconds", "Average generation throughput in tokens/s", rate(this.bucketPredTokens, this.bucketPredMs)],
+      ["requests_processing", "Number of requests processing", processing],
+      ["requests_deferred", "Number of requests deferred", deferred],
+    ];
+    this.bucketPromptTokens = this.bucketPromptMs = this.bucketPredTokens = this.bucketPredMs = 0;
+    let out = "";
+    const add = (type: string, items: [string, string, number][]) => {
+      for (const [name, help, v] of items) {
+        out += `# HELP llamacpp:${name} ${help}\n# TYPE llamacpp:${name} ${type}\nllamacpp:${name} ${formatValue(v)}\n`;
+      }
+    };
+    add("counter", counters);
+    add("gauge", gauges);
+    return out;
+  }
+}
+
+function formatValue(v: number): string {
+  if (Number.isInteger(v)) return String(v);
+  return String(Number(v.toPrecision(6)));
+}
+
+/**
+ * Generations admitted at once: the slots plus a bounded wait queue. Past it a request gets
+ * 503 unavailable_error with Retry-After (the engine would otherwise queue without bound).
+ */
+export class Admission {
+  active = 0;
+  constructor(
+    readonly slots: number,
+    readonly maxQueue: number,
+  ) {}
+
+  get waiting(): number {
+    return Math.max(0, this.active - this.slots);
+  }
+
+  get processing(): number {
+    return Math.min(this.active, this.slots);
+  }
+
+  /** Reserve room for `n` generations or throw the 503. */
+  acquire(n: number): void {
+    if (this.active + n > this.slots + this.maxQueue) {
+      throw new ApiError(
+        "unavailable_error",
+        `the server is busy: ${this.processing} of ${this.slots} slots are working and ${this.waiting} requests are waiting (queue limit ${this.maxQueue}); retry later`,
+        {},
+        503,
+        { "Retry-After": "1" },
+      );
+    }
+    this.active += n;
+  }
+
+  release(n = 1): void {
+    this.active = Math.max(0, this.active - n);
+  }
+}

@@ -1,0 +1,92 @@
+// bloomery server: what every route reads: the options, the loading state, the engine client,
+// the main-thread tokenizer, the chat template and format, metrics and admission.
+import { basename } from "node:path";
+import type { ServerOptions } from "../cli/flags.ts";
+import { type ChatFormat, detectChatFormat, getChatTemplate } from "../chat/index.ts";
+import type { EngineClient } from "../engine/client.ts";
+import type { ModelInfo } from "../engine/protocol.ts";
+import type { Tokenizer } from "../tokenizer/index.ts";
+import { Admission, Metrics } from "./metrics.ts";
+import type { ParamContext } from "./params.ts";
+
+/** The template llama-server falls back to when a model has none (ChatML). */
+export const CHATML_TEMPLATE =
+  "{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}{%- endfor -%}" +
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/** Built-in template names `--chat-template` accepts besides Jinja source. */
+export const BUILTIN_TEMPLATES: Record<string, string> = { chatml: CHATML_TEMPLATE };
+
+export type Log = (line: string) => void;
+
+export class ServerContext {
+  status: "loading" | "ready" = "loading";
+  client?: EngineClient;
+  info?: ModelInfo;
+  tokenizer!: Tokenizer;
+  /** chat template source in use */
+  template = CHATML_TEMPLATE;
+  chatFormat!: ChatFormat;
+  readonly metrics = new Metrics();
+  admission = new Admission(1, 0);
+  /** model name answered in responses and /v1/models */
+  readonly modelName: string;
+
+  constructor(
+    readonly opts: ServerOptions,
+    readonly modelPath: string,
+    readonly apiKeys: readonly string[],
+    readonly log: Log,
+  ) {
+    this.modelName = opts.alias[0] ?? basename(modelPath);
+  }
+
+  get ready(): boolean {
+    return this.status === "ready" && this.client !== undefined && this.info !== undefined;
+  }
+
+  get engine(): EngineClient {
+    if (!this.client) throw new Error("the engine is not loaded");
+    return this.client;
+  }
+
+  get nCtxSlot(): number {
+    return this.info?.nCtxSlot ?? 0;
+  }
+
+  get nSlots(): number {
+    return this.info?.nSlots ?? 1;
+  }
+
+  /** Chooses the template: the flag's, else the model's, else ChatML; falls back (with a log line) when it does not parse. */
+  setTemplate(flagTemplate: string | undefined, modelTemplate: string): void {
+    const candidates: [string, string][] = [];
+    if (flagTemplate !== undefined) candidates.push(["--chat-template", flagTemplate]);
+    if (modelTemplate !== "") candidates.push(["the model's chat template", modelTemplate]);
+    for (const [what, src] of candidates) {
+      try {
+        getChatTemplate(src);
+        this.template = src;
+        this.chatFormat = detectChatFormat(src);
+        return;
+      } catch (e) {
+        if (what === "--chat-template") throw e;
+        this.log(`srv  load_model: ${what} does not parse (${e instanceof Error ? e.message : String(e)}); using ChatML instead`);
+      }
+    }
+    if (modelTemplate === "" && flagTemplate === undefined) this.log("srv  load_model: the model has no chat template; using ChatML");
+    this.template = CHATML_TEMPLATE;
+    this.chatFormat = detectChatFormat(CHATML_TEMPLATE);
+  }
+
+  paramContext(): ParamContext {
+    const tok = this.tokenizer;
+    return {
+      opts: this.opts,
+      nVocab: tok.nVocab,
+      nSlots: this.nSlots,
+      encode: (t) => tok.encode(t, { addSpecial: false, parseSpecial: false }),
+      eogIds: tok.eogIds,
+    };
+  }
+}
