@@ -32,8 +32,8 @@ export class Model {
   readonly backend: Backend;
   readonly tokenizer: Tokenizer;
 
-  private constructor(path: string, o: LoadOptions) {
-    this.gguf = GgufFile.open(path);
+  private constructor(src: string | GgufFile, o: LoadOptions) {
+    this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
@@ -51,8 +51,9 @@ export class Model {
     });
   }
 
-  static load(path: string, o: LoadOptions = {}): Model {
-    return new Model(path, o);
+  /** Load a model from a path, or from a GGUF already opened (its header is not read twice). */
+  static load(src: string | GgufFile, o: LoadOptions = {}): Model {
+    return new Model(src, o);
   }
 
   /**

@@ -1,37 +1,13 @@
 // bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
+import type { SamplingParams } from "../sampling/index.ts";
 
-/** Sampling settings of one request (llama-server's fields, llama's defaults). */
-export interface SamplingParams {
-  temperature: number;
-  topK: number;
-  topP: number;
-  minP: number;
-  typicalP: number;
-  topNSigma: number;
-  repeatPenalty: number;
-  repeatLastN: number;
-  presencePenalty: number;
-  frequencyPenalty: number;
-  dryMultiplier: number;
-  dryBase: number;
-  dryAllowedLength: number;
-  dryPenaltyLastN: number;
-  drySequenceBreakers: string[];
-  xtcProbability: number;
-  xtcThreshold: number;
-  mirostat: number;
-  mirostatTau: number;
-  mirostatEta: number;
-  seed: number;
-  /** token id -> bias; -Infinity bans */
-  logitBias: [number, number][];
-  samplers: string[];
-}
+export type { SamplingParams };
 
 export interface GenerateRequest {
   id: number;
   prompt: number[];
-  params: SamplingParams;
+  /** sampling settings (unset fields take llama's defaults) */
+  params: Partial<SamplingParams>;
   /** -1: until EOS or the context is full */
   nPredict: number;
   stop: string[];
