@@ -1,0 +1,130 @@
+// `bloomery-serve bench`: running one llama-bench test on the CPU backend - prompt tests as
+// decode calls of -b tokens split into forwards of -ub tokens with only the last row's logits,
+// generation tests one token per forward, a depth processed once before the timed runs.
+
+import { CpuBackend } from "../engine/cpu-backend.ts";
+import { Model } from "../engine/model.ts";
+
+export interface BenchInstance {
+  model: string;
+  nPrompt: number;
+  nGen: number;
+  nDepth: number;
+  nBatch: number;
+  nUbatch: number;
+  nThreads: number;
+  nGpuLayers: number;
+  nCpuMoe: number;
+  splitMode: string;
+  mainGpu: number;
+  noKvOffload: boolean;
+  flashAttn: string;
+  overrides: string;
+  noOpOffload: boolean;
+  noHost: boolean;
+}
+
+/** A small deterministic generator for token ids (llama-bench draws them with rand()). */
+function lcg(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    return s >>> 1;
+  };
+}
+
+/** One test's backend: a context sized for the test, decode calls as llama_decode makes them. */
+class TestContext {
+  private readonly logits: Float32Array;
+  private readonly rand = lcg(1234);
+  private readonly ub: number;
+
+  constructor(
+    private readonly be: CpuBackend,
+    private readonly nVocab: number,
+    private readonly nBatch: number,
+    nUbatch: number,
+  ) {
+    this.ub = Math.min(nUbatch, nBatch);
+    this.logits = new Float32Array(nVocab);
+  }
+
+  private token(): number {
+    return this.rand() % this.nVocab;
+  }
+
+  /** llama_decode of n tokens at positions pos0..: forwards of -ub tokens, logits of the last row only. */
+  private decode(n: number, pos0: number): void {
+    for (let s = 0; s < n; s += this.ub) {
+      const c = Math.min(this.ub, n - s);
+      const last = s + c === n;
+      this.be.forward({
+        tokens: Int32Array.from({ length: c }, () => this.token()),
+        pos: Int32Array.from({ length: c }, (_, i) => pos0 + s + i),
+        seq: new Int32Array(c),
+        outRows: last ? Int32Array.of(c - 1) : new Int32Array(0),
+        logits: this.logits,
+      });
+    }
+  }
+
+  /** A prompt of n tokens in decode calls of -b tokens. */
+  prompt(n: number, pos0: number): void {
+    for (let done = 0; done < n; done += this.nBatch) this.decode(Math.min(this.nBatch, n - done), pos0 + done);
+  }
+
+  /** n generated tokens, one decode call each. */
+  generate(n: number, pos0: number): void {
+    for (let i = 0; i < n; i++) this.decode(1, pos0 + i);
+  }
+}
+
+export class BenchRunner {
+  private model: Model | undefined;
+
+  /** The model of a path, loaded once for all of its tests (its own context kept minimal). */
+  modelFor(path: string): Model {
+    if (this.model && this.model.gguf.path === path) return this.model;
+    this.model?.close();
+    this.model = undefined;
+    this.model = Model.load(path, { nCtx: 1, maxTokens: 1, nThreads: 1 });
+    return this.model;
+  }
+
+  /** Runs one test `reps` times; the wall time of each run in nanoseconds. */
+  run(inst: BenchInstance, reps: number, warmup: boolean): number[] {
+    const m = this.modelFor(inst.model);
+    const nCtx = Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth);
+    if (nCtx > m.hp.nCtxTrain) process.stderr.write(`bench: note: ${nCtx} positions is more than the model's training context ${m.hp.nCtxTrain}\n`);
+    const be = new CpuBackend(m.hp, m.program, {
+      nSlots: 1,
+      nCtxSlot: nCtx,
+      maxTokens: Math.min(inst.nUbatch, inst.nBatch),
+      nThreads: inst.nThreads,
+      nThreadsBatch: inst.nThreads,
+    });
+    try {
+      const ctx = new TestContext(be, m.hp.nVocab, inst.nBatch, inst.nUbatch);
+      if (warmup) {
+        if (inst.nPrompt > 0) ctx.prompt(inst.nPrompt, 0);
+        if (inst.nGen > 0) ctx.generate(1, 0);
+      }
+      if (inst.nDepth > 0) ctx.prompt(inst.nDepth, 0); // positions below the test's are never rewritten
+      const samples: number[] = [];
+      for (let r = 0; r < reps; r++) {
+        const t0 = performance.now();
+        if (inst.nPrompt > 0) ctx.prompt(inst.nPrompt, inst.nDepth);
+        if (inst.nGen > 0) ctx.generate(inst.nGen, inst.nDepth + inst.nPrompt);
+        samples.push(Math.round((performance.now() - t0) * 1e6));
+      }
+      return samples;
+    } finally {
+      be.close();
+    }
+  }
+
+  close(): void {
+    this.model?.close();
+    this.model = undefined;
+  }
+}
