@@ -12,6 +12,16 @@ interface Pending {
   resolve: (d: DoneEvent) => void;
 }
 
+/**
+ * The worker's module: beside this file in a checkout; inside an executable made by
+ * `bun build --compile src/cli/main.ts src/engine/worker.ts`, the bundled entry sits at
+ * engine/worker.js under the bundle root (entries are laid out relative to src/).
+ */
+function workerUrl(): string {
+  if (import.meta.url.includes("/$bunfs/")) return "/$bunfs/root/engine/worker.js";
+  return new URL("./worker.ts", import.meta.url).href;
+}
+
 export class EngineClient {
   private worker: Worker;
   private nextId = 1;
@@ -24,7 +34,7 @@ export class EngineClient {
   }
 
   private constructor() {
-    this.worker = new Worker(new URL("./worker.ts", import.meta.url).href);
+    this.worker = new Worker(workerUrl());
     this.worker.onmessage = (ev: MessageEvent<FromWorker>) => this.onMessage(ev.data);
   }
 
