@@ -33,7 +33,7 @@ export const GENERATE_TABLE: FlagTable = {
     f(["--top-p"], { type: "float" }, "topP", "top-p", { default: 0.95, hint: "P" }),
     f(["--min-p"], { type: "float" }, "minP", "min-p", { default: 0.05, hint: "P" }),
     f(["-s", "--seed"], { type: "int", min: -1, max: 4294967295 }, "seed", "random seed (-1: random)", { default: -1, hint: "N" }),
-    f(["--stop"], { type: "string" }, "stop", "stop at this text (repeatable)", { hint: "TEXT", repeat: "append" }),
+    f(["--stop"], { type: "list", of: { type: "string" } }, "stop", "stop at this text (repeatable)", { hint: "TEXT", repeat: "append" }),
     f(["--grammar-file"], { type: "string", nonEmpty: true }, "grammarFile", "constrain the output with a GBNF grammar", { hint: "FNAME" }),
     f(["--ignore-eos"], { type: "none" }, "ignoreEos", "keep generating past end-of-generation tokens", { default: false }),
     f(["--parse-special"], { type: "none" }, "parseSpecial", "match special tokens such as <|im_start|> in the prompt text", { default: false }),

@@ -38,9 +38,10 @@ export interface QuantMix {
   typeOf(role: TensorRole, layer: number, nLayer: number): GgmlType;
 }
 
-/** llama-quantize's "more bits" layers for attn_v and ffn_down in the _M mixes. */
+/** llama-quantize's "more bits" layers for attn_v and ffn_down in the _M mixes (integer division, as llama). */
 export function useMoreBits(i: number, n: number): boolean {
-  return i < n / 8 || i >= (7 * n) / 8 || (i - Math.floor(n / 8)) % 3 === 2;
+  const e = Math.floor(n / 8), s = Math.floor((7 * n) / 8);
+  return i < e || i >= s || (i - e) % 3 === 2;
 }
 
 function uniform(name: string, fileType: number, t: GgmlType, output: GgmlType = t): QuantMix {
