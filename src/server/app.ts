@@ -59,10 +59,12 @@ function validationError(error: unknown): ApiError {
   return badRequest(`Field '${field}': ${detail}${first.summary && first.summary !== first.message ? ` (${first.summary})` : ""}`);
 }
 
-export function buildApp(ctx: ServerContext) {
+export function buildApp(ctx: ServerContext, maxBodyBytes: number) {
   const app = new Elysia()
     .onParse(async ({ request }) => {
       const text = await request.text();
+      const size = Buffer.byteLength(text);
+      if (size > maxBodyBytes) throw new ApiError("invalid_request_error", `the request body (${size} bytes) is larger than the limit of ${maxBodyBytes} bytes`, {}, 413);
       if (text.trim() === "") throw new BodyParseError("the request body is empty; expected a JSON object");
       try {
         return JSON.parse(text) as unknown;
@@ -75,6 +77,7 @@ export function buildApp(ctx: ServerContext) {
       if (code === "VALIDATION") return errorResponse(validationError(error));
       if (code === "PARSE") {
         const cause = (error as Error).cause;
+        if (cause instanceof ApiError) return errorResponse(cause);
         return errorResponse(badRequest(cause instanceof Error ? cause.message : "the request body is not valid JSON"));
       }
       const err = toApiError(error);

@@ -3,7 +3,7 @@
 // (tools/server/server-schema.cpp): soft limits clamp, hard limits answer 400 naming the field.
 import type { ServerOptions } from "../cli/flags.ts";
 import type { SamplingParams } from "../engine/protocol.ts";
-import { parseLogitBiasField, parseSamplersField } from "../sampling/params.ts";
+import { parseLogitBiasField, parseSamplersField, resolveSamplingParams } from "../sampling/index.ts";
 import { badField } from "./errors.ts";
 
 const INT32_MAX = 2 ** 31 - 1;
@@ -38,8 +38,6 @@ export interface ParamContext {
   nSlots: number;
   /** tokens of a text (no specials added), for string keys of logit_bias */
   encode(text: string): number[];
-  /** end-of-generation token ids (banned with ignore_eos, as llama does) */
-  eogIds: number[];
 }
 
 type Body = Record<string, unknown>;
@@ -125,12 +123,14 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
   }
   const samplers = has(b, "samplers") ? wrapSampling(() => parseSamplersField(b.samplers)) : [...o.samplers];
   const ignoreEos = bool(b, "ignore_eos", o.ignoreEos);
-  const bias: [number, number][] = has(b, "logit_bias")
-    ? wrapSampling(() => parseLogitBiasField(b.logit_bias, ctx.nVocab, ctx.encode)).map((x) => [x.id, x.bias] as [number, number])
-    : [];
-  if (ignoreEos) for (const id of ctx.eogIds) bias.push([id, -Infinity]);
-  const mirostat = Math.round(soft(b, "mirostat", 0, 0, 2));
-  const params: SamplingParams = {
+  const bias = has(b, "logit_bias") ? wrapSampling(() => parseLogitBiasField(b.logit_bias, ctx.nVocab, ctx.encode)) : [];
+  const mirostat = Math.round(soft(b, "mirostat", 0, 0, 2)) as 0 | 1 | 2;
+  const nProbs = Math.min(hard(b, ["n_probs", "logprobs"], 0, 0, INT32_MAX), ctx.nVocab);
+  const postSamplingProbs = bool(b, "post_sampling_probs", false);
+  const minKeep = hard(b, "min_keep", 0, 0, INT32_MAX);
+  const dynatempRange = num(b, "dynatemp_range", 0).v;
+  const dynatempExponent = num(b, "dynatemp_exponent", 1).v;
+  const raw: SamplingParams = {
     temperature: soft(b, "temperature", o.temperature, 0, Infinity),
     topK: Math.trunc(soft(b, "top_k", o.topK, 0, INT32_MAX)),
     topP: soft(b, "top_p", o.topP, 0, 1),
@@ -154,9 +154,17 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
     seed: seedV.v,
     logitBias: bias,
     samplers,
+    dynatempRange,
+    dynatempExponent,
+    minKeep,
+    adaptiveTarget: -1,
+    adaptiveDecay: 0.9,
+    ignoreEos,
+    nProbs,
+    postSamplingProbs,
   };
-  if (params.repeatPenalty <= 0) throw badField("repeat_penalty", `must be greater than 0, got ${params.repeatPenalty}`);
-  const nProbs = Math.min(hard(b, ["n_probs", "logprobs"], 0, 0, INT32_MAX), ctx.nVocab);
+  if (raw.repeatPenalty <= 0) throw badField("repeat_penalty", `must be greater than 0, got ${raw.repeatPenalty}`);
+  const params = wrapSampling(() => resolveSamplingParams(raw));
   const so = b.stream_options;
   const includeUsage = so !== null && typeof so === "object" ? bool(so as Body, "include_usage", false) : false;
   const responseFields = has(b, "response_fields") ? (b.response_fields as string[]) : [];
@@ -166,7 +174,7 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
     stop: readStop(b.stop),
     ignoreEos,
     nProbs,
-    postSamplingProbs: bool(b, "post_sampling_probs", false),
+    postSamplingProbs,
     cachePrompt: bool(b, "cache_prompt", o.cachePrompt),
     idSlot: hard(b, "id_slot", -1, -1, Math.max(0, ctx.nSlots - 1)),
     returnTokens: bool(b, "return_tokens", false),
@@ -175,9 +183,9 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
     includeUsage,
     nCmpl: hard(b, ["n_cmpl", "n"], 1, 1, ctx.nSlots),
     nKeep: hard(b, "n_keep", 0, -1, INT32_MAX),
-    minKeep: hard(b, "min_keep", 0, 0, INT32_MAX),
-    dynatempRange: num(b, "dynatemp_range", 0).v,
-    dynatempExponent: num(b, "dynatemp_exponent", 1).v,
+    minKeep,
+    dynatempRange,
+    dynatempExponent,
     responseFields,
   };
 }
@@ -215,7 +223,7 @@ export function settingsJson(s: GenSettings, extra: { grammar?: string; chatForm
     n_keep: s.nKeep,
     ignore_eos: s.ignoreEos,
     stream: s.stream,
-    ...(onlyMetrics ? {} : { logit_bias: p.logitBias.map(([token, bias]) => ({ bias: Number.isFinite(bias) ? bias : -3.4028234663852886e38, token })) }),
+    ...(onlyMetrics ? {} : { logit_bias: p.logitBias.map(({ id, bias }) => ({ bias: Number.isFinite(bias) ? bias : -3.4028234663852886e38, token: id })) }),
     n_probs: s.nProbs,
     min_keep: s.minKeep,
     ...(onlyMetrics ? {} : { grammar: extra.grammar ?? "" }),

@@ -117,7 +117,7 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
   const ctx = new ServerContext(o, modelPath, apiKeys, log);
 
   // listen first: /health answers 503 while the model loads
-  const app = buildApp(ctx);
+  const app = buildApp(ctx, maxBodyBytes);
   const fetch = middleware(ctx, (req) => app.handle(req), { maxBodyBytes });
   const servers: Server<undefined>[] = [];
   const tcpHosts = o.hosts.filter((h) => !h.endsWith(".sock"));
@@ -125,7 +125,7 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
   const idleTimeout = Math.min(255, Math.max(0, o.timeout));
   try {
     for (const host of o.hosts) {
-      const common = { fetch, maxRequestBodySize: maxBodyBytes + 1024, error: () => new Response("Internal Server Error", { status: 500 }) };
+      const common = { fetch, maxRequestBodySize: 2 * maxBodyBytes + (1 << 20), error: () => new Response("Internal Server Error", { status: 500 }) };
       const s = host.endsWith(".sock") ? Bun.serve({ ...common, unix: host }) : Bun.serve({ ...common, idleTimeout, hostname: host, port: o.port });
       servers.push(s as Server<undefined>);
       const where = host.endsWith(".sock") ? `unix://${host}` : `http://${formatHost(host)}:${s.port}`;

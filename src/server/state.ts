@@ -86,7 +86,6 @@ export class ServerContext {
       nVocab: tok.nVocab,
       nSlots: this.nSlots,
       encode: (t) => tok.encode(t, { addSpecial: false, parseSpecial: false }),
-      eogIds: tok.eogIds,
     };
   }
 }
