@@ -160,16 +160,14 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
   let grammar = grammarOf(body);
   const fmt = ctx.chatFormat;
   const thinking = fmt.thinking;
+  let toolGrammarAfterThinking: string | undefined;
   if (policy.forced && grammar === undefined) {
     const wrapping = toolCallWrapping(r.syntax);
     if (!wrapping) throw notSupported(`tool_choice "${policy.mode}" is not supported for the ${fmt.family} chat format yet (its ${r.syntax} tool-call syntax has no grammar here); use tool_choice "auto"`);
-    grammar = toolCallGrammar(policy, {
-      wrapping,
-      parallel: body.parallel_tool_calls !== false,
-      thinking: r.enableThinking ? thinking : null,
-      startsInsideThinking: r.startsInsideThinking,
-    });
+    const go = { wrapping, parallel: body.parallel_tool_calls !== false, startsInsideThinking: r.startsInsideThinking };
+    grammar = toolCallGrammar(policy, { ...go, thinking: r.enableThinking ? thinking : null });
     GrammarMatcher.compile(grammar);
+    if (r.enableThinking && thinking) toolGrammarAfterThinking = toolCallGrammar(policy, { ...go, thinking: null, startsInsideThinking: false });
   }
   const rf = body.reasoning_format;
   const reasoningFormat = rf === undefined || rf === null ? ctx.opts.reasoningFormat : parseReasoningFormat(rf);
@@ -188,8 +186,8 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
   }
   if (budgetTokens === -1) budgetTokens = ctx.opts.reasoningBudget;
   const budget: ReasoningBudget | undefined =
-    thinking && r.enableThinking && budgetTokens > 0 && grammar === undefined
-      ? { tokens: budgetTokens, startsInside: r.startsInsideThinking, start: thinking.start, end: thinking.end, forcedText: `\n${thinking.end}\n\n` }
+    thinking && r.enableThinking && budgetTokens > 0 && (grammar === undefined || toolGrammarAfterThinking !== undefined)
+      ? { tokens: budgetTokens, startsInside: r.startsInsideThinking, start: thinking.start, end: thinking.end, forcedText: `\n${thinking.end}\n\n`, grammarAfter: toolGrammarAfterThinking }
       : undefined;
   const parser: OutputOptions = {
     syntax: r.syntax,

@@ -18,6 +18,8 @@ export interface ReasoningBudget {
   end: string;
   /** text forced when the budget runs out (e.g. "\n</think>\n\n") */
   forcedText: string;
+  /** the grammar for what follows the thinking (a forced tool call without its think prefix) */
+  grammarAfter?: string;
 }
 
 export interface ChoiceSpec {
@@ -177,7 +179,7 @@ export class GenerationSet {
     const used = kept.length + forced.length;
     const nPredict = spec.req.nPredict < 0 ? -1 : Math.max(0, spec.req.nPredict - used);
     if (nPredict === 0) return { ...first, stopType: "limit", tokensPredicted: used };
-    const second = await this.engineRun(index, { ...spec.req, prompt: [...spec.req.prompt, ...kept, ...forced], nPredict }, this.ctl.signal);
+    const second = await this.engineRun(index, { ...spec.req, prompt: [...spec.req.prompt, ...kept, ...forced], nPredict, grammar: budget.grammarAfter ?? spec.req.grammar }, this.ctl.signal);
     const t1 = first.timings, t2 = second.timings;
     const predN = used + second.tokensPredicted;
     // the second prompt pass re-reads only the forced tokens (the rest is cached): count it as generation time

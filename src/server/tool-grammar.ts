@@ -53,10 +53,17 @@ function lit(s: string): string {
 }
 
 /** Text that never contains "</" (raw XML parameter values, thoughts). */
-const FREE_TEXT = `( [^<] | "<" [^/] )*`;
+const FREE_TEXT = `xml-char*`;
 
 function isStringSchema(s: JsonSchema): boolean {
   return s.type === "string" || (Array.isArray(s.type) && s.type.length === 1 && s.type[0] === "string");
+}
+
+/** The raw values a string enum / const allows (XML parameters are written unquoted). */
+function stringChoices(s: JsonSchema): string[] | null {
+  if (typeof s.const === "string") return [s.const];
+  if (Array.isArray(s.enum) && s.enum.length > 0 && s.enum.every((v) => typeof v === "string")) return s.enum as string[];
+  return null;
 }
 
 /** Rules for one tool's call in Qwen3's XML form; `p` prefixes its rule names. */
@@ -67,8 +74,12 @@ function xmlCallRules(name: string, params: JsonSchema, p: string): string[] {
   const parts: string[] = [];
   Object.entries(props).forEach(([key, schema], j) => {
     let value: string;
-    if (isStringSchema(schema)) value = "xml-text";
-    else {
+    const choices = stringChoices(schema);
+    if (choices) value = `( ${choices.map(lit).join(" | ")} )`;
+    else if (isStringSchema(schema)) {
+      const max = schema.maxLength;
+      value = typeof max === "number" && Number.isInteger(max) && max >= 0 ? `[^<]{0,${max}}` : "xml-text";
+    } else {
       const conv = convertJsonSchema(schema);
       const vp = `${p}v${j}-`;
       rules.push(prefixRules(conv.gbnf, vp));
@@ -110,6 +121,7 @@ export function toolCallGrammar(policy: ToolPolicy, o: ToolGrammarOptions): stri
   }
   rules.push(`call ::= ${lit(w.open)} ${body} ${lit(w.close)}`);
   rules.push(`xml-text ::= ${FREE_TEXT}`);
+  rules.push(`xml-char ::= [^<] | "<" [^/]`);
   let think = "";
   if (o.thinking) {
     const t = `${FREE_TEXT} ${lit(o.thinking.end)} [ \\t\\n]*`;
