@@ -53,3 +53,12 @@ void bl_rope_apply(const bl_rope *r, float *v, int n_heads, int hd, int32_t pos)
     theta_extrap *= theta_scale;
   }
 }
+
+/* Exported for tests: rotate n_heads vectors of hd floats at pos with a block's RoPE settings. */
+int64_t bl_rope_apply_block(const bl_block *b, float *v, int64_t n_heads, int64_t hd, int64_t pos) {
+  if (!b || !v || n_heads <= 0 || hd <= 0 || b->n_rot > hd || b->n_rot % 2) return 1;
+  bl_rope r;
+  bl_rope_init(&r, b);
+  bl_rope_apply(&r, v, (int)n_heads, (int)hd, (int32_t)pos);
+  return 0;
+}
