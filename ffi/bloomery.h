@@ -158,6 +158,8 @@ int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
+/* RoPE of a block's settings on n_heads vectors of hd floats at position pos (for tests). */
+int64_t bl_rope_apply_block(const bl_block *b, float *v, int64_t n_heads, int64_t hd, int64_t pos);
 
 /* ---- sampling ----
  * The vocabulary-wide part of a sampling step (src/sampling/ runs the chain on the candidates).

@@ -1,9 +1,9 @@
 // bloomery: bun:ffi bindings of the CPU library (ffi/bloomery.h). The library is embedded in
 // the compiled executable; dlopen takes the path Bun gives for the embedded file.
-import { dlopen, FFIType, CString } from "bun:ffi";
+import { dlopen, CString, type Pointer } from "bun:ffi";
 import libPath from "../build/libbloomery_cpu.so" with { type: "file" };
 
-const { i64, u64, ptr, cstring } = { i64: FFIType.i64, u64: FFIType.u64, ptr: FFIType.ptr, cstring: FFIType.cstring };
+const i64 = "i64" as const, u64 = "u64" as const, ptr = "ptr" as const, cstring = "cstring" as const, f64 = "f64" as const;
 
 export const cpuSymbols = {
   bl_abi_version: { args: [], returns: i64 },
@@ -15,7 +15,8 @@ export const cpuSymbols = {
   bl_dequantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_quantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
-  bl_synth_fill: { args: [i64, ptr, i64, i64, u64, FFIType.f64], returns: i64 },
+  bl_synth_fill: { args: [i64, ptr, i64, i64, u64, f64], returns: i64 },
+  bl_rope_apply_block: { args: [ptr, ptr, i64, i64, i64], returns: i64 },
   bl_cpu_ctx_new: { args: [ptr, ptr], returns: i64 },
   bl_cpu_ctx_free: { args: [u64], returns: i64 },
   bl_cpu_forward: { args: [u64, ptr, ptr], returns: i64 },
@@ -51,7 +52,7 @@ export class NativeError extends Error {
 export function check(status: number | bigint, what: string): void {
   const s = Number(status);
   if (s === 0) return;
-  const p = cpu().bl_last_error();
+  const p = cpu().bl_last_error() as Pointer | null;
   const msg = p ? new CString(p).toString() : "";
   throw new NativeError(s, `${what}: ${msg || `native status ${s}`}`);
 }
