@@ -154,7 +154,8 @@ int64_t bl_cpu_forward(uint64_t ctx, const bl_program *prog, const bl_batch *bat
 int64_t bl_cpu_kv_clear(uint64_t ctx, int64_t slot, int64_t from);
 /* Copy n positions of slot src's KV to slot dst (prefix sharing between slots). */
 int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
-/* Bytes one position takes across all layers (k and v), and save/restore of n positions. */
+/* Bytes one position takes across all layers (k and v), and save/restore of n positions. The
+ * saved layout is position-major, so the first m*pos_bytes bytes of a state are a state of m. */
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);

@@ -162,14 +162,18 @@ int64_t bl_cpu_kv_pos_bytes(uint64_t h) {
 
 typedef enum { KV_SAVE, KV_LOAD } kv_dir;
 
+/* Saved KV is position-major (for each position: every layer's k row, then its v row), so any
+ * prefix of a saved state is itself a valid saved state of fewer positions. */
 static int64_t kv_move(bl_cpu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, kv_dir dir) {
-  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
-  for (int64_t l = 0; l < c->p.kv_layers; l++) {
-    size_t off = (((size_t)l * c->p.kv_slots + slot) * c->p.kv_ctx) * c->p.kv_k_dim;
-    uint16_t *kk = c->kc + off, *vv = c->vc + off;
-    if (dir == KV_SAVE) { memcpy(buf, kk, row); memcpy(buf + row, vv, row); }
-    else { memcpy(kk, buf, row); memcpy(vv, buf + row, row); }
-    buf += 2 * row;
+  const size_t row = (size_t)c->p.kv_k_dim * 2;
+  for (int64_t p = 0; p < n; p++) {
+    for (int64_t l = 0; l < c->p.kv_layers; l++) {
+      size_t off = ((((size_t)l * c->p.kv_slots + slot) * c->p.kv_ctx) + (size_t)p) * c->p.kv_k_dim;
+      uint16_t *kk = c->kc + off, *vv = c->vc + off;
+      if (dir == KV_SAVE) { memcpy(buf, kk, row); memcpy(buf + row, vv, row); }
+      else { memcpy(kk, buf, row); memcpy(vv, buf + row, row); }
+      buf += 2 * row;
+    }
   }
   return BL_OK;
 }

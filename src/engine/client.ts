@@ -1,6 +1,14 @@
 // bloomery engine: the main thread's handle on the engine worker: load, generate with streamed
 // token events, cancel, slot info. Every request gets its own id; events route by id.
-import type { DoneEvent, EngineOptions, FromWorker, GenerateRequest, ModelInfo, SlotInfo, TokenEvent } from "./protocol.ts";
+import type { DoneEvent, EngineOptions, EngineStats, FromWorker, GenerateRequest, ModelInfo, SlotInfo, TokenEvent } from "./protocol.ts";
+
+/** A slot action the engine refused (status and type as llama-server's error shape). */
+export class SlotActionError extends Error {
+  constructor(message: string, readonly type: string, readonly code: number) {
+    super(message);
+    this.name = "SlotActionError";
+  }
+}
 
 export interface GenerateHandlers {
   onTokens?: (events: TokenEvent[]) => void;
@@ -27,6 +35,8 @@ export class EngineClient {
   private nextId = 1;
   private pending = new Map<number, Pending>();
   private slotWaiters: ((s: SlotInfo[]) => void)[] = [];
+  private statWaiters: ((s: EngineStats) => void)[] = [];
+  private actionWaiters = new Map<number, { resolve: (r: Record<string, number>) => void; reject: (e: Error) => void }>();
   info!: ModelInfo;
   /** requests submitted and not yet done */
   get inFlight(): number {
@@ -93,6 +103,18 @@ export class EngineClient {
         w?.(m.slots);
         break;
       }
+      case "stats": {
+        const w = this.statWaiters.shift();
+        w?.(m.stats);
+        break;
+      }
+      case "slot-action": {
+        const w = this.actionWaiters.get(m.reqId);
+        this.actionWaiters.delete(m.reqId);
+        if (m.error) w?.reject(new SlotActionError(m.error.message, m.error.type, m.error.code));
+        else w?.resolve(m.result ?? {});
+        break;
+      }
       case "log":
         console.error(m.message);
         break;
@@ -120,6 +142,22 @@ export class EngineClient {
     return new Promise((resolve) => {
       this.slotWaiters.push(resolve);
       this.worker.postMessage({ type: "slots" });
+    });
+  }
+
+  stats(): Promise<EngineStats> {
+    return new Promise((resolve) => {
+      this.statWaiters.push(resolve);
+      this.worker.postMessage({ type: "stats" });
+    });
+  }
+
+  /** Save, restore or erase a slot's state (path: the file, for save and restore). */
+  slotAction(action: "save" | "restore" | "erase", slot: number, path?: string): Promise<Record<string, number>> {
+    const reqId = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.actionWaiters.set(reqId, { resolve, reject });
+      this.worker.postMessage({ type: "slot-action", reqId, action, slot, path });
     });
   }
 

@@ -90,6 +90,8 @@ export type ToWorker =
   | { type: "generate"; req: GenerateRequest }
   | { type: "cancel"; id: number }
   | { type: "slots" }
+  | { type: "stats" }
+  | { type: "slot-action"; reqId: number; action: "save" | "restore" | "erase"; slot: number; path?: string }
   | { type: "shutdown" };
 
 export type FromWorker =
@@ -98,7 +100,21 @@ export type FromWorker =
   | { type: "tokens"; events: TokenEvent[] }
   | { type: "done"; done: DoneEvent }
   | { type: "slots"; slots: SlotInfo[] }
+  | { type: "stats"; stats: EngineStats }
+  | { type: "slot-action"; reqId: number; result?: Record<string, number>; error?: { message: string; type: string; code: number } }
   | { type: "log"; message: string };
+
+/** Counters for /metrics and logs. */
+export interface EngineStats {
+  slots: number;
+  slotsBusy: number;
+  queued: number;
+  cacheEntries: number;
+  cacheBytes: number;
+  cacheHits: number;
+  cacheMisses: number;
+  cachedTokensRestored: number;
+}
 
 export interface EngineOptions {
   nCtx: number;

@@ -3,9 +3,15 @@
 // reading their prompt, up to the batch size, so a long prompt cannot stall running streams.
 import type { Model } from "./model.ts";
 import type { Batch } from "./backend.ts";
-import type { DoneEvent, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
+import type { DoneEvent, EngineStats, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
 import { Task } from "./task.ts";
 import type { SamplerFactory } from "./task.ts";
+import { commonPrefix, PromptCache } from "./prompt-cache.ts";
+import { readSlotFile, writeSlotFile } from "./slot-file.ts";
+
+/** Slot states shorter than this are not worth saving to the prompt cache. */
+const MIN_SAVE_TOKENS = 16;
+
 
 export class EngineError extends Error {
   constructor(message: string, readonly type = "server_error", readonly code = 500) {
@@ -32,11 +38,91 @@ export class Scheduler {
   private queue: Task[] = [];
   private logits: Float32Array;
   private clock = 0;
+  readonly cache: PromptCache;
+  private restored = 0;
 
-  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, private readonly ubatch: number) {
+  /** cacheBytes: the prompt cache's budget in host RAM (0 disables it, < 0 no limit) */
+  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, private readonly ubatch: number, cacheBytes = 0) {
     const b = model.backend;
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
+    this.cache = new PromptCache(cacheBytes, b.kvPosBytes());
+  }
+
+  stats(): EngineStats {
+    return {
+      slots: this.slots.length, slotsBusy: this.slots.filter((s) => s.task).length, queued: this.queue.length,
+      cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
+      cachedTokensRestored: this.restored,
+    };
+  }
+
+  private idleSlot(id: number): Slot {
+    const s = this.slots[id];
+    if (!s) throw new EngineError(`slot ${id} does not exist (${this.slots.length} slots)`, "invalid_request_error", 400);
+    if (s.task) throw new EngineError(`slot ${id} is busy`, "unavailable_error", 503);
+    return s;
+  }
+
+  /** llama-server's slot save: the slot's tokens and KV to a file. */
+  saveSlotFile(id: number, path: string): { n_saved: number; n_written: number; save_ms: number } {
+    const t0 = performance.now();
+    const s = this.idleSlot(id);
+    const posBytes = this.model.backend.kvPosBytes();
+    const kv = new Uint8Array(s.tokens.length * posBytes);
+    if (s.tokens.length) this.model.backend.kvSave(s.id, s.tokens.length, kv);
+    const n = writeSlotFile(path, { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes }, s.tokens, kv);
+    return { n_saved: s.tokens.length, n_written: n, save_ms: performance.now() - t0 };
+  }
+
+  /** llama-server's slot restore: a saved state back into a slot. */
+  restoreSlotFile(id: number, path: string): { n_restored: number; n_read: number; restore_ms: number } {
+    const t0 = performance.now();
+    const s = this.idleSlot(id);
+    const posBytes = this.model.backend.kvPosBytes();
+    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot });
+    if (f.tokens.some((t) => t < 0 || t >= this.model.hp.nVocab)) throw new EngineError("slot file holds token ids outside the vocabulary", "invalid_request_error", 400);
+    if (f.tokens.length) this.model.backend.kvLoad(s.id, f.tokens.length, f.kv);
+    s.tokens = f.tokens;
+    return { n_restored: f.tokens.length, n_read: f.bytes, restore_ms: performance.now() - t0 };
+  }
+
+  /** llama-server's slot erase: forget what the slot holds. */
+  eraseSlot(id: number): { n_erased: number } {
+    const s = this.idleSlot(id);
+    const n = s.tokens.length;
+    s.tokens = [];
+    return { n_erased: n };
+  }
+
+  /** Save what a slot holds to the prompt cache (before it is overwritten). */
+  private saveSlot(s: Slot): void {
+    if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
+    this.cache.save(s.tokens, (dst) => this.model.backend.kvSave(s.id, s.tokens.length, dst));
+  }
+
+  /** The KV prefix a task can start from in slot s: what the slot holds, or a cache entry restored into it. */
+  private prepareSlot(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
+    let keep = usePrefix ? commonPrefix(s.tokens, prompt) : 0;
+    if (usePrefix && this.cache.enabled) {
+      const { entry, n } = this.cache.best(prompt);
+      if (entry && n > keep) {
+        this.saveSlot(s);
+        const posBytes = this.model.backend.kvPosBytes();
+        this.model.backend.kvLoad(s.id, n, entry.kv.subarray(0, n * posBytes));
+        s.tokens = entry.tokens.slice(0, n);
+        this.cache.touch(entry);
+        this.cache.hits++;
+        this.restored += n;
+        keep = n;
+      } else if (keep < Math.min(s.tokens.length, prompt.length)) {
+        this.cache.misses++;
+      }
+    }
+    if (keep < s.tokens.length) this.saveSlot(s);
+    keep = Math.min(keep, prompt.length - 1);
+    s.tokens.length = keep;
+    return keep;
   }
 
   get busy(): boolean {
@@ -92,8 +178,7 @@ export class Scheduler {
       }
       if (!slot) { i++; continue; }
       this.queue.splice(i, 1);
-      const keep = t.req.cachePrompt ? Math.min(commonPrefix(slot.tokens, t.req.prompt), t.req.prompt.length - 1) : 0;
-      slot.tokens.length = keep;
+      const keep = this.prepareSlot(slot, t.req.prompt, t.req.cachePrompt);
       t.start(slot.id, keep);
       slot.task = t;
     }
@@ -178,11 +263,4 @@ export class Scheduler {
     if (events.length) this.hooks.tokens(events);
     return true;
   }
-}
-
-function commonPrefix(a: readonly number[], b: readonly number[]): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a[i] === b[i]) i++;
-  return i;
 }

@@ -19,7 +19,8 @@ function load(path: string, o: EngineOptions): void {
   try {
     const m = Model.load(path, { nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact });
     model = m;
-    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize);
+    const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
+    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes);
     post({ type: "loaded", info: modelInfo(m, path) });
   } catch (e) {
     post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
@@ -61,6 +62,20 @@ self.onmessage = (ev: MessageEvent<ToWorker>) => {
       break;
     case "slots":
       post({ type: "slots", slots: sched?.slotInfo() ?? [] });
+      break;
+    case "stats":
+      if (sched) post({ type: "stats", stats: sched.stats() });
+      break;
+    case "slot-action":
+      try {
+        if (!sched) throw new EngineError("the model is not loaded", "unavailable_error", 503);
+        const result = m.action === "erase" ? sched.eraseSlot(m.slot)
+          : m.action === "save" ? sched.saveSlotFile(m.slot, m.path!) : sched.restoreSlotFile(m.slot, m.path!);
+        post({ type: "slot-action", reqId: m.reqId, result });
+      } catch (e) {
+        const err = e instanceof EngineError ? e : new EngineError(e instanceof Error ? e.message : String(e), "invalid_request_error", 400);
+        post({ type: "slot-action", reqId: m.reqId, error: { message: err.message, type: err.type, code: err.code } });
+      }
       break;
     case "shutdown":
       model?.close();
