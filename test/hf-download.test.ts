@@ -9,6 +9,7 @@ import { HfError, resolveHfModel, planHfModel, listCachedRepos, type DownloadEve
 import { StandInHub, bytes, commitOf, sha256, gitSha1, type HubFile } from "./hf-hub.ts";
 
 const hub = new StandInHub();
+const readBytes = (path: string): Uint8Array => new Uint8Array(readFileSync(path));
 const FAST = { retries: 0, retryDelayMs: 1, progressIntervalMs: 0 };
 
 beforeAll(() => {
@@ -62,7 +63,7 @@ describe("download into the hub cache", () => {
     expect(r.bytesDownloaded).toBe(content.length);
     expect(lstatSync(r.path).isSymbolicLink()).toBe(true);
     expect(readlinkSync(r.path)).toBe(`../../blobs/${sha256(content)}`);
-    expect(new Uint8Array(readFileSync(join(repoDir, "blobs", sha256(content))))).toEqual(content);
+    expect(readBytes(join(repoDir, "blobs", sha256(content)))).toEqual(content);
     expect(readFileSync(join(repoDir, "refs", "main"), "utf8")).toBe(commit);
     expect(existsSync(join(repoDir, "blobs", `${sha256(content)}.incomplete`))).toBe(false);
     const kinds = events.map((e) => e.event);
@@ -91,7 +92,7 @@ describe("download into the hub cache", () => {
     const cache = freshCache();
     const a = await resolveHfModel({ repo: "acme/nested", tag: "Q6_K" }, opts(cache));
     expect(readlinkSync(a.path)).toBe(`../../../../blobs/${sha256(gguf)}`);
-    expect(new Uint8Array(readFileSync(a.path))).toEqual(gguf);
+    expect(readBytes(a.path)).toEqual(gguf);
     const b = await resolveHfModel({ repo: "acme/nested", file: "small-F16.gguf" }, opts(cache));
     expect(readlinkSync(b.path)).toBe(`../../blobs/${gitSha1(plain)}`);
     expect(b.path.includes(commit)).toBe(true);
@@ -130,7 +131,7 @@ describe("resume", () => {
     const r = await resolveHfModel({ repo: "acme/cut" }, opts(cache, events));
     const gets = hub.log.slice(before).filter((x) => x.path.includes("/resolve/"));
     expect(gets.map((g) => g.range)).toEqual(["bytes=400000-"]);
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
     expect(existsSync(part)).toBe(false);
     expect(r.bytesDownloaded).toBe(600_000);
     expect(events.some((x) => x.event === "download_resume" && x.bytes_done === 400_000)).toBe(true);
@@ -143,7 +144,7 @@ describe("resume", () => {
     const before = hub.log.length;
     const events: DownloadEvent[] = [];
     const r = await resolveHfModel({ repo: "acme/reset" }, opts(cache, events, { download: { ...FAST, retries: 3 } }));
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
     const ranges = hub.log.slice(before).filter((x) => !x.path.startsWith("/api/")).map((x) => `${x.path.startsWith("/cdn/") ? "cdn" : "hub"} ${x.range}`);
     // the hub redirects twice to the CDN stand-in, which resets after 250000 bytes each time
     expect(ranges).toEqual(["hub null", "cdn null", "hub bytes=250000-", "cdn bytes=250000-", "hub bytes=500000-"]);
@@ -157,7 +158,7 @@ describe("resume", () => {
     expect((await refusal(resolveHfModel({ repo: "acme/norange" }, opts(cache)))).code).toBe("E_HF_NETWORK");
     const events: DownloadEvent[] = [];
     const r = await resolveHfModel({ repo: "acme/norange" }, opts(cache, events));
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
     expect(events.some((x) => x.event === "download_warning" && x.message.includes("ignored the resume request"))).toBe(true);
   });
 });
@@ -226,7 +227,7 @@ describe("split sets and tags", () => {
     expect(r.files.length).toBe(3);
     expect(r.path).toBe(r.files[0]);
     expect(r.files.map((p) => p.slice(p.lastIndexOf("/") + 1))).toEqual(["big-Q8_0-00001-of-00003.gguf", "big-Q8_0-00002-of-00003.gguf", "big-Q8_0-00003-of-00003.gguf"]);
-    r.files.forEach((p, i) => expect(new Uint8Array(readFileSync(p))).toEqual(parts[i]));
+    r.files.forEach((p, i) => expect(readBytes(p)).toEqual(parts[i]));
   });
 
   test("a tag nothing matches is refused with the tags there are", async () => {
@@ -259,7 +260,7 @@ describe("access", () => {
     expect(wrong.code).toBe("E_HF_AUTH");
     const before = hub.log.length;
     const r = await resolveHfModel({ repo: "acme/gated" }, opts(cache, [], { token: "hf_secret123" }));
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
     expect(hub.log.slice(before).every((x) => x.auth === "Bearer hf_secret123")).toBe(true);
   });
 
@@ -295,7 +296,7 @@ describe("offline and the cache of other tools", () => {
     expect(hub.log.length).toBe(before);
     expect(r.fromCache).toBe(true);
     expect(r.path).toBe(join(cache, "models--other--model-GGUF", "snapshots", commit, "model-Q4_K_M.gguf"));
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
   });
 
   test("online, a file another tool cached is reused without a file request", async () => {
@@ -361,7 +362,7 @@ describe("offline and the cache of other tools", () => {
     mkdirSync(lockDir, { recursive: true });
     writeFileSync(join(lockDir, `${sha256(content)}.bloomery-pid`), String(deadPid));
     const r = await resolveHfModel({ repo: "acme/lock" }, opts(cache));
-    expect(new Uint8Array(readFileSync(r.path))).toEqual(content);
+    expect(readBytes(r.path)).toEqual(content);
     expect(existsSync(join(lockDir, `${sha256(content)}.bloomery-pid`))).toBe(false);
   });
 });

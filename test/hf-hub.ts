@@ -1,7 +1,7 @@
 // Test helper: a stand-in Hugging Face hub on 127.0.0.1 (refs, tree and resolve routes as the
 // real hub answers them), with knobs to cut a download midway, lie about a checksum, gate a
 // repository behind a token, page the tree listing, and go away (unreachable).
-import { CryptoHasher } from "bun";
+import { CryptoHasher, type TCPSocketListener } from "bun";
 
 export interface HubFile {
   path: string;
@@ -67,7 +67,7 @@ export class StandInHub {
   /** tree entries per page (0 = all in one answer) */
   pageSize = 0;
   private server: ReturnType<typeof Bun.serve> | null = null;
-  private cdn: ReturnType<typeof Bun.listen<{ out: Uint8Array; sent: number }>> | null = null;
+  private cdn: TCPSocketListener<{ out: Uint8Array; sent: number }> | null = null;
   private readonly cdnPlans: { content: Uint8Array; start: number; stopAt: number }[] = [];
 
   get url(): string {

@@ -136,7 +136,7 @@ export function splitParts(files: readonly RepoFile[], first: RepoFile, missingC
 }
 
 /** The model files `spec` means among `files`: one file, or every part of a split set (first part first). */
-export function selectFiles(files: readonly RepoFile[], spec: HfModelSpec, where: string, missingCode: "E_HF_NOT_FOUND" | "E_OFFLINE_NOT_CACHED" = "E_HF_NOT_FOUND"): RepoFile[] {
+export function selectFiles(files: readonly RepoFile[], spec: HfModelSpec, where: string = spec.repo, missingCode: "E_HF_NOT_FOUND" | "E_OFFLINE_NOT_CACHED" = "E_HF_NOT_FOUND"): RepoFile[] {
   const sorted = [...files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   if (spec.file !== undefined) {
     const f = sorted.find((x) => x.path === spec.file);
