@@ -253,7 +253,16 @@ export class Scheduler {
     outSlots.forEach((s, i) => {
       const t = s.task!;
       if (!t.prompting) t.genMs += ms;
-      const res = t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+      let res: ReturnType<Task["next"]>;
+      try {
+        res = t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+      } catch (e) {
+        // a sampling failure (e.g. every token banned) ends this request, never the engine
+        s.task = undefined;
+        s.lastUsed = ++this.clock;
+        this.hooks.done(t.finish("none", s.id, "", { message: `sampling failed: ${e instanceof Error ? e.message : String(e)}`, type: "server_error", code: 500 }));
+        return;
+      }
       if (res.event) events.push(res.event);
       if (res.stop) {
         if (events.length) { this.hooks.tokens(events.splice(0)); }
