@@ -129,9 +129,6 @@ describe("routes and errors", () => {
     const props = await post(`${srv.url}/props`, {});
     expect(props.status).toBe(501);
     expect(props.json.error.message).toContain("--props");
-    const save = await post(`${srv.url}/slots/0?action=save`, { filename: "s.bin" });
-    expect(save.status).toBe(501);
-    expect(save.json.error.message).toContain("not implemented yet");
     expect((await post(`${srv.url}/slots/0?action=save`, { filename: "../x" })).status).toBe(400);
     expect((await post(`${srv.url}/slots/0?action=dance`, {})).json.error.message).toBe("Invalid action");
     expect((await post(`${srv.url}/slots/x?action=erase`, {})).json.error.message).toBe("Invalid slot ID");
@@ -156,6 +153,38 @@ describe("routes and errors", () => {
     expect(s.length).toBe(2);
     expect(s[0]).toMatchObject({ id: 0, n_ctx: 1024, is_processing: false });
     expect(srv.log()).toContain("-ngl 99: this build has no GPU backend");
+  });
+
+  test("slot save, erase and restore (--slot-save-path); the restored prefix is reused", async () => {
+    const prompt = "import os\nimport sys\n\ndef main():\n";
+    const first = await post(`${srv.url}/completion`, { prompt, n_predict: 4, id_slot: 1, temperature: 0 });
+    expect(first.json.id_slot).toBe(1);
+    const save = await post(`${srv.url}/slots/1?action=save`, { filename: "one.bin" });
+    expect(save.status).toBe(200);
+    expect(save.json).toMatchObject({ id_slot: 1, filename: "one.bin" });
+    expect(save.json.n_saved).toBeGreaterThan(5);
+    expect(save.json.n_written).toBeGreaterThan(0);
+    const erase = await post(`${srv.url}/slots/1?action=erase`, {});
+    expect(erase.json).toEqual({ id_slot: 1, n_erased: save.json.n_saved });
+    const restore = await post(`${srv.url}/slots/1?action=restore`, { filename: "one.bin" });
+    expect(restore.json.n_restored).toBe(save.json.n_saved);
+    const again = await post(`${srv.url}/completion`, { prompt, n_predict: 4, id_slot: 1, temperature: 0 });
+    expect(again.json.tokens_cached).toBeGreaterThan(5);
+    expect(again.json.content).toBe(first.json.content);
+    const missing = await post(`${srv.url}/slots/0?action=restore`, { filename: "nope.bin" });
+    expect(missing.status).toBeGreaterThanOrEqual(400);
+    expect(missing.json.error.message.length).toBeGreaterThan(0);
+  });
+
+  test("a generation that fails (every token banned) is an error; the server goes on", async () => {
+    const ban = Array.from({ length: 8000 }, (_, i) => [i, false]);
+    const r = await post(`${srv.url}/completion`, { prompt: "def", n_predict: 3, logit_bias: ban });
+    expect(r.status).toBe(500);
+    expect(r.json.error.type).toBe("server_error");
+    const s = await post(`${srv.url}/v1/chat/completions`, { messages: [{ role: "user", content: "x" }], max_tokens: 3, logit_bias: ban, stream: true });
+    expect(s.status).toBe(500);
+    expect(s.json.error.message).toContain("sampling failed");
+    expect((await post(`${srv.url}/completion`, { prompt: "def", n_predict: 3 })).status).toBe(200);
   });
 
   test("/tokenize, /detokenize and /apply-template", async () => {

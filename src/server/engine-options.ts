@@ -66,7 +66,6 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   if (o.cacheReuse > 0) notes.push(`srv  load_model: --cache-reuse ${o.cacheReuse}: KV shifting is not implemented; only the common prefix of a slot's last prompt is reused`);
   if (!o.contBatching) notes.push("srv  load_model: --no-cont-batching: the engine always batches the busy slots together");
   if (o.loadMode === "none") notes.push("srv  load_model: --no-mmap: weights are always memory-mapped by this engine");
-  if (o.slotSavePath !== undefined) notes.push("srv  load_model: --slot-save-path: slot save/restore/erase answer 501 not_supported_error until the engine's prompt cache lands");
   if (explicit.has("timeout") && o.timeout > 255) notes.push(`srv  load_model: -to ${o.timeout}: idle connections are closed after 255 s at most (Bun's limit); generating requests are never timed out`);
 
   return {

@@ -1,6 +1,6 @@
 // bloomery server: request counters and the Prometheus text of GET /metrics (llama-server's
 // `llamacpp:` metric names), and admission: how many generations may run or wait at once.
-import type { DoneEvent } from "../engine/protocol.ts";
+import type { DoneEvent, EngineStats } from "../engine/protocol.ts";
 import { ApiError } from "./errors.ts";
 
 export class Metrics {
@@ -34,7 +34,7 @@ export class Metrics {
   }
 
   /** The Prometheus exposition text; resets the averaging window. */
-  render(processing: number, deferred: number): string {
+  render(st: EngineStats): string {
     const rate = (n: number, ms: number) => (ms > 0 ? (n * 1000) / ms : 0);
     const counters: [string, string, number][] = [
       ["prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", this.promptTokens],
@@ -48,8 +48,8 @@ export class Metrics {
     const gauges: [string, string, number][] = [
       ["prompt_tokens_seconds", "Average prompt throughput in tokens/s", rate(this.bucketPromptTokens, this.bucketPromptMs)],
       ["predicted_tokens_seconds", "Average generation throughput in tokens/s", rate(this.bucketPredTokens, this.bucketPredMs)],
-      ["requests_processing", "Number of requests processing", processing],
-      ["requests_deferred", "Number of requests deferred", deferred],
+      ["requests_processing", "Number of requests processing", st.slotsBusy],
+      ["requests_deferred", "Number of requests deferred", st.queued],
     ];
     this.bucketPromptTokens = this.bucketPromptMs = this.bucketPredTokens = this.bucketPredMs = 0;
     let out = "";
@@ -60,6 +60,15 @@ export class Metrics {
     };
     add("counter", counters);
     add("gauge", gauges);
+    // the host-RAM prompt cache (bloomery's own; llama-server has no such metrics)
+    const cache: [string, string, string, number][] = [
+      ["prompt_cache_hits_total", "counter", "Prompts started from a prompt-cache entry", st.cacheHits],
+      ["prompt_cache_misses_total", "counter", "Prompts that found no prompt-cache entry", st.cacheMisses],
+      ["prompt_cache_tokens_restored_total", "counter", "Tokens restored from the prompt cache", st.cachedTokensRestored],
+      ["prompt_cache_entries", "gauge", "Entries in the prompt cache", st.cacheEntries],
+      ["prompt_cache_bytes", "gauge", "Bytes held by the prompt cache", st.cacheBytes],
+    ];
+    for (const [name, type, help, v] of cache) out += `# HELP bloomery:${name} ${help}\n# TYPE bloomery:${name} ${type}\nbloomery:${name} ${formatValue(v)}\n`;
     return out;
   }
 }

@@ -3,7 +3,9 @@
 // counts, and the 501 answers for what this server cannot do (embeddings, rerank, infill ...).
 import { getChatTemplate } from "../chat/index.ts";
 import { renderChatPrompt } from "./chat-request.ts";
-import { ApiError, badField, badRequest, notSupported } from "./errors.ts";
+import { join } from "node:path";
+import { SlotActionError } from "../engine/client.ts";
+import { ApiError, ERROR_STATUS, type ErrorType, badField, badRequest, notSupported } from "./errors.ts";
 import { readGenSettings, settingsJson } from "./params.ts";
 import { tokenizeMixed } from "./prompt.ts";
 import type { ServerContext } from "./state.ts";
@@ -108,24 +110,36 @@ function validFilename(name: string): boolean {
   return name.length > 0 && name.length <= 255 && !/[/\\\0]/.test(name) && name !== "." && name !== ".." && !/^\s|\s$/.test(name);
 }
 
-export function slotAction(ctx: ServerContext, idText: string, action: string | null, body: Obj): Response {
-  if (ctx.opts.slotSavePath === undefined) throw notSupported("This server does not support slots action. Start it with `--slot-save-path`");
+/** POST /slots/{id}?action=save|restore|erase (needs --slot-save-path, as llama-server). */
+export async function slotAction(ctx: ServerContext, idText: string, action: string | null, body: Obj): Promise<Response> {
+  const dir = ctx.opts.slotSavePath;
+  if (dir === undefined) throw notSupported("This server does not support slots action. Start it with `--slot-save-path`");
   if (!/^\d+$/.test(idText)) throw badRequest("Invalid slot ID");
   const id = Number(idText);
   if (id >= ctx.nSlots) throw badRequest(`Invalid slot ID: ${id} (${ctx.nSlots} slots)`);
-  if (action === "save" || action === "restore") {
-    const f = body.filename;
-    if (typeof f !== "string" || !validFilename(f)) throw badRequest("Invalid filename");
-    throw notSupported(`slot ${action} is not implemented yet: saving and restoring slot caches waits for the prompt-cache work in the engine`);
+  try {
+    if (action === "save" || action === "restore") {
+      const f = body.filename;
+      if (typeof f !== "string" || !validFilename(f)) throw badRequest("Invalid filename");
+      const r = await ctx.engine.slotAction(action, id, join(dir, f));
+      if (action === "save") return Response.json({ id_slot: id, filename: f, n_saved: r.n_saved, n_written: r.n_written, timings: { save_ms: r.save_ms } });
+      return Response.json({ id_slot: id, filename: f, n_restored: r.n_restored, n_read: r.n_read, timings: { restore_ms: r.restore_ms } });
+    }
+    if (action === "erase") {
+      const r = await ctx.engine.slotAction("erase", id);
+      return Response.json({ id_slot: id, n_erased: r.n_erased });
+    }
+  } catch (e) {
+    if (e instanceof SlotActionError) throw new ApiError((e.type in ERROR_STATUS ? e.type : "server_error") as ErrorType, e.message, {}, e.code);
+    throw e;
   }
-  if (action === "erase") throw notSupported("slot erase is not implemented yet: the engine has no message to drop a slot's cache");
   throw badRequest("Invalid action");
 }
 
-export function metricsText(ctx: ServerContext): Response {
+export async function metricsText(ctx: ServerContext): Promise<Response> {
   if (!ctx.opts.metrics) throw notSupported("This server does not support metrics endpoint. Start it with `--metrics`");
-  const a = ctx.admission;
-  return new Response(ctx.metrics.render(a.processing, a.waiting), {
+  const st = await ctx.engine.stats();
+  return new Response(ctx.metrics.render(st), {
     headers: { "Content-Type": "text/plain; version=0.0.4", "Process-Start-Time-Unix": String(ctx.metrics.startTime) },
   });
 }

@@ -1,6 +1,6 @@
 // bloomery server: `bloomery-serve [flags]`: parse llama-server's flags, listen at once (503
 // "Loading model" until ready), load the model into the engine worker, serve until SIGINT/SIGTERM.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
 import { EngineClient } from "../engine/client.ts";
@@ -111,6 +111,13 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
   const modelPath = o.model;
   if (!existsSync(modelPath)) throw new StartError(`-m: model file '${modelPath}' does not exist`, 1);
   const apiKeys = readApiKeys(o);
+  if (o.slotSavePath !== undefined) {
+    try {
+      mkdirSync(o.slotSavePath, { recursive: true });
+    } catch (e) {
+      throw new StartError(`--slot-save-path: cannot create '${o.slotSavePath}': ${e instanceof Error ? e.message : String(e)}`, 2);
+    }
+  }
   const tplOverride = flagTemplate(o);
   const maxBodyBytes = envInt(env, "BLOOMERY_MAX_BODY_MB", DEFAULT_MAX_BODY_MB) * 1024 * 1024;
   const loadDelayMs = envInt(env, "BLOOMERY_TEST_LOAD_DELAY_MS", 0);
