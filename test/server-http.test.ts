@@ -1,7 +1,7 @@
 // The HTTP layer of the real executable: loading state, API keys, CORS, error shapes, validation,
 // info routes, limits (context, wait queue, body size) and cancellation.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runCli } from "./exe.ts";
@@ -286,6 +286,24 @@ describe("limits", () => {
 });
 
 describe("command line", () => {
+  test("-hf serves a model from the Hugging Face cache (offline); the model is named by the spec", async () => {
+    const cache = join(dir, "hub");
+    const commit = "0123456789abcdef0123456789abcdef01234567";
+    const repoDir = join(cache, "models--acme--demo-GGUF");
+    mkdirSync(join(repoDir, "refs"), { recursive: true });
+    mkdirSync(join(repoDir, "snapshots", commit), { recursive: true });
+    writeFileSync(join(repoDir, "refs", "main"), commit);
+    copyFileSync(DEMO_MODEL, join(repoDir, "snapshots", commit, "demo-Q8_0.gguf"));
+    const hf = await startServer(["-hf", "acme/demo-GGUF:q8_0", "--offline", "-c", "512", "-np", "1"], { env: { HF_HUB_CACHE: cache } });
+    try {
+      const m: any = await (await fetch(`${hf.url}/v1/models`)).json();
+      expect(m.data[0].id).toBe("acme/demo-GGUF:q8_0");
+      expect((await post(`${hf.url}/completion`, { prompt: "def", n_predict: 2 })).json.tokens_predicted).toBe(2);
+    } finally {
+      await hf.stop();
+    }
+  });
+
   test("an unknown flag is an error naming it (exit 2); a missing model file exits 1", () => {
     const r = runCli(["--no-such-flag"]);
     expect(r.code).toBe(2);

@@ -5,6 +5,7 @@ import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
 import { EngineClient } from "../engine/client.ts";
 import { GgufFile } from "../gguf/index.ts";
+import { type HfModelSpec, defaultProgress, hfOptionsFromEnv, isHfError, parseHfRepo, resolveHfModel } from "../hf/index.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { buildApp } from "./app.ts";
 import { EngineOptionError, planEngine } from "./engine-options.ts";
@@ -65,6 +66,17 @@ function envInt(env: Env, name: string, def: number): number {
   return n;
 }
 
+/** -hf / -hff as a download spec (a bad spec is a flag error). */
+function hfModelSpec(o: ServerOptions): HfModelSpec {
+  try {
+    const { repo, tag } = parseHfRepo(o.hfRepo!);
+    return { repo, tag, file: o.hfFile };
+  } catch (e) {
+    if (isHfError(e)) throw new StartError(e.message, 2);
+    throw e;
+  }
+}
+
 /** Runs the server; resolves with the exit code once it stops. */
 export async function runServe(argv: string[], env: Env): Promise<number> {
   let parsed;
@@ -104,12 +116,9 @@ export async function runServe(argv: string[], env: Env): Promise<number> {
 
 async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions>, warnings: readonly string[], env: Env, log: Log): Promise<number> {
   for (const w of warnings) log(`warn: ${w}`);
-  if (o.model === undefined) {
-    if (o.hfRepo !== undefined) throw new StartError(`--hf-repo ${o.hfRepo}: downloading from Hugging Face is not available in this build yet; download the GGUF and pass it with -m`, 1);
-    throw new StartError("no model given: pass a GGUF file with -m FNAME (or set LLAMA_ARG_MODEL)", 2);
-  }
-  const modelPath = o.model;
-  if (!existsSync(modelPath)) throw new StartError(`-m: model file '${modelPath}' does not exist`, 1);
+  if (o.model === undefined && o.hfRepo === undefined) throw new StartError("no model given: pass a GGUF file with -m FNAME or a repository with -hf <user>/<model>[:quant]", 2);
+  if (o.model !== undefined && !existsSync(o.model)) throw new StartError(`-m: model file '${o.model}' does not exist`, 1);
+  const hfSpec = o.model === undefined && o.hfRepo !== undefined ? hfModelSpec(o) : undefined;
   const apiKeys = readApiKeys(o);
   if (o.slotSavePath !== undefined) {
     try {
@@ -121,7 +130,7 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
   const tplOverride = flagTemplate(o);
   const maxBodyBytes = envInt(env, "BLOOMERY_MAX_BODY_MB", DEFAULT_MAX_BODY_MB) * 1024 * 1024;
   const loadDelayMs = envInt(env, "BLOOMERY_TEST_LOAD_DELAY_MS", 0);
-  const ctx = new ServerContext(o, modelPath, apiKeys, log);
+  const ctx = new ServerContext(o, apiKeys, log);
 
   // listen first: /health answers 503 while the model loads
   const app = buildApp(ctx, maxBodyBytes);
@@ -161,7 +170,24 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
     return code;
   };
 
+  const stopCtl = new AbortController();
+  void stopped.then(() => stopCtl.abort());
   try {
+    let modelPath = o.model ?? "";
+    if (hfSpec) {
+      const h = hfOptionsFromEnv(env);
+      log(`srv  load_model: resolving -hf ${o.hfRepo}${o.hfFile ? ` (file ${o.hfFile})` : ""}`);
+      const got = await resolveHfModel(hfSpec, {
+        offline: o.offline || h.offline,
+        token: o.hfToken ?? (h.token || undefined),
+        endpoint: h.endpoint,
+        cacheDir: h.cacheDir,
+        onProgress: o.logDisable ? undefined : defaultProgress(process.stderr),
+        signal: stopCtl.signal,
+      });
+      modelPath = got.path;
+    }
+    ctx.modelPath = modelPath;
     log(`srv  load_model: loading model '${modelPath}'`);
     if (loadDelayMs > 0) await Bun.sleep(loadDelayMs);
     const gguf = GgufFile.open(modelPath);
@@ -184,7 +210,8 @@ async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions
       shutdown(2);
       throw e;
     }
-    log(`srv  load_model: failed to load model '${modelPath}': ${msg}`);
+    if (stopCtl.signal.aborted) return shutdown(0);
+    log(`srv  load_model: failed to load model '${ctx.modelPath || o.hfRepo}': ${msg}`);
     log("main: exiting due to model loading error");
     return shutdown(1);
   }

@@ -29,16 +29,18 @@ export class ServerContext {
   chatFormat!: ChatFormat;
   readonly metrics = new Metrics();
   admission = new Admission(1, 0);
-  /** model name answered in responses and /v1/models */
-  readonly modelName: string;
+  /** the GGUF file loaded (for -hf, known once the download is done) */
+  modelPath = "";
 
   constructor(
     readonly opts: ServerOptions,
-    readonly modelPath: string,
     readonly apiKeys: readonly string[],
     readonly log: Log,
-  ) {
-    this.modelName = opts.alias[0] ?? basename(modelPath);
+  ) {}
+
+  /** model name answered in responses and /v1/models: the alias, else the -hf spec, else the file name */
+  get modelName(): string {
+    return this.opts.alias[0] ?? this.opts.hfRepo ?? basename(this.modelPath);
   }
 
   get ready(): boolean {
