@@ -96,7 +96,7 @@ describe("routes and errors", () => {
     expect(empty.status).toBe(400);
     const temp = await post(`${srv.url}/v1/chat/completions`, { messages: [{ role: "user", content: "hi" }], temperature: "hot" });
     expect(temp.status).toBe(400);
-    expect(temp.json.error.message).toContain("temperature");
+    expect(temp.json.error.message).toBe(`Field 'temperature': expected number, got "hot"`);
     const nested = await post(`${srv.url}/v1/messages`, { max_tokens: 4, messages: [{ role: 5, content: "x" }] });
     expect(nested.status).toBe(400);
     expect(nested.json.error.message).toContain("messages[0].role");

@@ -52,6 +52,9 @@ describe("native /completion", () => {
     const partial = events.slice(0, -1);
     expect(partial.every((e) => e.stop === false && e.tokens.length <= 1)).toBe(true);
     expect(partial.map((e) => e.content).join("")).toBe(plain.json.content);
+    const timed = await fetch(`${srv.url}/completion`, { method: "POST", body: JSON.stringify({ ...body, stream: true, timings_per_token: true }) });
+    const tchunks = parseSse(await timed.text()).map((e) => e.data).slice(0, -1);
+    expect(tchunks.map((c) => c.timings.predicted_n)).toEqual(tchunks.map((_, i) => i + 1));
   });
 
   test("a list of prompts answers a list; n_probs gives completion_probabilities; a stop string ends with stop_type word", async () => {

@@ -42,6 +42,24 @@ interface ValidationIssue {
   path?: string;
   message?: string;
   summary?: string;
+  value?: unknown;
+  schema?: { type?: string; anyOf?: { type?: string }[] };
+}
+
+/** What a (union) schema wants, in words: "integer", "string or array". */
+function expected(schema: ValidationIssue["schema"]): string | undefined {
+  if (!schema) return undefined;
+  if (Array.isArray(schema.anyOf)) {
+    const kinds = schema.anyOf.map((s) => s.type).filter((t): t is string => typeof t === "string" && t !== "null");
+    return kinds.length ? [...new Set(kinds)].join(" or ") : undefined;
+  }
+  return schema.type;
+}
+
+function shown(v: unknown): string {
+  const s = JSON.stringify(v);
+  if (s === undefined) return String(v);
+  return s.length > 60 ? `${s.slice(0, 57)}...` : s;
 }
 
 /** Elysia's validation error as llama's 400 naming the field. */
@@ -55,8 +73,10 @@ function validationError(error: unknown): ApiError {
   const first = issues.find((i) => i.path) ?? issues[0];
   if (!first) return badRequest(error instanceof Error ? error.message : "invalid request body");
   const field = fieldOfPath(first.path ?? "");
-  const detail = first.message === "Expected required property" ? "is required" : (first.message ?? first.summary ?? "invalid value");
-  return badRequest(`Field '${field}': ${detail}${first.summary && first.summary !== first.message ? ` (${first.summary})` : ""}`);
+  if (first.message === "Expected required property") return badRequest(`Field '${field}': is required`);
+  const want = expected(first.schema);
+  const detail = want ? `expected ${want}, got ${shown(first.value)}` : (first.summary ?? first.message ?? "invalid value");
+  return badRequest(`Field '${field}': ${detail}`);
 }
 
 export function buildApp(ctx: ServerContext, maxBodyBytes: number) {

@@ -5,7 +5,7 @@ import type { ChatDelta, ParsedMessage } from "../chat/index.ts";
 import type { DoneEvent } from "../engine/protocol.ts";
 import { prepareChat } from "./chat-request.ts";
 import { chatEvents, collectChat } from "./chat-stream.ts";
-import { BUILD_INFO, chatCompletionId, finishReason, nowSeconds, probEntries, sumTimings, timingsJson, usageJson } from "./common.ts";
+import { BUILD_INFO, LiveTimings, chatCompletionId, finishReason, nowSeconds, probEntries, sumTimings, timingsJson, usageJson } from "./common.ts";
 import { engineError, errorResponse } from "./errors.ts";
 import { GenerationSet } from "./runner.ts";
 import { SSE_DONE, sseData, sseResponse } from "./sse.ts";
@@ -79,6 +79,8 @@ export async function chatCompletion(ctx: ServerContext, body: Body, request: Re
     system_fingerprint: BUILD_INFO,
     object: "chat.completion.chunk",
   });
+  const live = new LiveTimings();
+  const counts = prep.specs.map(() => 0);
   async function* frames(): AsyncGenerator<string, void> {
     const dones: DoneEvent[] = [];
     for await (const e of chatEvents(set, prep.parser)) {
@@ -86,10 +88,12 @@ export async function chatCompletion(ctx: ServerContext, body: Body, request: Re
         yield sseData(chunk(e.index, { role: "assistant", content: null }));
       } else if (e.kind === "deltas") {
         const chunks: Record<string, unknown>[] = e.deltas.map((d) => chunk(e.index, deltaJson(d)));
+        counts[e.index] += e.tokens.length;
         if (chunks.length && s.nProbs > 0 && e.tokens.length) {
           const c = (chunks[chunks.length - 1].choices as Record<string, unknown>[])[0];
           c.logprobs = { content: probEntries(e.tokens, s.postSamplingProbs) };
         }
+        if (chunks.length && s.timingsPerToken) chunks[chunks.length - 1].timings = live.tokens(nPrompt, counts[e.index]);
         for (const c of chunks) yield sseData(c);
       } else {
         const d = e.done;

@@ -128,3 +128,30 @@ export function pickFields(paths: string[], obj: Record<string, unknown>): Recor
   }
   return out;
 }
+
+/**
+ * timings_per_token while streaming: measured here, at the HTTP layer, from the request's start
+ * to its first token (prompt) and from there on (generation); the final chunk has the engine's.
+ */
+export class LiveTimings {
+  private readonly t0 = performance.now();
+  private tFirst = 0;
+
+  tokens(nPrompt: number, nPredicted: number): Record<string, number> {
+    const now = performance.now();
+    if (this.tFirst === 0) this.tFirst = now;
+    const promptMs = this.tFirst - this.t0;
+    const predMs = now - this.tFirst;
+    return {
+      cache_n: 0,
+      prompt_n: nPrompt,
+      prompt_ms: promptMs,
+      prompt_per_token_ms: nPrompt ? promptMs / nPrompt : 0,
+      prompt_per_second: promptMs ? (nPrompt * 1000) / promptMs : 0,
+      predicted_n: nPredicted,
+      predicted_ms: predMs,
+      predicted_per_token_ms: nPredicted ? predMs / nPredicted : 0,
+      predicted_per_second: predMs ? (nPredicted * 1000) / predMs : 0,
+    };
+  }
+}

@@ -4,6 +4,7 @@ import type { DoneEvent, TokenEvent } from "../engine/protocol.ts";
 import { GrammarMatcher, requestGrammar } from "../grammar/index.ts";
 import {
   BUILD_INFO,
+  LiveTimings,
   chatCompletionId,
   finishReason,
   nowSeconds,
@@ -119,6 +120,7 @@ export async function nativeCompletion(ctx: ServerContext, body: Body, request: 
   const err = await set.firstError();
   if (err) return errorResponse(engineError(err, job.specs[0].req.prompt.length, ctx.nCtxSlot));
   const counts = job.specs.map(() => 0);
+  const live = new LiveTimings();
   async function* frames(): AsyncGenerator<string, void> {
     for (let e = await set.next(); e; e = await set.next()) {
       const i = e.index;
@@ -136,6 +138,7 @@ export async function nativeCompletion(ctx: ServerContext, body: Body, request: 
             tokens_evaluated: nPrompt,
           };
           if (s.nProbs > 0) chunk.completion_probabilities = probEntries([t], s.postSamplingProbs);
+          if (s.timingsPerToken) chunk.timings = live.tokens(nPrompt, counts[i]);
           yield sseData(chunk);
         }
       } else {
