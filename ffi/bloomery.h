@@ -143,6 +143,12 @@ int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, v
 int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t row_stride, int64_t rows,
                          const float *x, int64_t n_x, int64_t n, float *y);
 int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, void *y, int64_t n, double *r);
+/* A path's tile on `rows` weight rows against na (1..8) activation rows, on n_threads pinned
+ * threads taking tile_rows rows at a time: the best of `reps` passes in ns (microbenchmarks). */
+int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t ws, int64_t rows, int64_t n, int64_t na,
+                        int64_t tile_rows, int64_t n_threads, int64_t reps, double *best_ns);
+/* Map every page of a read-only mapping up front (llama's MAP_POPULATE): no page faults later. */
+int64_t bl_prefault(uint64_t base, uint64_t size);
 /* Memory read bandwidth: n_threads pinned threads read a buffer of `bytes` `reps` times; the
  * best rate in GB/s (1e9 bytes) in *gbps. */
 int64_t bl_membw(int64_t n_threads, int64_t bytes, int64_t reps, double *gbps);
@@ -201,6 +207,57 @@ typedef struct bl_sample_args {
 int64_t bl_sample_candidates(bl_sample_args *args);
 /* The first index of the largest logit (NaN or +inf: an error). */
 int64_t bl_sample_argmax(const float *logits, int64_t n_vocab, int64_t *out_id);
+
+/* ---- CUDA (libbloomery_cuda.so) ----
+ * The same model program on one NVIDIA card. The library loads without a driver or a GPU;
+ * nothing touches the GPU before an entry point is called, every entry point returns a status,
+ * and bl_cuda_last_error() is the message of the last failure on this thread. A context copies
+ * every tensor the program names to the card when it is made (from the program's host
+ * addresses: the mapped GGUF); the program's memory is not needed afterwards. */
+typedef struct bl_cuda_device {
+  int64_t index, cc_major, cc_minor, sm_count;
+  int64_t total_bytes, free_bytes;
+  int64_t driver_version, runtime_version; /* 1000 * major + 10 * minor */
+  int64_t l2_bytes, smem_optin;
+  int64_t has_code;                        /* this build carries code the card runs */
+  char name[96];
+} bl_cuda_device; /* 23 slots */
+
+int64_t bl_cuda_abi_version(void);
+const char *bl_cuda_last_error(void);
+/* The driver is present and new enough: *n_devices CUDA devices. BL_E_DEVICE when there is no
+ * driver or no device, BL_E_UNSUPPORTED when the driver is too old (the message says which). */
+int64_t bl_cuda_probe(int64_t *n_devices, int64_t *driver_version);
+int64_t bl_cuda_device_info(int64_t dev, bl_cuda_device *out);
+/* Bytes the program's weights take on the card (each distinct tensor once) and the bytes a context
+ * of these parameters adds (KV cache, work buffers); validates the program, needs no device. */
+int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *ctx_bytes);
+/* BL_E_NOMEM (naming the sizes) when the model and the context do not fit the card's free memory. */
+int64_t bl_cuda_ctx_new(int64_t dev, const bl_ctx_params *p, const bl_program *prog, uint64_t *out_ctx);
+int64_t bl_cuda_ctx_free(uint64_t ctx);
+int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch);
+/* A forward that returns, for each output row, its k best logits (value desc, id asc) in
+ * vals[n_out * k] / ids[n_out * k] instead of the logits (batch->logits is not used); k in 1..64. */
+int64_t bl_cuda_forward_topk(uint64_t ctx, const bl_batch *batch, int64_t k, int32_t *ids, float *vals);
+int64_t bl_cuda_kv_clear(uint64_t ctx, int64_t slot, int64_t from);
+int64_t bl_cuda_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
+int64_t bl_cuda_kv_pos_bytes(uint64_t ctx);
+int64_t bl_cuda_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
+int64_t bl_cuda_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
+/* GRAPHS: 1 (default) replays decode steps as captured CUDA graphs, 0 launches every kernel;
+ * PREFILL_MIN: batches of at least this many tokens take the tensor-core path (default 9);
+ * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */
+enum { BL_CUDA_OPT_GRAPHS = 1, BL_CUDA_OPT_PREFILL_MIN = 2, BL_CUDA_OPT_MAX_SPLITS = 3 };
+int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
+/* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
+int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);
+/* Tests: y[i][r] = W row r . x row i (n_x rows of n floats) on device dev, W `rows` rows of type
+ * stored as row_stride-byte rows; path 0 the decode product, 1 and 2 the tensor-core tiles
+ * (64 and 32 rows of x a tile; n a multiple of 128). Outputs are poisoned before the run. */
+int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, const void *w, int64_t row_stride, int64_t rows,
+                            const float *x, int64_t n_x, int64_t n, float *y);
+/* Tests: n elements (whole blocks) of type dequantized on the card. */
+int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *src, int64_t n, float *dst);
 
 #ifdef __cplusplus
 }

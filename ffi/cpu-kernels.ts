@@ -18,6 +18,8 @@ export const kernelSymbols = {
   bl_kernel_matmul: { args: [cstring, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_kernel_float: { args: [cstring, i64, f32, p, p, i64, p], returns: i64 },
   bl_membw: { args: [i64, i64, i64, p], returns: i64 },
+  bl_prefault: { args: [u64, u64], returns: i64 },
+  bl_kernel_bench: { args: [cstring, i64, p, i64, i64, i64, i64, i64, i64, i64, p], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof kernelSymbols>>["symbols"];
@@ -100,4 +102,17 @@ export function kernelFloat(path: string, op: number, a: number, x: FloatBuf, y:
   const r = new Float64Array(1);
   check(kernels().bl_kernel_float(cs(path), op, a, ptr(x), ptr(y), n, ptr(r)), `kernel float op ${op} (${path})`);
   return r[0];
+}
+
+/** Best wall time in ns of one pass of a path's tile over `rows` rows against nA activation rows on `threads` threads. */
+export function kernelBench(path: string, type: number, w: Uint8Array, rowStride: number, rows: number, n: number,
+  nA: number, tileRows: number, threads: number, reps: number): number {
+  const out = new Float64Array(1);
+  check(kernels().bl_kernel_bench(cs(path), type, ptr(w), rowStride, rows, n, nA, tileRows, threads, reps, ptr(out)), `kernel bench (${path}, type ${type})`);
+  return out[0];
+}
+
+/** Map every page of a read-only mapping into the page tables now (as llama's MAP_POPULATE does). */
+export function prefault(base: bigint, size: bigint): void {
+  check(kernels().bl_prefault(base, size), "prefaulting the model mapping");
 }

@@ -64,6 +64,12 @@ describe("forward passes agree across paths", () => {
           const ex = onPath(p, () => mx.evalSequence(prompt, 0));
           expect(maxAbsDiff(ex, refExact)).toBe(0);
         }
+        // the two SIMD paths keep the same integer lanes and float operations: the same bits
+        if (paths.includes("avx2") && paths.includes("avx512")) {
+          const a = onPath("avx2", () => m.evalSequence(prompt, 0, 0, true));
+          const b = onPath("avx512", () => m.evalSequence(prompt, 0, 0, true));
+          expect(maxAbsDiff(a, b)).toBe(0);
+        }
       } finally {
         m.close();
         mx.close();

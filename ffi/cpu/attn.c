@@ -1,8 +1,10 @@
 /* bloomery CPU library: the attention block as one pool job - rmsnorm, Q/K/V projections (the
  * input converted once per activation type, the three matrices one item space), biases,
  * per-head Q/K norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache
- * (items of (token, KV head, position chunk); the query heads sharing a KV head walk its rows
- * together; online softmax; chunks of a long context merged after), output projection and
+ * (items of (token, KV head); the query heads sharing a KV head walk its rows together; online
+ * softmax over chunks of 512 positions merged in a fixed order - for few tokens and long contexts
+ * the chunks are items of their own - so results never depend on the batch or the threads),
+ * output projection and
  * residual. Queries are rounded to f16 before the K products, as ggml does. The exact path
  * keeps the reference loops (one pass, double sums of the softmax). */
 #include "ctx.h"
@@ -11,7 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-#define SUB 64 /* positions per sub-tile of an item */
+#define SUB 64     /* positions per sub-tile of a chunk */
+#define CHUNK 512  /* positions per chunk: the unit of the softmax merge, whatever the batch or threads */
 
 static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer, int64_t slot, int64_t pos, int64_t dim) {
   return base + (((layer * c->p.kv_slots + slot) * c->p.kv_ctx) + pos) * dim;
@@ -34,9 +37,10 @@ typedef struct {
   const bl_tensor *w[3];
   int64_t rpi, tiles[3];
   /* attention */
-  int64_t chunk, n_chunk; /* positions per item, items per (token, KV head) */
-  float *part;            /* n_tok x nh x n_chunk x (hd + 2): m, l, acc */
-  float *wk;              /* per worker: group x (SUB + hd + 2) floats */
+  int64_t n_chunk;        /* chunks of the longest context in the batch */
+  int split;              /* chunks are items of their own (few tokens), merged in a phase after */
+  float *part;            /* split: n_tok x nkv x n_chunk x group x (hd + 2): m, l, acc */
+  float *wk;              /* per worker: SUB scores, then n_chunk x group x (hd + 2) states */
   int64_t wk_stride;
   /* output projection */
   int32_t vt_o;
@@ -110,30 +114,27 @@ static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
   memcpy(c->att + t * j->qd + h * hd, acc, sizeof(float) * (size_t)hd);
 }
 
-/* Positions [p0, p1) of token t against KV head g, for every query head of the group: online
- * softmax state (m, l, acc) per head, written to att (one chunk) or to the partials. */
-static void attn_item(attn_job *j, int ith, int64_t t, int64_t g, int64_t ch) {
+/* Chunk ch (positions [ch * CHUNK, ...) up to the token's own) of token t against KV head g, for
+ * every query head of the group: the online-softmax state (m, l, acc[hd]) of each head, written
+ * to out[hh * (hd + 2)]. The scores of a sub-tile of positions sit in wk. */
+static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch, float *out) {
   bl_cpu_ctx *c = j->c;
   const bl_kernels *kn = c->kern;
-  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1;
-  const int64_t p0 = ch * j->chunk, p1 = p0 + j->chunk < n ? p0 + j->chunk : n;
-  float *wk = j->wk + (int64_t)ith * j->wk_stride;
-  float *s = wk;                  /* SUB scores */
-  float *st = wk + SUB;           /* per head: m, l, acc[hd] */
-  const int64_t sts = hd + 2;
+  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1, sts = hd + 2;
+  const int64_t p0 = ch * CHUNK, p1 = p0 + CHUNK < n ? p0 + CHUNK : n;
+  float *s = wk;
   for (int64_t h = 0; h < G; h++) {
-    st[h * sts] = -INFINITY;
-    st[h * sts + 1] = 0;
-    memset(st + h * sts + 2, 0, sizeof(float) * (size_t)hd);
+    out[h * sts] = -INFINITY;
+    out[h * sts + 1] = 0;
+    memset(out + h * sts + 2, 0, sizeof(float) * (size_t)hd);
   }
   const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
   const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
   for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
     const int64_t nb = p1 - b0 < SUB ? p1 - b0 : SUB;
     for (int64_t hh = 0; hh < G; hh++) {
-      const int64_t h = g * G + hh;
-      const float *q = c->q + t * j->qd + h * hd;
-      float *m = st + hh * sts, *l = m + 1, *acc = m + 2;
+      const float *q = c->q + t * j->qd + (g * G + hh) * hd;
+      float *m = out + hh * sts, *l = m + 1, *acc = m + 2;
       float mx = -INFINITY;
       for (int64_t p = 0; p < nb; p++) {
         s[p] = kn->dot_f16(q, kb + (b0 + p) * j->kd, hd) * j->scale;
@@ -151,37 +152,36 @@ static void attn_item(attn_job *j, int ith, int64_t t, int64_t g, int64_t ch) {
       for (int64_t p = 0; p < nb; p++) kn->axpy_f16(s[p], vb + (b0 + p) * j->kd, acc, hd);
     }
   }
-  for (int64_t hh = 0; hh < G; hh++) {
-    const int64_t h = g * G + hh;
-    const float *m = st + hh * sts;
-    if (j->n_chunk == 1) {
-      float *o = c->att + t * j->qd + h * hd;
-      const float inv = m[1] > 0 ? 1.0f / m[1] : 0.0f;
-      for (int64_t i = 0; i < hd; i++) o[i] = m[2 + i] * inv;
-    } else {
-      memcpy(j->part + ((t * j->nh + h) * j->n_chunk + ch) * sts, m, sizeof(float) * (size_t)sts);
-    }
-  }
 }
 
-static void merge_head(attn_job *j, int64_t t, int64_t h) {
-  const int64_t hd = j->hd, sts = hd + 2;
-  const float *pp = j->part + (t * j->nh + h) * j->n_chunk * sts;
+/* att row of (t, h) from the states of its n_ch chunks (stride `stride` floats between chunks). */
+static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64_t n_ch, int64_t stride) {
+  const int64_t hd = j->hd;
   float M = -INFINITY;
-  for (int64_t ch = 0; ch < j->n_chunk; ch++)
-    if (pp[ch * sts + 1] > 0 && pp[ch * sts] > M) M = pp[ch * sts];
+  for (int64_t ch = 0; ch < n_ch; ch++)
+    if (pp[ch * stride + 1] > 0 && pp[ch * stride] > M) M = pp[ch * stride];
   float *o = j->c->att + t * j->qd + h * hd;
   memset(o, 0, sizeof(float) * (size_t)hd);
   double L = 0;
-  for (int64_t ch = 0; ch < j->n_chunk; ch++) {
-    const float *m = pp + ch * sts;
+  for (int64_t ch = 0; ch < n_ch; ch++) {
+    const float *m = pp + ch * stride;
     if (m[1] <= 0) continue;
     const float a = expf(m[0] - M);
     L += (double)a * m[1];
     j->c->kern->axpy_f32(a, m + 2, o, hd);
   }
-  const float inv = L > 0 ? (float)(1.0 / L) : 0.0f;
-  for (int64_t i = 0; i < hd; i++) o[i] *= inv;
+  j->c->kern->scale_f32(L > 0 ? (float)(1.0 / L) : 0.0f, o, hd);
+}
+
+static inline int64_t n_chunks(const attn_job *j, int64_t t) { return ((int64_t)j->pos[t] + CHUNK) / CHUNK; }
+
+/* One (token, KV head): its chunks one after another, then merged (few tokens: see attn_task). */
+static void attn_item(attn_job *j, int ith, int64_t t, int64_t g) {
+  float *wk = j->wk + (int64_t)ith * j->wk_stride;
+  float *st = wk + SUB;
+  const int64_t nch = n_chunks(j, t), sts = j->hd + 2, G = j->group;
+  for (int64_t ch = 0; ch < nch; ch++) attn_chunk(j, wk, t, g, ch, st + ch * G * sts);
+  for (int64_t hh = 0; hh < G; hh++) merge_head(j, t, g * G + hh, st + hh * sts, nch, G * sts);
 }
 
 static void attn_task(void *a, int ith, int nth) {
@@ -192,10 +192,10 @@ static void attn_task(void *a, int ith, int nth) {
   const uint8_t **act = j->act + (int64_t)ith * j->n_tok;
   float **yp = j->yp + (int64_t)ith * j->n_tok;
   bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
     for (int i = 0; i < j->n_vt; i++) bl_job_quantize(c, &j->c_q[i], j->vt[i], c->h, j->E, j->n_tok, j->E, j->qin[i], j->rb[i]);
-    bl_pool_barrier(c->pool);
+    bl_pool_barrier_ith(c->pool, ith);
   }
   /* Q, K and V rows as one item space */
   float *outs[3] = {c->q, c->k, c->v};
@@ -218,24 +218,31 @@ static void attn_task(void *a, int ith, int nth) {
     const int64_t r0 = tile * j->rpi, r1 = r0 + j->rpi < dims[mi] ? r0 + j->rpi : dims[mi];
     bl_mm_rows(c, ith, &m, r0, r1);
   }
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_prep, 1)) < j->n_tok;) prep_token(j, t);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (exact) {
     for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nh;) attn_exact(j, ith, i / j->nh, i % j->nh);
+  } else if (!j->split) {
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nkv;) attn_item(j, ith, i / j->nkv, i % j->nkv);
   } else {
-    const int64_t per_tok = j->nkv * j->n_chunk;
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * per_tok;)
-      attn_item(j, ith, i / per_tok, (i % per_tok) / j->n_chunk, i % j->n_chunk);
-    if (j->n_chunk > 1) {
-      bl_pool_barrier(c->pool);
-      for (int64_t i; (i = bl_claim(&j->c_merge, 1)) < j->n_tok * j->nh;) merge_head(j, i / j->nh, i % j->nh);
+    /* few tokens, long contexts: every chunk an item, the same states merged the same way */
+    const int64_t G = j->group, sts = j->hd + 2, per_tok = j->nkv * j->n_chunk;
+    float *wk = j->wk + (int64_t)ith * j->wk_stride;
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * per_tok;) {
+      const int64_t t = i / per_tok, g = (i % per_tok) / j->n_chunk, ch = i % j->n_chunk;
+      if (ch < n_chunks(j, t)) attn_chunk(j, wk, t, g, ch, j->part + ((t * j->nkv + g) * j->n_chunk + ch) * G * sts);
+    }
+    bl_pool_barrier_ith(c->pool, ith);
+    for (int64_t i; (i = bl_claim(&j->c_merge, 1)) < j->n_tok * j->nh;) {
+      const int64_t t = i / j->nh, h = i % j->nh, g = h / G, hh = h % G;
+      merge_head(j, t, h, j->part + ((t * j->nkv + g) * j->n_chunk) * G * sts + hh * sts, n_chunks(j, t), G * sts);
     }
   }
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
     bl_job_quantize(c, &j->c_qo, j->vt_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
-    bl_pool_barrier(c->pool);
+    bl_pool_barrier_ith(c->pool, ith);
   }
   for (int64_t t = 0; t < j->n_tok; t++) {
     act[t] = exact ? (const uint8_t *)(c->att + t * j->qd) : j->qo + t * j->rb_o;
@@ -243,7 +250,7 @@ static void attn_task(void *a, int ith, int nth) {
   }
   const bl_mm_spec mo = {&j->b->t[BL_ATTN_O], 0, act, yp, j->n_tok};
   bl_job_matmul(c, ith, &j->c_o, &mo, j->rpi_o);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_res, 1)) < j->n_tok;) {
     float *x = c->x + t * j->E;
     const float *y = c->h + t * j->E;
@@ -325,21 +332,15 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   j.vt_o = bl_act_type(c, (int32_t)b->t[BL_ATTN_O].type);
   j.rb_o = bl_row_bytes(j.vt_o, j.qd);
   j.rpi_o = bl_rows_per_item(E, n_tok, nth);
-  /* position chunks: enough items for the threads when few tokens meet a long context */
-  j.n_chunk = 1;
-  j.chunk = c->p.kv_ctx;
-  if (!bl_exact(c) && n_tok * nkv < 4 * nth && max_pos + 1 > 2 * SUB) {
-    int64_t want = (4 * nth + n_tok * nkv - 1) / (n_tok * nkv);
-    j.chunk = (max_pos + 1 + want - 1) / want;
-    j.chunk = (j.chunk + SUB - 1) / SUB * SUB;
-    j.n_chunk = (max_pos + 1 + j.chunk - 1) / j.chunk;
-  }
-  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : SUB + j.group * (hd + 2);
+  /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
+  j.n_chunk = (max_pos + CHUNK) / CHUNK;
+  j.split = !bl_exact(c) && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
+  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : SUB + j.n_chunk * j.group * (hd + 2);
   j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
   const size_t sz[] = {
       (size_t)(j.n_vt > 0 ? j.rb[0] * n_tok : 0), (size_t)(j.n_vt > 1 ? j.rb[1] * n_tok : 0),
       (size_t)(j.n_vt > 2 ? j.rb[2] * n_tok : 0), (size_t)(j.rb_o * n_tok),
-      sizeof(float) * (size_t)(j.n_chunk > 1 ? n_tok * nh * j.n_chunk * (hd + 2) : 0),
+      sizeof(float) * (size_t)(j.split ? n_tok * nh * j.n_chunk * (hd + 2) : 0),
       sizeof(float) * (size_t)(nth * j.wk_stride), sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(float) * (size_t)(E + 2 * hd + j.qd + 2 * j.kd), /* norm, q/k norm and bias vectors */
@@ -367,6 +368,8 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   if ((s = opt_vec(&b->t[BL_ATTN_BQ], vec + E + 2 * hd, j.qd, &j.bq))) return s;
   if ((s = opt_vec(&b->t[BL_ATTN_BK], vec + E + 2 * hd + j.qd, j.kd, &j.bk))) return s;
   if ((s = opt_vec(&b->t[BL_ATTN_BV], vec + E + 2 * hd + j.qd + j.kd, j.kd, &j.bv))) return s;
+  const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, attn_task, &j);
+  bl_prof_add(c, BL_PROF_ATTN, t0);
   return BL_OK;
 }

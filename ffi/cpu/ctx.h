@@ -8,6 +8,8 @@
 #include "quants.h"
 #include <stddef.h>
 
+enum { BL_PROF_PARTS_MAX = 4 };
+
 typedef struct bl_cpu_ctx {
   bl_ctx_params p;
   bl_pool *pool;
@@ -30,7 +32,16 @@ typedef struct bl_cpu_ctx {
   uint8_t *scratch;    /* growable: MoE pair rows and attention partials */
   size_t scratch_cap;
   const bl_kernels *kern; /* the path of the current forward */
+  int prof;                /* BLOOMERY_PROF: wall time per part, printed when the context is freed */
+  int64_t prof_ns[BL_PROF_PARTS_MAX], prof_forwards, prof_tokens, prof_t0;
 } bl_cpu_ctx;
+
+/* Parts of a forward the profile times. */
+enum { BL_PROF_FORWARD = 0, BL_PROF_ATTN = 1, BL_PROF_MOE = 2, BL_PROF_MATMUL = 3, BL_PROF_PARTS = 4 };
+int64_t bl_prof_now(void);
+static inline void bl_prof_add(bl_cpu_ctx *c, int part, int64_t t0) {
+  if (c->prof) c->prof_ns[part] += bl_prof_now() - t0;
+}
 
 /* Set up / release what the kernels keep in the context (called by ctx_new / ctx_free). */
 int64_t bl_cpu_ext_init(bl_cpu_ctx *c);

@@ -3,8 +3,10 @@
  * exported thread setter, and entry points that run one path's kernels alone (for tests). */
 #include "ctx.h"
 #include "common.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void *aligned(size_t n) {
   void *p = NULL;
@@ -18,10 +20,31 @@ static int64_t alloc_rows(bl_cpu_ctx *c) {
   return c->wrow ? BL_OK : bl_fail(BL_E_NOMEM, "ctx: out of memory");
 }
 
+int64_t bl_prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The profile of a context's life (BLOOMERY_PROF): where the forward time went. */
+static void prof_print(const bl_cpu_ctx *c) {
+  if (!c->prof || c->prof_forwards == 0) return;
+  const double tot = (double)c->prof_ns[BL_PROF_FORWARD];
+  const double a = c->prof_ns[BL_PROF_ATTN], m = c->prof_ns[BL_PROF_MOE], o = c->prof_ns[BL_PROF_MATMUL];
+  fprintf(stderr, "bloomery cpu profile: %lld forwards, %lld tokens, %.1f ms: attention %.1f%%, moe/ffn %.1f%%, other matmuls %.1f%%, rest %.1f%%\n",
+          (long long)c->prof_forwards, (long long)c->prof_tokens, tot / 1e6, 100 * a / tot, 100 * m / tot, 100 * o / tot,
+          100 * (tot - a - m - o) / tot);
+  int64_t w[64];
+  const int n = bl_pool_size(c->pool) < 64 ? bl_pool_size(c->pool) : 64;
+  bl_pool_wait_ns(c->pool, w, n);
+  for (int i = 0; i < n; i++) fprintf(stderr, "  worker %d waited %.1f%% of the forward time in barriers\n", i, 100 * (double)w[i] / tot);
+}
+
 int64_t bl_cpu_ext_init(bl_cpu_ctx *c) {
   int64_t s = bl_cpu_path_check();
   if (s != BL_OK) return s;
   c->kern = bl_kern();
+  c->prof = getenv("BLOOMERY_PROF") != NULL;
   c->n_threads = c->n_threads_batch = bl_pool_size(c->pool);
   c->widest = c->p.n_embd;
   if (c->p.max_ff > c->widest) c->widest = c->p.max_ff;
@@ -30,6 +53,7 @@ int64_t bl_cpu_ext_init(bl_cpu_ctx *c) {
 }
 
 void bl_cpu_ext_free(bl_cpu_ctx *c) {
+  if (c->pool) prof_print(c);
   free(c->wrow);
   free(c->scratch);
   c->wrow = NULL;
@@ -54,10 +78,18 @@ int64_t bl_cpu_begin(bl_cpu_ctx *c, int64_t n_tok) {
   c->kern = bl_kern();
   bl_pool_set_active(c->pool, (int)(n_tok > 1 ? c->n_threads_batch : c->n_threads));
   bl_pool_enter(c->pool);
+  if (c->prof) {
+    c->prof_t0 = bl_prof_now();
+    c->prof_forwards++;
+    c->prof_tokens += n_tok;
+  }
   return BL_OK;
 }
 
-void bl_cpu_end(bl_cpu_ctx *c) { bl_pool_leave(c->pool); }
+void bl_cpu_end(bl_cpu_ctx *c) {
+  bl_prof_add(c, BL_PROF_FORWARD, c->prof_t0);
+  bl_pool_leave(c->pool);
+}
 
 int64_t bl_cpu_ctx_set_threads(uint64_t h, int64_t n_threads, int64_t n_threads_batch) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
@@ -168,5 +200,71 @@ int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, vo
     case 8: memcpy(y, x, sizeof(float) * (size_t)n); k->scale_f32(a, y, n); break;
     default: return bl_fail(BL_E_INVAL, "bl_kernel_float: unknown op %lld", (long long)op);
   }
+  return BL_OK;
+}
+
+/* Time one path's tile on `rows` weight rows (type, n elements, stride ws) against na activation
+ * rows converted once, on n_threads pinned threads taking items of tile_rows rows from an atomic
+ * counter (as matmul does): the best of `reps` passes, in ns of wall time. */
+typedef struct {
+  const bl_kernels *k;
+  int64_t type, n, ws, rows, na, tile_rows;
+  const uint8_t *w;
+  const uint8_t *const *a;
+  float *y;
+  bl_counter ctr;
+} kbench_job;
+
+static void kbench_task(void *arg, int ith, int nth) {
+  kbench_job *j = arg;
+  (void)ith;
+  (void)nth;
+  for (int64_t i; (i = bl_claim(&j->ctr, 1)) * j->tile_rows < j->rows;) {
+    const int64_t r0 = i * j->tile_rows;
+    float *yp[BL_TILE_A];
+    for (int64_t r = 0; r < j->na; r++) yp[r] = j->y + r * j->rows + r0;
+    j->k->tile[j->type](j->n, j->w + r0 * j->ws, j->ws, (int)(j->rows - r0 < j->tile_rows ? j->rows - r0 : j->tile_rows), j->a,
+                        (int)j->na, yp);
+  }
+}
+
+int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t ws, int64_t rows, int64_t n, int64_t na,
+                        int64_t tile_rows, int64_t n_threads, int64_t reps, double *best_ns) {
+  const bl_kernels *k = path_kernels(path);
+  if (!k) return bad_path("bl_kernel_bench", path);
+  const bl_type_traits *tr = bl_traits((int32_t)type);
+  if (!tr || !tr->vec_dot || !k->tile[type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_bench: type %lld has no product", (long long)type);
+  const int32_t vt = tr->vec_dot_type;
+  const int64_t rb = bl_row_bytes(vt, n);
+  if (n <= 0 || rb < 0 || na < 1 || na > BL_TILE_A || rows < 1 || tile_rows < 1 || reps < 1 || n_threads < 1 || !w || !best_ns)
+    return bl_fail(BL_E_INVAL, "bl_kernel_bench: bad arguments");
+  uint8_t *q = aligned((size_t)(rb * na));
+  float *x = aligned(sizeof(float) * (size_t)n), *y = aligned(sizeof(float) * (size_t)(rows * na));
+  bl_pool *pool = bl_pool_new((int)n_threads);
+  if (!q || !x || !y || !pool) {
+    free(q), free(x), free(y);
+    if (pool) bl_pool_free(pool);
+    return bl_fail(BL_E_NOMEM, "bl_kernel_bench: out of memory");
+  }
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+  const uint8_t *a[BL_TILE_A];
+  for (int64_t r = 0; r < na; r++) {
+    k->act[vt](x, q + r * rb, n);
+    a[r] = q + r * rb;
+  }
+  kbench_job j = {k, type, n, ws, rows, na, tile_rows, w, a, y, {0}};
+  double best = 1e300;
+  bl_pool_enter(pool);
+  for (int64_t it = 0; it < reps; it++) {
+    bl_counter_reset(&j.ctr);
+    const int64_t t0 = bl_prof_now();
+    bl_pool_run(pool, kbench_task, &j);
+    const double ns = (double)(bl_prof_now() - t0);
+    if (ns < best) best = ns;
+  }
+  bl_pool_leave(pool);
+  bl_pool_free(pool);
+  free(q), free(x), free(y);
+  *best_ns = best;
   return BL_OK;
 }

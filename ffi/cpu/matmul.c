@@ -103,7 +103,7 @@ static void matmul_task(void *a, int ith, int nth) {
   (void)nth;
   if (!bl_exact(j->c)) {
     bl_job_quantize(j->c, &j->cq, j->vt, j->x, j->xs, j->n_tok, j->m.w->ne[0], j->dst, j->rb);
-    bl_pool_barrier(j->c->pool);
+    bl_pool_barrier_ith(j->c->pool, ith);
   }
   bl_job_matmul(j->c, ith, &j->cm, &j->m, j->rpi);
 }
@@ -125,7 +125,9 @@ int64_t bl_matmul(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const float *
   }
   matmul_job j = {.c = c, .m = {w, slab, act, yp, n_tok}, .vt = vt, .x = x, .xs = xs, .n_tok = n_tok, .rb = rb,
                   .rpi = bl_rows_per_item(w->ne[1], n_tok, bl_pool_active(c->pool)), .dst = c->qact};
+  const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, matmul_task, &j);
+  bl_prof_add(c, BL_PROF_MATMUL, t0);
   return BL_OK;
 }
 

@@ -175,7 +175,7 @@ static void moe_task(void *a, int ith, int nth) {
   bl_cpu_ctx *c = j->c;
   const int exact = bl_exact(c);
   bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (!j->dense) {
     /* router logits (f32 weights against f32 rows) */
     const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
@@ -188,27 +188,27 @@ static void moe_task(void *a, int ith, int nth) {
     bl_job_matmul(c, ith, &j->c_router, &m, 4);
   }
   if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (!j->dense) {
     for (int64_t t; (t = bl_claim(&j->c_route, 1)) < j->n_tok;) route_token(j, t);
-    bl_pool_barrier(c->pool);
+    bl_pool_barrier_ith(c->pool, ith);
   }
   if (ith == 0) group_pairs(j, nth);
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   for (int64_t i; (i = bl_claim(&j->c_gu, 1)) < j->n_active * j->tiles_gu;) {
     const int64_t e = j->active[i / j->tiles_gu], r0 = (i % j->tiles_gu) * j->rpi_gu;
     gate_up_item(j, ith, e, r0, r0 + j->rpi_gu < j->ff ? r0 + j->rpi_gu : j->ff);
   }
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
     bl_job_quantize(c, &j->c_qd, j->vt_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
-    bl_pool_barrier(c->pool);
+    bl_pool_barrier_ith(c->pool, ith);
   }
   for (int64_t i; (i = bl_claim(&j->c_down, 1)) < j->n_active * j->tiles_d;) {
     const int64_t e = j->active[i / j->tiles_d], r0 = (i % j->tiles_d) * j->rpi_d;
     down_item(j, ith, e, r0, r0 + j->rpi_d < j->E ? r0 + j->rpi_d : j->E);
   }
-  bl_pool_barrier(c->pool);
+  bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_comb, 1)) < j->n_tok;) combine_token(j, t);
 }
 
@@ -319,7 +319,9 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, 
   if (dense) {
     for (int64_t t = 0; t < j.n_tok; t++) c->sel[t] = 0;
   }
+  const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, moe_task, &j);
+  bl_prof_add(c, BL_PROF_MOE, t0);
   return BL_OK;
 }
 

@@ -32,6 +32,8 @@ struct bl_pool {
   _Atomic int bar_count;
   _Atomic uint32_t bar_gen;
   int64_t spin_ns;
+  int prof;                    /* BLOOMERY_PROF: time spent waiting in jobs, per worker */
+  int64_t wait_ns[MAX_THREADS];
   cpu_set_t saved;
   int saved_ok;
 };
@@ -156,6 +158,7 @@ bl_pool *bl_pool_new(int n_threads) {
   p->active = n_threads;
   const char *pin = getenv("BLOOMERY_PIN");
   p->pin = !(pin && strcmp(pin, "0") == 0) && avail >= n_threads;
+  p->prof = getenv("BLOOMERY_PROF") != NULL;
   const char *spin = getenv("BLOOMERY_SPIN_US");
   p->spin_ns = (spin && *spin ? atoll(spin) : 1000) * 1000;
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
@@ -210,16 +213,19 @@ void bl_pool_run(bl_pool *p, bl_task_fn fn, void *arg) {
   atomic_store_explicit(&p->pending, nth - 1, memory_order_release);
   publish(p, nth);
   fn(arg, 0, nth);
+  const int64_t t0 = p->prof ? now_ns() : 0;
   unsigned spins = 0;
   while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
     if (++spins > 100000) sched_yield();
     else relax();
   }
+  if (p->prof) p->wait_ns[0] += now_ns() - t0;
 }
 
-void bl_pool_barrier(bl_pool *p) {
+void bl_pool_barrier_ith(bl_pool *p, int ith) {
   const int nth = p->job_nth;
   if (nth <= 1) return;
+  const int64_t t0 = p->prof ? now_ns() : 0;
   const uint32_t g = atomic_load_explicit(&p->bar_gen, memory_order_acquire);
   if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == nth - 1) {
     atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
@@ -231,6 +237,13 @@ void bl_pool_barrier(bl_pool *p) {
     if (++spins > 100000) sched_yield();
     else relax();
   }
+  if (p->prof && ith >= 0 && ith < MAX_THREADS) p->wait_ns[ith] += now_ns() - t0;
+}
+
+void bl_pool_barrier(bl_pool *p) { bl_pool_barrier_ith(p, -1); }
+
+void bl_pool_wait_ns(const bl_pool *p, int64_t *out, int n) {
+  for (int i = 0; i < n; i++) out[i] = i < p->n ? p->wait_ns[i] : 0;
 }
 
 void bl_pool_enter(bl_pool *p) {

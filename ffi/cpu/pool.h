@@ -20,8 +20,12 @@ void bl_pool_set_active(bl_pool *p, int n);
 int bl_pool_active(const bl_pool *p);
 /* Run fn(arg, ith, nth) on each active worker and wait for all of them. */
 void bl_pool_run(bl_pool *p, bl_task_fn fn, void *arg);
-/* Inside a job: wait until every active worker has reached this point. */
+/* Inside a job: wait until every active worker has reached this point (ith: the caller's
+ * worker index, for the profile; -1 when unknown). */
 void bl_pool_barrier(bl_pool *p);
+void bl_pool_barrier_ith(bl_pool *p, int ith);
+/* With BLOOMERY_PROF set: ns each worker (0..n-1) spent waiting inside jobs. */
+void bl_pool_wait_ns(const bl_pool *p, int64_t *out, int n);
 /* Pin the calling thread to worker 0's core for a run of jobs, and restore its mask after. */
 void bl_pool_enter(bl_pool *p);
 void bl_pool_leave(bl_pool *p);

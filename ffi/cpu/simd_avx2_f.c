@@ -137,28 +137,35 @@ static void round_f16(float *x, int64_t n) {
 
 INLINE __m256 load_h8(const uint16_t *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
 
+/* The dot products keep the AVX-512 path's 2 x 16 lanes as 4 x 8 (a0 a1 are its first
+ * accumulator's low and high halves, b0 b1 its second's) and reduce them in its order. */
+#define DOT16(LOADY)                                                                             \
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                    \
+  int64_t i = 0;                                                                                 \
+  for (; i + 32 <= n; i += 32) {                                                                 \
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), LOADY(i), a0);                                  \
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), LOADY(i + 8), a1);                          \
+    b0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), LOADY(i + 16), b0);                        \
+    b1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), LOADY(i + 24), b1);                        \
+  }                                                                                              \
+  for (; i + 16 <= n; i += 16) {                                                                 \
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), LOADY(i), a0);                                  \
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), LOADY(i + 8), a1);                          \
+  }                                                                                              \
+  float s = hsum8(_mm256_add_ps(_mm256_add_ps(a1, b1), _mm256_add_ps(a0, b0)));
+
 static float dot_f32(const float *x, const float *y, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-  float s = hsum8(_mm256_add_ps(a0, a1));
+#define LY(k) _mm256_loadu_ps(y + (k))
+  DOT16(LY)
+#undef LY
   for (; i < n; i++) s += x[i] * y[i];
   return s;
 }
 
 static float dot_f16(const float *x, const uint16_t *h, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_h8(h + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_h8(h + i + 8), a1);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_h8(h + i), a0);
-  float s = hsum8(_mm256_add_ps(a0, a1));
+#define LH(k) load_h8(h + (k))
+  DOT16(LH)
+#undef LH
   for (; i < n; i++) s += x[i] * _cvtsh_ss(h[i]);
   return s;
 }
@@ -219,18 +226,25 @@ static void swiglu(float *g, const float *u, int64_t n) {
   if (i < n) bl_swiglu_ref(g + i, u + i, n - i);
 }
 
+/* the AVX-512 path's two 8-lane double sums of 16 values, as four 4-lane halves */
 static double exp_sum(float *x, float m, int64_t n) {
   int64_t i = 0;
   const __m256 vm = _mm256_set1_ps(m);
-  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    _mm256_storeu_ps(x + i, e);
-    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  __m256d s00 = _mm256_setzero_pd(), s01 = s00, s10 = s00, s11 = s00;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    const __m256 e1 = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+    _mm256_storeu_ps(x + i, e0);
+    _mm256_storeu_ps(x + i + 8, e1);
+    s00 = _mm256_add_pd(s00, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+    s01 = _mm256_add_pd(s01, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+    s10 = _mm256_add_pd(s10, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+    s11 = _mm256_add_pd(s11, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
   }
-  const __m256d t = _mm256_add_pd(s0, s1);
-  const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+  /* the 8 lanes of (s0 + s1), reduced as _mm512_reduce_add_pd does: halves, then pairs */
+  const __m256d lo = _mm256_add_pd(s00, s10), hi = _mm256_add_pd(s01, s11);
+  const __m256d t = _mm256_add_pd(hi, lo);
+  const __m128d u = _mm_add_pd(_mm256_extractf128_pd(t, 1), _mm256_castpd256_pd128(t));
   double s = _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)));
   if (i < n) s += bl_exp_sum_ref(x + i, m, n - i);
   return s;

@@ -182,20 +182,26 @@ INLINE float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-INLINE __m256 kblock_row(const kblk *k, const bl_block_q8_K *y, __m256 acc, const int is_signed, const int has_min) {
-  __m256i s = _mm256_setzero_si256();
+/* One block of one activation row. The two accumulators are the low and high 8 lanes of the
+ * AVX-512 path's 16 (even and odd 32-element chunks), with the same integer lanes and the same
+ * float operations, so both paths give the same bits. */
+INLINE void kblock_row(const kblk *k, const bl_block_q8_K *y, __m256 *lo, __m256 *hi, const int is_signed, const int has_min) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
   _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
     __m256i a = load32((const uint8_t *)y->qs + 32 * c);
     if (is_signed) a = _mm256_sign_epi8(a, k->sg[c]);
-    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k->q[c], a), k->s[c]));
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(k->q[c], a), k->s[c]);
+    if (c & 1) s1 = _mm256_add_epi32(s1, p);
+    else s0 = _mm256_add_epi32(s0, p);
   }
   const float da = y->d;
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(k->d * da), acc);
+  const __m256 d = _mm256_set1_ps(k->d * da);
+  *lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), d, *lo);
+  *hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), d, *hi);
   if (has_min) {
     const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), k->mn);
-    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(k->dmin * da), acc);
+    *lo = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(k->dmin * da), *lo);
   }
-  return acc;
 }
 
 #define KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, NA)                                                     \
@@ -203,15 +209,17 @@ INLINE __m256 kblock_row(const kblk *k, const bl_block_q8_K *y, __m256 acc, cons
                           float *const *y) {                                                              \
     for (int i = 0; i < nw; i++) {                                                                        \
       const uint8_t *wr = w + i * ws;                                                                     \
-      __m256 acc[NA];                                                                                     \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();                  \
+      __m256 lo[NA], hi[NA];                                                                              \
+      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) lo[r] = hi[r] = _mm256_setzero_ps();           \
       for (int64_t b = 0; b < nb; b++) {                                                                  \
         kblk k;                                                                                           \
+        _Pragma("GCC unroll 4") for (int l = 0; l < ((BSZ) + 63) / 64; l++)                               \
+            _mm_prefetch((const char *)(wr + b * (BSZ) + 256 + 64 * l), _MM_HINT_T0);                     \
         UNPACK(wr + b * (BSZ), &k);                                                                       \
-        _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] =                                     \
-            kblock_row(&k, (const bl_block_q8_K *)a[r] + b, acc[r], SIGNED, HASMIN);                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++)                                              \
+            kblock_row(&k, (const bl_block_q8_K *)a[r] + b, &lo[r], &hi[r], SIGNED, HASMIN);              \
       }                                                                                                   \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) y[r][i] = hsum8(acc[r]);                       \
+      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) y[r][i] = hsum8(_mm256_add_ps(hi[r], lo[r]));  \
     }                                                                                                     \
   }
 

@@ -14,13 +14,16 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 
 #define INLINE static inline __attribute__((always_inline))
+#ifndef BL_PF_DIST
+#define BL_PF_DIST 256 /* bytes ahead of the block being read (the next rows of an item follow) */
+#endif
 
 typedef struct {
   __m512i q[4];   /* u8 values (0..127) of elements 64c..64c+63 */
   __m512i s[4];   /* int16 scale of each u8 pair of chunk c */
   __m256i mn;     /* int16 multiplier of each 16-element activation sum (bsums) */
   __mmask64 neg[4]; /* signed types: elements whose weight is negative (q holds |w|) */
-  float d, dmin;  /* result = da * (d * sum(s * q * a) - dmin * sum(mn * bsums)) */
+  __m128 dd;      /* [d, dmin]: result = da * (d * sum(s * q * a) - dmin * sum(mn * bsums)) */
 } kblk;
 
 /* Index vectors for vpermw: the scale of pair lane k of chunk c, for 32- and 16-element groups. */
@@ -44,6 +47,12 @@ INLINE __m512i shifts2(int a, int b) {
 /* 32 bytes at p in both halves */
 INLINE __m512i bcast32(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+/* two adjacent f16 (d, dmin) as [d, dmin, 0, 0] */
+INLINE __m128 h2f2(const void *p) {
+  uint32_t u;
+  memcpy(&u, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
 
 INLINE void scales_32(kblk *k, __m128i sc8) {
   const __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sc8));
@@ -54,17 +63,18 @@ INLINE void scales_16(kblk *k, __m256i s16) {
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) k->s[c] = _mm512_permutexvar_epi16(_mm512_load_si512(idx16[c]), s);
 }
 
-/* Q4_K / Q5_K six-bit scales and mins, 8 each, as bytes (the packing of SPEC.md). */
+/* Q4_K / Q5_K six-bit scales and mins, 8 each, as bytes (the packing of SPEC.md), in 32-bit
+ * lanes u0 u1 u2 of the 12 bytes: sc = u0 & 63 | (u2 & 15) + (u0 >> 6) << 4, m likewise from u1.
+ * `s` is read 16 bytes wide (the block's quants follow its scales). */
 INLINE void k4_scales(const uint8_t *s, __m128i *sc8, __m128i *mn8) {
-  uint32_t u0, u1, u2;
-  memcpy(&u0, s, 4);
-  memcpy(&u1, s + 4, 4);
-  memcpy(&u2, s + 8, 4);
-  const uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
-  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
-  *sc8 = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo);
-  *mn8 = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+  const __m128i x = _mm_loadu_si128((const __m128i *)s);
+  const __m128i lo = _mm_and_si128(x, _mm_set1_epi8(0x3f));                                   /* sc0-3 mn0-3 */
+  const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(x, 0xaa), _mm_setr_epi32(0, 4, 0, 0));   /* u2, u2 >> 4 */
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(x, 2), _mm_set1_epi8(0x30));
+  const __m128i hi = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi8(0x0f)), top);              /* sc4-7 mn4-7 */
+  const __m128i all = _mm_unpacklo_epi32(lo, hi);                                             /* sc0-7 mn0-7 */
+  *sc8 = all;
+  *mn8 = _mm_unpackhi_epi64(all, all);
 }
 
 INLINE void unpack_q4_K(const uint8_t *p, kblk *k) {
@@ -73,8 +83,7 @@ INLINE void unpack_q4_K(const uint8_t *p, kblk *k) {
   k4_scales(b->scales, &sc8, &mn8);
   scales_32(k, sc8);
   k->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-  k->d = h2f(b->d);
-  k->dmin = h2f(b->dmin);
+  k->dd = h2f2(&b->d);
   const __m512i sh = shifts2(0, 4), m4 = _mm512_set1_epi8(0x0f);
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) k->q[c] = _mm512_and_si512(_mm512_srlv_epi16(bcast32(b->qs + 32 * c), sh), m4);
 }
@@ -85,8 +94,7 @@ INLINE void unpack_q5_K(const uint8_t *p, kblk *k) {
   k4_scales(b->scales, &sc8, &mn8);
   scales_32(k, sc8);
   k->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-  k->d = h2f(b->d);
-  k->dmin = h2f(b->dmin);
+  k->dd = h2f2(&b->d);
   const __m512i sh = shifts2(0, 4), m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
   const __m512i qh = bcast32(b->qh);
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
@@ -101,8 +109,7 @@ INLINE void unpack_q6_K(const uint8_t *p, kblk *k) {
   const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
   scales_16(k, s16);
   k->mn = s16;
-  k->d = h2f(b->d);
-  k->dmin = 32.0f * k->d;
+  k->dd = _mm_mul_ps(_mm_set1_ps(h2f(b->d)), _mm_setr_ps(1.0f, 32.0f, 0.0f, 0.0f));
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
   _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
     const __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
@@ -120,8 +127,7 @@ INLINE void unpack_q2_K(const uint8_t *p, kblk *k) {
   const __m128i s = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0f);
   scales_16(k, _mm256_cvtepu8_epi16(_mm_and_si128(s, m4)));
   k->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
-  k->d = h2f(b->d);
-  k->dmin = h2f(b->dmin);
+  k->dd = h2f2(&b->d);
   const __m512i m2 = _mm512_set1_epi8(3);
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
     const int j = 4 * (c & 1);
@@ -143,8 +149,7 @@ INLINE void unpack_q3_K(const uint8_t *p, kblk *k) {
                                        _mm256_set1_epi16(32));
   scales_16(k, s16);
   k->mn = s16;
-  k->d = h2f(b->d);
-  k->dmin = 4.0f * k->d;
+  k->dd = _mm_mul_ps(_mm_set1_ps(h2f(b->d)), _mm_setr_ps(1.0f, 4.0f, 0.0f, 0.0f));
   const __m512i v3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
   const __m512i hm = bcast32(b->hmask);
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
@@ -164,8 +169,7 @@ INLINE void unpack_iq4_xs(const uint8_t *p, kblk *k) {
   const __m512i s = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)ls));
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) k->s[c] = _mm512_permutexvar_epi16(_mm512_load_si512(idx32[c]), s);
   k->mn = _mm256_setzero_si256();
-  k->d = h2f(b->d);
-  k->dmin = 0.0f;
+  k->dd = _mm_setr_ps(h2f(b->d), 0.0f, 0.0f, 0.0f);
   const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bl_kvalues_iq4nl));
   const __m512i sh = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
                                       4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
@@ -179,7 +183,7 @@ INLINE void unpack_iq4_xs(const uint8_t *p, kblk *k) {
   }
 }
 
-/* One block of one activation row: acc += da * (d * main - dmin * mins). */
+/* One block of one activation row: acc += da * (d * main - dmin * mins), the mins in the low 8 lanes. */
 INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, const int is_signed, const int has_min) {
   __m512i s = _mm512_setzero_si512();
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
@@ -187,11 +191,13 @@ INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, cons
     if (is_signed) a = _mm512_mask_sub_epi8(a, k->neg[c], _mm512_setzero_si512(), a);
     s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(k->q[c], a), k->s[c]);
   }
-  const float da = y->d;
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(k->d * da), acc);
+  /* [d, dmin] times the activation's scale, then each broadcast */
+  const __m128 dd = _mm_mul_ps(k->dd, _mm_set1_ps(y->d));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(dd), acc);
   if (has_min) {
     const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), k->mn);
-    acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(m)), _mm512_set1_ps(k->dmin * da), acc);
+    const __m512 dm = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(dd));
+    acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(m)), dm, acc);
   }
   return acc;
 }
@@ -203,14 +209,16 @@ INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, cons
     for (int i = 0; i < nw; i++) {                                                                        \
       const uint8_t *wr = w + i * ws;                                                                     \
       __m512 acc[NA];                                                                                     \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();                                          \
+      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();                  \
       for (int64_t b = 0; b < nb; b++) {                                                                  \
         kblk k;                                                                                           \
+        _Pragma("GCC unroll 4") for (int l = 0; l < ((BSZ) + 63) / 64; l++)                               \
+            _mm_prefetch((const char *)(wr + b * (BSZ) + BL_PF_DIST + 64 * l), _MM_HINT_T0);              \
         UNPACK(wr + b * (BSZ), &k);                                                                       \
         _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] =                                     \
             kblock_row(&k, (const bl_block_q8_K *)a[r] + b, acc[r], SIGNED, HASMIN);                      \
       }                                                                                                   \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) y[r][i] = _mm512_reduce_add_ps(acc[r]);                                \
+      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) y[r][i] = _mm512_reduce_add_ps(acc[r]);        \
     }                                                                                                     \
   }
 

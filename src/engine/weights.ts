@@ -2,17 +2,20 @@
 // tensor names to native tensor references (address, type, dims, strides).
 import { ptr } from "bun:ffi";
 import { check, cpu, cstr } from "../../ffi/cpu.ts";
+import { prefault } from "../../ffi/cpu-kernels.ts";
 import type { NativeTensor } from "../../ffi/layout.ts";
 import { GgufError, TYPE_INFO, type GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 
 export class MappedWeights {
   private maps = new Map<string, { base: bigint; size: bigint }>();
 
-  constructor(readonly gguf: GgufFile) {
+  /** `populate`: map every page now, as llama.cpp's MAP_POPULATE does (no faults while serving). */
+  constructor(readonly gguf: GgufFile, populate = true) {
     for (const path of gguf.paths) {
       const out = new BigUint64Array(2);
       check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
       this.maps.set(path, { base: out[0], size: out[1] });
+      if (populate) prefault(out[0], out[1]);
     }
   }
 
