@@ -208,6 +208,20 @@ describe("OpenAI chat completions", () => {
     expect(badType.json.error.message).toContain("response_format");
   });
 
+  test("tools with a template that knows none (ChatML): described in the system message, Hermes calls forced by the grammar", async () => {
+    const tools = [{ type: "function" as const, function: { name: "lookup", parameters: { type: "object", properties: { key: { type: "string", maxLength: 8 } }, required: ["key"] } } }];
+    const tpl = await post(`${srv.url}/apply-template`, { messages, tools });
+    expect(tpl.json.prompt.startsWith("<|im_start|>system\n# Tools")).toBe(true);
+    expect(tpl.json.prompt).toContain('"name":"lookup"');
+    const r = await openai.chat.completions.create({ model: "any", messages, tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 60 });
+    expect(r.choices[0].finish_reason).toBe("tool_calls");
+    const call = r.choices[0].message.tool_calls![0] as OpenAI.Chat.ChatCompletionMessageFunctionToolCall;
+    expect(call.function.name).toBe("lookup");
+    const key = JSON.parse(call.function.arguments).key;
+    expect(typeof key).toBe("string");
+    expect([...key].length).toBeLessThanOrEqual(8);
+  });
+
   test("a stop sequence ends the chat with finish_reason stop; a client that goes away cancels the generation", async () => {
     const plain = await openai.chat.completions.create({ model: "any", messages, max_tokens: 20, temperature: 0 });
     const content = plain.choices[0].message.content!;

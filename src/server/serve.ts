@@ -3,6 +3,7 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
+import { getChatTemplate } from "../chat/index.ts";
 import { EngineClient } from "../engine/client.ts";
 import { GgufFile } from "../gguf/index.ts";
 import { type HfModelSpec, defaultProgress, hfOptionsFromEnv, isHfError, parseHfRepo, resolveHfModel } from "../hf/index.ts";
@@ -39,7 +40,7 @@ function readApiKeys(o: ServerOptions): string[] {
   return keys.filter((k) => k !== "");
 }
 
-function flagTemplate(o: ServerOptions): string | undefined {
+function flagTemplateSource(o: ServerOptions): string | undefined {
   if (o.chatTemplateFile !== undefined) {
     try {
       return readFileSync(o.chatTemplateFile, "utf8");
@@ -52,6 +53,19 @@ function flagTemplate(o: ServerOptions): string | undefined {
   if (t in BUILTIN_TEMPLATES) return BUILTIN_TEMPLATES[t];
   if (t.includes("{{") || t.includes("{%")) return t;
   throw new StartError(`--chat-template: '${t}' is neither Jinja source nor a built-in template (${Object.keys(BUILTIN_TEMPLATES).join(", ")}); use --chat-template-file for a template in a file`, 2);
+}
+
+/** The template the flags give, checked to parse before anything starts. */
+function flagTemplate(o: ServerOptions): string | undefined {
+  const src = flagTemplateSource(o);
+  if (src === undefined) return undefined;
+  try {
+    getChatTemplate(src);
+  } catch (e) {
+    const flag = o.chatTemplateFile !== undefined ? "--chat-template-file" : "--chat-template";
+    throw new StartError(`${flag}: ${e instanceof Error ? e.message : String(e)}`, 2);
+  }
+  return src;
 }
 
 function formatHost(host: string): string {
