@@ -232,8 +232,13 @@ int64_t bl_cuda_device_info(int64_t dev, bl_cuda_device *out);
 /* Bytes the program's weights take on the card (each distinct tensor once) and the bytes a context
  * of these parameters adds (KV cache, work buffers); validates the program, needs no device. */
 int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *ctx_bytes);
-/* BL_E_NOMEM (naming the sizes) when the model and the context do not fit the card's free memory. */
-int64_t bl_cuda_ctx_new(int64_t dev, const bl_ctx_params *p, const bl_program *prog, uint64_t *out_ctx);
+/* The program's tensors uploaded to device dev (BL_E_NOMEM naming the sizes when they do not fit
+ * its free memory). Contexts made from the weights share them; free the weights after them. */
+int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out_weights);
+int64_t bl_cuda_weights_free(uint64_t weights);
+/* A context (KV cache, buffers) for the weights' program; BL_E_NOMEM naming the sizes when it
+ * does not fit beside them. */
+int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, uint64_t *out_ctx);
 int64_t bl_cuda_ctx_free(uint64_t ctx);
 int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch);
 /* A forward that returns, for each output row, its k best logits (value desc, id asc) in

@@ -26,6 +26,9 @@ export interface BenchResult {
   nDepth: number;
   testTime: string;
   samplesNs: number[];
+  /** the backend that ran the test ("CPU" when absent) and the card's name (CUDA) */
+  backend?: string;
+  gpuInfo?: string;
 }
 
 type Kind = "string" | "bool" | "int" | "float";
@@ -54,8 +57,8 @@ function fields(r: BenchResult): [string, Kind, string][] {
     ["build_commit", "string", r.buildCommit],
     ["build_number", "int", "0"],
     ["cpu_info", "string", r.cpuInfo],
-    ["gpu_info", "string", ""],
-    ["backends", "string", "CPU"],
+    ["gpu_info", "string", r.gpuInfo ?? ""],
+    ["backends", "string", r.backend ?? "CPU"],
     ["model_filename", "string", r.modelFilename],
     ["model_type", "string", r.modelType],
     ["model_size", "int", String(r.modelSize)],
@@ -228,7 +231,7 @@ export class MarkdownPrinter implements Printer {
         case "model": return r.modelType;
         case "size": return formatSize(r.modelSize);
         case "params": return formatParams(r.modelNParams);
-        case "backend": return "CPU";
+        case "backend": return r.backend ?? "CPU";
         case "test": return testName(r);
         case "t/s": return `${avgTs(r).toFixed(2)} ± ${stdevTs(r).toFixed(2)}`;
         default: return vmap.get(c) ?? "";

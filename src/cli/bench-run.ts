@@ -2,7 +2,7 @@
 // decode calls of -b tokens split into forwards of -ub tokens with only the last row's logits,
 // generation tests one token per forward, a depth processed once before the timed runs.
 
-import { CpuBackend } from "../engine/cpu-backend.ts";
+import type { Backend } from "../engine/backend.ts";
 import { Model } from "../engine/model.ts";
 
 export interface BenchInstance {
@@ -40,7 +40,7 @@ class TestContext {
   private readonly ub: number;
 
   constructor(
-    private readonly be: CpuBackend,
+    private readonly be: Backend,
     private readonly nVocab: number,
     private readonly nBatch: number,
     nUbatch: number,
@@ -81,6 +81,8 @@ class TestContext {
 
 export class BenchRunner {
   private model: Model | undefined;
+  /** the backend that ran the last test ("CPU", "CUDA") */
+  lastBackend = "CPU";
 
   /** The model of a path, loaded once for all of its tests (its own context kept minimal). */
   modelFor(path: string): Model {
@@ -96,13 +98,16 @@ export class BenchRunner {
     const m = this.modelFor(inst.model);
     const nCtx = Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth);
     if (nCtx > m.hp.nCtxTrain) process.stderr.write(`bench: note: ${nCtx} positions is more than the model's training context ${m.hp.nCtxTrain}\n`);
-    const be = new CpuBackend(m.hp, m.program, {
+    // -ngl picks the backend (placement.ts: 0 the CPU; the card when present otherwise); the
+    // card's weights are uploaded once per model
+    const be = m.backends.create({
       nSlots: 1,
       nCtxSlot: nCtx,
       maxTokens: Math.min(inst.nUbatch, inst.nBatch),
       nThreads: inst.nThreads,
       nThreadsBatch: inst.nThreads,
-    });
+    }, { nGpuLayers: inst.nGpuLayers });
+    this.lastBackend = be.name;
     try {
       const ctx = new TestContext(be, m.hp.nVocab, inst.nBatch, inst.nUbatch);
       if (warmup) {

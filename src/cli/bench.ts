@@ -13,6 +13,15 @@ import { BenchRunner, type BenchInstance } from "./bench-run.ts";
 import { tableHelp } from "./flag-help.ts";
 import { BENCH_FLAG_TABLE } from "./bench-flags.ts";
 import { FlagError } from "./flag-types.ts";
+import { cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
+
+function cudaName(): string {
+  try {
+    return cudaDeviceInfo(0).name;
+  } catch {
+    return "";
+  }
+}
 
 /** The instances in llama-bench's order (the model outermost, then the context parameters). */
 export function benchInstances(p: BenchParams): BenchInstance[] {
@@ -63,6 +72,7 @@ function optionalColumns(p: BenchParams): Set<OptionalColumn> {
 
 /** What the GPU-only parameters mean here: reported, with everything on the host. */
 function gpuNote(p: BenchParams): string {
+  if (cudaStatus().ok && !p.nGpuLayers.includes(0)) return ""; // the card runs the tests (placement.ts)
   const given: string[] = [];
   if (p.nGpuLayers.some((n) => n > 0)) given.push(`-ngl ${p.nGpuLayers.join(",")}`);
   if (p.cpuMoe) given.push("--cpu-moe");
@@ -153,6 +163,7 @@ export async function runBench(argv: string[]): Promise<number> {
         noKvOffload: inst.noKvOffload, flashAttn: inst.flashAttn, overrides: inst.overrides, noOpOffload: inst.noOpOffload,
         noHost: inst.noHost, nPrompt: inst.nPrompt, nGen: inst.nGen, nDepth: inst.nDepth,
         testTime: new Date().toISOString().replace(/\.\d{3}Z$/, "Z"), samplesNs,
+        backend: runner.lastBackend, gpuInfo: runner.lastBackend === "CUDA" ? cudaName() : "",
       };
       if (out) process.stdout.write(out.test(r));
       if (err) process.stderr.write(err.test(r));

@@ -5,8 +5,8 @@ import { GgufFile } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
-import { CpuBackend } from "./cpu-backend.ts";
 import { encodeProgram, type EncodedProgram } from "./program.ts";
+import { BackendFactory, type GpuLayers } from "./placement.ts";
 import { MappedWeights } from "./weights.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 
@@ -21,6 +21,10 @@ export interface LoadOptions {
   nThreadsBatch?: number;
   /** the slow exact reference path (f32 activations, dequantized weights) */
   exact?: boolean;
+  /** llama's -ngl: 0 (the default here) = CPU; > 0, "auto", "all" = the CUDA card when present (placement.ts) */
+  nGpuLayers?: GpuLayers;
+  /** CUDA device index */
+  device?: number;
 }
 
 export class Model {
@@ -31,6 +35,8 @@ export class Model {
   readonly program: EncodedProgram;
   readonly backend: Backend;
   readonly tokenizer: Tokenizer;
+  /** makes further backends for this program (the card's weights uploaded once) */
+  readonly backends: BackendFactory;
 
   private constructor(src: string | GgufFile, o: LoadOptions) {
     this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
@@ -41,14 +47,15 @@ export class Model {
     this.weights = new MappedWeights(this.gguf);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
-    this.backend = new CpuBackend(this.hp, this.program, {
+    this.backends = new BackendFactory(this.hp, this.program);
+    this.backend = this.backends.create({
       nSlots: o.nSlots ?? 1,
       nCtxSlot: nCtx,
       maxTokens: o.maxTokens ?? 512,
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
       nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
-    });
+    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact });
   }
 
   /** Load a model from a path, or from a GGUF already opened (its header is not read twice). */
@@ -79,6 +86,7 @@ export class Model {
 
   close(): void {
     this.backend.close();
+    this.backends.close();
     this.weights.close();
   }
 }

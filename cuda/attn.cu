@@ -1,0 +1,254 @@
+// bloomery CUDA library: attention for decode-sized batches - per-head Q/K RMSNorm and RoPE
+// (normal or NEOX, YaRN; angles as the CPU reference forms them) with K and V written to the f16
+// cache, and decode attention split along the context (flash-decoding): each block takes one KV
+// head's query group over a slice of positions with an online softmax, and the last block of a
+// (token, KV head) merges the slices. The split count is derived on the card from the position,
+// so a captured graph serves every step.
+#include <math.h>
+
+#include "common.cuh"
+#include "internal.h"
+
+// grid: x over q heads then kv heads, y over tokens; block: hd / 2 threads (at least 32).
+__global__ void k_qk(qk_args a) {
+  __shared__ float xs[1024];
+  __shared__ float red[32];
+  const int hi = blockIdx.x, t = blockIdx.y, hd = a.hd;
+  const bool is_k = hi >= a.nh;
+  const int head = is_k ? hi - a.nh : hi;
+  float *vec = is_k ? a.k + (size_t)t * a.ldk + head * hd : a.q + (size_t)t * a.ldq + head * hd;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) xs[i] = vec[i];
+  __syncthreads();
+  const float *nw = is_k ? a.kn : a.qn;
+  if (nw) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += xs[i] * xs[i];
+    ss = block_sum(ss, red);
+    const float sc = 1.0f / sqrtf(ss / (float)hd + a.eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) xs[i] = xs[i] * sc * nw[i];
+    __syncthreads();
+  }
+  const rope_params &r = a.rope;
+  const int32_t pos = a.pos[t];
+  for (int p = threadIdx.x; p < r.n_rot / 2; p += blockDim.x) {
+    float theta_extrap = (float)pos;
+    for (int s = 0; s < p; s++) theta_extrap *= r.theta_scale;
+    const float theta_interp = r.freq_scale * theta_extrap;
+    float theta = theta_interp;
+    if (r.ext_factor != 0.0f) {
+      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
+      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
+      theta = theta_interp * (1 - mix) + theta_extrap * mix;
+    }
+    const float cs = cosf(theta) * r.mscale, sn = sinf(theta) * r.mscale;
+    const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
+    const float x0 = xs[ia], x1 = xs[ib];
+    xs[ia] = x0 * cs - x1 * sn;
+    xs[ib] = x0 * sn + x1 * cs;
+  }
+  __syncthreads();
+  if (!is_k) {
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) vec[i] = xs[i];
+    return;
+  }
+  const size_t off = (size_t)a.seq[t] * a.slot_stride + (size_t)pos * a.kd + (size_t)head * hd;
+  const float *vv = a.v + (size_t)t * a.ldv + head * hd;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    a.kc[off + i] = __float2half_rn(xs[i]);
+    a.vc[off + i] = __float2half_rn(vv[i]);
+  }
+}
+
+int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok) {
+  if (a.hd > 1024 || a.hd % 2) return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", a.hd);
+  int threads = ((a.hd / 2 + 31) / 32) * 32;
+  if (threads < 32) threads = 32;
+  k_qk<<<dim3(a.nh + a.nkv, ntok), threads, 0, st>>>(a);
+  CU_LAUNCHED("q/k norm and rope");
+  return BL_OK;
+}
+
+#define AD_WARPS 4
+// grid: x over KV heads, y over slices (up to max_splits), z over tokens.
+template <int HD, int GM>
+__global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
+  constexpr int DPL = HD / 32;
+  __shared__ __align__(16) float sq[GM][HD];
+  __shared__ float sp[AD_WARPS][32][GM];
+  __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
+  __shared__ __align__(16) float sacc[AD_WARPS][GM][HD];
+  __shared__ int s_last;
+  const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
+  const int n = a.pos[t] + 1;
+  int splits = (n + a.min_chunk - 1) / a.min_chunk;
+  if (splits > a.max_splits) splits = a.max_splits;
+  if (si >= splits) return;
+  const int chunk = (n + splits - 1) / splits;
+  const int p0 = si * chunk, p1 = min(n, p0 + chunk);
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int h = i / HD, d = i - h * HD;
+    sq[h][d] = a.q[(size_t)t * a.ldq + (size_t)(g * G + h) * HD + d] * a.scale;
+  }
+  __syncthreads();
+  const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
+  const __half *kb = a.kc + base, *vb = a.vc + base;
+  float m[GM], l[GM], acc[GM][DPL];
+#pragma unroll
+  for (int h = 0; h < GM; h++) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) acc[h][d] = 0.0f;
+  }
+  for (int b0 = p0 + warp * 32; b0 < p1; b0 += AD_WARPS * 32) {
+    const int pp = b0 + lane;
+    const bool valid = pp < p1;
+    float s[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) s[h] = 0.0f;
+    if (valid) {
+      const uint4 *kr = reinterpret_cast<const uint4 *>(kb + (size_t)pp * a.kd);
+#pragma unroll 4
+      for (int c = 0; c < HD / 8; c++) {
+        const uint4 raw = kr[c];
+        const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw);
+        float kf[8];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h2[e]);
+          kf[2 * e] = f.x;
+          kf[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+          if (h < G) {
+            const float4 q0 = *reinterpret_cast<const float4 *>(&sq[h][8 * c]);
+            const float4 q1 = *reinterpret_cast<const float4 *>(&sq[h][8 * c + 4]);
+            s[h] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      if (h >= G) continue;
+      const float sv = valid ? s[h] : -INFINITY;
+      const float mx = warp_max(sv);
+      const float mn = fmaxf(m[h], mx);
+      const float al = expf(m[h] - mn);
+      l[h] *= al;
+#pragma unroll
+      for (int d = 0; d < DPL; d++) acc[h][d] *= al;
+      m[h] = mn;
+      const float pr = valid ? expf(sv - mn) : 0.0f;
+      l[h] += pr;
+      sp[warp][lane][h] = pr;
+    }
+    __syncwarp();
+    const int nv = min(32, p1 - b0);
+    for (int j = 0; j < nv; j++) {
+      const __half *vr = vb + (size_t)(b0 + j) * a.kd + lane * DPL;
+      float vf[DPL];
+#pragma unroll
+      for (int d = 0; d < DPL; d += 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(vr + d));
+        vf[d] = f.x;
+        vf[d + 1] = f.y;
+      }
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        if (h >= G) continue;
+        const float pj = sp[warp][j][h];
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[h][d] += pj * vf[d];
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int h = 0; h < GM; h++) {
+    if (h >= G) continue;
+    l[h] = warp_sum(l[h]);
+    if (lane == 0) {
+      sm_m[warp][h] = m[h];
+      sm_l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; d++) sacc[warp][h][lane * DPL + d] = acc[h][d];
+  }
+  __syncthreads();
+  const int sts = HD + 2;
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int h = i / HD, d = i - h * HD;
+    float M = -INFINITY;
+    for (int w = 0; w < AD_WARPS; w++)
+      if (sm_l[w][h] > 0.0f) M = fmaxf(M, sm_m[w][h]);
+    float L = 0.0f, A = 0.0f;
+    for (int w = 0; w < AD_WARPS; w++) {
+      if (sm_l[w][h] <= 0.0f) continue;
+      const float f = expf(sm_m[w][h] - M);
+      L += f * sm_l[w][h];
+      A += f * sacc[w][h][d];
+    }
+    const int qh = g * G + h;
+    if (splits == 1) {
+      a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = L > 0.0f ? A / L : 0.0f;
+    } else {
+      float *pp = a.part + (((size_t)t * a.nh + qh) * a.max_splits + si) * sts;
+      pp[2 + d] = A;
+      if (d == 0) {
+        pp[0] = M;
+        pp[1] = L;
+      }
+    }
+  }
+  if (splits == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(a.counters + (size_t)t * a.nkv + g, 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int h = i / HD, d = i - h * HD, qh = g * G + h;
+    const float *pp = a.part + ((size_t)t * a.nh + qh) * a.max_splits * sts;
+    float M = -INFINITY;
+    for (int s2 = 0; s2 < splits; s2++)
+      if (__ldcg(pp + s2 * sts + 1) > 0.0f) M = fmaxf(M, __ldcg(pp + s2 * sts));
+    float L = 0.0f, A = 0.0f;
+    for (int s2 = 0; s2 < splits; s2++) {
+      const float ls = __ldcg(pp + s2 * sts + 1);
+      if (ls <= 0.0f) continue;
+      const float f = expf(__ldcg(pp + s2 * sts) - M);
+      L += f * ls;
+      A += f * __ldcg(pp + s2 * sts + 2 + d);
+    }
+    a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = L > 0.0f ? A / L : 0.0f;
+  }
+  if (threadIdx.x == 0) a.counters[(size_t)t * a.nkv + g] = 0;
+}
+
+template <int HD>
+static bool launch_dec_hd(cudaStream_t st, const attn_args &a, dim3 grid) {
+  const int th = AD_WARPS * 32;
+  if (a.G <= 1) k_attn_dec<HD, 1><<<grid, th, 0, st>>>(a);
+  else if (a.G <= 2) k_attn_dec<HD, 2><<<grid, th, 0, st>>>(a);
+  else if (a.G <= 4) k_attn_dec<HD, 4><<<grid, th, 0, st>>>(a);
+  else if (a.G <= 8) k_attn_dec<HD, 8><<<grid, th, 0, st>>>(a);
+  else return false;
+  return true;
+}
+
+bool cu_attn_decode_supported(int hd, int G) { return (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 8; }
+
+int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok) {
+  const dim3 grid(a.nkv, a.max_splits, ntok);
+  bool ok = false;
+  if (a.hd == 64) ok = launch_dec_hd<64>(st, a, grid);
+  else if (a.hd == 128) ok = launch_dec_hd<128>(st, a, grid);
+  else if (a.hd == 256) ok = launch_dec_hd<256>(st, a, grid);
+  if (!ok) return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d with %d query heads per KV head has no CUDA kernel", a.hd, a.G);
+  CU_LAUNCHED("decode attention");
+  return BL_OK;
+}

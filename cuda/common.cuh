@@ -1,0 +1,74 @@
+// bloomery CUDA library: shared declarations - the error store, CUDA call checks, ggml type ids,
+// the device view of a weight matrix, and small device helpers (fp16, warp reductions).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../ffi/bloomery.h"
+
+// ---- error store (errors.cu): the message of the last failure on this thread ----
+int64_t cu_fail(int64_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int64_t cu_fail_cuda(cudaError_t e, const char *what);
+
+#define CU_TRY(call, what)                                   \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
+    if (e_ != cudaSuccess) return cu_fail_cuda(e_, (what));  \
+  } while (0)
+#define CU_LAUNCHED(what) CU_TRY(cudaGetLastError(), (what))
+#define CU_OK(expr)                    \
+  do {                                 \
+    int64_t s_ = (expr);               \
+    if (s_ != BL_OK) return s_;        \
+  } while (0)
+
+// ---- ggml type ids this library reads ----
+enum {
+  T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+  T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30, T_MXFP4 = 39
+};
+
+// Block geometry of a stored type as the kernels walk it (float types in pseudo-blocks of 4);
+// false for types without kernels.
+struct cu_type_geom {
+  const char *name;
+  int be;  // elements per block
+  int bb;  // bytes per block
+  int upb; // work units per block
+  int ue;  // elements per unit
+};
+bool cu_type_geom_of(int type, cu_type_geom *g);
+const char *cu_type_name(int type);
+
+// A weight matrix (or a stack of expert matrices) on the device.
+struct dmat {
+  const uint8_t *d;
+  int32_t type;
+  int32_t ne0, ne1, ne2;
+  int64_t nb1, nb2;
+};
+
+// ---- device helpers ----
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); red holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float *red) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float s = lane < nw ? red[lane] : 0.0f;
+  return warp_sum(s);
+}
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }

@@ -1,0 +1,590 @@
+// bloomery CUDA library: the program's weights on the card (validated, each distinct tensor
+// uploaded once: matrices as stored, norm and bias vectors as f32) and the contexts made from
+// them (work buffers sized from the program's largest blocks, the f16 KV cache, pinned staging),
+// with the KV cache operations (save, load, copy between slots).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <unordered_map>
+
+#include "ctx.h"
+
+static float h2f_host(uint16_t h) {
+  const uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+  uint32_t bits;
+  if (e == 0) {
+    if (m == 0) bits = s;
+    else { // subnormal: normalise
+      int ee = -1;
+      uint32_t mm = m;
+      do {
+        ee++;
+        mm <<= 1;
+      } while ((mm & 1024) == 0);
+      bits = s | ((uint32_t)(127 - 15 - ee) << 23) | ((mm & 1023) << 13);
+    }
+  } else if (e == 31) bits = s | 0x7f800000u | (m << 13);
+  else bits = s | ((e + 127 - 15) << 23) | (m << 13);
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static bool vector_role(int kind, int role) {
+  switch (kind) {
+    case BL_BLOCK_ATTN:
+      return role == BL_ATTN_NORM || role == BL_ATTN_Q_NORM || role == BL_ATTN_K_NORM || (role >= BL_ATTN_BQ && role <= BL_ATTN_BV);
+    case BL_BLOCK_MOE: return role == BL_MOE_NORM;
+    case BL_BLOCK_FFN:
+    case BL_BLOCK_OUTPUT: return role == 0;
+    default: return false;
+  }
+}
+
+static const char *kind_name(int64_t k) {
+  switch (k) {
+    case BL_BLOCK_EMBED: return "embed";
+    case BL_BLOCK_ATTN: return "attention";
+    case BL_BLOCK_MOE: return "experts";
+    case BL_BLOCK_FFN: return "ffn";
+    case BL_BLOCK_OUTPUT: return "output";
+    default: return "block";
+  }
+}
+
+struct plan_item {
+  uint64_t host;
+  size_t bytes, off;
+  bool vec;
+  int type;
+  int64_t n;
+};
+
+struct cu_plan {
+  std::vector<plan_item> items;
+  std::unordered_map<uint64_t, size_t> index; // host address (| 1 for vectors) -> item
+  size_t total = 0;
+  cu_dims dm = {};
+};
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi, int64_t role, int64_t kind) {
+  if (vec) {
+    if (t.type != T_F32 && t.type != T_F16 && t.type != T_BF16)
+      return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: vector of type %s (F32, F16 or BF16 expected)", (long long)bi,
+                     kind_name(kind), (long long)role, cu_type_name((int)t.type));
+  } else {
+    cu_type_geom g;
+    if (!cu_type_geom_of((int)t.type, &g))
+      return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: type %s has no CUDA kernels", (long long)bi, kind_name(kind),
+                     (long long)role, cu_type_name((int)t.type));
+    if (t.ne[0] <= 0 || t.ne[0] % g.be != 0 || t.nb1 != (t.ne[0] / g.be) * g.bb)
+      return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: %s rows of %lld elements (%lld bytes) are not whole blocks",
+                     (long long)bi, kind_name(kind), (long long)role, g.name, (long long)t.ne[0], (long long)t.nb1);
+    if (t.ne[2] > 1 && t.nb2 < t.nb1 * t.ne[1])
+      return cu_fail(BL_E_INVAL, "block %lld (%s) tensor %lld: slab stride %lld is smaller than a slab", (long long)bi, kind_name(kind),
+                     (long long)role, (long long)t.nb2);
+  }
+  const uint64_t key = t.data | (vec ? 1u : 0u);
+  if (pl.index.count(key)) return BL_OK;
+  plan_item it;
+  it.host = t.data;
+  it.vec = vec;
+  it.type = (int)t.type;
+  it.n = t.ne[0];
+  it.bytes = vec ? (size_t)t.ne[0] * 4 : (t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]);
+  it.off = pl.total;
+  pl.total += align256(it.bytes);
+  pl.index[key] = pl.items.size();
+  pl.items.push_back(it);
+  return BL_OK;
+}
+
+static int64_t need(const bl_tensor &t, int64_t bi, const char *what) {
+  if (!t.data) return cu_fail(BL_E_INVAL, "block %lld: %s is missing", (long long)bi, what);
+  return BL_OK;
+}
+static int64_t shape(const bl_tensor &t, int64_t bi, const char *what, int64_t ne0, int64_t ne1) {
+  if (t.ne[0] != ne0 || t.ne[1] != ne1)
+    return cu_fail(BL_E_INVAL, "block %lld: %s is %lld x %lld, expected %lld x %lld", (long long)bi, what, (long long)t.ne[0],
+                   (long long)t.ne[1], (long long)ne0, (long long)ne1);
+  return BL_OK;
+}
+
+// Validates the program and lays its tensors out.
+static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
+  if (!prog || !prog->blocks || prog->n_blocks <= 0) return cu_fail(BL_E_INVAL, "cuda: empty program");
+  if (prog->n_embd <= 0 || prog->n_vocab <= 0) return cu_fail(BL_E_INVAL, "cuda: program without sizes");
+  if (prog->n_embd % 4) return cu_fail(BL_E_UNSUPPORTED, "cuda: n_embd %lld is not a multiple of 4", (long long)prog->n_embd);
+  cu_dims &d = pl.dm;
+  d.E = prog->n_embd;
+  d.V = prog->n_vocab;
+  d.qd = d.kd = d.hd = d.ff = 4;
+  d.X = d.K = 1;
+  d.max_nh = d.max_nkv = 1;
+  const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
+  const int64_t E = d.E;
+  for (int64_t i = 0; i < prog->n_blocks; i++) {
+    const bl_block &b = bl[i];
+    const bl_tensor *t = b.t;
+    switch (b.kind) {
+      case BL_BLOCK_EMBED:
+        CU_OK(need(t[0], i, "token_embd"));
+        CU_OK(shape(t[0], i, "token_embd", E, d.V));
+        break;
+      case BL_BLOCK_ATTN: {
+        const int64_t nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim;
+        if (nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv || hd % 4 || b.n_rot > hd || b.n_rot % 2)
+          return cu_fail(BL_E_INVAL, "block %lld: bad heads (n_head %lld, n_head_kv %lld, head_dim %lld, n_rot %lld)", (long long)i,
+                         (long long)nh, (long long)nkv, (long long)hd, (long long)b.n_rot);
+        if (!cu_attn_decode_supported((int)hd, (int)(nh / nkv)))
+          return cu_fail(BL_E_UNSUPPORTED, "block %lld: attention with head size %lld and %lld query heads per KV head has no CUDA kernel",
+                         (long long)i, (long long)hd, (long long)(nh / nkv));
+        if (b.layer < 0 || b.layer > 65535) return cu_fail(BL_E_INVAL, "block %lld: KV layer %lld out of range", (long long)i, (long long)b.layer);
+        if (d.kv_width && nkv * hd != d.kv_width) return cu_fail(BL_E_UNSUPPORTED, "block %lld: KV width %lld differs from other layers' %lld", (long long)i, (long long)(nkv * hd), (long long)d.kv_width);
+        d.kv_width = nkv * hd;
+        if (b.layer + 1 > d.kv_layers) d.kv_layers = b.layer + 1;
+        const char *nm[4] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+        for (int r = 1; r <= 4; r++) CU_OK(need(t[r], i, nm[r - 1]));
+        CU_OK(shape(t[1], i, "attn_q", E, nh * hd));
+        CU_OK(shape(t[2], i, "attn_k", E, nkv * hd));
+        CU_OK(shape(t[3], i, "attn_v", E, nkv * hd));
+        CU_OK(shape(t[4], i, "attn_output", nh * hd, E));
+        for (int r = BL_ATTN_Q_NORM; r <= BL_ATTN_K_NORM; r++)
+          if (t[r].data && t[r].ne[0] != hd) return cu_fail(BL_E_INVAL, "block %lld: q/k norm of %lld elements", (long long)i, (long long)t[r].ne[0]);
+        for (int r = BL_ATTN_BQ; r <= BL_ATTN_BV; r++)
+          if (t[r].data && t[r].ne[0] != (r == BL_ATTN_BQ ? nh * hd : nkv * hd)) return cu_fail(BL_E_INVAL, "block %lld: bias size", (long long)i);
+        d.qd = d.qd > nh * hd ? d.qd : nh * hd;
+        d.kd = d.kd > nkv * hd ? d.kd : nkv * hd;
+        d.hd = d.hd > hd ? d.hd : hd;
+        if (nh > d.max_nh) d.max_nh = nh;
+        if (nkv > d.max_nkv) d.max_nkv = nkv;
+        break;
+      }
+      case BL_BLOCK_MOE:
+      case BL_BLOCK_FFN: {
+        const bool moe = b.kind == BL_BLOCK_MOE;
+        const int rg = moe ? BL_MOE_GATE : 1;
+        const bl_tensor &g = t[rg], &u = t[rg + 1], &dn = t[rg + 2];
+        CU_OK(need(g, i, "ffn_gate"));
+        CU_OK(need(u, i, "ffn_up"));
+        CU_OK(need(dn, i, "ffn_down"));
+        const int64_t ff = g.ne[1];
+        CU_OK(shape(g, i, "ffn_gate", E, ff));
+        CU_OK(shape(u, i, "ffn_up", E, ff));
+        CU_OK(shape(dn, i, "ffn_down", ff, E));
+        if (g.type != u.type) return cu_fail(BL_E_UNSUPPORTED, "block %lld: gate and up weights of different types", (long long)i);
+        if (ff % 4) return cu_fail(BL_E_UNSUPPORTED, "block %lld: hidden size %lld", (long long)i, (long long)ff);
+        int64_t X = 1, K = 1;
+        if (moe) {
+          X = b.n_expert;
+          K = b.n_expert_used;
+          if (X <= 0 || K <= 0 || K > X || K > ROUTER_MAX_K || X > 1024)
+            return cu_fail(BL_E_UNSUPPORTED, "block %lld: %lld experts, %lld used", (long long)i, (long long)X, (long long)K);
+          if (g.ne[2] != X || u.ne[2] != X || dn.ne[2] != X) return cu_fail(BL_E_INVAL, "block %lld: expert count of the tensors is not %lld", (long long)i, (long long)X);
+          CU_OK(need(t[BL_MOE_GATE_INP], i, "ffn_gate_inp"));
+          if (t[BL_MOE_GATE_INP].type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: router weights of type %s (F32 expected)", (long long)i, cu_type_name((int)t[BL_MOE_GATE_INP].type));
+          CU_OK(shape(t[BL_MOE_GATE_INP], i, "ffn_gate_inp", E, X));
+        }
+        d.ff = d.ff > ff ? d.ff : ff;
+        d.X = d.X > X ? d.X : X;
+        d.K = d.K > K ? d.K : K;
+        break;
+      }
+      case BL_BLOCK_OUTPUT:
+        CU_OK(need(t[1], i, "output"));
+        CU_OK(shape(t[1], i, "output", E, d.V));
+        break;
+      default: return cu_fail(BL_E_INVAL, "block %lld has unknown kind %lld", (long long)i, (long long)b.kind);
+    }
+    for (int r = 0; r < BL_BLOCK_TENSORS; r++)
+      if (b.t[r].data) CU_OK(add_tensor(pl, b.t[r], vector_role((int)b.kind, r), i, r, b.kind));
+  }
+  return BL_OK;
+}
+
+struct buf_req {
+  void **ptr;
+  size_t bytes;
+};
+
+// The work buffers of a context (pointers filled by alloc_buffers); also used for sizing.
+static std::vector<buf_req> buffer_list(cu_ctx *c) {
+  const cu_dims &d = c->dm;
+  const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
+  const size_t pairs = T * d.K;
+  c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
+  c->router_groups = (int)T;
+  const size_t part = (size_t)MV_MAX_NT * c->max_splits * ((size_t)d.qd + 2 * d.max_nh);
+  const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
+  c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
+  std::vector<buf_req> v = {
+      {(void **)&c->x, T * d.E * F}, {(void **)&c->h, T * d.E * F}, {(void **)&c->q, T * d.qd * F}, {(void **)&c->k, T * d.kd * F},
+      {(void **)&c->v, T * d.kd * F}, {(void **)&c->att, T * d.qd * F}, {(void **)&c->router, T * d.X * F},
+      {(void **)&c->sel, pairs * I}, {(void **)&c->selw, pairs * F}, {(void **)&c->act, pairs * d.ff * F},
+      {(void **)&c->ypair, pairs * d.E * F}, {(void **)&c->pair_tok, pairs * I}, {(void **)&c->pair_of, pairs * I},
+      {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
+      {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nkv * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
+      {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F},
+      {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
+      {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
+      {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
+      {(void **)&c->kc, kv}, {(void **)&c->vc, kv},
+  };
+  return v;
+}
+
+static size_t ctx_bytes(cu_ctx *c) {
+  size_t s = 0;
+  for (const buf_req &b : buffer_list(c)) s += align256(b.bytes);
+  return s + (size_t)MV_MAX_NT * c->dm.V * sizeof(float); // first logits rows
+}
+
+// The context's sizes from the weights' dimensions and the parameters; checks they agree.
+static int64_t ctx_dims(const cu_dims &wd, const bl_ctx_params *p, cu_dims &d) {
+  if (!p) return cu_fail(BL_E_INVAL, "cuda: null context parameters");
+  if (p->n_embd != wd.E || p->n_vocab != wd.V) return cu_fail(BL_E_INVAL, "cuda: program and context disagree on sizes");
+  if (p->max_tokens <= 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 || p->kv_layers < wd.kv_layers || p->kv_k_dim <= 0 || p->kv_v_dim != p->kv_k_dim)
+    return cu_fail(BL_E_INVAL, "cuda: invalid context parameters (tokens %lld, KV %lld x %lld x %lld, width %lld; the program has %lld KV layers)",
+                   (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots, (long long)p->kv_ctx, (long long)p->kv_k_dim,
+                   (long long)wd.kv_layers);
+  if (wd.kv_width && wd.kv_width != p->kv_k_dim)
+    return cu_fail(BL_E_INVAL, "cuda: KV width %lld, the program's attention has %lld", (long long)p->kv_k_dim, (long long)wd.kv_width);
+  if (p->max_tokens > (1 << 20) || p->kv_ctx > (1 << 24)) return cu_fail(BL_E_INVAL, "cuda: context parameters out of range");
+  d = wd;
+  d.maxT = p->max_tokens;
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *context_bytes) {
+  cu_plan pl;
+  CU_OK(make_plan(prog, pl));
+  cu_ctx c = cu_ctx();
+  CU_OK(ctx_dims(pl.dm, p, c.dm));
+  c.p = *p;
+  c.max_splits = 32;
+  if (weight_bytes) *weight_bytes = (int64_t)pl.total;
+  if (context_bytes) *context_bytes = (int64_t)ctx_bytes(&c);
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c) return BL_OK;
+  (void)cudaSetDevice(c->dev);
+  if (c->st) (void)cudaStreamSynchronize(c->st);
+  cu_drop_graphs(c);
+  for (const buf_req &b : buffer_list(c))
+    if (*b.ptr) (void)cudaFree(*b.ptr);
+  if (c->logits) (void)cudaFree(c->logits);
+  if (c->h_in) (void)cudaFreeHost(c->h_in);
+  if (c->h_out) (void)cudaFreeHost(c->h_out);
+  if (c->st) (void)cudaStreamDestroy(c->st);
+  (void)cudaGetLastError();
+  delete c;
+  return BL_OK;
+}
+
+static void rope_of(const bl_block &b, rope_params &r) {
+  r.n_rot = (int)b.n_rot;
+  r.mode = (int)b.rope_type;
+  const float base = (float)b.rope_base;
+  r.freq_scale = b.rope_freq_scale > 0 ? (float)b.rope_freq_scale : 1.0f;
+  r.ext_factor = (float)b.yarn_ext_factor;
+  const float attn_factor = b.yarn_attn_factor > 0 ? (float)b.yarn_attn_factor : 1.0f;
+  r.corr_lo = r.corr_hi = 0;
+  if (r.ext_factor != 0 && b.yarn_orig_ctx > 0 && r.n_rot > 0) {
+    auto corr = [&](float turns) { return r.n_rot * logf((float)b.yarn_orig_ctx / (turns * 2.0f * (float)M_PI)) / (2.0f * logf(base)); };
+    const float lo = floorf(corr((float)b.yarn_beta_fast)), hi = ceilf(corr((float)b.yarn_beta_slow));
+    r.corr_lo = lo > 0 ? lo : 0;
+    r.corr_hi = hi < r.n_rot - 1 ? hi : (float)(r.n_rot - 1);
+  }
+  r.theta_scale = r.n_rot > 0 ? powf(base, -2.0f / r.n_rot) : 1.0f;
+  r.mscale = attn_factor;
+  if (r.ext_factor != 0) r.mscale *= 1.0f + 0.1f * logf(1.0f / r.freq_scale);
+}
+
+static int64_t upload(cu_weights *c, const cu_plan &pl) {
+  uint8_t *base = static_cast<uint8_t *>(c->arena);
+  std::vector<float> tmp;
+  for (const plan_item &it : pl.items) {
+    const void *src = reinterpret_cast<const void *>(it.host);
+    if (!it.vec) {
+      CU_TRY(cudaMemcpy(base + it.off, src, it.bytes, cudaMemcpyHostToDevice), "uploading weights");
+      continue;
+    }
+    tmp.resize((size_t)it.n);
+    const uint16_t *s16 = static_cast<const uint16_t *>(src);
+    for (int64_t i = 0; i < it.n; i++) {
+      if (it.type == T_F32) memcpy(&tmp[i], static_cast<const float *>(src) + i, 4);
+      else if (it.type == T_F16) tmp[i] = h2f_host(s16[i]);
+      else {
+        const uint32_t bits = (uint32_t)s16[i] << 16;
+        memcpy(&tmp[i], &bits, 4);
+      }
+    }
+    CU_TRY(cudaMemcpy(base + it.off, tmp.data(), it.bytes, cudaMemcpyHostToDevice), "uploading norm weights");
+  }
+  return BL_OK;
+}
+
+static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan &pl) {
+  const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
+  uint8_t *base = static_cast<uint8_t *>(c->arena);
+  c->blocks.resize((size_t)prog->n_blocks);
+  for (int64_t i = 0; i < prog->n_blocks; i++) {
+    const bl_block &b = bl[i];
+    cu_blk &o = c->blocks[(size_t)i];
+    memset(static_cast<void *>(&o), 0, sizeof o);
+    o.kind = (int)b.kind;
+    o.layer = (int)b.layer;
+    o.n_head = (int)b.n_head;
+    o.n_head_kv = (int)b.n_head_kv;
+    o.head_dim = (int)b.head_dim;
+    o.n_expert = (int)b.n_expert;
+    o.n_used = (int)b.n_expert_used;
+    o.norm_topk = (int)b.norm_topk;
+    o.eps = (float)b.eps;
+    o.attn_scale = b.attn_scale > 0 ? (float)b.attn_scale : (b.head_dim > 0 ? 1.0f / sqrtf((float)b.head_dim) : 1.0f);
+    o.w_scale = (float)b.expert_weights_scale;
+    rope_of(b, o.rope);
+    for (int r = 0; r < BL_BLOCK_TENSORS; r++) {
+      const bl_tensor &t = b.t[r];
+      if (!t.data) continue;
+      const bool vec = vector_role((int)b.kind, r);
+      const plan_item &it = pl.items[pl.index.at(t.data | (vec ? 1u : 0u))];
+      if (vec) {
+        o.vec[r] = reinterpret_cast<const float *>(base + it.off);
+      } else {
+        dmat &m = o.t[r];
+        m.d = base + it.off;
+        m.type = (int32_t)t.type;
+        m.ne0 = (int32_t)t.ne[0];
+        m.ne1 = (int32_t)t.ne[1];
+        m.ne2 = (int32_t)(t.ne[2] > 0 ? t.ne[2] : 1);
+        m.nb1 = t.nb1;
+        m.nb2 = t.ne[2] > 1 ? t.nb2 : t.nb1 * t.ne[1];
+      }
+    }
+  }
+  return BL_OK;
+}
+
+int64_t cu_init_kernels(int smem_optin) {
+  static int done_optin = -1;
+  if (done_optin == smem_optin) return BL_OK;
+  CU_OK(cu_matvec_init(smem_optin));
+  CU_OK(cu_moe_dec_init(smem_optin));
+  CU_OK(cu_attn_init(smem_optin));
+  CU_OK(cu_gemm_init(smem_optin));
+  done_optin = smem_optin;
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_weights_free(uint64_t h) {
+  cu_weights *w = reinterpret_cast<cu_weights *>(h);
+  if (!w) return BL_OK;
+  (void)cudaSetDevice(w->dev);
+  if (w->arena) (void)cudaFree(w->arena);
+  (void)cudaGetLastError();
+  delete w;
+  return BL_OK;
+}
+
+static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) {
+  int n = 0, drv = 0;
+  CU_OK(cu_probe(&n, &drv));
+  if (dev < 0 || dev >= n) return cu_fail(BL_E_INVAL, "CUDA device %lld does not exist (%d devices)", (long long)dev, n);
+  w->dev = (int)dev;
+  CU_TRY(cudaSetDevice(w->dev), "selecting the device");
+  cudaDeviceProp prop;
+  CU_TRY(cudaGetDeviceProperties(&prop, w->dev), "reading the device properties");
+  snprintf(w->device_name, sizeof w->device_name, "%.80s", prop.name);
+  if (!cu_has_code(w->dev))
+    return cu_fail(BL_E_UNSUPPORTED, "%s (compute capability %d.%d) has no code in this build (it carries sm_86, sm_90, sm_120a and PTX for compute_120)",
+                   prop.name, prop.major, prop.minor);
+  w->smem_optin = (int)prop.sharedMemPerBlockOptin;
+  w->sm_count = prop.multiProcessorCount;
+  CU_OK(cu_init_kernels(w->smem_optin - 2048));
+  cu_plan pl;
+  CU_OK(make_plan(prog, pl));
+  w->dm = pl.dm;
+  size_t fr = 0, tot = 0;
+  CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
+  if (pl.total + ((size_t)256 << 20) > fr)
+    return cu_fail(BL_E_NOMEM, "the model's weights (%.2f GiB) do not fit %s: %.2f GiB free of %.2f GiB", pl.total / 1073741824.0, prop.name,
+                   fr / 1073741824.0, tot / 1073741824.0);
+  CU_TRY(cudaMalloc(&w->arena, pl.total > 0 ? pl.total : 256), "allocating the weights");
+  w->arena_bytes = pl.total;
+  CU_OK(upload(w, pl));
+  CU_OK(build_blocks(w, prog, pl));
+  CU_TRY(cudaDeviceSynchronize(), "finishing the upload");
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out) {
+  if (!prog || !out) return cu_fail(BL_E_INVAL, "cuda weights_new: null argument");
+  cu_weights *w = new (std::nothrow) cu_weights();
+  if (!w) return cu_fail(BL_E_NOMEM, "cuda weights_new: out of memory");
+  const int64_t s = weights_init(w, dev, prog);
+  if (s != BL_OK) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", bl_cuda_last_error());
+    bl_cuda_weights_free(reinterpret_cast<uint64_t>(w));
+    cu_fail(s, "%s", keep);
+    return s;
+  }
+  *out = reinterpret_cast<uint64_t>(w);
+  return BL_OK;
+}
+
+static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) {
+  c->w = w;
+  c->dev = w->dev;
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  CU_OK(ctx_dims(w->dm, p, c->dm));
+  c->p = *p;
+  c->sm_count = w->sm_count;
+  c->smem_limit = w->smem_optin - 2048;
+  c->max_splits = 32;
+  c->min_chunk = 64;
+  c->use_graphs = 1;
+  c->prefill_min = MV_MAX_NT + 1;
+  size_t fr = 0, tot = 0;
+  CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
+  const size_t cb = ctx_bytes(c);
+  if (cb + ((size_t)128 << 20) > fr)
+    return cu_fail(BL_E_NOMEM, "the KV cache and work buffers (%.2f GiB for %lld slots of %lld positions) do not fit %s beside the weights: %.2f GiB free of %.2f GiB",
+                   cb / 1073741824.0, (long long)p->kv_slots, (long long)p->kv_ctx, w->device_name, fr / 1073741824.0, tot / 1073741824.0);
+  CU_TRY(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "creating a stream");
+  for (const buf_req &b : buffer_list(c)) {
+    CU_TRY(cudaMalloc(b.ptr, b.bytes > 0 ? b.bytes : 64), "allocating work buffers");
+  }
+  const size_t kvb = (size_t)c->p.kv_layers * kv_layer_elems(c) * 2;
+  CU_TRY(cudaMemset(c->kc, 0, kvb), "clearing the KV cache");
+  CU_TRY(cudaMemset(c->vc, 0, kvb), "clearing the KV cache");
+  CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nkv * sizeof(int)), "clearing counters");
+  CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
+  CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");
+  {
+    std::vector<float> ones((size_t)c->dm.maxT, 1.0f);
+    CU_TRY(cudaMemcpy(c->dense_w, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice), "filling buffers");
+  }
+  CU_TRY(cudaMallocHost(&c->h_in, 4 * c->dm.maxT * sizeof(int32_t) + (size_t)c->fa_cap * sizeof(int4)), "allocating pinned memory");
+  c->h_out_bytes = (int64_t)MV_MAX_NT * c->dm.V * (int64_t)sizeof(float);
+  const int64_t topk_bytes = c->dm.maxT * TOPK_MAX * 8;
+  if (topk_bytes > c->h_out_bytes) c->h_out_bytes = topk_bytes;
+  CU_TRY(cudaMallocHost(&c->h_out, (size_t)c->h_out_bytes), "allocating pinned memory");
+  CU_OK(cu_ensure_logits(c, MV_MAX_NT));
+  CU_TRY(cudaDeviceSynchronize(), "making the context");
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, uint64_t *out) {
+  const cu_weights *w = reinterpret_cast<const cu_weights *>(weights);
+  if (!w || !p || !out) return cu_fail(BL_E_INVAL, "cuda ctx_new: null argument");
+  cu_ctx *c = new (std::nothrow) cu_ctx();
+  if (!c) return cu_fail(BL_E_NOMEM, "cuda ctx_new: out of memory");
+  const int64_t s = ctx_init(c, w, p);
+  if (s != BL_OK) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", bl_cuda_last_error());
+    bl_cuda_ctx_free(reinterpret_cast<uint64_t>(c));
+    cu_fail(s, "%s", keep);
+    return s;
+  }
+  *out = reinterpret_cast<uint64_t>(c);
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c) return cu_fail(BL_E_INVAL, "set_option: null context");
+  switch (key) {
+    case BL_CUDA_OPT_GRAPHS: c->use_graphs = value != 0; return BL_OK;
+    case BL_CUDA_OPT_PREFILL_MIN: c->prefill_min = value < 2 ? 2 : (int)value; return BL_OK;
+    case BL_CUDA_OPT_MAX_SPLITS:
+      if (value < 1 || value > 32) return cu_fail(BL_E_INVAL, "set_option: %lld attention splits (1..32)", (long long)value);
+      c->max_splits = (int)value;
+      cu_drop_graphs(c);
+      return BL_OK;
+    default: return cu_fail(BL_E_INVAL, "set_option: unknown option %lld", (long long)key);
+  }
+}
+
+extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
+  const int64_t v[6] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+                        (int64_t)c->graphs.size(), c->sm_count};
+  for (int64_t i = 0; i < n && i < 6; i++) out[i] = v[i];
+  return BL_OK;
+}
+
+// ---- KV cache ----
+static int64_t kv_check(const cu_ctx *c, int64_t slot, int64_t n) {
+  if (!c) return cu_fail(BL_E_INVAL, "kv: null context");
+  if (slot < 0 || slot >= c->p.kv_slots) return cu_fail(BL_E_INVAL, "kv: slot %lld out of range", (long long)slot);
+  if (n < 0 || n > c->p.kv_ctx) return cu_fail(BL_E_INVAL, "kv: %lld positions out of range", (long long)n);
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_kv_clear(uint64_t h, int64_t slot, int64_t from) {
+  // positions are written before they are read; clearing is the caller's bookkeeping
+  return kv_check(reinterpret_cast<cu_ctx *>(h), slot, from);
+}
+
+extern "C" int64_t bl_cuda_kv_pos_bytes(uint64_t h) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  return c ? c->p.kv_layers * c->p.kv_k_dim * 2 * 2 : 0;
+}
+
+static int64_t kv_move(cu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, bool save) {
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  CU_TRY(cudaStreamSynchronize(c->st), "finishing the step");
+  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
+  for (int64_t l = 0; l < c->p.kv_layers; l++) {
+    const size_t off = (size_t)l * kv_layer_elems(c) + (size_t)slot * c->p.kv_ctx * c->p.kv_k_dim;
+    if (save) {
+      CU_TRY(cudaMemcpy(buf, c->kc + off, row, cudaMemcpyDeviceToHost), "saving KV");
+      CU_TRY(cudaMemcpy(buf + row, c->vc + off, row, cudaMemcpyDeviceToHost), "saving KV");
+    } else {
+      CU_TRY(cudaMemcpy(c->kc + off, buf, row, cudaMemcpyHostToDevice), "loading KV");
+      CU_TRY(cudaMemcpy(c->vc + off, buf + row, row, cudaMemcpyHostToDevice), "loading KV");
+    }
+    buf += 2 * row;
+  }
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_kv_save(uint64_t h, int64_t slot, int64_t n, void *dst) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, slot, n));
+  if (!dst) return cu_fail(BL_E_INVAL, "kv_save: null buffer");
+  return kv_move(c, slot, n, static_cast<uint8_t *>(dst), true);
+}
+
+extern "C" int64_t bl_cuda_kv_load(uint64_t h, int64_t slot, int64_t n, const void *src) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, slot, n));
+  if (!src) return cu_fail(BL_E_INVAL, "kv_load: null buffer");
+  return kv_move(c, slot, n, static_cast<uint8_t *>(const_cast<void *>(src)), false);
+}
+
+extern "C" int64_t bl_cuda_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t n) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, src, n));
+  CU_OK(kv_check(c, dst, n));
+  if (src == dst || n == 0) return BL_OK;
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n, slot = (size_t)c->p.kv_ctx * c->p.kv_k_dim;
+  for (int64_t l = 0; l < c->p.kv_layers; l++) {
+    const size_t base = (size_t)l * kv_layer_elems(c);
+    CU_TRY(cudaMemcpyAsync(c->kc + base + dst * slot, c->kc + base + src * slot, row, cudaMemcpyDeviceToDevice, c->st), "copying KV");
+    CU_TRY(cudaMemcpyAsync(c->vc + base + dst * slot, c->vc + base + src * slot, row, cudaMemcpyDeviceToDevice, c->st), "copying KV");
+  }
+  CU_TRY(cudaStreamSynchronize(c->st), "copying KV");
+  return BL_OK;
+}

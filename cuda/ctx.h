@@ -1,0 +1,80 @@
+// bloomery CUDA library: the context - the model's blocks with their tensors on the card, the
+// work buffers, the f16 KV cache, the staging buffers and the captured decode graphs.
+#pragma once
+#include <vector>
+
+#include "common.cuh"
+#include "internal.h"
+
+struct cu_blk {
+  int kind, layer;
+  int n_head, n_head_kv, head_dim;
+  int n_expert, n_used, norm_topk;
+  float eps, attn_scale, w_scale;
+  rope_params rope;
+  dmat t[BL_BLOCK_TENSORS];               // matrices (d == null when absent)
+  const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
+};
+
+struct cu_graph {
+  int ntok, nout, topk;
+  cudaGraphExec_t exec;
+};
+
+// Largest sizes over the program's blocks (buffers are sized from them).
+struct cu_dims {
+  int64_t E, V, qd, kd, hd, ff, X, K, maxT;
+  int64_t max_nh, max_nkv;
+  int64_t kv_width;  // KV width of every attention block (0: none)
+  int64_t kv_layers; // 1 + the largest KV layer (0: none)
+};
+
+// The program's tensors on one card (shared by the contexts made from it).
+struct cu_weights {
+  int dev;
+  cu_dims dm;
+  std::vector<cu_blk> blocks;
+  void *arena; // weights and f32 vectors
+  size_t arena_bytes;
+  char device_name[96];
+  int smem_optin, sm_count;
+};
+
+struct cu_ctx {
+  int dev;
+  cudaStream_t st;
+  bl_ctx_params p;
+  cu_dims dm;
+  int smem_limit;     // dynamic shared memory a product may use
+  int sm_count;
+  const cu_weights *w;
+  // work buffers (device)
+  float *x, *h, *q, *k, *v, *att, *logits, *router, *selw, *act, *ypair, *part, *topv, *candv, *dense_w;
+  int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
+  int4 *tiles;
+  int *cnt_router, *cnt_attn;
+  __half *kc, *vc;
+  int64_t logits_rows;   // rows the logits buffer holds
+  int max_splits, min_chunk, router_groups, max_tiles;
+  // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)
+  int32_t *d_in, *h_in;
+  int64_t fa_cap;        // attention tiles the input buffers hold
+  float *h_out;          // pinned: logits rows or top-k values/ids
+  int64_t h_out_bytes;
+  std::vector<cu_graph> graphs;
+  int use_graphs, prefill_min;
+  int64_t steps, graph_steps;
+};
+
+// Input pointers into d_in.
+static inline int32_t *in_tok(const cu_ctx *c) { return c->d_in; }
+static inline int32_t *in_pos(const cu_ctx *c) { return c->d_in + c->dm.maxT; }
+static inline int32_t *in_seq(const cu_ctx *c) { return c->d_in + 2 * c->dm.maxT; }
+static inline int32_t *in_out(const cu_ctx *c) { return c->d_in + 3 * c->dm.maxT; }
+static inline int4 *in_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(c->d_in + 4 * c->dm.maxT); }
+static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_slots * c->p.kv_ctx * c->p.kv_k_dim; }
+
+// forward.cu
+int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles);
+void cu_drop_graphs(cu_ctx *c);
+int64_t cu_ensure_logits(cu_ctx *c, int64_t rows);

@@ -1,0 +1,396 @@
+// bloomery CUDA library: one forward pass of the program for a batch. Batches of up to
+// MV_MAX_NT tokens take the decode kernels and are captured once per (tokens, output rows,
+// top-k) as a CUDA graph, replayed with the new tokens, positions and slots copied in before;
+// larger batches take the tensor-core products, grouped experts and flash attention. One host
+// synchronisation per step (the outputs' copy back).
+#include <string.h>
+
+#include "ctx.h"
+
+void cu_drop_graphs(cu_ctx *c) {
+  for (cu_graph &g : c->graphs) (void)cudaGraphExecDestroy(g.exec);
+  c->graphs.clear();
+}
+
+int64_t cu_ensure_logits(cu_ctx *c, int64_t rows) {
+  if (rows <= c->logits_rows) return BL_OK;
+  if (c->logits) {
+    CU_TRY(cudaStreamSynchronize(c->st), "growing the logits buffer");
+    cu_drop_graphs(c); // they point at the old buffer
+    CU_TRY(cudaFree(c->logits), "growing the logits buffer");
+    c->logits = nullptr;
+    c->logits_rows = 0;
+  }
+  CU_TRY(cudaMalloc(&c->logits, (size_t)rows * c->dm.V * sizeof(float)), "allocating the logits buffer");
+  c->logits_rows = rows;
+  return BL_OK;
+}
+
+static mv_job job(const dmat &m, const float *bias, float *y, int ldy, int epi) {
+  mv_job j;
+  memset(&j, 0, sizeof j);
+  j.m = m;
+  j.bias = bias;
+  j.y = y;
+  j.ldy = ldy;
+  j.epi = epi;
+  return j;
+}
+
+// y rows (ldc) = W x rows (ldb) for ntok rows, tensor cores when the shape allows, else the decode product.
+static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const float *b, int ldb, int ntok, float *y, int ldc, int epi,
+                             bool big) {
+  if (big && cu_gemm_supported(w.type, w.ne0)) {
+    gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.w = w;
+    g.b = b;
+    g.ldb = ldb;
+    g.ntok = ntok;
+    g.mode = epi;
+    g.c = y;
+    g.ldc = ldc;
+    g.bias = bias;
+    return cu_gemm(c->st, g, 64, (ntok + 63) / 64);
+  }
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  a.job[0] = job(w, bias, y, ldc, epi);
+  a.njobs = 1;
+  a.x = b;
+  a.ldx = ldb;
+  a.n = w.ne0;
+  return cu_matvec(c->st, a, ntok, c->smem_limit);
+}
+
+static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles) {
+  const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
+  if (!big) {
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.job[0] = job(b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->q, qd, EPI_STORE);
+    a.job[1] = job(b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->k, kd, EPI_STORE);
+    a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
+    a.njobs = 3;
+    a.x = c->x;
+    a.ldx = E;
+    a.n = E;
+    a.norm = 1;
+    a.normw = b.vec[BL_ATTN_NORM];
+    a.eps = b.eps;
+    CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+  } else {
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
+    CU_OK(dense_product(c, b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->h, E, ntok, c->q, qd, EPI_STORE, true));
+    CU_OK(dense_product(c, b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->h, E, ntok, c->k, kd, EPI_STORE, true));
+    CU_OK(dense_product(c, b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->h, E, ntok, c->v, kd, EPI_STORE, true));
+  }
+  const size_t layer = (size_t)b.layer * kv_layer_elems(c);
+  qk_args qa;
+  memset(&qa, 0, sizeof qa);
+  qa.q = c->q;
+  qa.k = c->k;
+  qa.v = c->v;
+  qa.ldq = qd;
+  qa.ldk = kd;
+  qa.ldv = kd;
+  qa.qn = b.vec[BL_ATTN_Q_NORM];
+  qa.kn = b.vec[BL_ATTN_K_NORM];
+  qa.eps = b.eps;
+  qa.kc = c->kc + layer;
+  qa.vc = c->vc + layer;
+  qa.slot_stride = (int64_t)c->p.kv_ctx * c->p.kv_k_dim;
+  qa.kd = kd;
+  qa.pos = in_pos(c);
+  qa.seq = in_seq(c);
+  qa.nh = nh;
+  qa.nkv = nkv;
+  qa.hd = hd;
+  qa.rope = b.rope;
+  CU_OK(cu_qk_prep(c->st, qa, ntok));
+  if (big && cu_flash_supported(hd)) {
+    fa_args f;
+    memset(&f, 0, sizeof f);
+    f.q = c->q;
+    f.ldq = qd;
+    f.kc = c->kc + layer;
+    f.vc = c->vc + layer;
+    f.slot_stride = qa.slot_stride;
+    f.kd = kd;
+    f.pos = in_pos(c);
+    f.tiles = in_tiles(c);
+    f.nh = nh;
+    f.G = nh / nkv;
+    f.scale_log2 = b.attn_scale * 1.4426950408889634f;
+    f.out = c->att;
+    f.ldo = qd;
+    CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles));
+  } else {
+    for (int t0 = 0; t0 < ntok; t0 += MV_MAX_NT) {
+      const int nt = ntok - t0 < MV_MAX_NT ? ntok - t0 : MV_MAX_NT;
+      attn_args a;
+      memset(&a, 0, sizeof a);
+      a.q = c->q + (size_t)t0 * qd;
+      a.ldq = qd;
+      a.kc = c->kc + layer;
+      a.vc = c->vc + layer;
+      a.slot_stride = qa.slot_stride;
+      a.kd = kd;
+      a.pos = in_pos(c) + t0;
+      a.seq = in_seq(c) + t0;
+      a.scale = b.attn_scale;
+      a.nh = nh;
+      a.nkv = nkv;
+      a.hd = hd;
+      a.G = nh / nkv;
+      a.part = c->part;
+      a.counters = c->cnt_attn;
+      a.max_splits = c->max_splits;
+      a.min_chunk = c->min_chunk;
+      a.out = c->att + (size_t)t0 * qd;
+      a.ldo = qd;
+      CU_OK(cu_attn_decode(c->st, a, nt));
+    }
+  }
+  return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+}
+
+static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  const bool moe = b.kind == BL_BLOCK_MOE;
+  const int E = (int)c->dm.E;
+  const int rg = moe ? BL_MOE_GATE : 1;
+  const dmat &gate = b.t[rg], &up = b.t[rg + 1], &down = b.t[rg + 2];
+  const int ff = gate.ne1, K = moe ? b.n_used : 1;
+  const int32_t *sel = c->dense_sel;
+  const float *selw = c->dense_w;
+  if (moe) {
+    router_args r;
+    memset(&r, 0, sizeof r);
+    r.x = c->x;
+    r.ldx = E;
+    r.n = E;
+    r.ntok = ntok;
+    r.normw = b.vec[BL_MOE_NORM];
+    r.eps = b.eps;
+    r.w = reinterpret_cast<const float *>(b.t[BL_MOE_GATE_INP].d);
+    r.ldw = (int)(b.t[BL_MOE_GATE_INP].nb1 / 4);
+    r.n_expert = b.n_expert;
+    r.k = K;
+    r.h = c->h;
+    r.ldh = E;
+    r.logits = c->router;
+    r.sel = c->sel;
+    r.selw = c->selw;
+    r.counters = c->cnt_router;
+    r.max_groups = c->router_groups;
+    r.norm_topk = b.norm_topk;
+    r.w_scale = b.w_scale;
+    CU_OK(cu_router(c->st, r, c->smem_limit));
+    sel = c->sel;
+    selw = c->selw;
+  } else {
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
+  }
+  const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
+  if (!tc) {
+    moe_dec_args m;
+    memset(&m, 0, sizeof m);
+    m.gate = gate;
+    m.up = up;
+    m.down = down;
+    m.h = c->h;
+    m.ldh = E;
+    m.sel = sel;
+    m.selw = selw;
+    m.k = K;
+    m.act = c->act;
+    m.ldact = ff;
+    m.x = c->x;
+    m.ldx = E;
+    return cu_moe_dec(c->st, m, ntok, c->smem_limit);
+  }
+  gemm_args g;
+  memset(&g, 0, sizeof g);
+  g.w = gate;
+  g.w2 = up;
+  g.b = c->h;
+  g.ldb = E;
+  g.mode = EPI_SWIGLU;
+  g.c = c->act;
+  g.ldc = ff;
+  if (!moe) {
+    g.ntok = ntok;
+    CU_OK(cu_gemm(c->st, g, 64, (ntok + 63) / 64));
+    return dense_product(c, down, nullptr, c->act, ff, ntok, c->x, E, EPI_ADD, true);
+  }
+  const int pairs = ntok * K;
+  const int bn = pairs / (b.n_expert > 0 ? b.n_expert : 1) >= 48 ? 64 : 32;
+  sort_args s;
+  s.sel = c->sel;
+  s.n_pairs = pairs;
+  s.k = K;
+  s.n_expert = b.n_expert;
+  s.bn = bn;
+  s.pair_tok = c->pair_tok;
+  s.pair_of = c->pair_of;
+  s.tiles = c->tiles;
+  s.n_tiles = c->n_tiles;
+  CU_OK(cu_moe_sort(c->st, s));
+  const int max_tiles = (pairs + bn - 1) / bn + b.n_expert;
+  if (max_tiles > c->max_tiles) return cu_fail(BL_E_INVAL, "experts: %d tiles, the context holds %d", max_tiles, c->max_tiles);
+  g.b_rows = c->pair_tok;
+  g.tiles = c->tiles;
+  g.n_tiles = c->n_tiles;
+  CU_OK(cu_gemm(c->st, g, bn, max_tiles));
+  gemm_args d;
+  memset(&d, 0, sizeof d);
+  d.w = down;
+  d.b = c->act;
+  d.ldb = ff;
+  d.tiles = c->tiles;
+  d.n_tiles = c->n_tiles;
+  d.mode = EPI_STORE;
+  d.c = c->ypair;
+  d.ldc = E;
+  CU_OK(cu_gemm(c->st, d, bn, max_tiles));
+  return cu_moe_combine(c->st, c->ypair, E, c->pair_of, c->selw, K, c->x, E, E, ntok);
+}
+
+static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
+  if (nout <= 0) return BL_OK;
+  const int E = (int)c->dm.E, V = (int)c->dm.V;
+  CU_OK(cu_rmsnorm(c->st, c->x, E, in_out(c), E, b.vec[0], b.eps, c->h, E, nout));
+  CU_OK(dense_product(c, b.t[1], nullptr, c->h, E, nout, c->logits, V, EPI_STORE, nout > MV_MAX_NT));
+  if (topk > 0) CU_OK(cu_topk(c->st, c->logits, V, V, nout, topk, c->candv, c->candi, c->topv, c->topi));
+  return BL_OK;
+}
+
+int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
+  const bool big = ntok >= c->prefill_min;
+  for (size_t i = 0; i < c->w->blocks.size(); i++) {
+    const cu_blk &b = c->w->blocks[i];
+    switch (b.kind) {
+      case BL_BLOCK_EMBED: CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
+      case BL_BLOCK_ATTN: CU_OK(attn_block(c, b, ntok, big, n_fa_tiles)); break;
+      case BL_BLOCK_MOE:
+      case BL_BLOCK_FFN: CU_OK(ffn_block(c, b, ntok, big)); break;
+      case BL_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
+      default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
+    }
+  }
+  return BL_OK;
+}
+
+// Tiles of at most 64 consecutive tokens of one slot for prefill attention: {first, count, slot, largest position}.
+static int fa_tiles(const int32_t *pos, const int32_t *seq, int n, int4 *out, int64_t cap) {
+  int nt = 0;
+  for (int i = 0; i < n;) {
+    int j = i, mx = pos[i];
+    while (j < n && seq[j] == seq[i] && j - i < 64) {
+      if (pos[j] > mx) mx = pos[j];
+      j++;
+    }
+    if (nt < cap) out[nt] = make_int4(i, j - i, seq[i], mx);
+    nt++;
+    i = j;
+  }
+  return nt;
+}
+
+static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
+  const bool graph = c->use_graphs && ntok < c->prefill_min;
+  int n_fa = 0;
+  const int32_t *pos = c->h_in + c->dm.maxT, *seq = c->h_in + 2 * c->dm.maxT;
+  if (!graph) {
+    n_fa = fa_tiles(pos, seq, ntok, reinterpret_cast<int4 *>(c->h_in + 4 * c->dm.maxT), c->fa_cap);
+    if (n_fa > c->fa_cap) return cu_fail(BL_E_INVAL, "forward: %d attention tiles, room for %lld", n_fa, (long long)c->fa_cap);
+  }
+  const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
+  CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
+  c->steps++;
+  if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);
+  for (const cu_graph &g : c->graphs)
+    if (g.ntok == ntok && g.nout == nout && g.topk == topk) {
+      CU_TRY(cudaGraphLaunch(g.exec, c->st), "replaying the decode graph");
+      c->graph_steps++;
+      return BL_OK;
+    }
+  cudaGraph_t gr = nullptr;
+  CU_TRY(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "capturing the decode graph");
+  const int64_t s = cu_enqueue(c, ntok, nout, topk, 0);
+  const cudaError_t e = cudaStreamEndCapture(c->st, &gr);
+  if (s != BL_OK) {
+    if (gr) (void)cudaGraphDestroy(gr);
+    (void)cudaGetLastError();
+    return s;
+  }
+  if (e != cudaSuccess) return cu_fail_cuda(e, "capturing the decode graph");
+  cu_graph g = {ntok, nout, topk, nullptr};
+  const cudaError_t ei = cudaGraphInstantiate(&g.exec, gr, 0);
+  (void)cudaGraphDestroy(gr);
+  if (ei != cudaSuccess) return cu_fail_cuda(ei, "instantiating the decode graph");
+  c->graphs.push_back(g);
+  CU_TRY(cudaGraphLaunch(g.exec, c->st), "replaying the decode graph");
+  c->graph_steps++;
+  return BL_OK;
+}
+
+static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids, float *vals) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !batch) return cu_fail(BL_E_INVAL, "forward: null argument");
+  const int64_t n = batch->n_tokens, nout = batch->n_out;
+  if (n <= 0 || n > c->dm.maxT) return cu_fail(BL_E_INVAL, "forward: batch of %lld tokens (the context takes 1..%lld)", (long long)n, (long long)c->dm.maxT);
+  if (nout < 0 || nout > n) return cu_fail(BL_E_INVAL, "forward: %lld output rows", (long long)nout);
+  const int32_t *tok = reinterpret_cast<const int32_t *>(batch->tokens), *pos = reinterpret_cast<const int32_t *>(batch->pos);
+  const int32_t *seq = reinterpret_cast<const int32_t *>(batch->seq), *rows = reinterpret_cast<const int32_t *>(batch->out_rows);
+  if (!tok || !pos || !seq || (nout > 0 && !rows)) return cu_fail(BL_E_INVAL, "forward: missing batch arrays");
+  if (nout > 0 && topk == 0 && !batch->logits) return cu_fail(BL_E_INVAL, "forward: logits buffer missing");
+  for (int64_t i = 0; i < n; i++) {
+    if (tok[i] < 0 || tok[i] >= c->dm.V) return cu_fail(BL_E_INVAL, "forward: token id %d outside the vocabulary of %lld", tok[i], (long long)c->dm.V);
+    if (pos[i] < 0 || pos[i] >= c->p.kv_ctx) return cu_fail(BL_E_INVAL, "forward: position %d outside the context of %lld", pos[i], (long long)c->p.kv_ctx);
+    if (seq[i] < 0 || seq[i] >= c->p.kv_slots) return cu_fail(BL_E_INVAL, "forward: sequence %d outside %lld slots", seq[i], (long long)c->p.kv_slots);
+  }
+  for (int64_t i = 0; i < nout; i++)
+    if (rows[i] < 0 || rows[i] >= n) return cu_fail(BL_E_INVAL, "forward: output row %d outside the batch", rows[i]);
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  CU_OK(cu_ensure_logits(c, nout));
+  const int64_t T = c->dm.maxT;
+  memcpy(c->h_in, tok, (size_t)n * 4);
+  memcpy(c->h_in + T, pos, (size_t)n * 4);
+  memcpy(c->h_in + 2 * T, seq, (size_t)n * 4);
+  if (nout > 0) memcpy(c->h_in + 3 * T, rows, (size_t)nout * 4);
+  CU_OK(run_step(c, (int)n, (int)nout, topk));
+  if (nout > 0) {
+    if (topk > 0) {
+      float *hv = c->h_out;
+      int32_t *hi = reinterpret_cast<int32_t *>(c->h_out + nout * topk);
+      CU_TRY(cudaMemcpyAsync(hv, c->topv, (size_t)nout * topk * 4, cudaMemcpyDeviceToHost, c->st), "copying candidates");
+      CU_TRY(cudaMemcpyAsync(hi, c->topi, (size_t)nout * topk * 4, cudaMemcpyDeviceToHost, c->st), "copying candidates");
+      CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+      memcpy(vals, hv, (size_t)nout * topk * 4);
+      memcpy(ids, hi, (size_t)nout * topk * 4);
+    } else {
+      const size_t bytes = (size_t)nout * c->dm.V * sizeof(float);
+      float *dst = reinterpret_cast<float *>(batch->logits);
+      if ((int64_t)bytes <= c->h_out_bytes) {
+        CU_TRY(cudaMemcpyAsync(c->h_out, c->logits, bytes, cudaMemcpyDeviceToHost, c->st), "copying logits");
+        CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+        memcpy(dst, c->h_out, bytes);
+      } else {
+        CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+        CU_TRY(cudaMemcpy(dst, c->logits, bytes, cudaMemcpyDeviceToHost), "copying logits");
+      }
+    }
+  } else {
+    CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+  }
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch) { return forward(ctx, batch, 0, nullptr, nullptr); }
+
+extern "C" int64_t bl_cuda_forward_topk(uint64_t ctx, const bl_batch *batch, int64_t k, int32_t *ids, float *vals) {
+  if (k < 1 || k > TOPK_MAX) return cu_fail(BL_E_INVAL, "forward_topk: k = %lld (1..%d)", (long long)k, TOPK_MAX);
+  if (!ids || !vals) return cu_fail(BL_E_INVAL, "forward_topk: null output arrays");
+  return forward(ctx, batch, (int)k, ids, vals);
+}

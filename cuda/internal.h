@@ -1,0 +1,170 @@
+// bloomery CUDA library: host-side declarations shared by the library's files - the argument
+// structs of the kernels (passed by value) and their launchers. Launchers enqueue on a stream,
+// never synchronize, and return a status (a launch error names the kernel).
+#pragma once
+#include "common.cuh"
+
+enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
+
+// ---- probe (errors.cu) ----
+int64_t cu_probe(int *n_devices, int *driver);
+bool cu_has_code(int dev);
+// Kernel attributes (dynamic shared memory limits), once per process.
+int64_t cu_init_kernels(int smem_optin);
+
+// ---- decode products (matvec.cu) ----
+#define MV_WARPS 8
+#define MV_THREADS (MV_WARPS * 32)
+#define MV_MAX_NT 8
+struct mv_job {
+  dmat m;            // rows ne1, length ne0 (= n)
+  const float *bias; // added to each output, or null
+  float *y;          // row t of the batch at y + t * ldy
+  int ldy, epi, blocks;
+};
+struct mv_args {
+  mv_job job[3];
+  int njobs;
+  const float *x; // activation rows (16-byte aligned, n floats each)
+  int ldx, n;
+  int norm;       // RMS-normalise x rows first (normw may be null: no weights)
+  const float *normw;
+  float eps;
+};
+int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
+int64_t cu_matvec_init(int smem_optin);
+// Rows of m (ids[t], or t) dequantized to y + t * ldy.
+int64_t cu_rows_f32(cudaStream_t st, const dmat &m, const int32_t *ids, int n_rows, float *y, int ldy);
+
+// ---- routed experts, decode (moe_dec.cu) ----
+#define ROUTER_MAX_K 64
+#define ROUTER_NT 8
+struct router_args {
+  const float *x;  // residual rows
+  int ldx, n, ntok;
+  const float *normw;
+  float eps;
+  const float *w;  // F32 router [n_expert][ldw]
+  int ldw, n_expert, k;
+  float *h;        // normalised rows out (ldh), or null
+  int ldh;
+  float *logits;   // [ntok][n_expert]
+  int32_t *sel;    // [ntok][k], ascending expert id
+  float *selw;     // [ntok][k]
+  int *counters;   // one per token group, zero between launches
+  int max_groups;
+  int norm_topk;
+  float w_scale;
+};
+int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit);
+struct moe_dec_args {
+  dmat gate, up, down;
+  const float *h;       // normalised rows (ldh)
+  int ldh;
+  const int32_t *sel;   // [t][k]
+  const float *selw;
+  int k;
+  float *act;           // [t * k + j][ldact]: silu(gate) * up
+  int ldact;
+  float *x;             // residual (ldx)
+  int ldx;
+};
+int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_limit);
+int64_t cu_moe_dec_init(int smem_optin);
+
+// ---- attention (attn.cu) ----
+struct rope_params {
+  int n_rot, mode;
+  float theta_scale, freq_scale, ext_factor, mscale, corr_lo, corr_hi;
+};
+struct qk_args {
+  float *q, *k;
+  const float *v;
+  int ldq, ldk, ldv;
+  const float *qn, *kn; // per-head norm weights or null
+  float eps;
+  __half *kc, *vc;      // this layer's cache: [slot][ctx][kd]
+  int64_t slot_stride;
+  int kd;
+  const int32_t *pos, *seq;
+  int nh, nkv, hd;
+  rope_params rope;
+};
+int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok);
+struct attn_args {
+  const float *q;
+  int ldq;
+  const __half *kc, *vc;
+  int64_t slot_stride;
+  int kd;
+  const int32_t *pos, *seq;
+  float scale;
+  int nh, nkv, hd, G;
+  float *part;    // [ntok][nh][max_splits][hd + 2]
+  int *counters;  // [ntok][nkv], zero between launches
+  int max_splits, min_chunk;
+  float *out;
+  int ldo;
+};
+int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok);
+bool cu_attn_decode_supported(int hd, int G);
+struct fa_args {
+  const float *q;
+  int ldq;
+  const __half *kc, *vc;
+  int64_t slot_stride;
+  int kd;
+  const int32_t *pos;
+  const int4 *tiles; // {first token, count (<= 64), slot, largest position}
+  int nh, G;
+  float scale_log2;
+  float *out;
+  int ldo;
+};
+int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles);
+bool cu_flash_supported(int hd);
+int64_t cu_attn_init(int smem_optin);
+
+// ---- tensor-core products (gemm.cu) ----
+#define GEMM_BM 128
+#define GEMM_BK 128
+struct gemm_args {
+  dmat w, w2;             // w2: the up weights in EPI_SWIGLU mode (rows pair with w's)
+  const float *b;         // activation rows (ldb)
+  int ldb;
+  const int32_t *b_rows;  // activation row of tile entry start + i, or null (start + i)
+  const int4 *tiles;      // grouped: {expert, start, count, 0} per grid row; null: dense
+  const int32_t *n_tiles; // grouped: tiles in use (device)
+  int ntok;               // dense: rows of b
+  int mode;               // EPI_STORE / EPI_ADD / EPI_SWIGLU
+  float *c;               // output row start + i at c + (start + i) * ldc
+  int ldc;
+  const float *bias;
+};
+// grid rows: dense ceil(ntok / bn); grouped max_tiles. bn is 32 or 64.
+int64_t cu_gemm(cudaStream_t st, const gemm_args &a, int bn, int grid_y);
+bool cu_gemm_supported(int type, int ne0);
+int64_t cu_gemm_init(int smem_optin);
+
+// ---- routed experts, batches (moe.cu) ----
+struct sort_args {
+  const int32_t *sel;
+  int n_pairs, k, n_expert, bn;
+  int32_t *pair_tok, *pair_of;
+  int4 *tiles;
+  int32_t *n_tiles;
+};
+int64_t cu_moe_sort(cudaStream_t st, const sort_args &a);
+int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k,
+                       float *x, int ldx, int n, int ntok);
+
+// ---- rows, norms, selection (misc.cu) ----
+// y[t] = rmsnorm(x[rows ? rows[t] : t]) * w
+int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps,
+                   float *y, int ldy, int ntok);
+// The k best (value desc, index asc) of each of n_rows rows of n values; cand: scratch of
+// n_rows * TOPK_CHUNKS * k (value, index) pairs.
+#define TOPK_CHUNKS 64
+#define TOPK_MAX 64
+int64_t cu_topk(cudaStream_t st, const float *x, int ldx, int n, int n_rows, int k, float *cand_v, int32_t *cand_i,
+                float *out_v, int32_t *out_i);

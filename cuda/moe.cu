@@ -1,0 +1,57 @@
+// bloomery CUDA library: routed experts for prompt batches - the (token, pick) pairs grouped by
+// expert on the card (counts, offsets, tiles of at most bn pairs for the grouped tensor-core
+// products), and the weighted sum of each token's picks added to the residual in ascending
+// expert order (a token's result does not depend on the rest of the batch).
+#include "common.cuh"
+#include "internal.h"
+
+// One block: counting sort of the pairs by expert, then the tile list.
+__global__ void __launch_bounds__(1024) k_moe_sort(sort_args a) {
+  extern __shared__ int ssm[];
+  int *cnt = ssm, *start = ssm + a.n_expert, *fill = ssm + 2 * a.n_expert;
+  for (int e = threadIdx.x; e < a.n_expert; e += blockDim.x) {
+    cnt[e] = 0;
+    fill[e] = 0;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.n_pairs; i += blockDim.x) atomicAdd(&cnt[a.sel[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int s = 0, nt = 0;
+    for (int e = 0; e < a.n_expert; e++) {
+      start[e] = s;
+      for (int o = 0; o < cnt[e]; o += a.bn) a.tiles[nt++] = make_int4(e, s + o, min(a.bn, cnt[e] - o), 0);
+      s += cnt[e];
+    }
+    *a.n_tiles = nt;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.n_pairs; i += blockDim.x) {
+    const int e = a.sel[i], p = start[e] + atomicAdd(&fill[e], 1);
+    a.pair_tok[p] = i / a.k;
+    a.pair_of[i] = p;
+  }
+}
+
+int64_t cu_moe_sort(cudaStream_t st, const sort_args &a) {
+  k_moe_sort<<<1, 1024, (size_t)3 * a.n_expert * sizeof(int), st>>>(a);
+  CU_LAUNCHED("grouping expert pairs");
+  return BL_OK;
+}
+
+__global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k, float *x, int ldx, int n) {
+  const int t = blockIdx.x;
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) s += selw[(size_t)t * k + j] * ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
+    x[(size_t)t * ldx + d] += s;
+  }
+}
+
+int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k,
+                       float *x, int ldx, int n, int ntok) {
+  if (ntok <= 0) return BL_OK;
+  k_moe_combine<<<ntok, 256, 0, st>>>(ypair, ldy, pair_of, selw, k, x, ldx, n);
+  CU_LAUNCHED("combining expert outputs");
+  return BL_OK;
+}

@@ -1,0 +1,219 @@
+// bloomery CUDA library: the routed experts for decode-sized batches - the router (RMSNorm, F32
+// logits, softmax, top-k, renormalised weights, picks sorted by expert id; the last block of a
+// launch does the selection, so one launch), gate and up of the chosen experts fused with SwiGLU
+// (only their rows are read), and down over all picks of a token weighted and added to the
+// residual. A dense FFN runs the same kernels with one "expert" of weight 1.
+#include <float.h>
+
+#include "common.cuh"
+#include "internal.h"
+#include "quants.cuh"
+#include "rows.cuh"
+
+// One token's softmax and top-k over X logits (a warp; lg readable by __ldcg), picks sorted by id.
+__device__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
+  const int lane = threadIdx.x & 31, X = a.n_expert, K = a.k;
+  const float *lg = a.logits + (size_t)t * X;
+  float mx = -FLT_MAX;
+  for (int e = lane; e < X; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < X; e += 32) sum += expf(__ldcg(lg + e) - mx);
+  sum = warp_sum(sum);
+  uint32_t taken = 0; // bit j: element lane + 32 j chosen
+  for (int i = 0; i < K; i++) {
+    float bv = -FLT_MAX;
+    int bi = 0x7fffffff;
+    for (int j = 0, e = lane; e < X; j++, e += 32) {
+      if ((taken >> j) & 1u) continue;
+      const float v = __ldcg(lg + e);
+      if (v > bv || (v == bv && e < bi)) {
+        bv = v;
+        bi = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    if (lane == 0) {
+      ssel[i] = bi;
+      sw[i] = expf(bv - mx) / sum;
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    if (a.norm_topk) {
+      float s = 0.0f;
+      for (int i = 0; i < K; i++) s += sw[i];
+      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+      for (int i = 0; i < K; i++) sw[i] /= s;
+    }
+    if (a.w_scale != 0.0f && a.w_scale != 1.0f)
+      for (int i = 0; i < K; i++) sw[i] *= a.w_scale;
+    for (int i = 1; i < K; i++) // by expert id, so a token's sum does not depend on pick order
+      for (int q = i; q > 0 && ssel[q] < ssel[q - 1]; q--) {
+        const int e = ssel[q];
+        ssel[q] = ssel[q - 1];
+        ssel[q - 1] = e;
+        const float w = sw[q];
+        sw[q] = sw[q - 1];
+        sw[q - 1] = w;
+      }
+    for (int i = 0; i < K; i++) {
+      a.sel[(size_t)t * K + i] = ssel[i];
+      a.selw[(size_t)t * K + i] = sw[i];
+    }
+  }
+}
+
+// grid: x over experts (MV_WARPS a block), y over groups of NT tokens.
+template <int NT>
+__global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  __shared__ float red[32];
+  __shared__ int last;
+  __shared__ int ssel[MV_WARPS][ROUTER_MAX_K];
+  __shared__ float sw[MV_WARPS][ROUTER_MAX_K];
+  const int t0 = blockIdx.y * NT;
+  const int nt = a.ntok - t0 < NT ? a.ntok - t0 : NT;
+  const int n = a.n, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  stage_rows(xs, a.x + (size_t)t0 * a.ldx, a.ldx, n, nt, 1, a.normw, a.eps, red);
+  if (blockIdx.x == 0 && a.h)
+    for (int t = 0; t < nt; t++)
+      for (int i = threadIdx.x; i < n; i += blockDim.x) a.h[(size_t)(t0 + t) * a.ldh + i] = xs[t * n + i];
+  const int e = blockIdx.x * MV_WARPS + w;
+  if (e < a.n_expert) {
+    const float *wr = a.w + (size_t)e * a.ldw;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int i = lane * 4; i < n; i += 128) {
+      const float4 wv = *reinterpret_cast<const float4 *>(wr + i);
+#pragma unroll
+      for (int t = 0; t < NT; t++) {
+        if (t < nt) {
+          const float4 xv = *reinterpret_cast<const float4 *>(xs + t * n + i);
+          acc[t] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+      const float v = warp_sum(acc[t]);
+      if (lane == 0 && t < nt) a.logits[(size_t)(t0 + t) * a.n_expert + e] = v;
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = w; t < nt; t += MV_WARPS) route_token(a, t0 + t, ssel[w], sw[w]);
+  if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;
+}
+
+int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit) {
+  if (a.k > ROUTER_MAX_K || a.n_expert > 32 * 32)
+    return cu_fail(BL_E_UNSUPPORTED, "router: %d experts with %d used (at most %d used of 1024)", a.n_expert, a.k, ROUTER_MAX_K);
+  int nt = smem_limit / (a.n * (int)sizeof(float));
+  if (nt > ROUTER_NT) nt = ROUTER_NT;
+  if (nt < 1) return cu_fail(BL_E_UNSUPPORTED, "router: rows of %d elements do not fit the card's shared memory", a.n);
+  const int groups = (a.ntok + nt - 1) / nt;
+  if (groups > a.max_groups) return cu_fail(BL_E_INVAL, "router: %d token groups, the context counts %d", groups, a.max_groups);
+  const dim3 grid((a.n_expert + MV_WARPS - 1) / MV_WARPS, groups);
+  const size_t smem = (size_t)nt * a.n * sizeof(float);
+  if (nt == ROUTER_NT) k_router<ROUTER_NT><<<grid, MV_THREADS, smem, st>>>(a);
+  else if (nt >= 4) k_router<4><<<grid, MV_THREADS, smem, st>>>(a);
+  else if (nt >= 2) k_router<2><<<grid, MV_THREADS, smem, st>>>(a);
+  else k_router<1><<<grid, MV_THREADS, smem, st>>>(a);
+  CU_LAUNCHED("router");
+  return BL_OK;
+}
+
+// grid: x over hidden rows (MV_WARPS a block), y over a token's picks, z over tokens.
+__global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int t = blockIdx.z, j = blockIdx.y, lane = threadIdx.x & 31;
+  const int n = a.gate.ne0;
+  stage_rows(xs, a.h + (size_t)t * a.ldh, a.ldh, n, 1, 0, nullptr, 0.0f, nullptr);
+  const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+  if (r >= a.gate.ne1) return;
+  const int e = a.sel[(size_t)t * a.k + j];
+  const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2 + (size_t)r * a.gate.nb1;
+  const uint8_t *u = a.up.d + (size_t)e * a.up.nb2 + (size_t)r * a.up.nb1;
+  float ag[1] = {0.0f}, au[1] = {0.0f};
+  dispatch_type(a.gate.type, [&](auto tag) {
+    mv_row<decltype(tag)::value, 1>(g, xs, n, ag, lane);
+    mv_row<decltype(tag)::value, 1>(u, xs, n, au, lane);
+  });
+  const float gv = warp_sum(ag[0]), uv = warp_sum(au[0]);
+  if (lane == 0) a.act[((size_t)t * a.k + j) * a.ldact + r] = silu_f(gv) * uv;
+}
+
+// grid: x over output rows (MV_WARPS a block), y over tokens. Lanes walk the units of all the
+// token's picks (k rows of down), each weighted; the sum is added to x.
+__global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int t = blockIdx.y, lane = threadIdx.x & 31, K = a.k;
+  const int n = a.down.ne0; // hidden size
+  stage_rows(xs, a.act + (size_t)t * K * a.ldact, a.ldact, n, K, 0, nullptr, 0.0f, nullptr);
+  const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+  if (r >= a.down.ne1) return;
+  float acc = 0.0f;
+  dispatch_type(a.down.type, [&](auto tag) {
+    using Q = qt<decltype(tag)::value>;
+    const int U = (n / Q::BE) * Q::UPB;
+    for (int q = lane; q < K * U; q += 32) {
+      const int j = q / U, k = q - j * U;
+      const int e = a.sel[(size_t)t * K + j];
+      const float wj = a.selw[(size_t)t * K + j];
+      const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+      const uint8_t *rp = a.down.d + (size_t)e * a.down.nb2 + (size_t)r * a.down.nb1;
+      const float *xb = xs + j * n + blk * Q::BE;
+      float s = 0.0f;
+      Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+        const float4 xv = *reinterpret_cast<const float4 *>(xb + pos);
+        s += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+      });
+      acc += wj * s;
+    }
+  });
+  acc = warp_sum(acc);
+  if (lane == 0) a.x[(size_t)t * a.ldx + r] += acc;
+}
+
+int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_limit) {
+  if (ntok <= 0) return BL_OK;
+  const size_t s_gu = (size_t)a.gate.ne0 * sizeof(float), s_dn = (size_t)a.k * a.down.ne0 * sizeof(float);
+  if ((int64_t)s_gu > smem_limit || (int64_t)s_dn > smem_limit)
+    return cu_fail(BL_E_UNSUPPORTED, "experts: %d picks of %d hidden values do not fit the card's shared memory", a.k, a.down.ne0);
+  const dim3 g1((a.gate.ne1 + MV_WARPS - 1) / MV_WARPS, a.k, ntok);
+  k_moe_gu<<<g1, MV_THREADS, s_gu, st>>>(a);
+  CU_LAUNCHED("expert gate/up");
+  const dim3 g2((a.down.ne1 + MV_WARPS - 1) / MV_WARPS, ntok);
+  k_moe_down<<<g2, MV_THREADS, s_dn, st>>>(a);
+  CU_LAUNCHED("expert down");
+  return BL_OK;
+}
+
+int64_t cu_moe_dec_init(int smem_optin) {
+  const char *w = "configuring the expert kernels";
+  CU_TRY(cudaFuncSetAttribute(k_router<ROUTER_NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_TRY(cudaFuncSetAttribute(k_router<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_TRY(cudaFuncSetAttribute(k_router<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_TRY(cudaFuncSetAttribute(k_router<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_TRY(cudaFuncSetAttribute(k_moe_gu, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_TRY(cudaFuncSetAttribute(k_moe_down, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  return BL_OK;
+}

@@ -1,0 +1,45 @@
+// bloomery CUDA library: the pieces every decode product shares - staging activation rows in
+// shared memory (optionally RMS-normalised) and one weight row's dot products with them.
+#pragma once
+#include "common.cuh"
+#include "quants.cuh"
+
+// The row's dot products with NT staged activation rows (xs: NT rows of n floats).
+template <int T, int NT>
+__device__ __forceinline__ void mv_row(const uint8_t *rp, const float *xs, int n, float (&acc)[NT], int lane) {
+  using Q = qt<T>;
+  const int nunits = (n / Q::BE) * Q::UPB;
+#pragma unroll 2
+  for (int k = lane; k < nunits; k += 32) {
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const float *xb = xs + blk * Q::BE;
+    Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+#pragma unroll
+      for (int t = 0; t < NT; t++) {
+        const float4 xv = *reinterpret_cast<const float4 *>(xb + t * n + pos);
+        acc[t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+      }
+    });
+  }
+}
+
+// Stage nt rows of x (length n, stride ldx) into xs, each scaled by 1/rms * w when norm is set.
+__device__ __forceinline__ void stage_rows(float *xs, const float *x, int ldx, int n, int nt, int norm, const float *w, float eps, float *red) {
+  const int n4 = n >> 2;
+  for (int t = 0; t < nt; t++)
+    for (int i = threadIdx.x; i < n4; i += blockDim.x)
+      reinterpret_cast<float4 *>(xs + t * n)[i] = reinterpret_cast<const float4 *>(x + (size_t)t * ldx)[i];
+  if (!norm) {
+    __syncthreads();
+    return;
+  }
+  for (int t = 0; t < nt; t++) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xs[t * n + i] * xs[t * n + i];
+    ss = block_sum(ss, red);
+    const float sc = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[t * n + i] = xs[t * n + i] * sc * (w ? w[i] : 1.0f);
+  }
+  __syncthreads();
+}
+

@@ -1,0 +1,134 @@
+// bloomery: bun:ffi bindings of the CUDA library (ffi/bloomery.h, "CUDA" section). The library
+// is embedded in the executable like the CPU library; it loads without a driver or a GPU, and
+// cudaStatus() says whether a usable card is there (and why not). A build made without nvcc
+// embeds an empty placeholder, reported as "no CUDA library in this build".
+import { CString, dlopen, ptr, type Pointer } from "bun:ffi";
+import { statSync } from "node:fs";
+import libPath from "../build/libbloomery_cuda.so" with { type: "file" };
+import { NativeError } from "./cpu.ts";
+
+const i64 = "i64" as const, u64 = "u64" as const, p = "ptr" as const;
+
+export const cudaSymbols = {
+  bl_cuda_abi_version: { args: [], returns: i64 },
+  bl_cuda_last_error: { args: [], returns: p },
+  bl_cuda_probe: { args: [p, p], returns: i64 },
+  bl_cuda_device_info: { args: [i64, p], returns: i64 },
+  bl_cuda_plan_bytes: { args: [p, p, p, p], returns: i64 },
+  bl_cuda_weights_new: { args: [i64, p, p], returns: i64 },
+  bl_cuda_weights_free: { args: [u64], returns: i64 },
+  bl_cuda_ctx_new: { args: [u64, p, p], returns: i64 },
+  bl_cuda_ctx_free: { args: [u64], returns: i64 },
+  bl_cuda_forward: { args: [u64, p], returns: i64 },
+  bl_cuda_forward_topk: { args: [u64, p, i64, p, p], returns: i64 },
+  bl_cuda_kv_clear: { args: [u64, i64, i64], returns: i64 },
+  bl_cuda_kv_copy: { args: [u64, i64, i64, i64], returns: i64 },
+  bl_cuda_kv_pos_bytes: { args: [u64], returns: i64 },
+  bl_cuda_kv_save: { args: [u64, i64, i64, p], returns: i64 },
+  bl_cuda_kv_load: { args: [u64, i64, i64, p], returns: i64 },
+  bl_cuda_set_option: { args: [u64, i64, i64], returns: i64 },
+  bl_cuda_ctx_stats: { args: [u64, p, i64], returns: i64 },
+  bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
+  bl_cuda_test_dequant: { args: [i64, i64, p, i64, p], returns: i64 },
+} as const;
+
+type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
+
+/** Option keys of bl_cuda_set_option. */
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3 } as const;
+
+export interface CudaDeviceInfo {
+  index: number;
+  name: string;
+  ccMajor: number;
+  ccMinor: number;
+  smCount: number;
+  totalBytes: number;
+  freeBytes: number;
+  driverVersion: number;
+  runtimeVersion: number;
+  l2Bytes: number;
+  hasCode: boolean;
+}
+
+export interface CudaStatus {
+  /** a driver, at least one device, and code in this build for device 0 */
+  ok: boolean;
+  /** why not (empty when ok) */
+  reason: string;
+  devices: number;
+  driverVersion: number;
+}
+
+let lib: Lib | null = null;
+let loadError = "";
+let status: CudaStatus | undefined;
+
+/** The CUDA library's symbols, or null (cudaStatus().reason says why). */
+export function cudaLib(): Lib | null {
+  if (lib || loadError) return lib;
+  try {
+    if (statSync(libPath).size === 0) {
+      loadError = "this build has no CUDA library (it was built without nvcc)";
+      return null;
+    }
+    lib = dlopen(libPath, cudaSymbols).symbols;
+  } catch (e) {
+    loadError = `the CUDA library could not be loaded: ${e instanceof Error ? e.message : String(e)}`;
+  }
+  return lib;
+}
+
+/** The CUDA library; throws when it is not there. */
+export function cuda(): Lib {
+  const l = cudaLib();
+  if (!l) throw new NativeError(5, loadError);
+  return l;
+}
+
+function lastError(): string {
+  const l = cudaLib();
+  const q = l ? (l.bl_cuda_last_error() as Pointer | null) : null;
+  return q ? new CString(q).toString() : "";
+}
+
+/** Throws NativeError with the CUDA library's message when status is not BL_OK. */
+export function checkCuda(s: number | bigint, what: string): void {
+  const n = Number(s);
+  if (n === 0) return;
+  const msg = lastError();
+  throw new NativeError(n, `${what}: ${msg || `CUDA library status ${n}`}`);
+}
+
+/** Whether a usable card is present (probed once per process). */
+export function cudaStatus(): CudaStatus {
+  if (status) return status;
+  const l = cudaLib();
+  if (!l) return (status = { ok: false, reason: loadError, devices: 0, driverVersion: 0 });
+  const out = new BigInt64Array(2);
+  const s = Number(l.bl_cuda_probe(ptr(out), ptr(out, 8)));
+  if (s !== 0) return (status = { ok: false, reason: lastError() || `status ${s}`, devices: 0, driverVersion: Number(out[1]) });
+  const st: CudaStatus = { ok: true, reason: "", devices: Number(out[0]), driverVersion: Number(out[1]) };
+  const d = cudaDeviceInfo(0);
+  if (!d.hasCode) {
+    st.ok = false;
+    st.reason = `${d.name} (compute capability ${d.ccMajor}.${d.ccMinor}) has no code in this build (sm_86, sm_90, sm_120a, PTX compute_120)`;
+  }
+  return (status = st);
+}
+
+const DEVICE_SLOTS = 23;
+
+/** Properties and free memory of device i. */
+export function cudaDeviceInfo(i: number): CudaDeviceInfo {
+  const buf = new BigInt64Array(DEVICE_SLOTS);
+  checkCuda(cuda().bl_cuda_device_info(i, ptr(buf)), `reading CUDA device ${i}`);
+  const bytes = new Uint8Array(buf.buffer, 11 * 8, 96);
+  const end = bytes.indexOf(0);
+  const n = (k: number) => Number(buf[k]);
+  return {
+    index: n(0), ccMajor: n(1), ccMinor: n(2), smCount: n(3), totalBytes: n(4), freeBytes: n(5),
+    driverVersion: n(6), runtimeVersion: n(7), l2Bytes: n(8), hasCode: n(10) !== 0,
+    name: new TextDecoder().decode(bytes.subarray(0, end < 0 ? 96 : end)),
+  };
+}

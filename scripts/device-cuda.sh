@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bloomery: CUDA checks on the GPU machine, run from the repository root there. Expects .device/
+# (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
+# build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
+# Usage: scripts/device-cuda.sh [tests] [bench-quick|bench] [sanitize]
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/bl
+D=.device
+xz -dc $D/bloomery-serve.xz > /tmp/bl/bloomery-serve && chmod +x /tmp/bl/bloomery-serve
+tar -xJf $D/build.tar.xz
+export BLOOMERY_FIXTURES=$PWD/$D/fixtures
+BS=/tmp/bl/bloomery-serve
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
+git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
+for what in "$@"; do
+  case "$what" in
+    tests)
+      for f in test/cuda-kernels.test.ts test/cuda-model.test.ts; do
+        echo "== $f"
+        BUN_BE_BUN=1 timeout 240 $BS test "$f" 2>&1 | tee "$OUT/$(basename "$f" .test.ts).log" | grep -v "^(pass)" | tail -60
+      done ;;
+    sanitize)
+      BUN_BE_BUN=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 $BS test test/cuda-model.test.ts -t "tiny" 2>&1 | tail -40 ;;
+    bench-quick|bench)
+      if [ ! -f /tmp/bl/q.gguf ]; then
+        ( time timeout 150 $BS synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tee "$OUT/synth.log"
+      fi
+      if [ "$what" = bench ]; then args="-p 512,4096 -n 128 -d 0,4096 -r 2"; else args="-p 512 -n 128 -r 1"; fi
+      echo "== bench $args"
+      timeout 330 $BS bench -m /tmp/bl/q.gguf $args -o md -oe jsonl 2> "$OUT/bench-$what.jsonl" | tee "$OUT/bench-$what.md"
+      tail -5 "$OUT/bench-$what.jsonl" | grep -v '^{' ;;
+  esac
+done

@@ -1,0 +1,164 @@
+// bloomery engine: the CUDA backend - the model's weights uploaded once to a card (CudaWeights,
+// shared by the contexts made from them) and a context (f16 KV cache, work buffers, captured
+// decode graphs) that runs the encoded model program for a batch in one bun:ffi call.
+import { ptr } from "bun:ffi";
+import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
+import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import type { HParams } from "../models/types.ts";
+import type { Backend, Batch } from "./backend.ts";
+import type { EncodedProgram } from "./program.ts";
+
+export interface CudaBackendOptions {
+  nSlots: number;
+  nCtxSlot: number;
+  maxTokens: number;
+  /** replay decode steps as CUDA graphs (default true) */
+  graphs?: boolean;
+}
+
+/** The program's tensors on one card. Free it after the backends made from it. */
+export class CudaWeights {
+  private handle: bigint;
+  private users = 0;
+
+  constructor(
+    readonly prog: EncodedProgram,
+    readonly device = 0,
+  ) {
+    const out = new BigUint64Array(1);
+    checkCuda(cuda().bl_cuda_weights_new(device, ptr(prog.program.i), ptr(out)), "uploading the weights to the card");
+    this.handle = out[0];
+  }
+
+  /** @internal */ acquire(): bigint {
+    if (!this.handle) throw new Error("CudaWeights: used after close");
+    this.users++;
+    return this.handle;
+  }
+
+  /** @internal */ release(): void {
+    this.users--;
+  }
+
+  close(): void {
+    if (!this.handle) return;
+    if (this.users > 0) throw new Error(`CudaWeights: ${this.users} backend(s) still use the weights`);
+    cuda().bl_cuda_weights_free(this.handle);
+    this.handle = 0n;
+  }
+}
+
+/** Context parameters in bl_ctx_params' slot order (the same struct as the CPU backend's). */
+export function ctxParams(hp: HParams, o: { nSlots: number; nCtxSlot: number; maxTokens: number }): Slots {
+  const p = new Slots(CTX_PARAM_SLOTS);
+  const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, 1, hp.kvLayers, o.nSlots, o.nCtxSlot,
+    hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, 0];
+  vals.forEach((v, i) => p.setInt(i, v));
+  return p;
+}
+
+/** Bytes the weights and a context of these options take on the card (no device needed). */
+export function cudaPlanBytes(hp: HParams, prog: EncodedProgram, o: { nSlots: number; nCtxSlot: number; maxTokens: number }): { weights: number; context: number } {
+  const out = new BigInt64Array(2);
+  checkCuda(cuda().bl_cuda_plan_bytes(ptr(ctxParams(hp, o).i), ptr(prog.program.i), ptr(out), ptr(out, 8)), "sizing the model for the card");
+  return { weights: Number(out[0]), context: Number(out[1]) };
+}
+
+export class CudaBackend implements Backend {
+  readonly name = "CUDA";
+  private ctx: bigint;
+  private batchSlots = new Slots(BATCH_SLOTS);
+  readonly maxTokens: number;
+  readonly nSlots: number;
+  readonly nCtxSlot: number;
+
+  constructor(
+    private hp: HParams,
+    private weights: CudaWeights,
+    o: CudaBackendOptions,
+  ) {
+    const w = weights.acquire();
+    try {
+      const out = new BigUint64Array(1);
+      checkCuda(cuda().bl_cuda_ctx_new(w, ptr(ctxParams(hp, o).i), ptr(out)), "creating the CUDA context");
+      this.ctx = out[0];
+    } catch (e) {
+      weights.release();
+      throw e;
+    }
+    if (o.graphs === false) this.setOption(CudaOption.graphs, 0);
+    this.maxTokens = o.maxTokens;
+    this.nSlots = o.nSlots;
+    this.nCtxSlot = o.nCtxSlot;
+  }
+
+  private fill(b: Batch, withLogits: boolean): Slots {
+    const n = b.tokens.length;
+    if (b.pos.length !== n || b.seq.length !== n) throw new Error("forward: tokens, pos and seq differ in length");
+    if (withLogits && b.logits.length < b.outRows.length * this.hp.nVocab) throw new Error("forward: logits buffer too small");
+    const s = this.batchSlots;
+    s.setInt(0, n);
+    s.setInt(1, BigInt(ptr(b.tokens)));
+    s.setInt(2, BigInt(ptr(b.pos)));
+    s.setInt(3, BigInt(ptr(b.seq)));
+    s.setInt(4, b.outRows.length);
+    s.setInt(5, b.outRows.length ? BigInt(ptr(b.outRows)) : 0n);
+    s.setInt(6, withLogits && b.outRows.length ? BigInt(ptr(b.logits)) : 0n);
+    return s;
+  }
+
+  forward(b: Batch): void {
+    checkCuda(cuda().bl_cuda_forward(this.ctx, ptr(this.fill(b, true).i)), "forward");
+  }
+
+  /**
+   * A forward that returns the k best logits of each output row (value desc, id asc) instead
+   * of the logits: ids and vals hold outRows.length * k entries. k in 1..64.
+   */
+  forwardTopK(b: Batch, k: number, ids: Int32Array, vals: Float32Array): void {
+    if (!Number.isInteger(k) || k < 1 || k > 64) throw new Error(`forwardTopK: k = ${k} (1..64)`);
+    if (ids.length < b.outRows.length * k || vals.length < b.outRows.length * k) throw new Error("forwardTopK: output arrays too small");
+    if (b.outRows.length === 0) {
+      this.forward(b);
+      return;
+    }
+    checkCuda(cuda().bl_cuda_forward_topk(this.ctx, ptr(this.fill(b, false).i), k, ptr(ids), ptr(vals)), "forward");
+  }
+
+  setOption(key: number, value: number): void {
+    checkCuda(cuda().bl_cuda_set_option(this.ctx, key, value), "setting a CUDA option");
+  }
+
+  /** Weight and KV bytes on the card, steps run, steps replayed from graphs, graphs held, SMs. */
+  stats(): { weightBytes: number; kvBytes: number; steps: number; graphSteps: number; graphs: number; smCount: number } {
+    const o = new BigInt64Array(6);
+    checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 6), "reading CUDA stats");
+    const n = (i: number) => Number(o[i]);
+    return { weightBytes: n(0), kvBytes: n(1), steps: n(2), graphSteps: n(3), graphs: n(4), smCount: n(5) };
+  }
+
+  kvPosBytes(): number {
+    return Number(cuda().bl_cuda_kv_pos_bytes(this.ctx));
+  }
+
+  kvSave(slot: number, n: number, dst: Uint8Array): void {
+    if (dst.length < n * this.kvPosBytes()) throw new Error("kvSave: buffer too small");
+    checkCuda(cuda().bl_cuda_kv_save(this.ctx, slot, n, ptr(dst)), "saving KV");
+  }
+
+  kvLoad(slot: number, n: number, src: Uint8Array): void {
+    if (src.length < n * this.kvPosBytes()) throw new Error("kvLoad: buffer too small");
+    checkCuda(cuda().bl_cuda_kv_load(this.ctx, slot, n, ptr(src)), "loading KV");
+  }
+
+  kvCopy(src: number, dst: number, n: number): void {
+    checkCuda(cuda().bl_cuda_kv_copy(this.ctx, src, dst, n), "copying KV");
+  }
+
+  close(): void {
+    if (!this.ctx) return;
+    cuda().bl_cuda_ctx_free(this.ctx);
+    this.ctx = 0n;
+    this.weights.release();
+  }
+}

@@ -1,0 +1,101 @@
+// bloomery engine: where a model runs - the CPU or one CUDA card - from -ngl and what the
+// machine has. -ngl 0 (or the exact reference path) is the CPU; -ngl > 0, "auto" or "all" is the
+// card when a usable one is present (else the CPU, with a line saying why). A model that does not
+// fit the card is refused naming the sizes (with "auto": the CPU, with that line). The card's
+// weights are uploaded once per factory and shared by the backends it makes.
+import type { HParams } from "../models/types.ts";
+import type { Backend } from "./backend.ts";
+import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
+import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
+import type { EncodedProgram } from "./program.ts";
+import { cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
+
+export type GpuLayers = number | "auto" | "all";
+
+export interface PlacementOptions {
+  /** llama's -ngl: 0 = CPU; > 0, "auto", "all" = the card when present (llama-bench's -1 = auto) */
+  nGpuLayers?: GpuLayers;
+  /** CUDA device index (default 0) */
+  device?: number;
+  /** the exact reference path (CPU only) */
+  exact?: boolean;
+  /** replay decode steps as CUDA graphs (default true) */
+  graphs?: boolean;
+  /** where placement notes go (default stderr) */
+  log?: (line: string) => void;
+}
+
+export class PlacementError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PlacementError";
+  }
+}
+
+const GiB = 1024 ** 3;
+const gib = (n: number) => `${(n / GiB).toFixed(2)} GiB`;
+
+export type BackendKind = "cpu" | "cuda";
+
+/** Which backend the options ask for on this machine, and a note saying why (empty if plain). */
+export function chooseBackend(hp: HParams, o: PlacementOptions): { kind: BackendKind; note: string } {
+  const ngl = o.nGpuLayers ?? 0;
+  if (ngl === 0) return { kind: "cpu", note: "" };
+  if (typeof ngl === "number" && ngl < 0 && ngl !== -1) throw new PlacementError(`-ngl ${ngl}: expected a layer count, auto or all`);
+  if (o.exact) return { kind: "cpu", note: "placement: the exact reference path runs on the CPU only; every layer runs on the CPU" };
+  const st = cudaStatus();
+  if (!st.ok) return { kind: "cpu", note: `placement: no usable CUDA device (${st.reason}); every layer runs on the CPU` };
+  if (typeof ngl === "number" && ngl > 0 && ngl < hp.nLayer + 1)
+    return { kind: "cuda", note: `placement: -ngl ${ngl}: splitting a model between the CPU and the card is not implemented yet; all ${hp.nLayer} layers go to the card` };
+  return { kind: "cuda", note: "" };
+}
+
+/**
+ * Makes backends for one model program: the CPU backend, or CUDA contexts sharing one upload
+ * of the weights. Close it after the backends it made.
+ */
+export class BackendFactory {
+  private weights: CudaWeights | undefined;
+  private said = new Set<string>();
+
+  constructor(
+    private readonly hp: HParams,
+    private readonly prog: EncodedProgram,
+  ) {}
+
+  create(cpu: CpuBackendOptions, o: PlacementOptions = {}): Backend {
+    const out = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
+    const log = (l: string) => {
+      if (this.said.has(l)) return; // once per factory (a benchmark makes many backends)
+      this.said.add(l);
+      out(l);
+    };
+    const choice = chooseBackend(this.hp, o);
+    if (choice.note) log(choice.note);
+    if (choice.kind === "cpu") return new CpuBackend(this.hp, this.prog, cpu);
+    const dev = o.device ?? 0;
+    const ctxOpts = { nSlots: cpu.nSlots, nCtxSlot: cpu.nCtxSlot, maxTokens: cpu.maxTokens };
+    if (!this.weights || this.weights.device !== dev) {
+      const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
+      const info = cudaDeviceInfo(dev);
+      const margin = 512 * 1024 ** 2;
+      if (need.weights + need.context + margin > info.freeBytes) {
+        const msg = `the model does not fit ${info.name}: weights ${gib(need.weights)} + KV cache and buffers ${gib(need.context)} ` +
+          `(${cpu.nSlots} slot(s) of ${cpu.nCtxSlot} positions) need more than the ${gib(info.freeBytes)} free of ${gib(info.totalBytes)}; ` +
+          "use -ngl 0 to run on the CPU, or a smaller context (-c)";
+        if (o.nGpuLayers !== "auto" && o.nGpuLayers !== -1) throw new PlacementError(msg);
+        log(`placement: ${msg}; every layer runs on the CPU`);
+        return new CpuBackend(this.hp, this.prog, cpu);
+      }
+      this.weights?.close();
+      this.weights = new CudaWeights(this.prog, dev);
+      log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
+    }
+    return new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs });
+  }
+
+  close(): void {
+    this.weights?.close();
+    this.weights = undefined;
+  }
+}

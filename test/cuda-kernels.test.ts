@@ -1,0 +1,154 @@
+// CUDA kernels against the CPU reference: dequantization of every type the CUDA library reads
+// (random blocks, and the gguf package's outputs where the fixture has them), and products of
+// weight matrices with activation rows through the decode kernels (1..8 rows) and the
+// tensor-core tiles (f16 operands), odd row counts included. Skips with a line where no card is.
+import { describe, expect, test } from "bun:test";
+import { ptr } from "bun:ffi";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { check, cpu } from "../ffi/cpu.ts";
+import { checkCuda, cuda, cudaStatus } from "../ffi/cuda.ts";
+import { FIXTURES } from "./paths.ts";
+
+const st = cudaStatus();
+if (!st.ok) console.log(`cuda-kernels: skipped (${st.reason})`);
+const gpu = st.ok ? describe : describe.skip;
+const FIX = process.env.BLOOMERY_FIXTURES ?? FIXTURES;
+
+interface T { name: string; id: number; be: number; bb: number }
+const TYPES: T[] = [
+  { name: "F32", id: 0, be: 1, bb: 4 }, { name: "F16", id: 1, be: 1, bb: 2 }, { name: "BF16", id: 30, be: 1, bb: 2 },
+  { name: "Q4_0", id: 2, be: 32, bb: 18 }, { name: "Q4_1", id: 3, be: 32, bb: 20 }, { name: "Q5_0", id: 6, be: 32, bb: 22 },
+  { name: "Q5_1", id: 7, be: 32, bb: 24 }, { name: "Q8_0", id: 8, be: 32, bb: 34 }, { name: "IQ4_NL", id: 20, be: 32, bb: 18 },
+  { name: "MXFP4", id: 39, be: 32, bb: 17 }, { name: "Q4_K", id: 12, be: 256, bb: 144 }, { name: "Q5_K", id: 13, be: 256, bb: 176 },
+  { name: "Q6_K", id: 14, be: 256, bb: 210 }, { name: "IQ4_XS", id: 23, be: 256, bb: 136 },
+];
+
+function synthBlocks(t: T, n: number, seed: number): Uint8Array {
+  const blocks = n / t.be;
+  const buf = new Uint8Array(blocks * t.bb + 16);
+  check(cpu().bl_synth_fill(t.id, ptr(buf), 0, blocks, BigInt(seed), 0.05), "synth fill");
+  return buf.subarray(0, blocks * t.bb);
+}
+
+function cpuDequant(t: T, src: Uint8Array, n: number): Float32Array {
+  const out = new Float32Array(n);
+  check(cpu().bl_dequantize(t.id, ptr(src), ptr(out), n), "dequantize");
+  return out;
+}
+
+function gpuDequant(t: T, src: Uint8Array, n: number): Float32Array {
+  const out = new Float32Array(n);
+  checkCuda(cuda().bl_cuda_test_dequant(0, t.id, ptr(src), n, ptr(out)), "cuda dequantize");
+  return out;
+}
+
+let seed = 1;
+function randX(n: number): Float32Array {
+  const x = new Float32Array(n);
+  let s = (seed++ * 2654435761) >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    x[i] = s / 2147483648 - 1;
+  }
+  return x;
+}
+
+/** ||a - b|| / ||b|| and whether every value is finite. */
+function relErr(a: Float32Array, b: Float64Array | Float32Array): { rel: number; finite: boolean } {
+  let num = 0, den = 0, finite = true;
+  for (let i = 0; i < b.length; i++) {
+    if (!Number.isFinite(a[i])) finite = false;
+    num += (a[i] - b[i]) ** 2;
+    den += b[i] ** 2;
+  }
+  return { rel: Math.sqrt(num / Math.max(den, 1e-30)), finite };
+}
+
+gpu("CUDA dequantization", () => {
+  for (const t of TYPES) {
+    test(`${t.name}: random blocks match the CPU reference`, () => {
+      const n = t.be === 1 ? 1024 : t.be * 24;
+      const src = synthBlocks(t, n, 7);
+      const ref = cpuDequant(t, src, n), got = gpuDequant(t, src, n);
+      let worst = 0;
+      for (let i = 0; i < n; i++) worst = Math.max(worst, Math.abs(got[i] - ref[i]) / Math.max(Math.abs(ref[i]), 1e-30));
+      expect(worst).toBeLessThan(1e-6);
+    });
+  }
+  const qpath = join(FIX, "quants", "quants.json");
+  const fx = existsSync(qpath) ? (JSON.parse(readFileSync(qpath, "utf8")) as { types: Record<string, { ggml_type: number; block_elems: number; blocks: number; raw_b64: string; f32_le_b64: string }> }).types : {};
+  for (const t of TYPES) {
+    const f = fx[t.name];
+    if (!f) continue;
+    test(`${t.name}: the gguf package's dequantization of random raw blocks`, () => {
+      const raw = new Uint8Array(Buffer.from(f.raw_b64, "base64"));
+      const want = new Float32Array(new Uint8Array(Buffer.from(f.f32_le_b64, "base64")).buffer);
+      const n = f.blocks * f.block_elems;
+      if (n % 4) return; // float rows are read in fours
+      const got = gpuDequant(t, raw, n);
+      for (let i = 0; i < n; i++) {
+        if (Number.isNaN(want[i])) continue;
+        expect(Math.abs(got[i] - want[i])).toBeLessThanOrEqual(Math.abs(want[i]) * 1e-6 + 1e-30);
+      }
+    });
+  }
+});
+
+/** y[i][r] in float64 from the CPU's dequantized rows. */
+function refProduct(t: T, w: Uint8Array, rows: number, n: number, x: Float32Array, nx: number): Float64Array {
+  const wf = cpuDequant(t, w, rows * n);
+  const y = new Float64Array(nx * rows);
+  for (let i = 0; i < nx; i++)
+    for (let r = 0; r < rows; r++) {
+      let s = 0;
+      for (let k = 0; k < n; k++) s += wf[r * n + k] * x[i * n + k];
+      y[i * rows + r] = s;
+    }
+  return y;
+}
+
+function gpuProduct(path: number, t: T, w: Uint8Array, rows: number, n: number, x: Float32Array, nx: number): Float32Array {
+  const y = new Float32Array(nx * rows);
+  const stride = (n / t.be) * t.bb;
+  checkCuda(cuda().bl_cuda_test_matmul(0, path, t.id, ptr(w), stride, rows, ptr(x), nx, n, ptr(y)), "cuda product");
+  return y;
+}
+
+gpu("CUDA products against the CPU reference", () => {
+  const dec: [number, number, number][] = [[67, 256, 1], [67, 512, 3], [129, 768, 8], [33, 256, 5]];
+  const tc: [number, number, number, number][] = [[200, 512, 9, 1], [130, 256, 40, 2], [64, 1024, 70, 1], [257, 768, 33, 2]];
+  for (const t of TYPES) {
+    test(`${t.name}: decode product, 1-8 rows of x, odd row counts`, () => {
+      for (const [rows, n0, nx] of dec) {
+        const n = Math.max(n0, t.be) - (Math.max(n0, t.be) % t.be);
+        const w = synthBlocks(t, rows * n, rows + n);
+        const x = randX(nx * n);
+        const { rel, finite } = relErr(gpuProduct(0, t, w, rows, n, x, nx), refProduct(t, w, rows, n, x, nx));
+        expect(finite).toBe(true);
+        expect(rel).toBeLessThan(2e-6);
+      }
+    });
+    test(`${t.name}: tensor-core product (f16 operands), tiles of 64 and 32 rows of x`, () => {
+      for (const [rows, n0, nx, path] of tc) {
+        const n = n0 - (n0 % Math.max(128, t.be));
+        if (n === 0) continue;
+        const w = synthBlocks(t, rows * n, rows * 3 + n);
+        const x = randX(nx * n);
+        const { rel, finite } = relErr(gpuProduct(path, t, w, rows, n, x, nx), refProduct(t, w, rows, n, x, nx));
+        expect(finite).toBe(true);
+        expect(rel).toBeLessThan(3e-3);
+      }
+    });
+  }
+
+  test("bad arguments are refused with a message, not a crash", () => {
+    const t = TYPES.find((q) => q.name === "Q4_K")!;
+    const w = synthBlocks(t, 256, 1);
+    const y = new Float32Array(4);
+    const x = randX(256);
+    expect(Number(cuda().bl_cuda_test_matmul(0, 1, t.id, ptr(w), 144, 1, ptr(x), 1, 200, ptr(y)))).not.toBe(0);
+    expect(Number(cuda().bl_cuda_test_matmul(0, 1, 2 /* Q4_0 */, ptr(w), 18, 1, ptr(x), 1, 96, ptr(y)))).not.toBe(0);
+    expect(Number(cuda().bl_cuda_test_matmul(0, 0, 10 /* Q2_K */, ptr(w), 84, 1, ptr(x), 1, 256, ptr(y)))).toBe(4);
+  });
+});

@@ -1,0 +1,243 @@
+// The CUDA backend end to end: tiny-qwen3moe against transformers (logits within a stated bound,
+// greedy tokens equal wherever the reference's top-2 margin is clear), the CUDA forward against
+// the CPU exact path on synthetic models of every quant mix (decode steps and prompt batches),
+// batch independence, graphs on and off, top-k on the card, KV save/load and copy, refusals.
+// Placement rules run everywhere; the rest skips with a line where no card is.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { cudaStatus } from "../ffi/cuda.ts";
+import type { Batch } from "../src/engine/backend.ts";
+import { CudaBackend } from "../src/engine/cuda-backend.ts";
+import { Model } from "../src/engine/model.ts";
+import { chooseBackend, PlacementError } from "../src/engine/placement.ts";
+import { synth } from "../src/cli/synth.ts";
+import { FIXTURES } from "./paths.ts";
+
+const st = cudaStatus();
+if (!st.ok) console.log(`cuda-model: GPU tests skipped (${st.reason})`);
+const gpu = st.ok ? describe : describe.skip;
+const FIX = process.env.BLOOMERY_FIXTURES ?? FIXTURES;
+const tinyDir = join(FIX, "tiny-qwen3moe");
+const tmp = mkdtempSync(join(tmpdir(), "bloomery-cuda-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+interface TinyRef { prompt: number[]; greedy: number[]; margins: number[]; last_logits: number[] }
+
+function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let d = 0;
+  for (let i = 0; i < b.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
+  return d;
+}
+function std(a: ArrayLike<number>): number {
+  let s = 0, s2 = 0;
+  for (let i = 0; i < a.length; i++) { s += a[i]; s2 += a[i] * a[i]; }
+  const m = s / a.length;
+  return Math.sqrt(Math.max(s2 / a.length - m * m, 1e-30));
+}
+function argmax(v: ArrayLike<number>): number {
+  let b = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[b]) b = i;
+  return b;
+}
+function greedy(m: Model, prompt: number[], n: number): number[] {
+  let lg = m.evalSequence(prompt, 0);
+  let pos = prompt.length;
+  const out: number[] = [];
+  for (let s = 0; s < n; s++) {
+    const t = argmax(lg);
+    out.push(t);
+    if (s + 1 < n) lg = m.evalSequence([t], pos++);
+  }
+  return out;
+}
+function one(tok: number, pos: number, seq: number, logits: Float32Array): Batch {
+  return { tokens: Int32Array.of(tok), pos: Int32Array.of(pos), seq: Int32Array.of(seq), outRows: Int32Array.of(0), logits };
+}
+
+describe("placement", () => {
+  const hp = { arch: "qwen3moe", nVocab: 10, nEmbd: 8, nLayer: 2, nCtxTrain: 8, nHead: 2, nHeadKv: 1, headDim: 4, nFf: 8, nExpert: 2, nExpertUsed: 1, eps: 1e-6, kvLayers: 2 };
+  test("-ngl 0 and the exact path are the CPU; a card when asked and present; a line when absent", () => {
+    expect(chooseBackend(hp, { nGpuLayers: 0 }).kind).toBe("cpu");
+    expect(chooseBackend(hp, {}).kind).toBe("cpu");
+    const ex = chooseBackend(hp, { nGpuLayers: "all", exact: true });
+    expect(ex.kind).toBe("cpu");
+    expect(ex.note).toContain("exact");
+    const auto = chooseBackend(hp, { nGpuLayers: "auto" });
+    if (st.ok) expect(auto.kind).toBe("cuda");
+    else {
+      expect(auto.kind).toBe("cpu");
+      expect(auto.note).toContain(st.reason);
+    }
+    expect(() => chooseBackend(hp, { nGpuLayers: -5 })).toThrow(PlacementError);
+  });
+});
+
+gpu("tiny-qwen3moe on the card against transformers", () => {
+  for (const [gguf, ref, bound] of [["tiny-q8_0.gguf", "ref-q8_0.json", 2e-2], ["tiny.gguf", "ref.json", 2e-2]] as const) {
+    const path = join(tinyDir, gguf);
+    test.skipIf(!existsSync(path))(`${gguf}: logits within ${bound}, greedy equal wherever the margin is clear`, async () => {
+      const refs: TinyRef[] = (await Bun.file(join(tinyDir, ref)).json()).refs;
+      const m = Model.load(path, { nCtx: 128, nGpuLayers: "all" });
+      try {
+        expect(m.backend.name).toBe("CUDA");
+        for (const r of refs) {
+          const d = maxAbs(m.evalSequence(r.prompt, 0), r.last_logits);
+          const ours = greedy(m, r.prompt, r.greedy.length);
+          let i = 0;
+          while (i < ours.length && ours[i] === r.greedy[i]) i++;
+          console.log(`${gguf} prompt ${r.prompt.length}: max |dlogit| ${d.toExponential(2)}, greedy ${i}/${r.greedy.length}${i < r.greedy.length ? ` (margin ${r.margins[i].toFixed(4)} at the first difference)` : ""}`);
+          expect(d).toBeLessThan(bound);
+          if (i < r.greedy.length) expect(r.margins[i]).toBeLessThan(0.05);
+        }
+      } finally {
+        m.close();
+      }
+    });
+  }
+});
+
+interface Case { model: string; quant: string; layers?: number }
+const CASES: Case[] = [
+  { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q8_0" }, { model: "test-moe", quant: "Q4_0" },
+  { model: "test-moe", quant: "Q6_K" }, { model: "test-moe", quant: "IQ4_XS" }, { model: "test-moe", quant: "MXFP4" },
+  { model: "test-moe", quant: "F16" }, { model: "test-moe", quant: "BF16" }, { model: "test-moe-wide", quant: "Q4_K_M" },
+  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("the CUDA forward against the CPU exact path (synthetic models)", () => {
+  for (const c of CASES) {
+    test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: prompt batch and decode steps`, async () => {
+      const file = join(tmp, `${c.model}-${c.quant}.gguf`);
+      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 3 });
+      const cpu = Model.load(file, { nCtx: 64, exact: true, nThreads: 8 });
+      const gpuM = Model.load(file, { nCtx: 64, nGpuLayers: "all" });
+      try {
+        const V = cpu.hp.nVocab;
+        const prompt = Array.from({ length: 20 }, (_, i) => (i * 7919 + 13) % V);
+        const a = cpu.evalSequence(prompt, 0, 0, true), b = gpuM.evalSequence(prompt, 0, 0, true);
+        const sd = std(a.subarray((prompt.length - 1) * V));
+        const dPrompt = maxAbs(b, a) / sd;
+        const steps = [5, 77, 301].map((t) => t % V);
+        let dDecode = 0;
+        for (let i = 0; i < steps.length; i++) {
+          const x = cpu.evalSequence([steps[i]], prompt.length + i), y = gpuM.evalSequence([steps[i]], prompt.length + i);
+          dDecode = Math.max(dDecode, maxAbs(y, x) / std(x));
+        }
+        console.log(`${c.model}:${c.quant}: max |dlogit| / std: prompt ${dPrompt.toExponential(2)}, decode ${dDecode.toExponential(2)}`);
+        expect(dPrompt).toBeLessThan(3e-2);
+        expect(dDecode).toBeLessThan(3e-2);
+      } finally {
+        cpu.close();
+        gpuM.close();
+        rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
+gpu("CUDA backend behaviour", () => {
+  const path = join(tinyDir, "tiny-q8_0.gguf");
+  test.skipIf(!existsSync(path))("batched decode equals single decode; graphs on and off agree; prompt batch equals token by token", () => {
+    const m = Model.load(path, { nCtx: 64, nSlots: 3, maxTokens: 64, nGpuLayers: "all" });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab;
+      const prompt = Array.from({ length: 30 }, (_, i) => (i * 31 + 7) % V);
+      const whole = m.evalSequence(prompt, 0, 0, true);
+      let worst = 0;
+      for (let i = 0; i < prompt.length; i++) worst = Math.max(worst, maxAbs(m.evalSequence([prompt[i]], i, 1), whole.subarray(i * V, (i + 1) * V)) / std(whole.subarray(i * V, (i + 1) * V)));
+      console.log(`tiny: prompt batch vs token by token: max |dlogit| / std ${worst.toExponential(2)}`);
+      expect(worst).toBeLessThan(2e-2);
+      // slots 1 and 2 hold the same prefix (1 from above, 2 copied); one batch of two tokens vs each alone
+      be.kvCopy(1, 2, prompt.length);
+      const two = new Float32Array(2 * V), s1 = new Float32Array(V), s2 = new Float32Array(V);
+      be.forward({ tokens: Int32Array.of(11, 12), pos: Int32Array.of(30, 30), seq: Int32Array.of(1, 2), outRows: Int32Array.of(0, 1), logits: two });
+      be.forward(one(11, 30, 1, s1));
+      be.forward(one(12, 30, 2, s2));
+      expect(maxAbs(two.subarray(0, V), s1)).toBeLessThan(1e-5);
+      expect(maxAbs(two.subarray(V), s2)).toBeLessThan(1e-5);
+      const g = new Float32Array(V);
+      be.forward(one(13, 31, 1, g));
+      be.setOption(1, 0); // graphs off
+      const ng = new Float32Array(V);
+      be.forward(one(13, 31, 1, ng));
+      be.setOption(1, 1);
+      expect(maxAbs(g, ng)).toBe(0);
+      const stats = be.stats();
+      console.log(`tiny: ${stats.steps} steps, ${stats.graphSteps} from graphs, ${stats.graphs} graphs, ${stats.weightBytes} weight bytes`);
+      expect(stats.graphSteps).toBeGreaterThan(0);
+    } finally {
+      m.close();
+    }
+  });
+
+  test.skipIf(!existsSync(path))("long context: a 300-token prompt in one batch and split decode attention against the CPU exact path", () => {
+    const cpuM = Model.load(path, { nCtx: 512, exact: true, nThreads: 8 });
+    const m = Model.load(path, { nCtx: 512, nGpuLayers: "all" });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab;
+      const prompt = Array.from({ length: 300 }, (_, i) => (i * 131 + 17) % V);
+      const a = cpuM.evalSequence(prompt, 0, 0, true), b = m.evalSequence(prompt, 0, 0, true);
+      let dp = 0;
+      for (let i = 0; i < prompt.length; i += 37) dp = Math.max(dp, maxAbs(b.subarray(i * V, (i + 1) * V), a.subarray(i * V, (i + 1) * V)) / std(a.subarray(i * V, (i + 1) * V)));
+      const ref = cpuM.evalSequence([9], 300);
+      const split = m.evalSequence([9], 300);
+      be.setOption(3, 1); // one slice: no merge
+      const whole = m.evalSequence([9], 300);
+      be.setOption(3, 32);
+      const dd = maxAbs(split, ref) / std(ref), ds = maxAbs(split, whole) / std(ref);
+      console.log(`tiny long context: prompt ${dp.toExponential(2)}, decode ${dd.toExponential(2)}, split vs one slice ${ds.toExponential(2)} (max |dlogit| / std)`);
+      expect(dp).toBeLessThan(3e-2);
+      expect(dd).toBeLessThan(1e-2);
+      expect(ds).toBeLessThan(1e-4);
+    } finally {
+      cpuM.close();
+      m.close();
+    }
+  });
+
+  test.skipIf(!existsSync(path))("top-k on the card equals the top of the logits; KV save/load round trip", () => {
+    const m = Model.load(path, { nCtx: 64, nSlots: 2, nGpuLayers: "all" });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab;
+      const prompt = [5, 9, 200, 31, 7, 77, 3];
+      const lg = m.evalSequence(prompt, 0);
+      const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => lg[b] - lg[a] || a - b);
+      const ids = new Int32Array(40), vals = new Float32Array(40);
+      const full = new Float32Array(V);
+      be.forward(one(42, 7, 0, full));
+      be.forwardTopK(one(42, 7, 0, new Float32Array(0)), 40, ids, vals);
+      const want = Array.from({ length: V }, (_, i) => i).sort((a, b) => full[b] - full[a] || a - b).slice(0, 40);
+      expect(Array.from(ids)).toEqual(want);
+      for (let i = 0; i < 40; i++) expect(vals[i]).toBe(full[want[i]]);
+      expect(order.length).toBe(V);
+      const n = 8, bytes = new Uint8Array(n * be.kvPosBytes());
+      be.kvSave(0, n, bytes);
+      be.kvLoad(1, n, bytes);
+      const a = new Float32Array(V), b = new Float32Array(V);
+      be.forward(one(42, 8, 0, a));
+      be.forward(one(42, 8, 1, b));
+      expect(maxAbs(a, b)).toBe(0);
+    } finally {
+      m.close();
+    }
+  });
+
+  test.skipIf(!existsSync(path))("bad batches and a context too large for the card are refused with clear messages", () => {
+    const m = Model.load(path, { nCtx: 16, nGpuLayers: "all" });
+    try {
+      const V = m.hp.nVocab;
+      expect(() => m.backend.forward(one(V + 5, 0, 0, new Float32Array(V)))).toThrow(/outside the vocabulary/);
+      expect(() => m.backend.forward(one(1, 16, 0, new Float32Array(V)))).toThrow(/outside the context/);
+      expect(() => m.backends.create({ nSlots: 64, nCtxSlot: 1 << 24, maxTokens: 512, nThreads: 1 }, { nGpuLayers: "all" })).toThrow(/does not fit/);
+      // the context still works after the refusals
+      expect(m.evalSequence([1, 2, 3], 0).length).toBe(V);
+    } finally {
+      m.close();
+    }
+  });
+});
