@@ -2,11 +2,14 @@
 // tool calls; Qwen3.5: XML tool calls, prompt opens <think>): tool-call round trips, tool_choice,
 // reasoning and its budget, the Anthropic Messages API (@anthropic-ai/sdk) and the OpenAI
 // Responses API (openai).
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { DEMO_MODEL, type RunningServer, parseSse, post, startServer, templateFile } from "./server-helpers.ts";
 
+
+// servers answer slowly when the machine is busy (2 cores shared with other work)
+setDefaultTimeout(60000);
 let qwen3: RunningServer;
 let qwen35: RunningServer;
 
@@ -15,7 +18,7 @@ beforeAll(async () => {
     startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "4096", "--chat-template-file", templateFile("Qwen-Qwen3-0.6B.jinja")]),
     startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "4096", "--chat-template-file", templateFile("Qwen3.5-4B.jinja")]),
   ]);
-}, 120000);
+}, 300000); // may include building dist/bloomery-serve on a busy machine
 
 afterAll(async () => {
   await qwen3?.stop();
