@@ -55,7 +55,7 @@ function header(e: ArchiveEntry, mtime: number): Uint8Array {
 }
 
 /** An uncompressed ustar archive of `entries` (sorted by name) ending with two zero blocks. */
-export function tarBytes(entries: ArchiveEntry[], mtime: number): Uint8Array {
+export function tarBytes(entries: ArchiveEntry[], mtime: number): Uint8Array<ArrayBuffer> {
   const sorted = [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   let total = 1024;
   for (const e of sorted) total += 512 + Math.ceil(e.data.length / 512) * 512;

@@ -1,6 +1,6 @@
 // bloomery release: the targets a release ships, and whether this machine has the toolchain to
 // build each one (and, when not, exactly what is missing).
-import { existsSync, readdirSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 
 export type TargetId = "linux-x64" | "linux-x64-cuda" | "linux-arm64-cuda" | "darwin-arm64-metal";
@@ -15,27 +15,41 @@ export interface ReleaseTarget {
   exe: "bloomery-serve" | "bloomery-serve-metal";
   /** native libraries (file names under build/) the executable embeds */
   libs: string[];
-  /** GPU code the CUDA library must hold: SASS per arch, plus PTX for newer cards to JIT */
-  cuda?: { sass: string[]; ptx: boolean; minNvcc: [number, number] };
+  /**
+   * libraries the sources import that this target does not ship: an empty file stands in
+   * (ffi/cuda.ts reports "no CUDA library in this build" and the engine runs on the CPU)
+   */
+  placeholders: string[];
+  /**
+   * GPU code for the CUDA library, as scripts/build-native.ts --cuda-arch spells it: sm_XX is
+   * SASS for that card, compute_XX is PTX that newer cards compile once at start
+   */
+  cuda?: { archs: string[]; minNvcc: [number, number] };
   /** archive name suffix after "bloomery-<version>-" */
   suffix: string;
 }
 
 export const TARGETS: readonly ReleaseTarget[] = [
-  { id: "linux-x64", os: "linux", arch: "x64", bunTarget: "bun-linux-x64", exe: "bloomery-serve", libs: ["libbloomery_cpu.so"], suffix: "linux-x64" },
+  {
+    id: "linux-x64", os: "linux", arch: "x64", bunTarget: "bun-linux-x64", exe: "bloomery-serve",
+    libs: ["libbloomery_cpu.so"], placeholders: ["libbloomery_cuda.so"], suffix: "linux-x64",
+  },
   {
     id: "linux-x64-cuda", os: "linux", arch: "x64", bunTarget: "bun-linux-x64", exe: "bloomery-serve",
-    libs: ["libbloomery_cpu.so", "libbloomery_cuda.so"], suffix: "linux-x64-cuda",
+    libs: ["libbloomery_cpu.so", "libbloomery_cuda.so"], placeholders: [], suffix: "linux-x64-cuda",
     // sm_120a needs CUDA 12.8
-    cuda: { sass: ["sm_86", "sm_90", "sm_120a"], ptx: true, minNvcc: [12, 8] },
+    cuda: { archs: ["sm_86", "sm_90", "sm_120a", "compute_120"], minNvcc: [12, 8] },
   },
   {
     id: "linux-arm64-cuda", os: "linux", arch: "arm64", bunTarget: "bun-linux-arm64", exe: "bloomery-serve",
-    libs: ["libbloomery_cpu.so", "libbloomery_cuda.so"], suffix: "linux-arm64-cuda",
+    libs: ["libbloomery_cpu.so", "libbloomery_cuda.so"], placeholders: [], suffix: "linux-arm64-cuda",
     // GB10 (DGX Spark): sm_121a needs CUDA 12.9
-    cuda: { sass: ["sm_121a"], ptx: false, minNvcc: [12, 9] },
+    cuda: { archs: ["sm_121a"], minNvcc: [12, 9] },
   },
-  { id: "darwin-arm64-metal", os: "darwin", arch: "arm64", bunTarget: "bun-darwin-arm64", exe: "bloomery-serve-metal", libs: ["libbloomery_cpu.so", "libbloomery_metal.dylib"], suffix: "darwin-arm64" },
+  {
+    id: "darwin-arm64-metal", os: "darwin", arch: "arm64", bunTarget: "bun-darwin-arm64", exe: "bloomery-serve-metal",
+    libs: ["libbloomery_cpu.so", "libbloomery_metal.dylib"], placeholders: ["libbloomery_cuda.so"], suffix: "darwin-arm64",
+  },
 ];
 
 export function targetById(id: string): ReleaseTarget | undefined {
@@ -124,9 +138,4 @@ export function missingToolchain(t: ReleaseTarget, host: Host, root: string): st
 
 function older(v: [number, number], min: [number, number]): boolean {
   return v[0] < min[0] || (v[0] === min[0] && v[1] < min[1]);
-}
-
-/** True when the checkout has what a target's native libraries are built from. */
-export function cudaSourcesPresent(root: string): boolean {
-  return existsSync(join(root, "cuda")) && hasSources(root, "cuda", [".cu"]);
 }

@@ -3,7 +3,7 @@
 // embedded, smoke-tests it where it runs, and writes dist/release/bloomery-<version>-<target>.tar.gz,
 // install.sh and SHA256SUMS. Targets this machine cannot build are named with the toolchain they
 // need; asking for one explicitly makes the run fail.
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { TARGETS, archiveName, currentHost, missingToolchain, targetById, type ReleaseTarget } from "./release-targets.ts";
 import { ReleaseError, sha256File, verifySums, writeSums, writeTarGz, type ArchiveEntry } from "./release-archive.ts";
@@ -69,14 +69,20 @@ function capture(cmd: string[]): string | null {
 /** Build the target's native libraries (scripts/build-native.ts owns how) and stage copies of them. */
 function stageLibraries(t: ReleaseTarget, stage: string): Map<string, string> {
   const args = [process.execPath, "scripts/build-native.ts"];
-  if (t.cuda) args.push("--cuda-arch", t.cuda.sass.join(","));
+  if (t.cuda) args.push("--cuda-arch", t.cuda.archs.join(","));
   run(args, `${t.id}: building the native libraries`);
   const libs = new Map<string, string>();
   for (const lib of t.libs) {
     const src = join(root, "build", lib);
-    if (!existsSync(src)) throw new ReleaseError(`${t.id}: scripts/build-native.ts did not produce build/${lib}`);
+    if (!existsSync(src) || statSync(src).size === 0) throw new ReleaseError(`${t.id}: scripts/build-native.ts did not produce build/${lib}`);
     const dst = join(stage, lib);
     copyFileSync(src, dst);
+    if (lib.endsWith(".so")) checkNeeded(t, dst);
+    libs.set(lib, dst);
+  }
+  for (const lib of t.placeholders) {
+    const dst = join(stage, lib);
+    writeFileSync(dst, "");
     libs.set(lib, dst);
   }
   if (t.cuda) checkCudaLibrary(t, libs.get("libbloomery_cuda.so")!);
@@ -85,20 +91,34 @@ function stageLibraries(t: ReleaseTarget, stage: string): Map<string, string> {
 
 /** The CUDA library must hold SASS for every listed arch (and PTX when asked) and need no toolkit library. */
 function checkCudaLibrary(t: ReleaseTarget, lib: string): void {
+  // build-native records the arch list it linked with; it must be exactly this target's
+  const stamp = join(root, "build", "libbloomery_cuda.arch");
+  const linked = existsSync(stamp) ? readFileSync(stamp, "utf8").trim() : "";
+  if (linked !== t.cuda!.archs.join("-")) {
+    throw new ReleaseError(`${t.id}: build/libbloomery_cuda.so was linked for '${linked || "unknown archs"}', this target needs ${t.cuda!.archs.join(", ")}`);
+  }
+  checkNeeded(t, lib);
+  // cuobjdump (CUDA toolkit, not in every install) reads the fat binary itself: the stronger check
   const elf = capture(["cuobjdump", "--list-elf", lib]);
-  if (elf === null) throw new ReleaseError(`${t.id}: cuobjdump (CUDA toolkit) is needed to check the GPU code in ${basename(lib)}`);
-  const missing = t.cuda!.sass.filter((a) => !new RegExp(`\\.${a}\\.cubin`).test(elf));
+  if (elf === null) return;
+  const sass = t.cuda!.archs.filter((a) => a.startsWith("sm_"));
+  const missing = sass.filter((a) => !new RegExp(`\\.${a}\\.cubin`).test(elf));
   if (missing.length > 0) throw new ReleaseError(`${t.id}: ${basename(lib)} has no SASS for ${missing.join(", ")} (cuobjdump lists: ${elf.trim().split("\n").join("; ")})`);
-  if (t.cuda!.ptx) {
+  const ptxWanted = t.cuda!.archs.filter((a) => a.startsWith("compute_")).map((a) => a.replace("compute_", "sm_"));
+  if (ptxWanted.length > 0) {
     const ptx = capture(["cuobjdump", "--list-ptx", lib]) ?? "";
-    if (!/\.ptx/.test(ptx)) throw new ReleaseError(`${t.id}: ${basename(lib)} carries no PTX, so cards newer than ${t.cuda!.sass.at(-1)} could not JIT it`);
+    const absent = ptxWanted.filter((a) => !new RegExp(`\\.${a}\\.ptx`).test(ptx));
+    if (absent.length > 0) throw new ReleaseError(`${t.id}: ${basename(lib)} carries no PTX for ${absent.join(", ")}, so newer cards could not compile it at start (cuobjdump --list-ptx: ${ptx.trim().split("\n").join("; ")})`);
   }
+}
+
+/** A shipped library may need only what every Linux has (libc, libm, ...) and the driver's libcuda. */
+function checkNeeded(t: ReleaseTarget, lib: string): void {
   const dyn = capture(["readelf", "-d", lib]);
-  if (dyn !== null) {
-    const needed = [...dyn.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1]);
-    const toolkit = needed.filter((n) => /^lib(cudart|cublas|cublasLt|nvrtc|cufft|curand|cusparse)\./.test(n));
-    if (toolkit.length > 0) throw new ReleaseError(`${t.id}: ${basename(lib)} needs ${toolkit.join(", ")}, which users without the CUDA toolkit lack; link them statically`);
-  }
+  if (dyn === null) return;
+  const needed = [...dyn.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1]);
+  const toolkit = needed.filter((n) => /^lib(cudart|cublas|cublasLt|nvrtc|cufft|curand|cusparse|nvJitLink)\./.test(n));
+  if (toolkit.length > 0) throw new ReleaseError(`${t.id}: ${basename(lib)} needs ${toolkit.join(", ")}, which users without the CUDA toolkit lack; link them statically`);
 }
 
 /** Compile the executable for `t` with the staged libraries in place of build/*. */
@@ -125,7 +145,7 @@ async function compile(t: ReleaseTarget, libs: Map<string, string>, outfile: str
       },
     ],
   });
-  if (unknown.length > 0) throw new ReleaseError(`${t.id}: the sources import ${unknown.join(", ")}, which this target does not ship (its libraries: ${t.libs.join(", ")})`);
+  if (unknown.length > 0) throw new ReleaseError(`${t.id}: the sources import ${unknown.join(", ")}, which this target neither ships nor stubs (its libraries: ${t.libs.join(", ")}); add it to the target's libs or placeholders in scripts/release-targets.ts`);
   if (!result.success) throw new ReleaseError(`${t.id}: bun build --compile failed:\n${result.logs.map(String).join("\n")}`);
   if (!existsSync(outfile)) throw new ReleaseError(`${t.id}: bun build --compile wrote no ${outfile}`);
 }
