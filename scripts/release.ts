@@ -8,6 +8,7 @@ import { basename, join, resolve } from "node:path";
 import { TARGETS, archiveName, currentHost, missingToolchain, targetById, type ReleaseTarget } from "./release-targets.ts";
 import { ReleaseError, sha256File, verifySums, writeSums, writeTarGz, type ArchiveEntry } from "./release-archive.ts";
 import { smokeTest } from "./release-smoke.ts";
+import { writeFormula } from "./release-formula.ts";
 
 const root = resolve(import.meta.dir, "..");
 /** Entry points of the executable (as scripts/build.ts compiles them: the CLI and the engine worker). */
@@ -195,6 +196,11 @@ export async function release(o: ReleaseOptions, log: (s: string) => void = cons
   const sums = writeSums(o.out, (n) => n === "install.sh" || (n.startsWith(`bloomery-${o.version}-`) && n.endsWith(".tar.gz")));
   const checked = verifySums(o.out);
   log(`${sums}: ${checked.length} files (${checked.join(", ")}); sha256 of the sums file ${sha256File(sums)}`);
+  try {
+    log(`formula: ${writeFormula(o.out, o.version)}`);
+  } catch (e) {
+    log(`formula not written (${e instanceof Error ? e.message : String(e)}); once every archive is in ${o.out}, run: bun scripts/release-formula.ts --dir ${o.out}`);
+  }
   for (const s of skipped) log(`skipped ${s}`);
   return { built, skipped };
 }
