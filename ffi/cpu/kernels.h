@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Most activation rows one tile call takes (prefill reads a weight block once per this many rows). */
-#define BL_TILE_A 8
+#define BL_TILE_A 16
 
 /* y[r][i] = dot(weight row i, activation row r) for i < nw, r < na (na <= BL_TILE_A).
  * Weight rows of n elements at w + i * ws; activation row r (already in the weight type's

@@ -24,6 +24,7 @@ typedef struct {
   __m256i mn;     /* int16 multiplier of each 16-element activation sum (bsums) */
   __mmask64 neg[4]; /* signed types: elements whose weight is negative (q holds |w|) */
   __m128 dd;      /* [d, dmin]: result = da * (d * sum(s * q * a) - dmin * sum(mn * bsums)) */
+  __m512 dw, dm;  /* d in every lane; dmin in the low 8 lanes (the mins' lanes), 0 above */
 } kblk;
 
 /* Index vectors for vpermw: the scale of pair lane k of chunk c, for 32- and 16-element groups. */
@@ -191,13 +192,12 @@ INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, cons
     if (is_signed) a = _mm512_mask_sub_epi8(a, k->neg[c], _mm512_setzero_si512(), a);
     s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(k->q[c], a), k->s[c]);
   }
-  /* [d, dmin] times the activation's scale, then each broadcast */
-  const __m128 dd = _mm_mul_ps(k->dd, _mm_set1_ps(y->d));
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(dd), acc);
+  /* acc += main * (d * da), then acc -= mins * (dmin * da): the reference's products and order */
+  const __m512 da = _mm512_set1_ps(y->d);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(k->dw, da), acc);
   if (has_min) {
     const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), k->mn);
-    const __m512 dm = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(dd));
-    acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(m)), dm, acc);
+    acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(m)), _mm512_mul_ps(k->dm, da), acc);
   }
   return acc;
 }
@@ -209,16 +209,18 @@ INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, cons
     for (int i = 0; i < nw; i++) {                                                                        \
       const uint8_t *wr = w + i * ws;                                                                     \
       __m512 acc[NA];                                                                                     \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();                  \
+      _Pragma("GCC unroll 16") for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();                  \
       for (int64_t b = 0; b < nb; b++) {                                                                  \
         kblk k;                                                                                           \
         _Pragma("GCC unroll 4") for (int l = 0; l < ((BSZ) + 63) / 64; l++)                               \
             _mm_prefetch((const char *)(wr + b * (BSZ) + BL_PF_DIST + 64 * l), _MM_HINT_T0);              \
         UNPACK(wr + b * (BSZ), &k);                                                                       \
-        _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) acc[r] =                                     \
+        k.dw = _mm512_broadcastss_ps(k.dd);                                                               \
+        k.dm = _mm512_maskz_permutexvar_ps(0x00ff, _mm512_set1_epi32(1), _mm512_castps128_ps512(k.dd));   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < NA; r++) acc[r] =                                     \
             kblock_row(&k, (const bl_block_q8_K *)a[r] + b, acc[r], SIGNED, HASMIN);                      \
       }                                                                                                   \
-      _Pragma("GCC unroll 8") for (int r = 0; r < NA; r++) y[r][i] = _mm512_reduce_add_ps(acc[r]);        \
+      _Pragma("GCC unroll 16") for (int r = 0; r < NA; r++) y[r][i] = _mm512_reduce_add_ps(acc[r]);        \
     }                                                                                                     \
   }
 
@@ -231,18 +233,28 @@ INLINE __m512 kblock_row(const kblk *k, const bl_block_q8_K *y, __m512 acc, cons
   KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, 6)                                                            \
   KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, 7)                                                            \
   KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, 8)                                                            \
+  KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, 12)                                                           \
+  KTILE_N(NAME, UNPACK, BSZ, SIGNED, HASMIN, 16)                                                           \
   static void NAME(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,       \
                    float *const *y) {                                                                     \
     const int64_t nb = n / BL_QK_K;                                                                       \
-    switch (na) {                                                                                         \
-      case 1: NAME##_1(nb, w, ws, nw, a, y); break;                                                       \
-      case 2: NAME##_2(nb, w, ws, nw, a, y); break;                                                       \
-      case 3: NAME##_3(nb, w, ws, nw, a, y); break;                                                       \
-      case 4: NAME##_4(nb, w, ws, nw, a, y); break;                                                       \
-      case 5: NAME##_5(nb, w, ws, nw, a, y); break;                                                       \
-      case 6: NAME##_6(nb, w, ws, nw, a, y); break;                                                       \
-      case 7: NAME##_7(nb, w, ws, nw, a, y); break;                                                       \
-      default: NAME##_8(nb, w, ws, nw, a, y); break;                                                      \
+    while (na > 0) {                                                                                      \
+      const int take = na >= 16 ? 16 : na >= 12 ? 12 : na >= 8 ? 8 : na;                                  \
+      switch (take) {                                                                                     \
+        case 1: NAME##_1(nb, w, ws, nw, a, y); break;                                                     \
+        case 2: NAME##_2(nb, w, ws, nw, a, y); break;                                                     \
+        case 3: NAME##_3(nb, w, ws, nw, a, y); break;                                                     \
+        case 4: NAME##_4(nb, w, ws, nw, a, y); break;                                                     \
+        case 5: NAME##_5(nb, w, ws, nw, a, y); break;                                                     \
+        case 6: NAME##_6(nb, w, ws, nw, a, y); break;                                                     \
+        case 7: NAME##_7(nb, w, ws, nw, a, y); break;                                                     \
+        case 8: NAME##_8(nb, w, ws, nw, a, y); break;                                                     \
+        case 12: NAME##_12(nb, w, ws, nw, a, y); break;                                                   \
+        default: NAME##_16(nb, w, ws, nw, a, y); break;                                                   \
+      }                                                                                                   \
+      a += take;                                                                                          \
+      y += take;                                                                                          \
+      na -= take;                                                                                         \
     }                                                                                                     \
   }
 
