@@ -24,6 +24,17 @@ int64_t cu_fail_cuda(cudaError_t e, const char *what);
     if (s_ != BL_OK) return s_;        \
   } while (0)
 
+// Lets kernel k use up to optin bytes of shared memory in all (its static share counted).
+template <class K>
+int64_t cu_allow_smem(K k, int optin, const char *what) {
+  cudaFuncAttributes fa;
+  CU_TRY(cudaFuncGetAttributes(&fa, k), what);
+  CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes), what);
+  return BL_OK;
+}
+// Dynamic shared memory the launchers plan with (the static shares of the kernels are below 8 KiB).
+#define CU_SMEM_RESERVE 8192
+
 // ---- ggml type ids this library reads ----
 enum {
   T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,

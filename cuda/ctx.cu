@@ -4,6 +4,7 @@
 // with the KV cache operations (save, load, copy between slots).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <unordered_map>
@@ -275,6 +276,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (!c) return BL_OK;
   (void)cudaSetDevice(c->dev);
   if (c->st) (void)cudaStreamSynchronize(c->st);
+  cu_profile_print(c);
   cu_drop_graphs(c);
   for (const buf_req &b : buffer_list(c))
     if (*b.ptr) (void)cudaFree(*b.ptr);
@@ -407,7 +409,7 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
                    prop.name, prop.major, prop.minor);
   w->smem_optin = (int)prop.sharedMemPerBlockOptin;
   w->sm_count = prop.multiProcessorCount;
-  CU_OK(cu_init_kernels(w->smem_optin - 2048));
+  CU_OK(cu_init_kernels(w->smem_optin));
   cu_plan pl;
   CU_OK(make_plan(prog, pl));
   w->dm = pl.dm;
@@ -447,11 +449,15 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_OK(ctx_dims(w->dm, p, c->dm));
   c->p = *p;
   c->sm_count = w->sm_count;
-  c->smem_limit = w->smem_optin - 2048;
+  c->smem_limit = w->smem_optin - CU_SMEM_RESERVE;
   c->max_splits = 32;
   c->min_chunk = 64;
   c->use_graphs = 1;
   c->prefill_min = MV_MAX_NT + 1;
+  const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
+  if (env && env[0] == '0') c->use_graphs = 0;
+  env = getenv("BLOOMERY_CUDA_PROFILE");
+  c->profile = env && env[0] && env[0] != '0';
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
   const size_t cb = ctx_bytes(c);

@@ -16,6 +16,8 @@ struct cu_blk {
   const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
 };
 
+enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
+
 struct cu_graph {
   int ntok, nout, topk;
   cudaGraphExec_t exec;
@@ -64,7 +66,18 @@ struct cu_ctx {
   std::vector<cu_graph> graphs;
   int use_graphs, prefill_min;
   int64_t steps, graph_steps;
+  // BLOOMERY_CUDA_PROFILE=1: an event at each section start (graphs off); time per section summed
+  // for decode-sized and larger batches, printed when the context is freed
+  int profile, n_marks;
+  std::vector<cudaEvent_t> ev;
+  std::vector<int> ev_sec;
+  double prof_ms[2][CU_SECTIONS];
+  int64_t prof_steps[2];
 };
+
+void cu_mark(cu_ctx *c, int section);
+void cu_profile_collect(cu_ctx *c, bool decode);
+void cu_profile_print(cu_ctx *c);
 
 // Input pointers into d_in.
 static inline int32_t *in_tok(const cu_ctx *c) { return c->d_in; }

@@ -3,9 +3,50 @@
 // top-k) as a CUDA graph, replayed with the new tokens, positions and slots copied in before;
 // larger batches take the tensor-core products, grouped experts and flash attention. One host
 // synchronisation per step (the outputs' copy back).
+#include <stdio.h>
 #include <string.h>
 
 #include "ctx.h"
+
+static const char *const SECTION_NAMES[CU_SECTIONS] = {"embed", "qkv", "qk-norm-rope", "attention", "attn-out", "router", "experts", "output", "topk", "end"};
+
+void cu_mark(cu_ctx *c, int section) {
+  if (!c->profile) return;
+  if ((size_t)c->n_marks >= c->ev.size()) {
+    cudaEvent_t e;
+    if (cudaEventCreate(&e) != cudaSuccess) return;
+    c->ev.push_back(e);
+    c->ev_sec.push_back(0);
+  }
+  c->ev_sec[c->n_marks] = section;
+  (void)cudaEventRecord(c->ev[c->n_marks], c->st);
+  c->n_marks++;
+}
+
+void cu_profile_collect(cu_ctx *c, bool decode) {
+  if (!c->profile) return;
+  for (int i = 0; i + 1 < c->n_marks; i++) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, c->ev[i], c->ev[i + 1]) == cudaSuccess) c->prof_ms[decode ? 0 : 1][c->ev_sec[i]] += ms;
+  }
+  c->n_marks = 0;
+  c->prof_steps[decode ? 0 : 1]++;
+}
+
+void cu_profile_print(cu_ctx *c) {
+  if (!c->profile) return;
+  for (int k = 0; k < 2; k++) {
+    if (!c->prof_steps[k]) continue;
+    double tot = 0;
+    for (int s = 0; s < S_END; s++) tot += c->prof_ms[k][s];
+    fprintf(stderr, "cuda profile (%s, %lld steps): %.1f us/step:", k ? "batches" : "decode", (long long)c->prof_steps[k], 1000.0 * tot / c->prof_steps[k]);
+    for (int s = 0; s < S_END; s++)
+      if (c->prof_ms[k][s] > 0) fprintf(stderr, " %s %.1f", SECTION_NAMES[s], 1000.0 * c->prof_ms[k][s] / c->prof_steps[k]);
+    fprintf(stderr, "\n");
+  }
+  for (cudaEvent_t e : c->ev) (void)cudaEventDestroy(e);
+  c->ev.clear();
+}
 
 void cu_drop_graphs(cu_ctx *c) {
   for (cu_graph &g : c->graphs) (void)cudaGraphExecDestroy(g.exec);
@@ -65,6 +106,7 @@ static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const 
 
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles) {
   const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
+  cu_mark(c, S_QKV);
   if (!big) {
     mv_args a;
     memset(&a, 0, sizeof a);
@@ -107,7 +149,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.nkv = nkv;
   qa.hd = hd;
   qa.rope = b.rope;
+  cu_mark(c, S_QK);
   CU_OK(cu_qk_prep(c->st, qa, ntok));
+  cu_mark(c, S_ATTN);
   if (big && cu_flash_supported(hd)) {
     fa_args f;
     memset(&f, 0, sizeof f);
@@ -152,6 +196,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       CU_OK(cu_attn_decode(c->st, a, nt));
     }
   }
+  cu_mark(c, S_O);
   return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
@@ -163,6 +208,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
   const float *selw = c->dense_w;
+  cu_mark(c, S_ROUTER);
   if (moe) {
     router_args r;
     memset(&r, 0, sizeof r);
@@ -191,6 +237,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
+  cu_mark(c, S_EXPERTS);
   const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   if (!tc) {
     moe_dec_args m;
@@ -259,8 +306,10 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
 static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
   if (nout <= 0) return BL_OK;
   const int E = (int)c->dm.E, V = (int)c->dm.V;
+  cu_mark(c, S_OUTPUT);
   CU_OK(cu_rmsnorm(c->st, c->x, E, in_out(c), E, b.vec[0], b.eps, c->h, E, nout));
   CU_OK(dense_product(c, b.t[1], nullptr, c->h, E, nout, c->logits, V, EPI_STORE, nout > MV_MAX_NT));
+  cu_mark(c, S_TOPK);
   if (topk > 0) CU_OK(cu_topk(c->st, c->logits, V, V, nout, topk, c->candv, c->candi, c->topv, c->topi));
   return BL_OK;
 }
@@ -270,7 +319,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   for (size_t i = 0; i < c->w->blocks.size(); i++) {
     const cu_blk &b = c->w->blocks[i];
     switch (b.kind) {
-      case BL_BLOCK_EMBED: CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
+      case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
       case BL_BLOCK_ATTN: CU_OK(attn_block(c, b, ntok, big, n_fa_tiles)); break;
       case BL_BLOCK_MOE:
       case BL_BLOCK_FFN: CU_OK(ffn_block(c, b, ntok, big)); break;
@@ -278,6 +327,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
   }
+  cu_mark(c, S_END);
   return BL_OK;
 }
 
@@ -298,7 +348,7 @@ static int fa_tiles(const int32_t *pos, const int32_t *seq, int n, int4 *out, in
 }
 
 static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
-  const bool graph = c->use_graphs && ntok < c->prefill_min;
+  const bool graph = c->use_graphs && !c->profile && ntok < c->prefill_min;
   int n_fa = 0;
   const int32_t *pos = c->h_in + c->dm.maxT, *seq = c->h_in + 2 * c->dm.maxT;
   if (!graph) {
@@ -384,6 +434,7 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
   } else {
     CU_TRY(cudaStreamSynchronize(c->st), "running the step");
   }
+  cu_profile_collect(c, n < c->prefill_min);
   return BL_OK;
 }
 

@@ -30,6 +30,7 @@ struct mv_args {
   int norm;       // RMS-normalise x rows first (normw may be null: no weights)
   const float *normw;
   float eps;
+  int rpw;        // rows per warp (set by cu_matvec)
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);

@@ -16,21 +16,24 @@ __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
   int b = blockIdx.x, j = 0;
   while (j + 1 < a.njobs && b >= a.job[j].blocks) b -= a.job[j++].blocks;
   const mv_job &jb = a.job[j];
-  const int lane = threadIdx.x & 31, row = b * MV_WARPS + (threadIdx.x >> 5);
-  if (row >= jb.m.ne1) return;
-  float acc[NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = 0; i < a.rpw; i++) {
+    const int row = (b * a.rpw + i) * MV_WARPS + warp;
+    if (row >= jb.m.ne1) return;
+    float acc[NT];
 #pragma unroll
-  for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-  const uint8_t *rp = jb.m.d + (size_t)row * jb.m.nb1;
-  dispatch_type(jb.m.type, [&](auto tag) { mv_row<decltype(tag)::value, NT>(rp, xs, a.n, acc, lane); });
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const uint8_t *rp = jb.m.d + (size_t)row * jb.m.nb1;
+    dispatch_type(jb.m.type, [&](auto tag) { mv_row<decltype(tag)::value, NT>(rp, xs, a.n, acc, lane); });
 #pragma unroll
-  for (int t = 0; t < NT; t++) {
-    float v = warp_sum(acc[t]);
-    if (lane == 0) {
-      if (jb.bias) v += jb.bias[row];
-      float *yp = jb.y + (size_t)t * jb.ldy + row;
-      if (jb.epi == EPI_ADD) *yp += v;
-      else *yp = v;
+    for (int t = 0; t < NT; t++) {
+      float v = warp_sum(acc[t]);
+      if (lane == 0) {
+        if (jb.bias) v += jb.bias[row];
+        float *yp = jb.y + (size_t)t * jb.ldy + row;
+        if (jb.epi == EPI_ADD) *yp += v;
+        else *yp = v;
+      }
     }
   }
 }
@@ -72,9 +75,12 @@ static void launch_mv(cudaStream_t st, const mv_args &a, int grid, size_t smem) 
 
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
   if (ntok <= 0) return BL_OK;
-  int grid = 0;
+  // several rows a warp for big matrices (the output head), so staging x is paid less often
+  int rows = 0, grid = 0;
+  for (int j = 0; j < a.njobs; j++) rows += a.job[j].m.ne1;
+  a.rpw = rows >= 65536 ? 4 : 1;
   for (int j = 0; j < a.njobs; j++) {
-    a.job[j].blocks = (a.job[j].m.ne1 + MV_WARPS - 1) / MV_WARPS;
+    a.job[j].blocks = (a.job[j].m.ne1 + MV_WARPS * a.rpw - 1) / (MV_WARPS * a.rpw);
     grid += a.job[j].blocks;
   }
   int per = smem_limit / (a.n * (int)sizeof(float));
@@ -104,7 +110,7 @@ int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
 }
 
 int64_t cu_matvec_init(int smem_optin) {
-#define SET(NT) CU_TRY(cudaFuncSetAttribute(k_mv<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), "configuring the product kernels");
+#define SET(NT) CU_OK(cu_allow_smem(k_mv<NT>, smem_optin, "configuring the product kernels"));
   SET(1) SET(2) SET(3) SET(4) SET(5) SET(6) SET(7) SET(8)
 #undef SET
   return BL_OK;

@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+#pragma unroll 4
     for (int i = lane * 4; i < n; i += 128) {
       const float4 wv = *reinterpret_cast<const float4 *>(wr + i);
 #pragma unroll
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
   dispatch_type(a.down.type, [&](auto tag) {
     using Q = qt<decltype(tag)::value>;
     const int U = (n / Q::BE) * Q::UPB;
+#pragma unroll 4
     for (int q = lane; q < K * U; q += 32) {
       const int j = q / U, k = q - j * U;
       const int e = a.sel[(size_t)t * K + j];
@@ -209,11 +211,11 @@ int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_li
 
 int64_t cu_moe_dec_init(int smem_optin) {
   const char *w = "configuring the expert kernels";
-  CU_TRY(cudaFuncSetAttribute(k_router<ROUTER_NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
-  CU_TRY(cudaFuncSetAttribute(k_router<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
-  CU_TRY(cudaFuncSetAttribute(k_router<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
-  CU_TRY(cudaFuncSetAttribute(k_router<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
-  CU_TRY(cudaFuncSetAttribute(k_moe_gu, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
-  CU_TRY(cudaFuncSetAttribute(k_moe_down, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin), w);
+  CU_OK(cu_allow_smem(k_router<ROUTER_NT>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_router<4>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_router<2>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_router<1>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_moe_gu, smem_optin, w));
+  CU_OK(cu_allow_smem(k_moe_down, smem_optin, w));
   return BL_OK;
 }

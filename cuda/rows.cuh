@@ -29,10 +29,8 @@ __device__ __forceinline__ void stage_rows(float *xs, const float *x, int ldx, i
   for (int t = 0; t < nt; t++)
     for (int i = threadIdx.x; i < n4; i += blockDim.x)
       reinterpret_cast<float4 *>(xs + t * n)[i] = reinterpret_cast<const float4 *>(x + (size_t)t * ldx)[i];
-  if (!norm) {
-    __syncthreads();
-    return;
-  }
+  __syncthreads(); // the norm below reads elements other threads staged
+  if (!norm) return;
   for (int t = 0; t < nt; t++) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xs[t * n + i] * xs[t * n + i];

@@ -22,8 +22,8 @@ static int64_t test_device(int64_t dev, int *smem_limit) {
   if (!cu_has_code((int)dev)) return cu_fail(BL_E_UNSUPPORTED, "this build has no code for CUDA device %lld", (long long)dev);
   cudaDeviceProp prop;
   CU_TRY(cudaGetDeviceProperties(&prop, (int)dev), "reading the device properties");
-  *smem_limit = (int)prop.sharedMemPerBlockOptin - 2048;
-  return cu_init_kernels(*smem_limit);
+  *smem_limit = (int)prop.sharedMemPerBlockOptin - CU_SMEM_RESERVE;
+  return cu_init_kernels((int)prop.sharedMemPerBlockOptin);
 }
 
 static int64_t check_rows(int64_t type, int64_t n, int64_t row_stride) {

@@ -2,7 +2,9 @@
 # bloomery: CUDA checks on the GPU machine, run from the repository root there. Expects .device/
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
-# Usage: scripts/device-cuda.sh [tests] [bench-quick|bench] [sanitize]
+# Usage: scripts/device-cuda.sh [tests] [profile] [bench-quick|bench] [sanitize]
+# SRC=1 runs the CLI from the sources and build/ (the executable only as the Bun runtime), so a
+# changed library needs no new executable.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/bl
@@ -11,6 +13,8 @@ xz -dc $D/bloomery-serve.xz > /tmp/bl/bloomery-serve && chmod +x /tmp/bl/bloomer
 tar -xJf $D/build.tar.xz
 export BLOOMERY_FIXTURES=$PWD/$D/fixtures
 BS=/tmp/bl/bloomery-serve
+CLI=$BS
+[ "${SRC:-0}" = 1 ] && CLI="env BUN_BE_BUN=1 $BS src/cli/main.ts"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
 for what in "$@"; do
@@ -22,13 +26,19 @@ for what in "$@"; do
       done ;;
     sanitize)
       BUN_BE_BUN=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 $BS test test/cuda-model.test.ts -t "tiny" 2>&1 | tail -40 ;;
-    bench-quick|bench)
+    profile|bench-quick|bench)
       if [ ! -f /tmp/bl/q.gguf ]; then
-        ( time timeout 150 $BS synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tee "$OUT/synth.log"
+        ( time timeout 150 $CLI synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tee "$OUT/synth.log"
+      fi
+      if [ "$what" = profile ]; then
+        echo "== profile (graphs off, an event per section)"
+        BLOOMERY_CUDA_PROFILE=1 timeout 200 $CLI bench -m /tmp/bl/q.gguf -p 512 -n 32 -r 1 2>&1 | grep -E "profile|t/s|CUDA" | tee "$OUT/profile.log"
+        BLOOMERY_CUDA_GRAPHS=0 timeout 200 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 64 -r 1 2>&1 | grep -E "tg64" | sed 's/^/graphs off: /' | tee -a "$OUT/profile.log"
+        continue
       fi
       if [ "$what" = bench ]; then args="-p 512,4096 -n 128 -d 0,4096 -r 2"; else args="-p 512 -n 128 -r 1"; fi
       echo "== bench $args"
-      timeout 330 $BS bench -m /tmp/bl/q.gguf $args -o md -oe jsonl 2> "$OUT/bench-$what.jsonl" | tee "$OUT/bench-$what.md"
+      timeout 330 $CLI bench -m /tmp/bl/q.gguf $args -o md -oe jsonl 2> "$OUT/bench-$what.jsonl" | tee "$OUT/bench-$what.md"
       tail -5 "$OUT/bench-$what.jsonl" | grep -v '^{' ;;
   esac
 done
