@@ -18,7 +18,7 @@ beforeAll(async () => {
     startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "4096", "--chat-template-file", templateFile("Qwen-Qwen3-0.6B.jinja")]),
     startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "4096", "--chat-template-file", templateFile("Qwen3.5-4B.jinja")]),
   ]);
-}, 300000); // may include building dist/bloomery-serve on a busy machine
+}, 600000); // may include building dist/bloomery-serve (native libraries, CUDA when nvcc is there) on a busy machine
 
 afterAll(async () => {
   await qwen3?.stop();

@@ -19,7 +19,7 @@ beforeAll(async () => {
   srv = await startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "2048", "--metrics", "--alias", "demo-model,alt", "--slot-save-path", dir, "-ngl", "99"], {
     env: { BLOOMERY_MAX_QUEUE: "1", BLOOMERY_MAX_BODY_MB: "1" },
   });
-}, 300000); // may include building dist/bloomery-serve on a busy machine
+}, 600000); // may include building dist/bloomery-serve (native libraries, CUDA when nvcc is there) on a busy machine
 
 afterAll(async () => {
   await srv?.stop();

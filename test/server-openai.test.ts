@@ -19,7 +19,7 @@ const llamaRef = JSON.parse(readFileSync(join(FIXTURES, "demo-model", "llamacpp-
 beforeAll(async () => {
   srv = await startServer(["-m", DEMO_MODEL, "-np", "3", "-c", "3072"]);
   openai = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: "unused" });
-}, 300000); // may include building dist/bloomery-serve on a busy machine
+}, 600000); // may include building dist/bloomery-serve (native libraries, CUDA when nvcc is there) on a busy machine
 
 afterAll(async () => {
   await srv?.stop();
