@@ -264,6 +264,17 @@ describe("access", () => {
     expect(hub.log.slice(before).every((x) => x.auth === "Bearer hf_secret123")).toBe(true);
   });
 
+  test("the token is not passed on to the host a file download redirects to", async () => {
+    const content = bytes(50_000, 42);
+    addRepo("acme/gated-cdn", [{ path: "g-Q4_K_M.gguf", content, cut: { at: 10_000, times: 1, mode: "reset" } }], { token: "hf_secret456" });
+    const before = hub.log.length;
+    const r = await resolveHfModel({ repo: "acme/gated-cdn" }, opts(freshCache(), [], { token: "hf_secret456", download: { ...FAST, retries: 1 } }));
+    expect(readBytes(r.path)).toEqual(content);
+    const seen = hub.log.slice(before);
+    expect(seen.filter((x) => x.path.startsWith("/cdn/")).map((x) => x.auth)).toEqual([null]);
+    expect(seen.filter((x) => !x.path.startsWith("/cdn/")).every((x) => x.auth === "Bearer hf_secret456")).toBe(true);
+  });
+
   test("an unknown repository is E_HF_NOT_FOUND", async () => {
     const e = await refusal(resolveHfModel({ repo: "acme/nope" }, opts(freshCache())));
     expect(e.code).toBe("E_HF_NOT_FOUND");

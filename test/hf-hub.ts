@@ -92,7 +92,7 @@ export class StandInHub {
             sock.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
             return;
           }
-          this.log.push({ method: "GET", path: `/cdn/${m?.[1]}`, range: /\r\nrange: *([^\r]*)/i.exec(text)?.[1] ?? null, auth: null });
+          this.log.push({ method: "GET", path: `/cdn/${m?.[1]}`, range: /\r\nrange: *([^\r]*)/i.exec(text)?.[1] ?? null, auth: /\r\nauthorization: *([^\r]*)/i.exec(text)?.[1] ?? null });
           const total = plan.content.length;
           const head = plan.start > 0
             ? `HTTP/1.1 206 Partial Content\r\ncontent-range: bytes ${plan.start}-${total - 1}/${total}\r\n`
