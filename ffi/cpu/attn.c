@@ -10,10 +10,11 @@
 #include "ctx.h"
 #include "common.h"
 #include "rope.h"
+#include "simd_attn.h"
 #include <math.h>
 #include <string.h>
 
-#define SUB 64     /* positions per sub-tile of a chunk */
+#define SUB BL_ATTN_SUB /* positions per sub-tile of a chunk */
 #define CHUNK 512  /* positions per chunk: the unit of the softmax merge, whatever the batch or threads */
 
 static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer, int64_t slot, int64_t pos, int64_t dim) {
@@ -40,7 +41,7 @@ typedef struct {
   int64_t n_chunk;        /* chunks of the longest context in the batch */
   int split;              /* chunks are items of their own (few tokens), merged in a phase after */
   float *part;            /* split: n_tok x nkv x n_chunk x group x (hd + 2): m, l, acc */
-  float *wk;              /* per worker: SUB scores, then n_chunk x group x (hd + 2) states */
+  float *wk;              /* per worker: the sub-tile's work space, then n_chunk x group x (hd + 2) states */
   int64_t wk_stride;
   /* output projection */
   int32_t vt_o;
@@ -116,13 +117,11 @@ static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
 
 /* Chunk ch (positions [ch * CHUNK, ...) up to the token's own) of token t against KV head g, for
  * every query head of the group: the online-softmax state (m, l, acc[hd]) of each head, written
- * to out[hh * (hd + 2)]. The scores of a sub-tile of positions sit in wk. */
+ * to out[hh * (hd + 2)], by the path's attention sub-tiles of SUB positions. */
 static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch, float *out) {
   bl_cpu_ctx *c = j->c;
-  const bl_kernels *kn = c->kern;
   const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1, sts = hd + 2;
   const int64_t p0 = ch * CHUNK, p1 = p0 + CHUNK < n ? p0 + CHUNK : n;
-  float *s = wk;
   for (int64_t h = 0; h < G; h++) {
     out[h * sts] = -INFINITY;
     out[h * sts + 1] = 0;
@@ -130,27 +129,10 @@ static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch,
   }
   const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
   const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  const float *q = c->q + t * j->qd + g * G * hd;
   for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
-    const int64_t nb = p1 - b0 < SUB ? p1 - b0 : SUB;
-    for (int64_t hh = 0; hh < G; hh++) {
-      const float *q = c->q + t * j->qd + (g * G + hh) * hd;
-      float *m = out + hh * sts, *l = m + 1, *acc = m + 2;
-      float mx = -INFINITY;
-      for (int64_t p = 0; p < nb; p++) {
-        s[p] = kn->dot_f16(q, kb + (b0 + p) * j->kd, hd) * j->scale;
-        if (s[p] > mx) mx = s[p];
-      }
-      if (mx > *m) {
-        if (*l > 0) {
-          const float a = expf(*m - mx);
-          *l *= a;
-          kn->scale_f32(a, acc, hd);
-        }
-        *m = mx;
-      }
-      *l += (float)kn->exp_sum(s, *m, nb);
-      for (int64_t p = 0; p < nb; p++) kn->axpy_f16(s[p], vb + (b0 + p) * j->kd, acc, hd);
-    }
+    const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
+    c->kern->attn_sub(q, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale, out, wk);
   }
 }
 
@@ -178,7 +160,7 @@ static inline int64_t n_chunks(const attn_job *j, int64_t t) { return ((int64_t)
 /* One (token, KV head): its chunks one after another, then merged (few tokens: see attn_task). */
 static void attn_item(attn_job *j, int ith, int64_t t, int64_t g) {
   float *wk = j->wk + (int64_t)ith * j->wk_stride;
-  float *st = wk + SUB;
+  float *st = wk + bl_attn_work(j->hd);
   const int64_t nch = n_chunks(j, t), sts = j->hd + 2, G = j->group;
   for (int64_t ch = 0; ch < nch; ch++) attn_chunk(j, wk, t, g, ch, st + ch * G * sts);
   for (int64_t hh = 0; hh < G; hh++) merge_head(j, t, g * G + hh, st + hh * sts, nch, G * sts);
@@ -335,7 +317,7 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
   j.n_chunk = (max_pos + CHUNK) / CHUNK;
   j.split = !bl_exact(c) && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
-  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : SUB + j.n_chunk * j.group * (hd + 2);
+  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : bl_attn_work(hd) + j.n_chunk * j.group * (hd + 2);
   j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
   const size_t sz[] = {
       (size_t)(j.n_vt > 0 ? j.rb[0] * n_tok : 0), (size_t)(j.n_vt > 1 ? j.rb[1] * n_tok : 0),

@@ -42,6 +42,12 @@ typedef struct bl_kernels {
   void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
   /* y[i] *= a */
   void (*scale_f32)(float a, float *y, int64_t n);
+  /* Attention over nb (<= 64) positions of one KV head for the G query heads sharing it (query h
+   * at q + h * qstride, f32 values of f16): scores q . k * scale, then each head's online-softmax
+   * state st[h * (hd + 2)] = (max, sum, acc[hd]) updated. k, v: the first position's f16 rows,
+   * kd halves apart. work: bl_attn_work(hd) floats. */
+  void (*attn_sub)(const float *q, int64_t qstride, int G, const uint16_t *k, const uint16_t *v, int64_t kd, int nb,
+                   int hd, float scale, float *st, float *work);
 } bl_kernels;
 
 /* The active path's table (BLOOMERY_CPU_PATH, else the best the CPU has). */
@@ -64,6 +70,8 @@ void bl_avx2_fill_f(bl_kernels *k);
 void bl_avx512_fill_k(bl_kernels *k);
 void bl_avx512_fill_q(bl_kernels *k);
 void bl_avx512_fill_f(bl_kernels *k);
+void bl_avx512_fill_attn(bl_kernels *k);
+void bl_avx2_fill_attn(bl_kernels *k);
 
 /* Scalar float helpers (the scalar table's entries, reused by SIMD paths for tails). */
 float bl_dot_f32_ref(const float *x, const float *y, int64_t n);

@@ -2,6 +2,7 @@
  * quants_*.c, the reference activation quantizers, and plain-C float helpers. It is the path
  * the SIMD paths are tested against and the one used where no SIMD path exists. */
 #include "kernels.h"
+#include "simd_attn.h"
 #include <math.h>
 #include <string.h>
 
@@ -93,6 +94,35 @@ REF_ACT(BL_Q8_1, q8_1)
 REF_ACT(BL_Q8_K, q8_K)
 #undef REF_ACT
 
+void bl_attn_sub_generic(const bl_kernels *k, const float *q0, int64_t qstride, int G, const uint16_t *kr,
+                         const uint16_t *vr, int64_t kd, int nb, int hd, float scale, float *st, float *work) {
+  float *s = work;
+  for (int hh = 0; hh < G; hh++) {
+    const float *q = q0 + hh * qstride;
+    float *m = st + hh * (hd + 2), *l = m + 1, *acc = m + 2;
+    float mx = -INFINITY;
+    for (int p = 0; p < nb; p++) {
+      s[p] = k->dot_f16(q, kr + p * kd, hd) * scale;
+      if (s[p] > mx) mx = s[p];
+    }
+    if (mx > *m) {
+      if (*l > 0) {
+        const float a = expf(*m - mx);
+        *l *= a;
+        k->scale_f32(a, acc, hd);
+      }
+      *m = mx;
+    }
+    *l += (float)k->exp_sum(s, *m, nb);
+    for (int p = 0; p < nb; p++) k->axpy_f16(s[p], vr + p * kd, acc, hd);
+  }
+}
+
+static void attn_sub_ref(const float *q, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
+                         int hd, float scale, float *st, float *work) {
+  bl_attn_sub_generic(&bl_kernels_scalar, q, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
+}
+
 const bl_kernels bl_kernels_scalar = {
     .name = "scalar",
     .path = BL_PATH_SCALAR,
@@ -117,4 +147,5 @@ const bl_kernels bl_kernels_scalar = {
     .exp_sum = bl_exp_sum_ref,
     .axpy_f32 = axpy_f32_ref,
     .scale_f32 = scale_f32_ref,
+    .attn_sub = attn_sub_ref,
 };

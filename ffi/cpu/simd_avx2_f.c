@@ -270,4 +270,5 @@ void bl_kernels_init_avx2(bl_kernels *k) {
   bl_avx2_fill_f(k);
   bl_avx2_fill_k(k);
   bl_avx2_fill_q(k);
+  bl_avx2_fill_attn(k);
 }

@@ -227,4 +227,5 @@ void bl_kernels_init_avx512(bl_kernels *k) {
   bl_avx512_fill_f(k);
   bl_avx512_fill_k(k);
   bl_avx512_fill_q(k);
+  bl_avx512_fill_attn(k);
 }
