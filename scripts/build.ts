@@ -2,6 +2,7 @@
 // executable with the libraries and the engine worker embedded).
 import { join } from "node:path";
 import { mkdirSync } from "node:fs";
+import { prepareDemoAsset } from "./demo-asset.ts";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
@@ -15,6 +16,8 @@ function run(cmd: string[]): void {
 }
 
 run([bun, "scripts/build-native.ts", ...process.argv.slice(2)]);
+
+prepareDemoAsset(root);
 mkdirSync(join(root, "dist"), { recursive: true });
 run([bun, "build", "--compile", "src/cli/main.ts", "src/engine/worker.ts", "--outfile", "dist/bloomery-serve"]);
 console.log("build: dist/bloomery-serve");

@@ -8,6 +8,7 @@ import { basename, join, resolve } from "node:path";
 import { TARGETS, archiveName, currentHost, missingToolchain, targetById, type ReleaseTarget } from "./release-targets.ts";
 import { ReleaseError, sha256File, verifySums, writeSums, writeTarGz, type ArchiveEntry } from "./release-archive.ts";
 import { smokeTest } from "./release-smoke.ts";
+import { prepareDemoAsset } from "./demo-asset.ts";
 import { writeFormula } from "./release-formula.ts";
 
 const root = resolve(import.meta.dir, "..");
@@ -158,6 +159,7 @@ async function buildTarget(t: ReleaseTarget, o: ReleaseOptions, log: (s: string)
   const libs = stageLibraries(t, stage);
   const exe = join(stage, t.exe);
   log(`${t.id}: compiling ${t.exe} (${t.bunTarget}) with ${[...libs.keys()].join(", ")}`);
+  prepareDemoAsset(root);
   await compile(t, libs, exe);
   const runsHere = t.os === process.platform && t.arch === process.arch;
   if (o.smoke && runsHere) await smokeTest(exe, o.version, log);

@@ -186,6 +186,10 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     names: ["-m", "--model"], value: { type: "string", nonEmpty: true }, hint: "FNAME", env: "LLAMA_ARG_MODEL", key: "model",
     help: "GGUF model file to load (the first part of a split set)", group: G, support: "supported",
   },
+  {
+    names: ["--demo"], value: { type: "none" }, key: "demo", default: false, group: G, support: "supported",
+    help: "serve the demo model built into this executable (a 15 MB Qwen3-MoE trained on Python sources; no download)",
+  },
   refuse(G, ["-mu", "--model-url"], "downloading a model from a URL is not supported yet; use -m or -hf", "download the model from this URL", { hint: "MODEL_URL", env: "LLAMA_ARG_MODEL_URL" }),
   refuse(G, ["-dr", "--docker-repo"], "Docker Hub models are not supported; use -m or -hf", "model from Docker Hub: [<repo>/]<model>[:quant]", { hint: "[<repo>/]<model>[:quant]", env: "LLAMA_ARG_DOCKER_REPO" }),
   {

@@ -17,6 +17,8 @@ export interface ServerOptions {
   // model
   /** -m: GGUF file (first part of a split set). */
   readonly model: string | undefined;
+  /** --demo: serve the demo model built into the executable. */
+  readonly demo: boolean;
   /** -hf: `<user>/<model>[:quant]`. */
   readonly hfRepo: string | undefined;
   /** -hff: file inside the --hf-repo repository. */
@@ -200,6 +202,7 @@ function buildOptions(v: Values): ServerOptions {
   const hosts = list(v, "hosts", isString);
   return {
     model: optStr(v, "model"),
+    demo: bool(v, "demo"),
     hfRepo: optStr(v, "hfRepo"),
     hfFile: optStr(v, "hfFile"),
     hfToken: optStr(v, "hfToken"),

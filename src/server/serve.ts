@@ -128,8 +128,18 @@ export async function runServe(argv: string[], env: Env): Promise<number> {
   }
 }
 
-async function serve(o: ServerOptions, explicit: ReadonlySet<keyof ServerOptions>, warnings: readonly string[], env: Env, log: Log): Promise<number> {
+async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOptions>, warnings: readonly string[], env: Env, log: Log): Promise<number> {
   for (const w of warnings) log(`warn: ${w}`);
+  let o = o0;
+  if (o.demo) {
+    if (o.model !== undefined || o.hfRepo !== undefined) throw new StartError("--demo serves the built-in demo model: leave out -m and -hf", 2);
+    const { demoModelPath } = await import("../cli/demo.ts");
+    try {
+      o = { ...o, model: demoModelPath(), alias: o.alias.length ? o.alias : ["bloomery-demo"] };
+    } catch (e) {
+      throw new StartError(e instanceof Error ? e.message : String(e), 1);
+    }
+  }
   if (o.model === undefined && o.hfRepo === undefined) throw new StartError("no model given: pass a GGUF file with -m FNAME or a repository with -hf <user>/<model>[:quant]", 2);
   if (o.model !== undefined && !existsSync(o.model)) throw new StartError(`-m: model file '${o.model}' does not exist`, 1);
   const hfSpec = o.model === undefined && o.hfRepo !== undefined ? hfModelSpec(o) : undefined;
