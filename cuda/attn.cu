@@ -11,6 +11,7 @@
 
 // grid: x over q heads then kv heads, y over tokens; block: hd / 2 threads (at least 32).
 __global__ void k_qk(qk_args a) {
+  cu_pdl_entry();
   __shared__ float xs[1024];
   __shared__ float red[32];
   const int hi = blockIdx.x, t = blockIdx.y, hd = a.hd;
@@ -63,20 +64,23 @@ int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok) {
   if (a.hd > 1024 || a.hd % 2) return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", a.hd);
   int threads = ((a.hd / 2 + 31) / 32) * 32;
   if (threads < 32) threads = 32;
-  k_qk<<<dim3(a.nh + a.nkv, ntok), threads, 0, st>>>(a);
-  CU_LAUNCHED("q/k norm and rope");
+  CU_LAUNCH("q/k norm and rope", k_qk, dim3(a.nh + a.nkv, ntok), dim3(threads), 0, st, a);
   return BL_OK;
 }
 
 #define AD_WARPS 4
+#define AD_MAX_SPLITS 32
 // grid: x over KV heads, y over slices (up to max_splits), z over tokens.
 template <int HD, int GM>
 __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
-  constexpr int DPL = HD / 32;
+  cu_pdl_entry();
+  constexpr int DPL = HD / 32;          // V dims a lane
+  constexpr int VB = HD >= 256 ? 4 : 8; // V rows loaded together
   __shared__ __align__(16) float sq[GM][HD];
   __shared__ float sp[AD_WARPS][32][GM];
   __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
   __shared__ __align__(16) float sacc[AD_WARPS][GM][HD];
+  __shared__ float s_f[GM][AD_MAX_SPLITS], s_L[GM];
   __shared__ int s_last;
   const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
@@ -108,24 +112,32 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
 #pragma unroll
     for (int h = 0; h < GM; h++) s[h] = 0.0f;
     if (valid) {
+      // this lane's key row: all its loads in flight before the arithmetic
       const uint4 *kr = reinterpret_cast<const uint4 *>(kb + (size_t)pp * a.kd);
-#pragma unroll 4
-      for (int c = 0; c < HD / 8; c++) {
-        const uint4 raw = kr[c];
-        const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw);
-        float kf[8];
+      constexpr int KC = HD / 8, KB = KC < 16 ? KC : 16;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float2 f = __half22float2(h2[e]);
-          kf[2 * e] = f.x;
-          kf[2 * e + 1] = f.y;
-        }
+      for (int c0 = 0; c0 < KC; c0 += KB) {
+        uint4 raw[KB];
 #pragma unroll
-        for (int h = 0; h < GM; h++) {
-          if (h < G) {
-            const float4 q0 = *reinterpret_cast<const float4 *>(&sq[h][8 * c]);
-            const float4 q1 = *reinterpret_cast<const float4 *>(&sq[h][8 * c + 4]);
-            s[h] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+        for (int c = 0; c < KB; c++) raw[c] = kr[c0 + c];
+#pragma unroll
+        for (int c = 0; c < KB; c++) {
+          const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw[c]);
+          float kf[8];
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(h2[e]);
+            kf[2 * e] = f.x;
+            kf[2 * e + 1] = f.y;
+          }
+          const int d0 = 8 * (c0 + c);
+#pragma unroll
+          for (int h = 0; h < GM; h++) {
+            if (h < G) {
+              const float4 q0 = *reinterpret_cast<const float4 *>(&sq[h][d0]);
+              const float4 q1 = *reinterpret_cast<const float4 *>(&sq[h][d0 + 4]);
+              s[h] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+            }
           }
         }
       }
@@ -147,21 +159,34 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
     }
     __syncwarp();
     const int nv = min(32, p1 - b0);
-    for (int j = 0; j < nv; j++) {
-      const __half *vr = vb + (size_t)(b0 + j) * a.kd + lane * DPL;
-      float vf[DPL];
+    for (int j0 = 0; j0 < nv; j0 += VB) {
+      // VB value rows in flight, then their weighted sums
+      float vf[VB][DPL];
 #pragma unroll
-      for (int d = 0; d < DPL; d += 2) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(vr + d));
-        vf[d] = f.x;
-        vf[d + 1] = f.y;
+      for (int jj = 0; jj < VB; jj++) {
+        if (j0 + jj < nv) {
+          const __half *vr = vb + (size_t)(b0 + j0 + jj) * a.kd + lane * DPL;
+#pragma unroll
+          for (int d = 0; d < DPL; d += 2) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(vr + d));
+            vf[jj][d] = f.x;
+            vf[jj][d + 1] = f.y;
+          }
+        } else {
+#pragma unroll
+          for (int d = 0; d < DPL; d++) vf[jj][d] = 0.0f;
+        }
       }
 #pragma unroll
-      for (int h = 0; h < GM; h++) {
-        if (h >= G) continue;
-        const float pj = sp[warp][j][h];
+      for (int jj = 0; jj < VB; jj++) {
+        const int j = j0 + jj < nv ? j0 + jj : 0; // rows past nv carry zeros
 #pragma unroll
-        for (int d = 0; d < DPL; d++) acc[h][d] += pj * vf[d];
+        for (int h = 0; h < GM; h++) {
+          if (h >= G) continue;
+          const float pj = sp[warp][j][h];
+#pragma unroll
+          for (int d = 0; d < DPL; d++) acc[h][d] += pj * vf[jj][d];
+        }
       }
     }
     __syncwarp();
@@ -210,45 +235,58 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   __syncthreads();
   if (!s_last) return;
   __threadfence();
+  // the last slice's block merges: per-slice factors first (read in parallel), then the sums
+  for (int i = threadIdx.x; i < G * splits; i += blockDim.x) {
+    const int h = i / splits, s2 = i - h * splits;
+    const float *pp = a.part + (((size_t)t * a.nh + g * G + h) * a.max_splits + s2) * sts;
+    const float ls = __ldcg(pp + 1);
+    s_f[h][s2] = ls > 0.0f ? __ldcg(pp) : -INFINITY;
+    sp[0][s2][h] = ls; // reuse: slice sums
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int h = threadIdx.x;
+    float M = -INFINITY;
+    for (int s2 = 0; s2 < splits; s2++) M = fmaxf(M, s_f[h][s2]);
+    float L = 0.0f;
+    for (int s2 = 0; s2 < splits; s2++) {
+      const float f = sp[0][s2][h] > 0.0f ? expf(s_f[h][s2] - M) : 0.0f;
+      s_f[h][s2] = f;
+      L += f * sp[0][s2][h];
+    }
+    s_L[h] = L;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int h = i / HD, d = i - h * HD, qh = g * G + h;
-    const float *pp = a.part + ((size_t)t * a.nh + qh) * a.max_splits * sts;
-    float M = -INFINITY;
-    for (int s2 = 0; s2 < splits; s2++)
-      if (__ldcg(pp + s2 * sts + 1) > 0.0f) M = fmaxf(M, __ldcg(pp + s2 * sts));
-    float L = 0.0f, A = 0.0f;
-    for (int s2 = 0; s2 < splits; s2++) {
-      const float ls = __ldcg(pp + s2 * sts + 1);
-      if (ls <= 0.0f) continue;
-      const float f = expf(__ldcg(pp + s2 * sts) - M);
-      L += f * ls;
-      A += f * __ldcg(pp + s2 * sts + 2 + d);
-    }
-    a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = L > 0.0f ? A / L : 0.0f;
+    const float *pp = a.part + ((size_t)t * a.nh + qh) * a.max_splits * sts + 2 + d;
+    float A = 0.0f;
+#pragma unroll 8
+    for (int s2 = 0; s2 < splits; s2++) A += s_f[h][s2] * __ldcg(pp + (size_t)s2 * sts);
+    a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = s_L[h] > 0.0f ? A / s_L[h] : 0.0f;
   }
   if (threadIdx.x == 0) a.counters[(size_t)t * a.nkv + g] = 0;
 }
 
 template <int HD>
-static bool launch_dec_hd(cudaStream_t st, const attn_args &a, dim3 grid) {
-  const int th = AD_WARPS * 32;
-  if (a.G <= 1) k_attn_dec<HD, 1><<<grid, th, 0, st>>>(a);
-  else if (a.G <= 2) k_attn_dec<HD, 2><<<grid, th, 0, st>>>(a);
-  else if (a.G <= 4) k_attn_dec<HD, 4><<<grid, th, 0, st>>>(a);
-  else if (a.G <= 8) k_attn_dec<HD, 8><<<grid, th, 0, st>>>(a);
-  else return false;
-  return true;
+static cudaError_t launch_dec_hd(cudaStream_t st, const attn_args &a, dim3 grid) {
+  const dim3 th(AD_WARPS * 32);
+  if (a.G <= 1) return cu_launch(k_attn_dec<HD, 1>, grid, th, 0, st, a);
+  if (a.G <= 2) return cu_launch(k_attn_dec<HD, 2>, grid, th, 0, st, a);
+  if (a.G <= 4) return cu_launch(k_attn_dec<HD, 4>, grid, th, 0, st, a);
+  return cu_launch(k_attn_dec<HD, 8>, grid, th, 0, st, a);
 }
 
 bool cu_attn_decode_supported(int hd, int G) { return (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 8; }
 
 int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok) {
+  if (!cu_attn_decode_supported(a.hd, a.G) || a.max_splits > AD_MAX_SPLITS)
+    return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d with %d query heads per KV head has no CUDA kernel", a.hd, a.G);
   const dim3 grid(a.nkv, a.max_splits, ntok);
-  bool ok = false;
-  if (a.hd == 64) ok = launch_dec_hd<64>(st, a, grid);
-  else if (a.hd == 128) ok = launch_dec_hd<128>(st, a, grid);
-  else if (a.hd == 256) ok = launch_dec_hd<256>(st, a, grid);
-  if (!ok) return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d with %d query heads per KV head has no CUDA kernel", a.hd, a.G);
-  CU_LAUNCHED("decode attention");
+  cudaError_t e;
+  if (a.hd == 64) e = launch_dec_hd<64>(st, a, grid);
+  else if (a.hd == 128) e = launch_dec_hd<128>(st, a, grid);
+  else e = launch_dec_hd<256>(st, a, grid);
+  CU_TRY(e, "decode attention");
   return BL_OK;
 }

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "../ffi/bloomery.h"
 
 // ---- error store (errors.cu): the message of the last failure on this thread ----
@@ -32,6 +34,37 @@ int64_t cu_allow_smem(K k, int optin, const char *what) {
   CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes), what);
   return BL_OK;
 }
+// Programmatic dependent launch (sm_90 and newer): every kernel starts by waiting for the
+// previous kernel of its stream (all of its results visible), then lets the next kernel be
+// scheduled, so launches overlap the tails of their predecessors. Without the launch
+// attribute (cu_pdl off, older cards) both instructions are no-ops.
+__device__ __forceinline__ void cu_pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Whether launches carry the attribute (BLOOMERY_CUDA_PDL=0 turns it off; set by cu_init_kernels).
+extern int cu_pdl;
+
+// Launches k on st (with the programmatic-serialization attribute when cu_pdl is on and st is
+// not the legacy default stream).
+template <typename... KArgs, typename... Args>
+cudaError_t cu_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args &&...args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = (cu_pdl && st != nullptr) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+#define CU_LAUNCH(what, ...) CU_TRY(cu_launch(__VA_ARGS__), what)
+
 // Dynamic shared memory the launchers plan with (the static shares of the kernels are below 8 KiB).
 #define CU_SMEM_RESERVE 8192
 

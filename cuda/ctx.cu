@@ -374,8 +374,15 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
   return BL_OK;
 }
 
+int cu_pdl = 0;
+
 int64_t cu_init_kernels(int smem_optin) {
   static int done_optin = -1;
+  int dev = 0, major = 0;
+  CU_TRY(cudaGetDevice(&dev), "reading the device");
+  CU_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
+  const char *env = getenv("BLOOMERY_CUDA_PDL");
+  cu_pdl = major >= 9 && !(env && env[0] == '0'); // programmatic dependent launch: sm_90 and newer
   if (done_optin == smem_optin) return BL_OK;
   CU_OK(cu_matvec_init(smem_optin));
   CU_OK(cu_moe_dec_init(smem_optin));

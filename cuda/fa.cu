@@ -14,6 +14,7 @@
 
 template <int HD>
 __global__ void __launch_bounds__(128) k_fa(fa_args a) {
+  cu_pdl_entry();
   constexpr int LDS = HD + 8;
   extern __shared__ __align__(16) unsigned char fa_raw[];
   __half *sQ = reinterpret_cast<__half *>(fa_raw), *sK = sQ + FA_Q * LDS, *sV = sK + FA_KV * LDS;
@@ -144,10 +145,9 @@ bool cu_flash_supported(int hd) { return hd == 64 || hd == 128; }
 int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles) {
   if (n_tiles <= 0) return BL_OK;
   const dim3 grid(n_tiles, a.nh);
-  if (hd == 64) k_fa<64><<<grid, 128, (size_t)3 * 64 * (64 + 8) * 2, st>>>(a);
-  else if (hd == 128) k_fa<128><<<grid, 128, (size_t)3 * 64 * (128 + 8) * 2, st>>>(a);
+  if (hd == 64) CU_LAUNCH("prefill attention", k_fa<64>, grid, dim3(128), (size_t)3 * 64 * (64 + 8) * 2, st, a);
+  else if (hd == 128) CU_LAUNCH("prefill attention", k_fa<128>, grid, dim3(128), (size_t)3 * 64 * (128 + 8) * 2, st, a);
   else return cu_fail(BL_E_UNSUPPORTED, "prefill attention: head size %d", hd);
-  CU_LAUNCHED("prefill attention");
   return BL_OK;
 }
 

@@ -78,30 +78,59 @@ static mv_job job(const dmat &m, const float *bias, float *y, int ldy, int epi) 
   return j;
 }
 
-// y rows (ldc) = W x rows (ldb) for ntok rows, tensor cores when the shape allows, else the decode product.
+static gemm_job gjob(const dmat &w, float *c, int ldc, const float *bias) {
+  gemm_job j;
+  memset(&j, 0, sizeof j);
+  j.w = w;
+  j.c = c;
+  j.ldc = ldc;
+  j.bias = bias;
+  return j;
+}
+
+// Dense products of the same activation rows (ldb) with up to 3 matrices: tensor cores when the
+// shapes allow (one launch for matrices of one type), else the decode product.
+static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const float *b, int ldb, int ntok, int epi, bool big) {
+  bool done[3] = {false, false, false};
+  for (int j = 0; j < n; j++) {
+    if (done[j]) continue;
+    if (big && cu_gemm_supported(jobs[j].w.type, jobs[j].w.ne0)) {
+      gemm_args g;
+      memset(&g, 0, sizeof g);
+      for (int q = j; q < n; q++)
+        if (!done[q] && jobs[q].w.type == jobs[j].w.type && cu_gemm_supported(jobs[q].w.type, jobs[q].w.ne0)) {
+          g.job[g.njobs++] = jobs[q];
+          done[q] = true;
+        }
+      g.b = b;
+      g.ldb = ldb;
+      g.ntok = ntok;
+      g.mode = epi;
+      // tiles of 32 activation rows when 64 would leave the card under two blocks an SM
+      int row_blocks = 0;
+      for (int q = 0; q < g.njobs; q++) row_blocks += (g.job[q].w.ne1 + GEMM_BM - 1) / GEMM_BM;
+      const int bn = row_blocks * ((ntok + 63) / 64) < 2 * c->sm_count ? 32 : 64;
+      CU_OK(cu_gemm(c->st, g, bn, (ntok + bn - 1) / bn));
+      continue;
+    }
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.job[0] = job(jobs[j].w, jobs[j].bias, jobs[j].c, jobs[j].ldc, epi);
+    a.njobs = 1;
+    a.x = b;
+    a.ldx = ldb;
+    a.n = jobs[j].w.ne0;
+    done[j] = true;
+    CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+  }
+  return BL_OK;
+}
+
+// y rows (ldc) = W x rows (ldb) for ntok rows.
 static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const float *b, int ldb, int ntok, float *y, int ldc, int epi,
                              bool big) {
-  if (big && cu_gemm_supported(w.type, w.ne0)) {
-    gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.w = w;
-    g.b = b;
-    g.ldb = ldb;
-    g.ntok = ntok;
-    g.mode = epi;
-    g.c = y;
-    g.ldc = ldc;
-    g.bias = bias;
-    return cu_gemm(c->st, g, 64, (ntok + 63) / 64);
-  }
-  mv_args a;
-  memset(&a, 0, sizeof a);
-  a.job[0] = job(w, bias, y, ldc, epi);
-  a.njobs = 1;
-  a.x = b;
-  a.ldx = ldb;
-  a.n = w.ne0;
-  return cu_matvec(c->st, a, ntok, c->smem_limit);
+  const gemm_job j = gjob(w, y, ldc, bias);
+  return dense_products(c, &j, 1, b, ldb, ntok, epi, big);
 }
 
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles) {
@@ -123,9 +152,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
-    CU_OK(dense_product(c, b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->h, E, ntok, c->q, qd, EPI_STORE, true));
-    CU_OK(dense_product(c, b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->h, E, ntok, c->k, kd, EPI_STORE, true));
-    CU_OK(dense_product(c, b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->h, E, ntok, c->v, kd, EPI_STORE, true));
+    const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
+                             gjob(b.t[BL_ATTN_V], c->v, kd, b.vec[BL_ATTN_BV])};
+    CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
   const size_t layer = (size_t)b.layer * kv_layer_elems(c);
   qk_args qa;
@@ -258,13 +287,12 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   }
   gemm_args g;
   memset(&g, 0, sizeof g);
-  g.w = gate;
+  g.job[0] = gjob(gate, c->act, ff, nullptr);
+  g.njobs = 1;
   g.w2 = up;
   g.b = c->h;
   g.ldb = E;
   g.mode = EPI_SWIGLU;
-  g.c = c->act;
-  g.ldc = ff;
   if (!moe) {
     g.ntok = ntok;
     CU_OK(cu_gemm(c->st, g, 64, (ntok + 63) / 64));
@@ -291,14 +319,13 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   CU_OK(cu_gemm(c->st, g, bn, max_tiles));
   gemm_args d;
   memset(&d, 0, sizeof d);
-  d.w = down;
+  d.job[0] = gjob(down, c->ypair, E, nullptr);
+  d.njobs = 1;
   d.b = c->act;
   d.ldb = ff;
   d.tiles = c->tiles;
   d.n_tiles = c->n_tiles;
   d.mode = EPI_STORE;
-  d.c = c->ypair;
-  d.ldc = E;
   CU_OK(cu_gemm(c->st, d, bn, max_tiles));
   return cu_moe_combine(c->st, c->ypair, E, c->pair_of, c->selw, K, c->x, E, E, ntok);
 }

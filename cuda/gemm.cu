@@ -13,6 +13,7 @@
 
 template <int T, int BN>
 __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
+  cu_pdl_entry();
   using Q = qt<T>;
   constexpr int UPW = GEMM_BK / Q::UE; // units of a row in one K slice
   extern __shared__ __align__(16) unsigned char g_raw[];
@@ -31,10 +32,13 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   }
   const bool swiglu = a.mode == EPI_SWIGLU;
   const int rows_here = swiglu ? GEMM_BM / 2 : GEMM_BM;
-  const int r0 = blockIdx.x * rows_here, nrows = a.w.ne1, K = a.w.ne0;
+  int bx = blockIdx.x, jb = 0;
+  while (jb + 1 < a.njobs && bx >= a.job[jb].blocks) bx -= a.job[jb++].blocks;
+  const gemm_job &job = a.job[jb];
+  const int r0 = bx * rows_here, nrows = job.w.ne1, K = job.w.ne0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
   for (int i = tid; i < BN; i += 128) brow[i] = i < count ? (a.b_rows ? a.b_rows[start + i] : start + i) : -1;
-  const uint8_t *w1 = a.w.d + (size_t)e * a.w.nb2;
+  const uint8_t *w1 = job.w.d + (size_t)e * job.w.nb2;
   const uint8_t *w2 = swiglu ? a.w2.d + (size_t)e * a.w2.nb2 : w1;
   float acc[2][BN / 8][4];
 #pragma unroll
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
         base = w1;
       }
       const bool ok = grow < nrows;
-      const uint8_t *rp = base + (size_t)(ok ? grow : 0) * a.w.nb1;
+      const uint8_t *rp = base + (size_t)(ok ? grow : 0) * job.w.nb1;
       const int kk = kfirst + uw, blk = kk / Q::UPB, u = kk - blk * Q::UPB;
       __half *dst = sA + row * LDK + blk * Q::BE - k0;
       Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float v0, float v1, float v2, float v3) {
@@ -99,8 +103,8 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
           const int col = 8 * nt + 2 * tig + (q & 1);
           if (grow >= nrows || col >= count) continue;
           float v = acc[mt][nt][q];
-          if (a.bias) v += a.bias[grow];
-          float *cp = a.c + (size_t)(start + col) * a.ldc + grow;
+          if (job.bias) v += job.bias[grow];
+          float *cp = job.c + (size_t)(start + col) * job.ldc + grow;
           if (a.mode == EPI_ADD) *cp += v;
           else *cp = v;
         }
@@ -124,7 +128,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
     const int col = i / (GEMM_BM / 2), row = i - col * (GEMM_BM / 2);
     if (col >= count || r0 + row >= nrows) continue;
     const float gv = sC[row * LDC + col], uv = sC[(row + GEMM_BM / 2) * LDC + col];
-    a.c[(size_t)(start + col) * a.ldc + r0 + row] = silu_f(gv) * uv;
+    job.c[(size_t)(start + col) * job.ldc + r0 + row] = silu_f(gv) * uv;
   }
 }
 
@@ -136,25 +140,34 @@ bool cu_gemm_supported(int type, int ne0) {
 }
 
 template <int T>
-static void launch_t(cudaStream_t st, const gemm_args &a, int bn, dim3 grid) {
-  if (bn == 32) k_gemm<T, 32><<<grid, 128, gemm_smem(32), st>>>(a);
-  else k_gemm<T, 64><<<grid, 128, gemm_smem(64), st>>>(a);
+static cudaError_t launch_t(cudaStream_t st, const gemm_args &a, int bn, dim3 grid) {
+  if (bn == 32) return cu_launch(k_gemm<T, 32>, grid, dim3(128), gemm_smem(32), st, a);
+  return cu_launch(k_gemm<T, 64>, grid, dim3(128), gemm_smem(64), st, a);
 }
 
-int64_t cu_gemm(cudaStream_t st, const gemm_args &a, int bn, int grid_y) {
-  if (!cu_gemm_supported(a.w.type, a.w.ne0))
-    return cu_fail(BL_E_UNSUPPORTED, "tensor-core product: %s rows of %d elements", cu_type_name(a.w.type), a.w.ne0);
-  if (grid_y <= 0) return BL_OK;
+int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y) {
+  const int type = a.job[0].w.type;
+  for (int j = 0; j < a.njobs; j++) {
+    if (!cu_gemm_supported(a.job[j].w.type, a.job[j].w.ne0) || a.job[j].w.type != type)
+      return cu_fail(BL_E_UNSUPPORTED, "tensor-core product: %s rows of %d elements", cu_type_name(a.job[j].w.type), a.job[j].w.ne0);
+  }
+  if (grid_y <= 0 || a.njobs <= 0) return BL_OK;
   const int rows_here = a.mode == EPI_SWIGLU ? GEMM_BM / 2 : GEMM_BM;
-  const dim3 grid((a.w.ne1 + rows_here - 1) / rows_here, grid_y);
-  switch (a.w.type) {
+  int gx = 0;
+  for (int j = 0; j < a.njobs; j++) {
+    a.job[j].blocks = (a.job[j].w.ne1 + rows_here - 1) / rows_here;
+    gx += a.job[j].blocks;
+  }
+  const dim3 grid(gx, grid_y);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (type) {
 #define L(T) \
-  case T: launch_t<T>(st, a, bn, grid); break;
+  case T: e = launch_t<T>(st, a, bn, grid); break;
     CU_TYPE_CASES(L)
 #undef L
-    default: return cu_fail(BL_E_UNSUPPORTED, "tensor-core product: %s", cu_type_name(a.w.type));
+    default: return cu_fail(BL_E_UNSUPPORTED, "tensor-core product: %s", cu_type_name(type));
   }
-  CU_LAUNCHED("tensor-core product");
+  CU_TRY(e, "tensor-core product");
   return BL_OK;
 }
 

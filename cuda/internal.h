@@ -129,8 +129,17 @@ int64_t cu_attn_init(int smem_optin);
 // ---- tensor-core products (gemm.cu) ----
 #define GEMM_BM 128
 #define GEMM_BK 128
+struct gemm_job {
+  dmat w;             // weights (rows ne1, K = ne0); one type for all jobs of a launch
+  float *c;           // output row start + i at c + (start + i) * ldc
+  int ldc;
+  const float *bias;
+  int blocks;         // set by cu_gemm
+};
 struct gemm_args {
-  dmat w, w2;             // w2: the up weights in EPI_SWIGLU mode (rows pair with w's)
+  gemm_job job[3];        // several matrices over the same activations in one launch (Q, K, V)
+  int njobs;
+  dmat w2;                // EPI_SWIGLU: the up weights (rows pair with job 0's gate rows)
   const float *b;         // activation rows (ldb)
   int ldb;
   const int32_t *b_rows;  // activation row of tile entry start + i, or null (start + i)
@@ -138,12 +147,9 @@ struct gemm_args {
   const int32_t *n_tiles; // grouped: tiles in use (device)
   int ntok;               // dense: rows of b
   int mode;               // EPI_STORE / EPI_ADD / EPI_SWIGLU
-  float *c;               // output row start + i at c + (start + i) * ldc
-  int ldc;
-  const float *bias;
 };
 // grid rows: dense ceil(ntok / bn); grouped max_tiles. bn is 32 or 64.
-int64_t cu_gemm(cudaStream_t st, const gemm_args &a, int bn, int grid_y);
+int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y);
 bool cu_gemm_supported(int type, int ne0);
 int64_t cu_gemm_init(int smem_optin);
 

@@ -1,14 +1,16 @@
 // bloomery CUDA library: decode products - y = W x for up to 8 activation rows on the stored
 // quant blocks (one warp a weight row, lanes over the row's work units, activations staged in
-// shared memory, optionally RMS-normalised on the way in), several matrices in one launch (Q, K
-// and V), results stored or added to a residual; and dequantization of rows (embedding lookup).
+// shared memory, optionally RMS-normalised on the way in), several matrices of one type in one
+// launch (Q, K and V), results stored or added to a residual; and dequantization of rows
+// (embedding lookup). One kernel per (type, rows of x): registers sized for that type alone.
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
 #include "rows.cuh"
 
-template <int NT>
+template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
+  cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   __shared__ float red[32];
@@ -23,8 +25,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    const uint8_t *rp = jb.m.d + (size_t)row * jb.m.nb1;
-    dispatch_type(jb.m.type, [&](auto tag) { mv_row<decltype(tag)::value, NT>(rp, xs, a.n, acc, lane); });
+    mv_row<T, NT>(jb.m.d + (size_t)row * jb.m.nb1, xs, a.n, acc, lane);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
       float v = warp_sum(acc[t]);
@@ -41,6 +42,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
 // Rows of a matrix dequantized to floats: row r of slab 0 is ids ? ids[t] : t, written to
 // y + t * ldy (embedding lookup; the dequantization test).
 __global__ void __launch_bounds__(256) k_rows_f32(dmat m, const int32_t *ids, float *y, int ldy) {
+  cu_pdl_entry();
   const int t = blockIdx.x;
   const int r = ids ? ids[t] : t;
   const uint8_t *rp = m.d + (size_t)r * m.nb1;
@@ -63,22 +65,26 @@ __global__ void __launch_bounds__(256) k_rows_f32(dmat m, const int32_t *ids, fl
 
 int64_t cu_rows_f32(cudaStream_t st, const dmat &m, const int32_t *ids, int n_rows, float *y, int ldy) {
   if (n_rows <= 0) return BL_OK;
-  k_rows_f32<<<n_rows, 256, 0, st>>>(m, ids, y, ldy);
-  CU_LAUNCHED("dequantizing rows");
+  CU_LAUNCH("dequantizing rows", k_rows_f32, dim3(n_rows), dim3(256), 0, st, m, ids, y, ldy);
   return BL_OK;
 }
 
-template <int NT>
-static void launch_mv(cudaStream_t st, const mv_args &a, int grid, size_t smem) {
-  k_mv<NT><<<grid, MV_THREADS, smem, st>>>(a);
+template <int T>
+static cudaError_t launch_mv(cudaStream_t st, const mv_args &a, int nt, int grid, size_t smem) {
+  switch (nt) {
+#define C(N) \
+  case N: return cu_launch(k_mv<T, N>, dim3(grid), dim3(MV_THREADS), smem, st, a);
+    C(1) C(2) C(3) C(4) C(5) C(6) C(7)
+#undef C
+    default: return cu_launch(k_mv<T, 8>, dim3(grid), dim3(MV_THREADS), smem, st, a);
+  }
 }
 
-int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
-  if (ntok <= 0) return BL_OK;
-  // several rows a warp for big matrices (the output head), so staging x is paid less often
+// One launch for jobs of one type (rows of x split in chunks that fit shared memory).
+static int64_t matvec_group(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
   int rows = 0, grid = 0;
   for (int j = 0; j < a.njobs; j++) rows += a.job[j].m.ne1;
-  a.rpw = rows >= 65536 ? 4 : 1;
+  a.rpw = rows >= 65536 ? 4 : 1; // several rows a warp for the output head: x staged less often
   for (int j = 0; j < a.njobs; j++) {
     a.job[j].blocks = (a.job[j].m.ne1 + MV_WARPS * a.rpw - 1) / (MV_WARPS * a.rpw);
     grid += a.job[j].blocks;
@@ -89,29 +95,54 @@ int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
   const float *x0 = a.x;
   float *y0[3];
   for (int j = 0; j < a.njobs; j++) y0[j] = a.job[j].y;
+  const int type = a.job[0].m.type;
   for (int t0 = 0; t0 < ntok; t0 += per) {
     const int nt = ntok - t0 < per ? ntok - t0 : per;
     a.x = x0 + (size_t)t0 * a.ldx;
     for (int j = 0; j < a.njobs; j++) a.job[j].y = y0[j] + (size_t)t0 * a.job[j].ldy;
     const size_t smem = (size_t)nt * a.n * sizeof(float);
-    switch (nt) {
-      case 1: launch_mv<1>(st, a, grid, smem); break;
-      case 2: launch_mv<2>(st, a, grid, smem); break;
-      case 3: launch_mv<3>(st, a, grid, smem); break;
-      case 4: launch_mv<4>(st, a, grid, smem); break;
-      case 5: launch_mv<5>(st, a, grid, smem); break;
-      case 6: launch_mv<6>(st, a, grid, smem); break;
-      case 7: launch_mv<7>(st, a, grid, smem); break;
-      default: launch_mv<8>(st, a, grid, smem); break;
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (type) {
+#define L(T) \
+  case T: e = launch_mv<T>(st, a, nt, grid, smem); break;
+      CU_TYPE_CASES(L)
+#undef L
+      default: return cu_fail(BL_E_UNSUPPORTED, "product: %s has no CUDA kernel", cu_type_name(type));
     }
-    CU_LAUNCHED("matrix-vector product");
+    CU_TRY(e, "matrix-vector product");
+  }
+  return BL_OK;
+}
+
+int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
+  if (ntok <= 0 || a.njobs <= 0) return BL_OK;
+  // jobs grouped by weight type, one launch a group (Q, K and V of one type: one launch)
+  bool done[3] = {false, false, false};
+  for (int j = 0; j < a.njobs; j++) {
+    if (done[j]) continue;
+    mv_args g = a;
+    g.njobs = 0;
+    for (int q = j; q < a.njobs; q++)
+      if (!done[q] && a.job[q].m.type == a.job[j].m.type) {
+        g.job[g.njobs++] = a.job[q];
+        done[q] = true;
+      }
+    CU_OK(matvec_group(st, g, ntok, smem_limit));
   }
   return BL_OK;
 }
 
 int64_t cu_matvec_init(int smem_optin) {
-#define SET(NT) CU_OK(cu_allow_smem(k_mv<NT>, smem_optin, "configuring the product kernels"));
-  SET(1) SET(2) SET(3) SET(4) SET(5) SET(6) SET(7) SET(8)
-#undef SET
+#define N8(T) \
+  CU_OK(cu_allow_smem(k_mv<T, 1>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 2>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 3>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 4>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 5>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 6>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 7>, smem_optin, "configuring the product kernels")); \
+  CU_OK(cu_allow_smem(k_mv<T, 8>, smem_optin, "configuring the product kernels"));
+  CU_TYPE_CASES(N8)
+#undef N8
   return BL_OK;
 }

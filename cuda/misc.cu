@@ -7,6 +7,7 @@
 #include "internal.h"
 
 __global__ void k_rmsnorm(const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps, float *y, int ldy) {
+  cu_pdl_entry();
   __shared__ float red[32];
   const int t = blockIdx.x;
   const float *xr = x + (size_t)(rows ? rows[t] : t) * ldx;
@@ -21,8 +22,7 @@ __global__ void k_rmsnorm(const float *x, int ldx, const int32_t *rows, int n, c
 int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps,
                    float *y, int ldy, int ntok) {
   if (ntok <= 0) return BL_OK;
-  k_rmsnorm<<<ntok, 256, 0, st>>>(x, ldx, rows, n, w, eps, y, ldy);
-  CU_LAUNCHED("rmsnorm");
+  CU_LAUNCH("rmsnorm", k_rmsnorm, dim3(ntok), dim3(256), 0, st, x, ldx, rows, n, w, eps, y, ldy);
   return BL_OK;
 }
 
@@ -65,6 +65,7 @@ __device__ void block_best(const float *v, int n, int idx0, const uint8_t *taken
 
 // grid: x over chunks of a row, y over rows; smem: chunk values and taken flags.
 __global__ void k_topk_chunk(const float *x, int ldx, int n, int chunk, int k, float *cv, int32_t *ci) {
+  cu_pdl_entry();
   extern __shared__ float tsm[];
   __shared__ float rv[32];
   __shared__ int ri[32];
@@ -93,6 +94,7 @@ __global__ void k_topk_chunk(const float *x, int ldx, int n, int chunk, int k, f
 }
 
 __global__ void k_topk_merge(const float *cv, const int32_t *ci, int per_row, int k, float *out_v, int32_t *out_i) {
+  cu_pdl_entry();
   extern __shared__ float msm[];
   __shared__ float rv[32];
   __shared__ int ri[32], rp[32];
@@ -157,11 +159,10 @@ int64_t cu_topk(cudaStream_t st, const float *x, int ldx, int n, int n_rows, int
   const int chunk = (n + TOPK_CHUNKS - 1) / TOPK_CHUNKS;
   const size_t s1 = (size_t)chunk * (sizeof(float) + 1);
   if (s1 > 48 * 1024) return cu_fail(BL_E_UNSUPPORTED, "top-k: rows of %d values", n);
-  k_topk_chunk<<<dim3(TOPK_CHUNKS, n_rows), 256, s1, st>>>(x, ldx, n, chunk, k, cand_v, cand_i);
-  CU_LAUNCHED("top-k (chunks)");
+  CU_LAUNCH("top-k (chunks)", k_topk_chunk, dim3(TOPK_CHUNKS, n_rows), dim3(256), s1, st, x, ldx, n, chunk, k, cand_v, cand_i);
   const int per_row = TOPK_CHUNKS * k;
-  k_topk_merge<<<n_rows, 256, (size_t)per_row * (sizeof(float) + sizeof(int) + 1), st>>>(cand_v, cand_i, per_row, k, out_v, out_i);
-  CU_LAUNCHED("top-k (merge)");
+  CU_LAUNCH("top-k (merge)", k_topk_merge, dim3(n_rows), dim3(256), (size_t)per_row * (sizeof(float) + sizeof(int) + 1), st, cand_v,
+            cand_i, per_row, k, out_v, out_i);
   return BL_OK;
 }
 

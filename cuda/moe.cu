@@ -7,6 +7,7 @@
 
 // One block: counting sort of the pairs by expert, then the tile list.
 __global__ void __launch_bounds__(1024) k_moe_sort(sort_args a) {
+  cu_pdl_entry();
   extern __shared__ int ssm[];
   int *cnt = ssm, *start = ssm + a.n_expert, *fill = ssm + 2 * a.n_expert;
   for (int e = threadIdx.x; e < a.n_expert; e += blockDim.x) {
@@ -34,12 +35,12 @@ __global__ void __launch_bounds__(1024) k_moe_sort(sort_args a) {
 }
 
 int64_t cu_moe_sort(cudaStream_t st, const sort_args &a) {
-  k_moe_sort<<<1, 1024, (size_t)3 * a.n_expert * sizeof(int), st>>>(a);
-  CU_LAUNCHED("grouping expert pairs");
+  CU_LAUNCH("grouping expert pairs", k_moe_sort, dim3(1), dim3(1024), (size_t)3 * a.n_expert * sizeof(int), st, a);
   return BL_OK;
 }
 
 __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k, float *x, int ldx, int n) {
+  cu_pdl_entry();
   const int t = blockIdx.x;
   for (int d = threadIdx.x; d < n; d += blockDim.x) {
     float s = 0.0f;
@@ -51,7 +52,6 @@ __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_o
 int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k,
                        float *x, int ldx, int n, int ntok) {
   if (ntok <= 0) return BL_OK;
-  k_moe_combine<<<ntok, 256, 0, st>>>(ypair, ldy, pair_of, selw, k, x, ldx, n);
-  CU_LAUNCHED("combining expert outputs");
+  CU_LAUNCH("combining expert outputs", k_moe_combine, dim3(ntok), dim3(256), 0, st, ypair, ldy, pair_of, selw, k, x, ldx, n);
   return BL_OK;
 }

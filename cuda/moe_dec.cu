@@ -10,25 +10,31 @@
 #include "quants.cuh"
 #include "rows.cuh"
 
-// One token's softmax and top-k over X logits (a warp; lg readable by __ldcg), picks sorted by id.
-__device__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
+// One token's softmax and top-k over X <= 1024 logits (a warp; lg readable by __ldcg), held in
+// registers (32 a lane) for the k rounds; picks sorted by expert id.
+__device__ __forceinline__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
   const int lane = threadIdx.x & 31, X = a.n_expert, K = a.k;
   const float *lg = a.logits + (size_t)t * X;
+  float v[32];
+#pragma unroll
+  for (int j = 0; j < 32; j++) v[j] = lane + 32 * j < X ? __ldcg(lg + lane + 32 * j) : -INFINITY;
   float mx = -FLT_MAX;
-  for (int e = lane; e < X; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+#pragma unroll
+  for (int j = 0; j < 32; j++) mx = fmaxf(mx, v[j]);
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int e = lane; e < X; e += 32) sum += expf(__ldcg(lg + e) - mx);
+#pragma unroll
+  for (int j = 0; j < 32; j++)
+    if (lane + 32 * j < X) sum += expf(v[j] - mx);
   sum = warp_sum(sum);
-  uint32_t taken = 0; // bit j: element lane + 32 j chosen
   for (int i = 0; i < K; i++) {
-    float bv = -FLT_MAX;
+    float bv = -INFINITY;
     int bi = 0x7fffffff;
-    for (int j = 0, e = lane; e < X; j++, e += 32) {
-      if ((taken >> j) & 1u) continue;
-      const float v = __ldcg(lg + e);
-      if (v > bv || (v == bv && e < bi)) {
-        bv = v;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+      const int e = lane + 32 * j;
+      if (e < X && (v[j] > bv || (v[j] == bv && e < bi))) {
+        bv = v[j];
         bi = e;
       }
     }
@@ -41,7 +47,11 @@ __device__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
         bi = oi;
       }
     }
-    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    if ((bi & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < 32; j++)
+        if (j == (bi >> 5)) v[j] = -INFINITY; // taken (below every remaining logit)
+    }
     if (lane == 0) {
       ssel[i] = bi;
       sw[i] = expf(bv - mx) / sum;
@@ -76,6 +86,7 @@ __device__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
 // grid: x over experts (MV_WARPS a block), y over groups of NT tokens.
 template <int NT>
 __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
+  cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   __shared__ float red[32];
@@ -132,16 +143,18 @@ int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit) {
   if (groups > a.max_groups) return cu_fail(BL_E_INVAL, "router: %d token groups, the context counts %d", groups, a.max_groups);
   const dim3 grid((a.n_expert + MV_WARPS - 1) / MV_WARPS, groups);
   const size_t smem = (size_t)nt * a.n * sizeof(float);
-  if (nt == ROUTER_NT) k_router<ROUTER_NT><<<grid, MV_THREADS, smem, st>>>(a);
-  else if (nt >= 4) k_router<4><<<grid, MV_THREADS, smem, st>>>(a);
-  else if (nt >= 2) k_router<2><<<grid, MV_THREADS, smem, st>>>(a);
-  else k_router<1><<<grid, MV_THREADS, smem, st>>>(a);
-  CU_LAUNCHED("router");
+  const char *w = "router";
+  if (nt == ROUTER_NT) CU_LAUNCH(w, k_router<ROUTER_NT>, grid, dim3(MV_THREADS), smem, st, a);
+  else if (nt >= 4) CU_LAUNCH(w, k_router<4>, grid, dim3(MV_THREADS), smem, st, a);
+  else if (nt >= 2) CU_LAUNCH(w, k_router<2>, grid, dim3(MV_THREADS), smem, st, a);
+  else CU_LAUNCH(w, k_router<1>, grid, dim3(MV_THREADS), smem, st, a);
   return BL_OK;
 }
 
 // grid: x over hidden rows (MV_WARPS a block), y over a token's picks, z over tokens.
+template <int T>
 __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
+  cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int t = blockIdx.z, j = blockIdx.y, lane = threadIdx.x & 31;
@@ -152,18 +165,18 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
   const int e = a.sel[(size_t)t * a.k + j];
   const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2 + (size_t)r * a.gate.nb1;
   const uint8_t *u = a.up.d + (size_t)e * a.up.nb2 + (size_t)r * a.up.nb1;
-  float ag[1] = {0.0f}, au[1] = {0.0f};
-  dispatch_type(a.gate.type, [&](auto tag) {
-    mv_row<decltype(tag)::value, 1>(g, xs, n, ag, lane);
-    mv_row<decltype(tag)::value, 1>(u, xs, n, au, lane);
-  });
-  const float gv = warp_sum(ag[0]), uv = warp_sum(au[0]);
+  float ag = 0.0f, au = 0.0f;
+  mv_row2<T>(g, u, xs, n, ag, au, lane);
+  const float gv = warp_sum(ag), uv = warp_sum(au);
   if (lane == 0) a.act[((size_t)t * a.k + j) * a.ldact + r] = silu_f(gv) * uv;
 }
 
 // grid: x over output rows (MV_WARPS a block), y over tokens. Lanes walk the units of all the
 // token's picks (k rows of down), each weighted; the sum is added to x.
+template <int T>
 __global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
+  using Q = qt<T>;
+  cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int t = blockIdx.y, lane = threadIdx.x & 31, K = a.k;
@@ -172,25 +185,22 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
   const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
   if (r >= a.down.ne1) return;
   float acc = 0.0f;
-  dispatch_type(a.down.type, [&](auto tag) {
-    using Q = qt<decltype(tag)::value>;
-    const int U = (n / Q::BE) * Q::UPB;
+  const int U = (n / Q::BE) * Q::UPB;
 #pragma unroll 4
-    for (int q = lane; q < K * U; q += 32) {
-      const int j = q / U, k = q - j * U;
-      const int e = a.sel[(size_t)t * K + j];
-      const float wj = a.selw[(size_t)t * K + j];
-      const int blk = k / Q::UPB, u = k - blk * Q::UPB;
-      const uint8_t *rp = a.down.d + (size_t)e * a.down.nb2 + (size_t)r * a.down.nb1;
-      const float *xb = xs + j * n + blk * Q::BE;
-      float s = 0.0f;
-      Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
-        const float4 xv = *reinterpret_cast<const float4 *>(xb + pos);
-        s += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
-      });
-      acc += wj * s;
-    }
-  });
+  for (int q = lane; q < K * U; q += 32) {
+    const int j = q / U, k = q - j * U;
+    const int e = a.sel[(size_t)t * K + j];
+    const float wj = a.selw[(size_t)t * K + j];
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const uint8_t *rp = a.down.d + (size_t)e * a.down.nb2 + (size_t)r * a.down.nb1;
+    const float *xb = xs + j * n + blk * Q::BE;
+    float s = 0.0f;
+    Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+      const float4 xv = *reinterpret_cast<const float4 *>(xb + pos);
+      s += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+    });
+    acc += wj * s;
+  }
   acc = warp_sum(acc);
   if (lane == 0) a.x[(size_t)t * a.ldx + r] += acc;
 }
@@ -201,11 +211,24 @@ int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_li
   if ((int64_t)s_gu > smem_limit || (int64_t)s_dn > smem_limit)
     return cu_fail(BL_E_UNSUPPORTED, "experts: %d picks of %d hidden values do not fit the card's shared memory", a.k, a.down.ne0);
   const dim3 g1((a.gate.ne1 + MV_WARPS - 1) / MV_WARPS, a.k, ntok);
-  k_moe_gu<<<g1, MV_THREADS, s_gu, st>>>(a);
-  CU_LAUNCHED("expert gate/up");
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.gate.type) {
+#define L(T) \
+  case T: e = cu_launch(k_moe_gu<T>, g1, dim3(MV_THREADS), s_gu, st, a); break;
+    CU_TYPE_CASES(L)
+#undef L
+    default: return cu_fail(BL_E_UNSUPPORTED, "experts: %s has no CUDA kernel", cu_type_name(a.gate.type));
+  }
+  CU_TRY(e, "expert gate/up");
   const dim3 g2((a.down.ne1 + MV_WARPS - 1) / MV_WARPS, ntok);
-  k_moe_down<<<g2, MV_THREADS, s_dn, st>>>(a);
-  CU_LAUNCHED("expert down");
+  switch (a.down.type) {
+#define L(T) \
+  case T: e = cu_launch(k_moe_down<T>, g2, dim3(MV_THREADS), s_dn, st, a); break;
+    CU_TYPE_CASES(L)
+#undef L
+    default: return cu_fail(BL_E_UNSUPPORTED, "experts: %s has no CUDA kernel", cu_type_name(a.down.type));
+  }
+  CU_TRY(e, "expert down");
   return BL_OK;
 }
 
@@ -215,7 +238,10 @@ int64_t cu_moe_dec_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_router<4>, smem_optin, w));
   CU_OK(cu_allow_smem(k_router<2>, smem_optin, w));
   CU_OK(cu_allow_smem(k_router<1>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_moe_gu, smem_optin, w));
-  CU_OK(cu_allow_smem(k_moe_down, smem_optin, w));
+#define S(T)                                            \
+  CU_OK(cu_allow_smem(k_moe_gu<T>, smem_optin, w));     \
+  CU_OK(cu_allow_smem(k_moe_down<T>, smem_optin, w));
+  CU_TYPE_CASES(S)
+#undef S
   return BL_OK;
 }

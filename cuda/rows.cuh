@@ -41,3 +41,24 @@ __device__ __forceinline__ void stage_rows(float *xs, const float *x, int ldx, i
   __syncthreads();
 }
 
+
+// Two rows of one type (gate and up of an expert) against one staged row, their units loaded
+// together so both rows' reads are in flight at once.
+template <int T>
+__device__ __forceinline__ void mv_row2(const uint8_t *ra, const uint8_t *rb, const float *xs, int n, float &sa, float &sb, int lane) {
+  using Q = qt<T>;
+  const int nunits = (n / Q::BE) * Q::UPB;
+#pragma unroll 2
+  for (int k = lane; k < nunits; k += 32) {
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const float *xb = xs + blk * Q::BE;
+    Q::unit(ra + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+      const float4 xv = *reinterpret_cast<const float4 *>(xb + pos);
+      sa += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+    });
+    Q::unit(rb + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+      const float4 xv = *reinterpret_cast<const float4 *>(xb + pos);
+      sb += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+    });
+  }
+}

@@ -72,13 +72,14 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
     const int bn = path == 1 ? 64 : 32;
     gemm_args g;
     memset(&g, 0, sizeof g);
-    g.w = m;
+    g.job[0].w = m;
+    g.job[0].c = static_cast<float *>(b.p[2]);
+    g.job[0].ldc = (int)rows;
+    g.njobs = 1;
     g.b = static_cast<const float *>(b.p[1]);
     g.ldb = (int)n;
     g.ntok = (int)n_x;
     g.mode = EPI_STORE;
-    g.c = static_cast<float *>(b.p[2]);
-    g.ldc = (int)rows;
     CU_OK(cu_gemm(0, g, bn, (int)((n_x + bn - 1) / bn)));
   } else {
     return cu_fail(BL_E_INVAL, "test_matmul: path %lld (0 decode product, 1 and 2 tensor cores)", (long long)path);

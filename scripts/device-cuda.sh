@@ -2,7 +2,7 @@
 # bloomery: CUDA checks on the GPU machine, run from the repository root there. Expects .device/
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
-# Usage: scripts/device-cuda.sh [tests] [profile] [bench-quick|bench] [sanitize]
+# Usage: scripts/device-cuda.sh [clocks] [tests] [profile] [bench-quick|bench] [nopdl] [sanitize]
 # SRC=1 runs the CLI from the sources and build/ (the executable only as the Bun runtime), so a
 # changed library needs no new executable.
 set -u
@@ -17,13 +17,31 @@ CLI=$BS
 [ "${SRC:-0}" = 1 ] && CLI="env BUN_BE_BUN=1 $BS src/cli/main.ts"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
+CLK=
 for what in "$@"; do
   case "$what" in
+    clocks)
+      # SM clock, power and throttle reasons every 250 ms while the rest runs (read only)
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active --format=csv,noheader -lms 250 > "$OUT/clocks.csv" 2>&1 &
+      CLK=$! ;;
     tests)
+      fails=0
       for f in test/cuda-kernels.test.ts test/cuda-model.test.ts; do
         echo "== $f"
-        BUN_BE_BUN=1 timeout 240 $BS test "$f" 2>&1 | tee "$OUT/$(basename "$f" .test.ts).log" | grep -v "^(pass)" | tail -60
-      done ;;
+        BUN_BE_BUN=1 timeout 240 $BS test "$f" > "$OUT/$(basename "$f" .test.ts).log" 2>&1 || fails=1
+        grep -E "^\(fail\)| pass$| fail$|max \||greedy|steps|long context|error" "$OUT/$(basename "$f" .test.ts).log" | head -40
+      done
+      if [ $fails = 1 ] && [ "${BLOOMERY_CUDA_PDL:-1}" != 0 ]; then
+        echo "== tests failed with programmatic dependent launch: again without it (BLOOMERY_CUDA_PDL=0), and the rest without it"
+        export BLOOMERY_CUDA_PDL=0
+        for f in test/cuda-kernels.test.ts test/cuda-model.test.ts; do
+          BUN_BE_BUN=1 timeout 240 $BS test "$f" > "$OUT/$(basename "$f" .test.ts)-nopdl.log" 2>&1
+          grep -E "^\(fail\)| pass$| fail$" "$OUT/$(basename "$f" .test.ts)-nopdl.log" | head -20
+        done
+      fi ;;
+    nopdl)
+      echo "== tg128 without programmatic dependent launch"
+      BLOOMERY_CUDA_PDL=0 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;
     sanitize)
       BUN_BE_BUN=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 $BS test test/cuda-model.test.ts -t "tiny" 2>&1 | tail -40 ;;
     profile|bench-quick|bench)
@@ -42,3 +60,7 @@ for what in "$@"; do
       tail -5 "$OUT/bench-$what.jsonl" | grep -v '^{' ;;
   esac
 done
+if [ -n "$CLK" ]; then
+  kill "$CLK" 2>/dev/null
+  awk -F', ' '{c=$2+0; if (c>0) {n++; s+=c; if (c>mx) mx=c; if (mn==0||c<mn) mn=c}} END {if (n) printf "SM clock over %d samples: min %d, mean %.0f, max %d MHz\n", n, mn, s/n, mx}' "$OUT/clocks.csv"
+fi
