@@ -290,3 +290,15 @@ int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok) {
   CU_TRY(e, "decode attention");
   return BL_OK;
 }
+
+int64_t cu_attn_dec_init() {
+  const char *w = "configuring attention";
+#define P(HD)                                        \
+  CU_OK(cu_kernel_prefs(k_attn_dec<HD, 1>, w));      \
+  CU_OK(cu_kernel_prefs(k_attn_dec<HD, 2>, w));      \
+  CU_OK(cu_kernel_prefs(k_attn_dec<HD, 4>, w));      \
+  CU_OK(cu_kernel_prefs(k_attn_dec<HD, 8>, w));
+  P(64) P(128) P(256)
+#undef P
+  return cu_kernel_prefs(k_qk, w);
+}

@@ -26,13 +26,22 @@ int64_t cu_fail_cuda(cudaError_t e, const char *what);
     if (s_ != BL_OK) return s_;        \
   } while (0)
 
+// BLOOMERY_CUDA_CARVEOUT=1 (an experiment): every kernel asks for the largest shared-memory
+// carveout, so consecutive kernels never make an SM change its L1/shared split.
+extern int cu_carveout_max;
+// Kernel attributes set once: the carveout preference (when asked).
+template <class K>
+int64_t cu_kernel_prefs(K k, const char *what) {
+  if (cu_carveout_max) CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100), what);
+  return BL_OK;
+}
 // Lets kernel k use up to optin bytes of shared memory in all (its static share counted).
 template <class K>
 int64_t cu_allow_smem(K k, int optin, const char *what) {
   cudaFuncAttributes fa;
   CU_TRY(cudaFuncGetAttributes(&fa, k), what);
   CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes), what);
-  return BL_OK;
+  return cu_kernel_prefs(k, what);
 }
 // Programmatic dependent launch (sm_90 and newer): every kernel starts by waiting for the
 // previous kernel of its stream (all of its results visible), then lets the next kernel be

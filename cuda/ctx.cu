@@ -375,6 +375,7 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
 }
 
 int cu_pdl = 0;
+int cu_carveout_max = 0;
 
 int64_t cu_init_kernels(int smem_optin) {
   static int done_optin = -1;
@@ -383,11 +384,16 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
   const char *env = getenv("BLOOMERY_CUDA_PDL");
   cu_pdl = major >= 9 && !(env && env[0] == '0'); // programmatic dependent launch: sm_90 and newer
+  env = getenv("BLOOMERY_CUDA_CARVEOUT");
+  cu_carveout_max = env && env[0] == '1';
   if (done_optin == smem_optin) return BL_OK;
   CU_OK(cu_matvec_init(smem_optin));
   CU_OK(cu_moe_dec_init(smem_optin));
   CU_OK(cu_attn_init(smem_optin));
   CU_OK(cu_gemm_init(smem_optin));
+  CU_OK(cu_attn_dec_init());
+  CU_OK(cu_misc_init());
+  CU_OK(cu_moe_init());
   done_optin = smem_optin;
   return BL_OK;
 }

@@ -155,5 +155,6 @@ int64_t cu_attn_init(int smem_optin) {
   (void)smem_optin;
   CU_TRY(cudaFuncSetAttribute(k_fa<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 64 * (64 + 8) * 2), "configuring attention");
   CU_TRY(cudaFuncSetAttribute(k_fa<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 64 * (128 + 8) * 2), "configuring attention");
-  return BL_OK;
+  CU_OK(cu_kernel_prefs(k_fa<64>, "configuring attention"));
+  return cu_kernel_prefs(k_fa<128>, "configuring attention");
 }

@@ -175,7 +175,9 @@ int64_t cu_gemm_init(int smem_optin) {
   (void)smem_optin;
 #define S(T)                                                                                                        \
   CU_TRY(cudaFuncSetAttribute(k_gemm<T, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(32)), "configuring products"); \
-  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(64)), "configuring products");
+  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(64)), "configuring products"); \
+  CU_OK(cu_kernel_prefs(k_gemm<T, 32>, "configuring products"));                                                                       \
+  CU_OK(cu_kernel_prefs(k_gemm<T, 64>, "configuring products"));
   CU_TYPE_CASES(S)
 #undef S
   return BL_OK;

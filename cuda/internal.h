@@ -125,6 +125,9 @@ struct fa_args {
 int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles);
 bool cu_flash_supported(int hd);
 int64_t cu_attn_init(int smem_optin);
+int64_t cu_attn_dec_init();
+int64_t cu_misc_init();
+int64_t cu_moe_init();
 
 // ---- tensor-core products (gemm.cu) ----
 #define GEMM_BM 128

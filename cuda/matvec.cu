@@ -144,5 +144,5 @@ int64_t cu_matvec_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mv<T, 8>, smem_optin, "configuring the product kernels"));
   CU_TYPE_CASES(N8)
 #undef N8
-  return BL_OK;
+  return cu_kernel_prefs(k_rows_f32, "configuring the product kernels");
 }

@@ -177,3 +177,10 @@ bool cu_has_code(int dev) {
   }
   return true;
 }
+
+int64_t cu_misc_init() {
+  const char *w = "configuring kernels";
+  CU_OK(cu_kernel_prefs(k_rmsnorm, w));
+  CU_OK(cu_kernel_prefs(k_topk_chunk, w));
+  return cu_kernel_prefs(k_topk_merge, w);
+}

@@ -55,3 +55,8 @@ int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32
   CU_LAUNCH("combining expert outputs", k_moe_combine, dim3(ntok), dim3(256), 0, st, ypair, ldy, pair_of, selw, k, x, ldx, n);
   return BL_OK;
 }
+
+int64_t cu_moe_init() {
+  CU_OK(cu_kernel_prefs(k_moe_sort, "configuring kernels"));
+  return cu_kernel_prefs(k_moe_combine, "configuring kernels");
+}

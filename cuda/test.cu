@@ -115,3 +115,90 @@ extern "C" int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *s
   CU_TRY(cudaMemcpy(dst, b.p[1], (size_t)n * 4, cudaMemcpyDeviceToHost), "test_dequant: copying back");
   return BL_OK;
 }
+
+// ---- launch overhead probe ----
+__global__ void k_probe(int *p) {
+  cu_pdl_entry();
+  if (p && threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(p, 1);
+}
+__global__ void k_probe_smem(int *p) {
+  cu_pdl_entry();
+  extern __shared__ int psm[];
+  psm[threadIdx.x] = (int)threadIdx.x;
+  __syncthreads();
+  if (p && threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(p, psm[1]);
+}
+
+struct probe_run {
+  cudaStream_t st = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  int *counter = nullptr;
+  ~probe_run() {
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (e0) (void)cudaEventDestroy(e0);
+    if (e1) (void)cudaEventDestroy(e1);
+    if (st) (void)cudaStreamDestroy(st);
+    if (counter) (void)cudaFree(counter);
+  }
+};
+
+static cudaError_t probe_launch(probe_run &r, int64_t i, int64_t mode, int sms) {
+  if ((mode & 1) && (i & 1)) return cu_launch(k_probe_smem, dim3(sms), dim3(128), (size_t)64 * 1024, r.st, r.counter);
+  return cu_launch(k_probe, dim3(sms), dim3(128), 0, r.st, r.counter);
+}
+
+// Microseconds a kernel for n small kernels back to back (one block an SM, 128 threads), replayed
+// as one CUDA graph and launched one by one on a stream. mode bit 0: every other kernel takes
+// 64 KiB of dynamic shared memory (carveout changes); bit 1: both ask for the largest carveout;
+// bit 2: programmatic dependent launch. Tells launch and scheduling costs from kernel work.
+extern "C" int64_t bl_cuda_test_launch(int64_t dev, int64_t n, int64_t mode, double *graph_us, double *stream_us) {
+  if (n < 1 || n > 4096 || !graph_us || !stream_us) return cu_fail(BL_E_INVAL, "test_launch: bad arguments");
+  int smem = 0;
+  CU_OK(test_device(dev, &smem));
+  cudaDeviceProp prop;
+  CU_TRY(cudaGetDeviceProperties(&prop, (int)dev), "test_launch: device");
+  const int sms = prop.multiProcessorCount;
+  const char *w = "test_launch";
+  CU_TRY(cudaFuncSetAttribute(k_probe_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), w);
+  const int carve = (mode & 2) ? 100 : -1;
+  CU_TRY(cudaFuncSetAttribute(k_probe, cudaFuncAttributePreferredSharedMemoryCarveout, carve), w);
+  CU_TRY(cudaFuncSetAttribute(k_probe_smem, cudaFuncAttributePreferredSharedMemoryCarveout, carve), w);
+  const int keep_pdl = cu_pdl;
+  cu_pdl = (mode & 4) && prop.major >= 9;
+  probe_run r;
+  int64_t s = BL_OK;
+  do {
+    if (cudaStreamCreateWithFlags(&r.st, cudaStreamNonBlocking) != cudaSuccess || cudaEventCreate(&r.e0) != cudaSuccess ||
+        cudaEventCreate(&r.e1) != cudaSuccess || cudaMalloc(&r.counter, sizeof(int)) != cudaSuccess) {
+      s = cu_fail(BL_E_DEVICE, "test_launch: setting up");
+      break;
+    }
+    cudaGraph_t g = nullptr;
+    if (cudaStreamBeginCapture(r.st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_launch: capture"); break; }
+    for (int64_t i = 0; i < n; i++) (void)probe_launch(r, i, mode, sms);
+    const cudaError_t ec = cudaStreamEndCapture(r.st, &g);
+    if (ec != cudaSuccess) { s = cu_fail_cuda(ec, "test_launch: capture"); break; }
+    const cudaError_t ei = cudaGraphInstantiate(&r.exec, g, 0);
+    (void)cudaGraphDestroy(g);
+    if (ei != cudaSuccess) { s = cu_fail_cuda(ei, "test_launch: instantiate"); break; }
+    const int reps = 10;
+    float ms = 0;
+    (void)cudaGraphLaunch(r.exec, r.st);
+    (void)cudaEventRecord(r.e0, r.st);
+    for (int k = 0; k < reps; k++) (void)cudaGraphLaunch(r.exec, r.st);
+    (void)cudaEventRecord(r.e1, r.st);
+    if (cudaEventSynchronize(r.e1) != cudaSuccess || cudaEventElapsedTime(&ms, r.e0, r.e1) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_launch: graph replay"); break; }
+    *graph_us = 1000.0 * ms / (reps * (double)n);
+    (void)cudaEventRecord(r.e0, r.st);
+    for (int k = 0; k < reps; k++)
+      for (int64_t i = 0; i < n; i++) (void)probe_launch(r, i, mode, sms);
+    (void)cudaEventRecord(r.e1, r.st);
+    if (cudaEventSynchronize(r.e1) != cudaSuccess || cudaEventElapsedTime(&ms, r.e0, r.e1) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_launch: stream launches"); break; }
+    *stream_us = 1000.0 * ms / (reps * (double)n);
+    const cudaError_t el = cudaGetLastError();
+    if (el != cudaSuccess) s = cu_fail_cuda(el, "test_launch");
+  } while (0);
+  cu_pdl = keep_pdl;
+  return s;
+}

@@ -263,6 +263,10 @@ int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, const void 
                             const float *x, int64_t n_x, int64_t n, float *y);
 /* Tests: n elements (whole blocks) of type dequantized on the card. */
 int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *src, int64_t n, float *dst);
+/* Probe: microseconds a kernel for n small kernels back to back, as one graph and as stream
+ * launches. mode bit 0: every other kernel takes 64 KiB of dynamic shared memory; bit 1: both
+ * prefer the largest shared-memory carveout; bit 2: programmatic dependent launch. */
+int64_t bl_cuda_test_launch(int64_t dev, int64_t n, int64_t mode, double *graph_us, double *stream_us);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@ export const cudaSymbols = {
   bl_cuda_ctx_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_cuda_test_dequant: { args: [i64, i64, p, i64, p], returns: i64 },
+  bl_cuda_test_launch: { args: [i64, i64, i64, p, p], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];

@@ -2,7 +2,7 @@
 # bloomery: CUDA checks on the GPU machine, run from the repository root there. Expects .device/
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
-# Usage: scripts/device-cuda.sh [clocks] [tests] [profile] [bench-quick|bench] [nopdl] [sanitize]
+# Usage: scripts/device-cuda.sh [clocks] [tests] [profile] [bench-quick|bench] [nopdl] [carveout] [sanitize]
 # SRC=1 runs the CLI from the sources and build/ (the executable only as the Bun runtime), so a
 # changed library needs no new executable.
 set -u
@@ -39,6 +39,9 @@ for what in "$@"; do
           grep -E "^\(fail\)| pass$| fail$" "$OUT/$(basename "$f" .test.ts)-nopdl.log" | head -20
         done
       fi ;;
+    carveout)
+      echo "== tg128 with every kernel preferring the largest shared-memory carveout"
+      BLOOMERY_CUDA_CARVEOUT=1 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;
     nopdl)
       echo "== tg128 without programmatic dependent launch"
       BLOOMERY_CUDA_PDL=0 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;

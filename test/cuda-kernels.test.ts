@@ -152,3 +152,17 @@ gpu("CUDA products against the CPU reference", () => {
     expect(Number(cuda().bl_cuda_test_matmul(0, 0, 10 /* Q2_K */, ptr(w), 84, 1, ptr(x), 1, 256, ptr(y)))).toBe(4);
   });
 });
+
+gpu("launch costs (measured, printed)", () => {
+  test("per-kernel cost of 340 small kernels: graph and stream, with shared-memory changes, carveout and PDL", () => {
+    const names = ["plain", "alternating 64 KiB smem", "alternating smem, max carveout", "max carveout", "PDL", "alternating smem + PDL"];
+    const modes = [0, 1, 3, 2, 4, 5];
+    const out = new Float64Array(2);
+    for (let i = 0; i < modes.length; i++) {
+      checkCuda(cuda().bl_cuda_test_launch(0, 340, modes[i], ptr(out), ptr(out, 8)), "launch probe");
+      console.log(`launch probe, ${names[i]}: graph ${out[0].toFixed(2)} us/kernel, stream ${out[1].toFixed(2)} us/kernel`);
+      expect(out[0]).toBeGreaterThan(0);
+      expect(out[1]).toBeGreaterThan(0);
+    }
+  });
+});
