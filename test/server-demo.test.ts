@@ -16,14 +16,14 @@ afterAll(async () => srv?.stop());
 
 describe("--demo", () => {
   test("serves the built-in model under its alias, extracted once to the cache", async () => {
-    const models = await (await fetch(`${srv.url}/v1/models`)).json();
+    const models = (await (await fetch(`${srv.url}/v1/models`)).json()) as { data: { id: string }[] };
     expect(models.data[0].id).toBe("bloomery-demo");
     expect(readdirSync(join(cache, "bloomery"))).toEqual(["15520864-bloomery-demo-q8_0.gguf"]);
   });
 
   test("it writes Python: greedy completion equals transformers' tokens", async () => {
     const ref = (await Bun.file(join(FIXTURES, "demo-model", "demo-ref.json")).json()).refs[4];
-    const r = await (await fetch(`${srv.url}/completion`, { method: "POST", body: JSON.stringify({ prompt: ref.prompt, n_predict: 16, temperature: 0, return_tokens: true }) })).json();
+    const r = (await (await fetch(`${srv.url}/completion`, { method: "POST", body: JSON.stringify({ prompt: ref.prompt, n_predict: 16, temperature: 0, return_tokens: true }) })).json()) as { tokens: number[]; content: string };
     expect(r.tokens).toEqual(ref.greedy.slice(0, 16));
     expect(r.content).toContain("as f:");
   });

@@ -125,6 +125,10 @@ export interface EngineOptions {
   ubatchSize: number;
   cacheRamMiB: number;
   exact?: boolean;
+  /** llama's -ngl: 0 = CPU; > 0, "auto", "all" = the CUDA card when present */
+  nGpuLayers?: number | "auto" | "all";
+  /** CUDA device index */
+  device?: number;
 }
 
 export interface SlotInfo {

@@ -17,7 +17,10 @@ function post(m: FromWorker): void {
 
 function load(path: string, o: EngineOptions): void {
   try {
-    const m = Model.load(path, { nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact });
+    const m = Model.load(path, {
+      nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact,
+      nGpuLayers: o.nGpuLayers, device: o.device,
+    });
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
     sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes);

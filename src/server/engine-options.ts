@@ -50,18 +50,25 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   if (o.ubatchSize > o.batchSize) notes.push(`srv  load_model: -ub ${o.ubatchSize} is larger than -b ${o.batchSize}; using -ub ${ubatch}`);
   if (explicit.has("threadsBatch") && nThreadsBatch !== nThreads) notes.push(`srv  load_model: -tb ${nThreadsBatch}: the CPU engine runs prompts and generation on one pool of ${nThreads} threads`);
 
-  // flags that parse but that this engine cannot honour
-  const cpu = "this build has no GPU backend";
-  const ngl = o.nGpuLayers;
-  if (explicit.has("nGpuLayers") && ngl !== "auto" && ngl !== 0) notes.push(`srv  load_model: -ngl ${ngl}: ${cpu}; every layer runs on the CPU`);
-  if (explicit.has("devices") && !(o.devices.length === 1 && o.devices[0] === "none")) notes.push(`srv  load_model: -dev ${o.devices.join(",")}: ${cpu}; running on the CPU`);
-  if (o.tensorSplit.length > 0) notes.push(`srv  load_model: -ts ${o.tensorSplit.join(",")}: ${cpu}; nothing to split across`);
-  if (explicit.has("splitMode")) notes.push(`srv  load_model: -sm ${o.splitMode}: ${cpu}; ignored`);
-  if (explicit.has("mainGpu")) notes.push(`srv  load_model: -mg ${o.mainGpu}: ${cpu}; ignored`);
-  const offCpu = o.overrideTensor.filter((t) => t.buffer.toUpperCase() !== "CPU");
-  if (offCpu.length) notes.push(`srv  load_model: -ot ${offCpu.map((t) => `${t.pattern}=${t.buffer}`).join(",")}: ${cpu}; those tensors stay in host memory`);
-  if (explicit.has("fit") || explicit.has("fitTargetMiB")) notes.push(`srv  load_model: -fit: ${cpu}; there is no device memory to fit into`);
-  if (explicit.has("flashAttn")) notes.push(`srv  load_model: -fa ${o.flashAttn}: the CPU engine always runs its own fused attention; the flag changes nothing`);
+  // placement: -ngl picks the card (placement.ts logs what it decides); -dev names it.
+  // Flags that parse but that this engine cannot honour say so.
+  const one = "bloomery runs a model on one card or on the CPU";
+  let device = 0;
+  if (explicit.has("devices")) {
+    const d = o.devices.filter((x) => x !== "none");
+    const m = d.length === 1 ? /^CUDA(\d+)$/i.exec(d[0]) : null;
+    if (o.devices.length === 1 && o.devices[0] === "none") notes.push("srv  load_model: -dev none: running on the CPU");
+    else if (m) device = Number(m[1]);
+    else notes.push(`srv  load_model: -dev ${o.devices.join(",")}: ${one}; using CUDA0`);
+  }
+  const nGpuLayers = explicit.has("devices") && o.devices.length === 1 && o.devices[0] === "none" ? 0 : o.nGpuLayers;
+  if (o.tensorSplit.length > 0) notes.push(`srv  load_model: -ts ${o.tensorSplit.join(",")}: ${one}; nothing to split across`);
+  if (explicit.has("splitMode")) notes.push(`srv  load_model: -sm ${o.splitMode}: ${one}; ignored`);
+  if (explicit.has("mainGpu")) notes.push(`srv  load_model: -mg ${o.mainGpu}: ${one}; ignored`);
+  if (o.overrideTensor.length) notes.push(`srv  load_model: -ot ${o.overrideTensor.map((t) => `${t.pattern}=${t.buffer}`).join(",")}: per-tensor placement is not implemented yet; the whole model goes where -ngl says`);
+  if (o.cpuMoe || o.nCpuMoe > 0) notes.push(`srv  load_model: ${o.cpuMoe ? "--cpu-moe" : `--n-cpu-moe ${o.nCpuMoe}`}: keeping experts in host memory beside the card is not implemented yet; the whole model goes where -ngl says`);
+  if (explicit.has("fit") || explicit.has("fitTargetMiB")) notes.push("srv  load_model: -fit: fitting by shrinking settings is not implemented; a model that does not fit the card is refused (with -ngl auto: it runs on the CPU)");
+  if (explicit.has("flashAttn")) notes.push(`srv  load_model: -fa ${o.flashAttn}: bloomery always runs its own fused attention; the flag changes nothing`);
   if (o.contextShift) notes.push("srv  load_model: --context-shift: context shifting is not implemented; a generation stops when its slot context is full");
   if (o.cacheReuse > 0) notes.push(`srv  load_model: --cache-reuse ${o.cacheReuse}: KV shifting is not implemented; only the common prefix of a slot's last prompt is reused`);
   if (!o.contBatching) notes.push("srv  load_model: --no-cont-batching: the engine always batches the busy slots together");
@@ -77,6 +84,8 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       batchSize: o.batchSize,
       ubatchSize: ubatch,
       cacheRamMiB: o.cacheRamMiB,
+      nGpuLayers,
+      device,
     },
     nCtxTotal,
     notes,
