@@ -26,13 +26,14 @@ int64_t cu_fail_cuda(cudaError_t e, const char *what);
     if (s_ != BL_OK) return s_;        \
   } while (0)
 
-// BLOOMERY_CUDA_CARVEOUT=1 (an experiment): every kernel asks for the largest shared-memory
-// carveout, so consecutive kernels never make an SM change its L1/shared split.
-extern int cu_carveout_max;
-// Kernel attributes set once: the carveout preference (when asked).
+// The shared-memory carveout every kernel prefers (percent of the unified L1/shared memory, or
+// -1: the driver picks per launch). One value for all kernels means consecutive kernels never
+// make an SM change its L1/shared split. BLOOMERY_CUDA_CARVEOUT=<0..100|-1> or the context option.
+extern int cu_carveout;
+// Kernel attributes set once per (shared-memory limit, carveout): the carveout preference.
 template <class K>
 int64_t cu_kernel_prefs(K k, const char *what) {
-  if (cu_carveout_max) CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100), what);
+  CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cu_carveout), what);
   return BL_OK;
 }
 // Lets kernel k use up to optin bytes of shared memory in all (its static share counted).

@@ -375,18 +375,31 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
 }
 
 int cu_pdl = 0;
-int cu_carveout_max = 0;
+int cu_carveout = -1;
 
-int64_t cu_init_kernels(int smem_optin) {
-  static int done_optin = -1;
-  int dev = 0, major = 0;
-  CU_TRY(cudaGetDevice(&dev), "reading the device");
-  CU_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
+// The run-time switches from the environment, read once per process (the context options
+// change them later): BLOOMERY_CUDA_PDL=0, BLOOMERY_CUDA_CARVEOUT=<percent, or -1 for the driver's choice>.
+static void read_env_once(int major) {
+  static bool done = false;
+  if (done) return;
+  done = true;
   const char *env = getenv("BLOOMERY_CUDA_PDL");
   cu_pdl = major >= 9 && !(env && env[0] == '0'); // programmatic dependent launch: sm_90 and newer
   env = getenv("BLOOMERY_CUDA_CARVEOUT");
-  cu_carveout_max = env && env[0] == '1';
-  if (done_optin == smem_optin) return BL_OK;
+  if (env && env[0]) {
+    const int v = atoi(env);
+    if (v >= -1 && v <= 100) cu_carveout = v;
+  }
+}
+
+static int inited_optin = -1, inited_carveout = -2, device_major = 0;
+
+int64_t cu_init_kernels(int smem_optin) {
+  int dev = 0;
+  CU_TRY(cudaGetDevice(&dev), "reading the device");
+  CU_TRY(cudaDeviceGetAttribute(&device_major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
+  read_env_once(device_major);
+  if (inited_optin == smem_optin && inited_carveout == cu_carveout) return BL_OK;
   CU_OK(cu_matvec_init(smem_optin));
   CU_OK(cu_moe_dec_init(smem_optin));
   CU_OK(cu_attn_init(smem_optin));
@@ -394,8 +407,16 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_attn_dec_init());
   CU_OK(cu_misc_init());
   CU_OK(cu_moe_init());
-  done_optin = smem_optin;
+  inited_optin = smem_optin;
+  inited_carveout = cu_carveout;
   return BL_OK;
+}
+
+// The carveout every kernel prefers, from now on (process-wide; graphs captured before keep theirs).
+static int64_t set_carveout(int v) {
+  if (v < -1 || v > 100) return cu_fail(BL_E_INVAL, "set_option: carveout %d (0..100 percent, or -1 for the driver's choice)", v);
+  cu_carveout = v;
+  return inited_optin < 0 ? BL_OK : cu_init_kernels(inited_optin);
 }
 
 extern "C" int64_t bl_cuda_weights_free(uint64_t h) {
@@ -527,6 +548,14 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
     case BL_CUDA_OPT_MAX_SPLITS:
       if (value < 1 || value > 32) return cu_fail(BL_E_INVAL, "set_option: %lld attention splits (1..32)", (long long)value);
       c->max_splits = (int)value;
+      cu_drop_graphs(c);
+      return BL_OK;
+    case CU_OPT_CARVEOUT:
+      CU_OK(set_carveout((int)value));
+      cu_drop_graphs(c);
+      return BL_OK;
+    case CU_OPT_PDL:
+      cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);
       return BL_OK;
     default: return cu_fail(BL_E_INVAL, "set_option: unknown option %lld", (long long)key);

@@ -16,6 +16,11 @@ struct cu_blk {
   const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
 };
 
+// Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):
+// the carveout every kernel prefers (process-wide, percent or -1) and programmatic dependent
+// launch on/off (process-wide). Both drop the context's captured graphs.
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17 };
+
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
 struct cu_graph {

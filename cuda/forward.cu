@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <chrono>
+
 #include "ctx.h"
 
 static const char *const SECTION_NAMES[CU_SECTIONS] = {"embed", "qkv", "qk-norm-rope", "attention", "attn-out", "router", "experts", "output", "topk", "end"};
@@ -471,4 +473,47 @@ extern "C" int64_t bl_cuda_forward_topk(uint64_t ctx, const bl_batch *batch, int
   if (k < 1 || k > TOPK_MAX) return cu_fail(BL_E_INVAL, "forward_topk: k = %lld (1..%d)", (long long)k, TOPK_MAX);
   if (!ids || !vals) return cu_fail(BL_E_INVAL, "forward_topk: null output arrays");
   return forward(ctx, batch, (int)k, ids, vals);
+}
+
+// Replays the context's first captured decode graph n times (the same tokens and positions
+// again; the KV rows it writes are rewritten with the same values): out[0] GPU microseconds a
+// replay back to back (events), out[1] host microseconds a cudaGraphLaunch call takes, out[2]
+// microseconds a replay with a host synchronisation after each (the step latency without copies).
+extern "C" int64_t bl_cuda_test_replay(uint64_t h, int64_t n, double *out) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !out || n < 1 || n > 100000) return cu_fail(BL_E_INVAL, "test_replay: bad arguments");
+  if (c->graphs.empty()) return cu_fail(BL_E_INVAL, "test_replay: no decode graph captured yet (run a decode step first)");
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  cudaGraphExec_t g = c->graphs[0].exec;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CU_TRY(cudaEventCreate(&e0), "test_replay: events");
+  if (cudaEventCreate(&e1) != cudaSuccess) {
+    (void)cudaEventDestroy(e0);
+    return cu_fail(BL_E_DEVICE, "test_replay: events");
+  }
+  int64_t s = BL_OK;
+  do {
+    if (cudaGraphLaunch(g, c->st) != cudaSuccess || cudaStreamSynchronize(c->st) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_replay: warm-up"); break; }
+    float ms = 0;
+    (void)cudaEventRecord(e0, c->st);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; i++) (void)cudaGraphLaunch(g, c->st);
+    const auto t1 = std::chrono::steady_clock::now();
+    (void)cudaEventRecord(e1, c->st);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_replay: replays"); break; }
+    out[0] = 1000.0 * ms / (double)n;
+    out[1] = std::chrono::duration<double, std::micro>(t1 - t0).count() / (double)n;
+    const auto t2 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; i++) {
+      (void)cudaGraphLaunch(g, c->st);
+      (void)cudaStreamSynchronize(c->st);
+    }
+    const auto t3 = std::chrono::steady_clock::now();
+    out[2] = std::chrono::duration<double, std::micro>(t3 - t2).count() / (double)n;
+    const cudaError_t el = cudaGetLastError();
+    if (el != cudaSuccess) s = cu_fail_cuda(el, "test_replay");
+  } while (0);
+  (void)cudaEventDestroy(e0);
+  (void)cudaEventDestroy(e1);
+  return s;
 }

@@ -3,6 +3,8 @@
 // stored blocks, each on copies of host data (the CPU reference computes the same from the same bytes).
 #include <string.h>
 
+#include <chrono>
+
 #include "common.cuh"
 #include "internal.h"
 
@@ -144,16 +146,20 @@ struct probe_run {
 };
 
 static cudaError_t probe_launch(probe_run &r, int64_t i, int64_t mode, int sms) {
-  if ((mode & 1) && (i & 1)) return cu_launch(k_probe_smem, dim3(sms), dim3(128), (size_t)64 * 1024, r.st, r.counter);
-  return cu_launch(k_probe, dim3(sms), dim3(128), 0, r.st, r.counter);
+  const dim3 grid((mode & 8) ? 5 * sms : sms), block((mode & 8) ? 256 : 128);
+  if ((mode & 1) && (i & 1)) return cu_launch(k_probe_smem, grid, block, (size_t)64 * 1024, r.st, r.counter);
+  return cu_launch(k_probe, grid, block, 0, r.st, r.counter);
 }
 
 // Microseconds a kernel for n small kernels back to back (one block an SM, 128 threads), replayed
-// as one CUDA graph and launched one by one on a stream. mode bit 0: every other kernel takes
-// 64 KiB of dynamic shared memory (carveout changes); bit 1: both ask for the largest carveout;
-// bit 2: programmatic dependent launch. Tells launch and scheduling costs from kernel work.
-extern "C" int64_t bl_cuda_test_launch(int64_t dev, int64_t n, int64_t mode, double *graph_us, double *stream_us) {
-  if (n < 1 || n > 4096 || !graph_us || !stream_us) return cu_fail(BL_E_INVAL, "test_launch: bad arguments");
+// as one CUDA graph and launched one by one on a stream: out[0] graph (GPU, events), out[1]
+// stream (GPU, events), out[2] host time of the cudaGraphLaunch calls a kernel, out[3] host time
+// of the stream launch calls a kernel. mode bit 0: every other kernel takes 64 KiB of dynamic
+// shared memory (carveout changes); bit 1: both ask for the largest carveout; bit 2: programmatic
+// dependent launch; bit 3: 5 blocks of 256 threads an SM (the decode kernels' grids). Tells
+// launch and scheduling costs from kernel work, and host costs from device costs.
+static int64_t probe_launch_costs(int64_t dev, int64_t n, int64_t mode, double *out) {
+  if (n < 1 || n > 4096 || !out) return cu_fail(BL_E_INVAL, "test_launch: bad arguments");
   int smem = 0;
   CU_OK(test_device(dev, &smem));
   cudaDeviceProp prop;
@@ -185,20 +191,39 @@ extern "C" int64_t bl_cuda_test_launch(int64_t dev, int64_t n, int64_t mode, dou
     const int reps = 10;
     float ms = 0;
     (void)cudaGraphLaunch(r.exec, r.st);
+    (void)cudaStreamSynchronize(r.st);
     (void)cudaEventRecord(r.e0, r.st);
+    auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < reps; k++) (void)cudaGraphLaunch(r.exec, r.st);
+    auto t1 = std::chrono::steady_clock::now();
     (void)cudaEventRecord(r.e1, r.st);
     if (cudaEventSynchronize(r.e1) != cudaSuccess || cudaEventElapsedTime(&ms, r.e0, r.e1) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_launch: graph replay"); break; }
-    *graph_us = 1000.0 * ms / (reps * (double)n);
+    out[0] = 1000.0 * ms / (reps * (double)n);
+    out[2] = std::chrono::duration<double, std::micro>(t1 - t0).count() / (reps * (double)n);
     (void)cudaEventRecord(r.e0, r.st);
+    t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < reps; k++)
       for (int64_t i = 0; i < n; i++) (void)probe_launch(r, i, mode, sms);
+    t1 = std::chrono::steady_clock::now();
     (void)cudaEventRecord(r.e1, r.st);
     if (cudaEventSynchronize(r.e1) != cudaSuccess || cudaEventElapsedTime(&ms, r.e0, r.e1) != cudaSuccess) { s = cu_fail(BL_E_DEVICE, "test_launch: stream launches"); break; }
-    *stream_us = 1000.0 * ms / (reps * (double)n);
+    out[1] = 1000.0 * ms / (reps * (double)n);
+    out[3] = std::chrono::duration<double, std::micro>(t1 - t0).count() / (reps * (double)n);
     const cudaError_t el = cudaGetLastError();
     if (el != cudaSuccess) s = cu_fail_cuda(el, "test_launch");
   } while (0);
   cu_pdl = keep_pdl;
   return s;
 }
+
+extern "C" int64_t bl_cuda_test_launch(int64_t dev, int64_t n, int64_t mode, double *graph_us, double *stream_us) {
+  if (!graph_us || !stream_us) return cu_fail(BL_E_INVAL, "test_launch: bad arguments");
+  double out[4];
+  CU_OK(probe_launch_costs(dev, n, mode, out));
+  *graph_us = out[0];
+  *stream_us = out[1];
+  return BL_OK;
+}
+
+// As bl_cuda_test_launch, with the host's side: out[4] = graph GPU, stream GPU, graph host, stream host (us a kernel).
+extern "C" int64_t bl_cuda_test_launch_host(int64_t dev, int64_t n, int64_t mode, double *out) { return probe_launch_costs(dev, n, mode, out); }

@@ -31,12 +31,17 @@ export const cudaSymbols = {
   bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_cuda_test_dequant: { args: [i64, i64, p, i64, p], returns: i64 },
   bl_cuda_test_launch: { args: [i64, i64, i64, p, p], returns: i64 },
+  bl_cuda_test_launch_host: { args: [i64, i64, i64, p], returns: i64 },
+  bl_cuda_test_replay: { args: [u64, i64, p], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
 
-/** Option keys of bl_cuda_set_option. */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3 } as const;
+/**
+ * Option keys of bl_cuda_set_option (cuda/ctx.h). carveout (percent of L1/shared memory every
+ * kernel prefers, -1 the driver's choice) and pdl (programmatic dependent launch) are process-wide.
+ */
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

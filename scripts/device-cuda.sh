@@ -2,7 +2,11 @@
 # bloomery: CUDA checks on the GPU machine, run from the repository root there. Expects .device/
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
-# Usage: scripts/device-cuda.sh [clocks] [tests] [profile] [bench-quick|bench] [nopdl] [carveout] [sanitize]
+# Usage: scripts/device-cuda.sh [clocks] [tests] [launch] [probe] [profile] [bench-quick|bench|tg] [nopdl] [carveout]
+#        [cpuhost] [server] [sanitize]
+# env:NAME=VALUE: exported for the verbs after it; launch: the launch-cost probe (test/cuda-kernels.test.ts -t launch); probe: decode per configuration
+# (scripts/device-cuda-probe.ts); cpuhost: the CPU bench on all host cores with --membw; server: the
+# server on the card (scripts/device-server-check.ts).
 # SRC=1 runs the CLI from the sources and build/ (the executable only as the Bun runtime), so a
 # changed library needs no new executable.
 set -u
@@ -17,7 +21,13 @@ CLI=$BS
 [ "${SRC:-0}" = 1 ] && CLI="env BUN_BE_BUN=1 $BS src/cli/main.ts"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
+nvidia-smi -q 2>/dev/null | grep -iE "Virtualization Mode|Confidential|CC Mode|CC State|MIG Mode|Persistence Mode|Compute Mode|Host VGPU|Addressing Mode" | tee -a "$OUT/gpu.txt"
 CLK=
+model() {
+  if [ ! -f /tmp/bl/q.gguf ]; then
+    ( time timeout 150 $CLI synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tee "$OUT/synth.log"
+  fi
+}
 for what in "$@"; do
   case "$what" in
     clocks)
@@ -39,18 +49,40 @@ for what in "$@"; do
           grep -E "^\(fail\)| pass$| fail$" "$OUT/$(basename "$f" .test.ts)-nopdl.log" | head -20
         done
       fi ;;
+    env:*)
+      # env:NAME=VALUE exports for the verbs after it (e.g. env:BLOOMERY_CUDA_CARVEOUT=100 profile)
+      export "${what#env:}"
+      echo "== ${what#env:}" ;;
+    launch)
+      echo "== launch-cost probe"
+      BUN_BE_BUN=1 timeout 120 $BS test test/cuda-kernels.test.ts -t launch > "$OUT/launch.log" 2>&1
+      grep -E "launch probe|pass|fail" "$OUT/launch.log" ;;
+    probe)
+      model
+      echo "== decode per configuration (carveout, PDL, graphs)"
+      BUN_BE_BUN=1 timeout 200 $BS scripts/device-cuda-probe.ts /tmp/bl/q.gguf ${PROBE_DEPTHS:-64,4096} 2>&1 | tee "$OUT/probe.log" ;;
+    cpuhost)
+      model
+      echo "== CPU only, $(nproc) cores"
+      timeout 200 $CLI bench -m /tmp/bl/q.gguf -ngl 0 -t $(nproc) -p 512 -n 32 -r 1 --membw 2>&1 | tee "$OUT/cpuhost.log" ;;
+    server)
+      model
+      echo "== server on the card"
+      BUN_BE_BUN=1 timeout 300 $BS scripts/device-server-check.ts /tmp/bl/q.gguf "$OUT/server.log" 2>&1 | tee "$OUT/server-check.log" ;;
+    tg)
+      model
+      echo "== tg128"
+      timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|CUDA|placement" | tee -a "$OUT/profile.log" ;;
     carveout)
       echo "== tg128 with every kernel preferring the largest shared-memory carveout"
-      BLOOMERY_CUDA_CARVEOUT=1 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;
+      BLOOMERY_CUDA_CARVEOUT=100 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;
     nopdl)
       echo "== tg128 without programmatic dependent launch"
       BLOOMERY_CUDA_PDL=0 timeout 120 $CLI bench -m /tmp/bl/q.gguf -p 0 -n 128 -r 2 2>&1 | grep -E "tg128" | tee -a "$OUT/profile.log" ;;
     sanitize)
       BUN_BE_BUN=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 $BS test test/cuda-model.test.ts -t "tiny" 2>&1 | tail -40 ;;
     profile|bench-quick|bench)
-      if [ ! -f /tmp/bl/q.gguf ]; then
-        ( time timeout 150 $CLI synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tee "$OUT/synth.log"
-      fi
+      model
       if [ "$what" = profile ]; then
         echo "== profile (graphs off, an event per section)"
         BLOOMERY_CUDA_PROFILE=1 timeout 200 $CLI bench -m /tmp/bl/q.gguf -p 512 -n 32 -r 1 2>&1 | grep -E "profile|t/s|CUDA" | tee "$OUT/profile.log"

@@ -154,15 +154,20 @@ gpu("CUDA products against the CPU reference", () => {
 });
 
 gpu("launch costs (measured, printed)", () => {
-  test("per-kernel cost of 340 small kernels: graph and stream, with shared-memory changes, carveout and PDL", () => {
-    const names = ["plain", "alternating 64 KiB smem", "alternating smem, max carveout", "max carveout", "PDL", "alternating smem + PDL"];
-    const modes = [0, 1, 3, 2, 4, 5];
-    const out = new Float64Array(2);
-    for (let i = 0; i < modes.length; i++) {
-      checkCuda(cuda().bl_cuda_test_launch(0, 340, modes[i], ptr(out), ptr(out, 8)), "launch probe");
-      console.log(`launch probe, ${names[i]}: graph ${out[0].toFixed(2)} us/kernel, stream ${out[1].toFixed(2)} us/kernel`);
-      expect(out[0]).toBeGreaterThan(0);
-      expect(out[1]).toBeGreaterThan(0);
+  test("per-kernel cost of 340 small kernels: graph and stream (GPU and host), with shared-memory changes, carveout, PDL and decode-sized grids", () => {
+    const cases: [number, string][] = [
+      [0, "plain"], [1, "alternating 64 KiB smem"], [3, "alternating smem, max carveout"], [2, "max carveout"], [4, "PDL"],
+      [5, "alternating smem + PDL"], [8, "5 blocks of 256 an SM"], [9, "5x256 an SM, alternating smem"], [11, "5x256 an SM, alternating smem, max carveout"],
+    ];
+    const out = new Float64Array(4);
+    for (const [mode, name] of cases) {
+      checkCuda(cuda().bl_cuda_test_launch_host(0, 340, mode, ptr(out)), "launch probe");
+      console.log(`launch probe, ${name}: graph ${out[0].toFixed(2)} us/kernel (host ${out[2].toFixed(2)}), stream ${out[1].toFixed(2)} us/kernel (host ${out[3].toFixed(2)})`);
+      for (const v of out) expect(v).toBeGreaterThan(0);
     }
+    const two = new Float64Array(2);
+    checkCuda(cuda().bl_cuda_test_launch(0, 16, 0, ptr(two), ptr(two, 8)), "launch probe");
+    expect(two[0]).toBeGreaterThan(0);
+    expect(Number(cuda().bl_cuda_test_launch_host(0, 0, 0, ptr(out)))).not.toBe(0); // no kernels: refused
   });
 });

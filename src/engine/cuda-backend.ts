@@ -137,6 +137,17 @@ export class CudaBackend implements Backend {
     return { weightBytes: n(0), kvBytes: n(1), steps: n(2), graphSteps: n(3), graphs: n(4), smCount: n(5) };
   }
 
+  /**
+   * Replays the first captured decode graph n times (a measurement; run a decode step first):
+   * GPU microseconds a replay back to back, host microseconds a graph launch call takes, and
+   * microseconds a replay followed by a synchronisation.
+   */
+  replayProbe(n: number): { gpuUs: number; launchUs: number; syncedUs: number } {
+    const o = new Float64Array(3);
+    checkCuda(cuda().bl_cuda_test_replay(this.ctx, n, ptr(o)), "replaying the decode graph");
+    return { gpuUs: o[0], launchUs: o[1], syncedUs: o[2] };
+  }
+
   kvPosBytes(): number {
     return Number(cuda().bl_cuda_kv_pos_bytes(this.ctx));
   }
