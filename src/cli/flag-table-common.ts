@@ -190,6 +190,18 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     names: ["--demo"], value: { type: "none" }, key: "demo", default: false, group: G, support: "supported",
     help: "serve the demo model built into this executable (a 15 MB Qwen3-MoE trained on Python sources; no download)",
   },
+  {
+    names: ["--recommend"], value: { type: "none" }, key: "recommend", default: false, group: G, support: "supported",
+    help: "print this machine's cards, RAM and CPU, the known models that fit and the command to start each, then exit (docs/agents.md)",
+  },
+  {
+    names: ["--dry-run"], value: { type: "none" }, key: "dryRun", default: false, group: G, support: "supported",
+    help: "print the plan a start would use (model, backend, context, memory, fit) and exit; downloads and loads nothing",
+  },
+  {
+    names: ["--json"], value: { type: "none" }, env: "BLOOMERY_JSON_EVENTS", key: "json", default: false, group: G, support: "supported",
+    help: "agent mode: --recommend and --dry-run print JSON; a start prints one JSON event a line on stdout (logs stay on stderr)",
+  },
   refuse(G, ["-mu", "--model-url"], "downloading a model from a URL is not supported yet; use -m or -hf", "download the model from this URL", { hint: "MODEL_URL", env: "LLAMA_ARG_MODEL_URL" }),
   refuse(G, ["-dr", "--docker-repo"], "Docker Hub models are not supported; use -m or -hf", "model from Docker Hub: [<repo>/]<model>[:quant]", { hint: "[<repo>/]<model>[:quant]", env: "LLAMA_ARG_DOCKER_REPO" }),
   {

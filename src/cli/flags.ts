@@ -19,6 +19,12 @@ export interface ServerOptions {
   readonly model: string | undefined;
   /** --demo: serve the demo model built into the executable. */
   readonly demo: boolean;
+  /** --recommend: print what this machine can serve and exit. */
+  readonly recommend: boolean;
+  /** --dry-run: print the plan a start would use and exit. */
+  readonly dryRun: boolean;
+  /** --json / BLOOMERY_JSON_EVENTS: JSON output and events on stdout (agent mode). */
+  readonly json: boolean;
   /** -hf: `<user>/<model>[:quant]`. */
   readonly hfRepo: string | undefined;
   /** -hff: file inside the --hf-repo repository. */
@@ -203,6 +209,9 @@ function buildOptions(v: Values): ServerOptions {
   return {
     model: optStr(v, "model"),
     demo: bool(v, "demo"),
+    recommend: bool(v, "recommend"),
+    dryRun: bool(v, "dryRun"),
+    json: bool(v, "json"),
     hfRepo: optStr(v, "hfRepo"),
     hfFile: optStr(v, "hfFile"),
     hfToken: optStr(v, "hfToken"),

@@ -1,15 +1,22 @@
 // bloomery server: `bloomery-serve [flags]`: parse llama-server's flags, listen at once (503
 // "Loading model" until ready), load the model into the engine worker, serve until SIGINT/SIGTERM.
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+// Agent mode (src/cli/agent-*.ts, docs/agents.md): --recommend, --dry-run, -m NAME, JSON events
+// on stdout with --json, and a named exit code with the command to run next for every refusal.
+import { mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
+import { AgentError, commandLine, engineLoadError, toAgentError, withoutFlags } from "../cli/agent-exit.ts";
+import { EventStream, jsonWanted } from "../cli/agent-events.ts";
+import { probeMachine, type Machine } from "../cli/agent-machine.ts";
+import { planStart } from "../cli/agent-plan.ts";
+import { machineFor, resolveSource, sourceOptions, type ModelSource } from "../cli/agent-resolve.ts";
+import { openGeometry } from "../cli/agent-run.ts";
 import { getChatTemplate } from "../chat/index.ts";
 import { EngineClient } from "../engine/client.ts";
 import { GgufFile } from "../gguf/index.ts";
-import { type HfModelSpec, defaultProgress, hfOptionsFromEnv, isHfError, parseHfRepo, resolveHfModel } from "../hf/index.ts";
+import { defaultProgress, hfOptionsFromEnv, resolveHfModel } from "../hf/index.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { buildApp } from "./app.ts";
-import { EngineOptionError, planEngine } from "./engine-options.ts";
 import { middleware } from "./http.ts";
 import { Admission } from "./metrics.ts";
 import { BUILTIN_TEMPLATES, type Log, ServerContext } from "./state.ts";
@@ -17,12 +24,10 @@ import { BUILTIN_TEMPLATES, type Log, ServerContext } from "./state.ts";
 /** Largest request body (MiB); BLOOMERY_MAX_BODY_MB overrides. */
 const DEFAULT_MAX_BODY_MB = 64;
 
-class StartError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode: number,
-  ) {
-    super(message);
+/** A refusal before anything starts: a flag or file the flags name is wrong (E_USAGE). */
+class StartError extends AgentError {
+  constructor(message: string, next = "bloomery-serve --help") {
+    super("E_USAGE", message, next);
   }
 }
 
@@ -33,7 +38,7 @@ function readApiKeys(o: ServerOptions): string[] {
     try {
       text = readFileSync(o.apiKeyFile, "utf8");
     } catch (e) {
-      throw new StartError(`--api-key-file: cannot read '${o.apiKeyFile}': ${e instanceof Error ? e.message : String(e)}`, 2);
+      throw new StartError(`--api-key-file: cannot read '${o.apiKeyFile}': ${e instanceof Error ? e.message : String(e)}`);
     }
     for (const line of text.split(/\r?\n/)) if (line.trim() !== "") keys.push(line.trim());
   }
@@ -45,14 +50,14 @@ function flagTemplateSource(o: ServerOptions): string | undefined {
     try {
       return readFileSync(o.chatTemplateFile, "utf8");
     } catch (e) {
-      throw new StartError(`--chat-template-file: cannot read '${o.chatTemplateFile}': ${e instanceof Error ? e.message : String(e)}`, 2);
+      throw new StartError(`--chat-template-file: cannot read '${o.chatTemplateFile}': ${e instanceof Error ? e.message : String(e)}`);
     }
   }
   const t = o.chatTemplate;
   if (t === undefined) return undefined;
   if (t in BUILTIN_TEMPLATES) return BUILTIN_TEMPLATES[t];
   if (t.includes("{{") || t.includes("{%")) return t;
-  throw new StartError(`--chat-template: '${t}' is neither Jinja source nor a built-in template (${Object.keys(BUILTIN_TEMPLATES).join(", ")}); use --chat-template-file for a template in a file`, 2);
+  throw new StartError(`--chat-template: '${t}' is neither Jinja source nor a built-in template (${Object.keys(BUILTIN_TEMPLATES).join(", ")}); use --chat-template-file for a template in a file`);
 }
 
 /** The template the flags give, checked to parse before anything starts. */
@@ -63,9 +68,14 @@ function flagTemplate(o: ServerOptions): string | undefined {
     getChatTemplate(src);
   } catch (e) {
     const flag = o.chatTemplateFile !== undefined ? "--chat-template-file" : "--chat-template";
-    throw new StartError(`${flag}: ${e instanceof Error ? e.message : String(e)}`, 2);
+    throw new StartError(`${flag}: ${e instanceof Error ? e.message : String(e)}`);
   }
   return src;
+}
+
+/** The command line with --port 0 instead of the port asked for. */
+function commandLineWithPort(argv: readonly string[]): string {
+  return commandLine([...withoutFlags(argv, { "--port": true }), "--port", "0"]);
 }
 
 function formatHost(host: string): string {
@@ -76,31 +86,28 @@ function envInt(env: Env, name: string, def: number): number {
   const v = env[name];
   if (v === undefined || v === "") return def;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new StartError(`${name}: expected a non-negative integer, got '${v}'`, 2);
+  if (!Number.isInteger(n) || n < 0) throw new StartError(`${name}: expected a non-negative integer, got '${v}'`);
   return n;
 }
 
-/** -hf / -hff as a download spec (a bad spec is a flag error). */
-function hfModelSpec(o: ServerOptions): HfModelSpec {
-  try {
-    const { repo, tag } = parseHfRepo(o.hfRepo!);
-    return { repo, tag, file: o.hfFile };
-  } catch (e) {
-    if (isHfError(e)) throw new StartError(e.message, 2);
-    throw e;
-  }
+async function demoPath(): Promise<() => string> {
+  return (await import("../cli/demo.ts")).demoModelPath;
 }
 
 /** Runs the server; resolves with the exit code once it stops. */
 export async function runServe(argv: string[], env: Env): Promise<number> {
+  const events = new EventStream(jsonWanted(argv, env));
+  const refuse = (e: unknown): number => {
+    const a = toAgentError(e, argv);
+    console.error(a.toText());
+    events.emit(a.toEvent());
+    return a.exitCode;
+  };
   let parsed;
   try {
     parsed = parseArgs(argv, env);
   } catch (e) {
-    if (e instanceof FlagError) {
-      console.error(`error: ${e.message}`);
-      return 2;
-    }
+    if (e instanceof FlagError) return refuse(new AgentError("E_USAGE", e.message, "bloomery-serve --help"));
     throw e;
   }
   if (parsed.action === "help") {
@@ -113,42 +120,37 @@ export async function runServe(argv: string[], env: Env): Promise<number> {
   }
   const o = parsed.options;
   const log: Log = o.logDisable ? () => {} : (line) => console.error(line);
+  const agent = { o, explicit: parsed.explicit, argv, env, json: o.json, demoPath: await demoPath() };
+  if (o.recommend) return (await import("../cli/agent-run.ts")).runRecommend(agent);
+  if (o.dryRun) return (await import("../cli/agent-run.ts")).runDryRun(agent);
   try {
-    return await serve(o, parsed.explicit, parsed.warnings, env, log);
+    return await serve(o, parsed.explicit, parsed.warnings, env, log, argv, events);
   } catch (e) {
-    if (e instanceof StartError) {
-      console.error(`error: ${e.message}`);
-      return e.exitCode;
-    }
-    if (e instanceof EngineOptionError) {
-      console.error(`error: ${e.flag}: ${e.message}`);
-      return 2;
-    }
-    throw e;
+    return refuse(e);
   }
 }
 
-async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOptions>, warnings: readonly string[], env: Env, log: Log): Promise<number> {
+async function serve(
+  o0: ServerOptions, explicit: ReadonlySet<keyof ServerOptions>, warnings: readonly string[], env: Env, log: Log, argv: readonly string[], events: EventStream,
+): Promise<number> {
   for (const w of warnings) log(`warn: ${w}`);
-  let o = o0;
-  if (o.demo) {
-    if (o.model !== undefined || o.hfRepo !== undefined) throw new StartError("--demo serves the built-in demo model: leave out -m and -hf", 2);
-    const { demoModelPath } = await import("../cli/demo.ts");
-    try {
-      o = { ...o, model: demoModelPath(), alias: o.alias.length ? o.alias : ["bloomery-demo"] };
-    } catch (e) {
-      throw new StartError(e instanceof Error ? e.message : String(e), 1);
-    }
+  // which model: a file, the demo, a known name (-> its repository and quant), or -hf
+  let machine: Machine | undefined;
+  const probe = () => (machine ??= probeMachine());
+  const src: ModelSource = resolveSource(o0, await demoPath(), probe);
+  const o = sourceOptions(o0, src);
+  if (src.known?.geometry) {
+    // a known model's size is known before the download: refuse now what would not fit
+    const pre = planStart({ o, explicit, argv, source: src, machine: machineFor(o, probe()), dryRun: false, geometry: src.known.geometry });
+    if (pre.refusal) throw pre.refusal;
   }
-  if (o.model === undefined && o.hfRepo === undefined) throw new StartError("no model given: pass a GGUF file with -m FNAME or a repository with -hf <user>/<model>[:quant]", 2);
-  if (o.model !== undefined && !existsSync(o.model)) throw new StartError(`-m: model file '${o.model}' does not exist`, 1);
-  const hfSpec = o.model === undefined && o.hfRepo !== undefined ? hfModelSpec(o) : undefined;
+  if (src.byName && src.kind === "hf") log(`srv  load_model: ${o0.model ?? ""} is ${src.hfText} (quant ${src.known?.chosen ?? "given"})`);
   const apiKeys = readApiKeys(o);
   if (o.slotSavePath !== undefined) {
     try {
       mkdirSync(o.slotSavePath, { recursive: true });
     } catch (e) {
-      throw new StartError(`--slot-save-path: cannot create '${o.slotSavePath}': ${e instanceof Error ? e.message : String(e)}`, 2);
+      throw new StartError(`--slot-save-path: cannot create '${o.slotSavePath}': ${e instanceof Error ? e.message : String(e)}`);
     }
   }
   const tplOverride = flagTemplate(o);
@@ -160,8 +162,9 @@ async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOption
   const app = buildApp(ctx, maxBodyBytes);
   const fetch = middleware(ctx, (req) => app.handle(req), { maxBodyBytes });
   const servers: Server<undefined>[] = [];
+  const urls: string[] = [];
   const tcpHosts = o.hosts.filter((h) => !h.endsWith(".sock"));
-  if (o.port === 0 && tcpHosts.length > 1) throw new StartError("--port 0 is not supported with more than one --host", 2);
+  if (o.port === 0 && tcpHosts.length > 1) throw new StartError("--port 0 is not supported with more than one --host");
   const idleTimeout = Math.min(255, Math.max(0, o.timeout));
   try {
     for (const host of o.hosts) {
@@ -169,12 +172,17 @@ async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOption
       const s = host.endsWith(".sock") ? Bun.serve({ ...common, unix: host }) : Bun.serve({ ...common, idleTimeout, hostname: host, port: o.port });
       servers.push(s as Server<undefined>);
       const where = host.endsWith(".sock") ? `unix://${host}` : `http://${formatHost(host)}:${s.port}`;
+      urls.push(where);
       log(`main: server is listening on ${where} - starting the main loop`);
     }
   } catch (e) {
     for (const s of servers) s.stop(true);
-    throw new StartError(`couldn't bind HTTP server socket (${o.hosts.join(", ")}:${o.port}): ${e instanceof Error ? e.message : String(e)}`, 1);
+    const inUse = (e as { code?: string }).code === "EADDRINUSE";
+    const msg = `couldn't bind HTTP server socket (${o.hosts.join(", ")}:${o.port}): ${e instanceof Error ? e.message : String(e)}`;
+    if (inUse) throw new AgentError("E_PORT_IN_USE", msg, `${commandLineWithPort(argv)}   # any free port; the ready event names it`);
+    throw new AgentError("E_INTERNAL", msg, "bloomery-serve --host 127.0.0.1 --port 0");
   }
+  events.emit({ event: "listening", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls });
   if (apiKeys.length === 1) log(`srv  init: api_keys: ****${apiKeys[0].slice(-4)}`);
   else if (apiKeys.length > 1) log(`srv  init: api_keys: ${apiKeys.length} keys loaded`);
 
@@ -187,6 +195,7 @@ async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOption
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   const shutdown = (code: number) => {
+    if (code === 0) events.emit({ event: "stopped", exit_code: 0 });
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     for (const s of servers) s.stop(true);
@@ -196,31 +205,35 @@ async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOption
 
   const stopCtl = new AbortController();
   void stopped.then(() => stopCtl.abort());
+  const t0 = performance.now();
   try {
     let modelPath = o.model ?? "";
-    if (hfSpec) {
+    if (src.kind === "hf") {
       const h = hfOptionsFromEnv(env);
       log(`srv  load_model: resolving -hf ${o.hfRepo}${o.hfFile ? ` (file ${o.hfFile})` : ""}`);
-      const got = await resolveHfModel(hfSpec, {
+      const got = await resolveHfModel(src.spec!, {
         offline: o.offline || h.offline,
         token: o.hfToken ?? (h.token || undefined),
         endpoint: h.endpoint,
         cacheDir: h.cacheDir,
-        onProgress: o.logDisable ? undefined : defaultProgress(process.stderr),
+        onProgress: events.downloads() ?? (o.logDisable ? undefined : defaultProgress(process.stderr)),
         signal: stopCtl.signal,
       });
       modelPath = got.path;
     }
     ctx.modelPath = modelPath;
-    log(`srv  load_model: loading model '${modelPath}'`);
     if (loadDelayMs > 0) await Bun.sleep(loadDelayMs);
-    const gguf = GgufFile.open(modelPath);
-    const arch = gguf.str("general.architecture", "");
-    const nCtxTrain = arch && gguf.has(`${arch}.context_length`) ? gguf.u32(`${arch}.context_length`) : 0;
+    const geometry = openGeometry(modelPath);
+    const gguf = geometry.gguf as GgufFile;
     ctx.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
-    const plan = planEngine(o, explicit, nCtxTrain);
-    for (const n of plan.notes) log(n);
-    const client = await Promise.race([EngineClient.start(modelPath, plan.engine), stopped.then(() => null)]);
+    const plan = planStart({ o, explicit, argv, source: src, machine: machineFor(o, probe()), dryRun: false, geometry, path: modelPath });
+    events.emit(plan.event);
+    if (plan.refusal) throw plan.refusal;
+    for (const n of plan.event.notes) log(n.startsWith("srv ") ? n : `srv  load_model: ${n}`);
+    if (plan.event.backend.kind === "cpu" && plan.event.backend.reason) log(plan.event.backend.reason); // on a card the worker's placement says it
+    log(`srv  load_model: loading model '${modelPath}'`);
+    events.emit({ event: "loading", path: modelPath });
+    const client = await Promise.race([EngineClient.start(modelPath, plan.engine!.engine).catch((e: unknown) => Promise.reject(engineLoadError(e, argv))), stopped.then(() => null)]);
     if (client === null) return shutdown(0);
     ctx.client = client;
     ctx.info = client.info;
@@ -229,18 +242,20 @@ async function serve(o0: ServerOptions, explicit: ReadonlySet<keyof ServerOption
     ctx.admission = new Admission(client.info.nSlots, maxQueue);
     log(`srv  load_model: ${client.info.nSlots} slots, ${client.info.nCtxSlot} tokens each, ${client.info.backend} backend; chat format ${ctx.chatFormat.family}; wait queue ${maxQueue}`);
   } catch (e) {
-    const msg = e instanceof Error ? e.message : String(e);
-    if (e instanceof EngineOptionError) {
-      shutdown(2);
-      throw e;
-    }
     if (stopCtl.signal.aborted) return shutdown(0);
-    log(`srv  load_model: failed to load model '${ctx.modelPath || o.hfRepo}': ${msg}`);
+    const a = toAgentError(e, argv);
+    log(`srv  load_model: failed to load model '${ctx.modelPath || o.hfRepo}': ${a.message}`);
     log("main: exiting due to model loading error");
-    return shutdown(1);
+    shutdown(a.exitCode);
+    throw a;
   }
   ctx.status = "ready";
   log("main: model loaded");
+  const info = ctx.info!;
+  events.emit({
+    event: "ready", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls, model: ctx.modelName, backend: info.backend,
+    n_slots: info.nSlots, n_ctx_slot: info.nCtxSlot, load_seconds: +((performance.now() - t0) / 1000).toFixed(3),
+  });
   await stopped;
   return shutdown(0);
 }

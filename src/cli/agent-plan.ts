@@ -1,0 +1,311 @@
+// bloomery CLI: the plan a start uses, as data (the `plan` event, `--dry-run --json`): the model
+// and where its files are, the backend chooseBackend picks and why, context and slots, weight, KV
+// and work bytes against the memory there, and whether it fits. A context left to the model (-c 0)
+// that does not fit is shrunk to the largest that does (with --fit, the default); a model that
+// does not fit is refused with E_DOES_NOT_FIT and a command that would fit.
+import type { ServerOptionKey, ServerOptions } from "./flags.ts";
+import type { HfPlan } from "../hf/index.ts";
+import type { HParams } from "../models/types.ts";
+import { chooseBackend, PlacementError } from "../engine/placement.ts";
+import { cudaStatus } from "../../ffi/cuda.ts";
+import { EngineOptionError, planEngine, type EnginePlan } from "../server/engine-options.ts";
+import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
+import type { Machine } from "./agent-machine.ts";
+import { EXPERTS_IN_RAM_NOTE, recommend } from "./agent-recommend.ts";
+import type { ModelSource } from "./agent-resolve.ts";
+import {
+  cardNeed, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type Geometry, type MemoryNeed,
+} from "./agent-sizes.ts";
+
+export interface PlanEvent {
+  event: "plan";
+  dry_run: boolean;
+  model: {
+    source: "file" | "demo" | "hf" | "known";
+    /** the id the API answers to */
+    name: string;
+    /** the GGUF to load (null until an -hf download is done) */
+    path: string | null;
+    repo: string | null;
+    quant: string | null;
+    /** how the quant was chosen for a known model */
+    quant_chosen: "given" | "recommended" | "default" | null;
+    files: { path: string; size: number; cached: boolean }[];
+    bytes_total: number;
+    bytes_cached: number;
+    bytes_to_download: number;
+    architecture: string | null;
+    n_ctx_train: number | null;
+    n_layer: number | null;
+    n_expert: number | null;
+    n_expert_used: number | null;
+    /** where the sizes come from: the GGUF, a known model's shape, or only the repository's file list */
+    sizes_from: "file" | "known_shape" | "file_list";
+  };
+  backend: {
+    kind: "cpu" | "cuda";
+    device: number | null;
+    device_name: string;
+    /** why this backend (empty when it is what the flags plainly ask) */
+    reason: string;
+  };
+  context: {
+    /** the whole context, shared by the slots (null when the model's shape is unknown) */
+    n_ctx: number | null;
+    n_slots: number | null;
+    n_ctx_slot: number | null;
+    /** shrunk from the model's training context to fit */
+    fitted: boolean;
+    n_ubatch: number;
+    n_threads: number;
+  };
+  memory: {
+    where: "card" | "host";
+    weights_bytes: number;
+    kv_bytes: number | null;
+    work_bytes: number | null;
+    total_bytes: number | null;
+    available_bytes: number;
+    /** kept free besides total_bytes */
+    margin_bytes: number;
+    /** null when the model's shape is unknown (an -hf repository not downloaded and not in the known table) */
+    fits: boolean | null;
+    /** the card's sizes are the CUDA library's own (else estimated) */
+    exact: boolean;
+  };
+  notes: string[];
+  not_implemented: { experts_in_host_ram: string };
+  /** the command that starts what this plan describes */
+  command: string;
+  /** present when the start would be refused */
+  refusal?: ErrorEvent;
+}
+
+export interface PlanInput {
+  /** options after the source is resolved (sourceOptions) */
+  o: ServerOptions;
+  explicit: ReadonlySet<ServerOptionKey>;
+  argv: readonly string[];
+  source: ModelSource;
+  machine: Machine;
+  dryRun: boolean;
+  /** the model's geometry, from its file or its known shape (undefined when unknown) */
+  geometry?: Geometry;
+  /** the -hf choice and what is cached (dry-run) */
+  hfPlan?: HfPlan;
+  /** the local GGUF, once known */
+  path?: string;
+}
+
+export interface StartPlan {
+  event: PlanEvent;
+  /** the engine settings (undefined when the model's shape is unknown) */
+  engine?: EnginePlan;
+  refusal?: AgentError;
+}
+
+const CTX_FLAGS = { "-c": true, "--ctx-size": true };
+const NGL_FLAGS = { "-ngl": true, "--gpu-layers": true, "--n-gpu-layers": true };
+
+/** argv with the flags of `drop` replaced by `add`. */
+function replaced(argv: readonly string[], drop: Record<string, boolean>, add: string[]): string {
+  return commandLine([...withoutFlags(argv, drop), ...add]);
+}
+
+function settingsOf(ep: EnginePlan): ContextSettings {
+  return { nSlots: ep.engine.nSlots, nCtxSlot: ep.engine.nCtx, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads };
+}
+
+function engineFor(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number, nCtx?: number): EnginePlan {
+  try {
+    return planEngine(nCtx === undefined ? o : { ...o, ctxSize: nCtx }, explicit, nCtxTrain);
+  } catch (e) {
+    if (e instanceof EngineOptionError) throw new AgentError("E_USAGE", `${e.flag}: ${e.message}`, "bloomery-serve --help");
+    throw e;
+  }
+}
+
+const RECOMMEND = "bloomery-serve --recommend   # a model or quant that fits this machine";
+
+/** The start command of the quant of the same known model that fits this machine best, if one does. */
+function fittingAlternative(inp: PlanInput, ep: EnginePlan): string | undefined {
+  const k = inp.source.known;
+  if (!k) return undefined;
+  const quants = k.model.quants.flatMap((quant) => {
+    const geometry = geometryFromKnown(k.model, quant);
+    return geometry ? [{ quant, geometry }] : [];
+  });
+  const rec = recommend(inp.machine, [{ model: k.model, quants }], { nParallel: inp.o.nParallel, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads }).models[0].recommended;
+  return rec ? `${rec.command}   # ${rec.quant} fits` : undefined;
+}
+
+function describeNeed(n: MemoryNeed, s: ContextSettings): string {
+  return `weights ${gib(n.weights)} + KV cache ${gib(n.kv)} + buffers ${gib(n.work)} (${s.nSlots} slot(s) of ${s.nCtxSlot} positions)`;
+}
+
+function modelPart(inp: PlanInput, g: Geometry | undefined): PlanEvent["model"] {
+  const { source: src, o, hfPlan } = inp;
+  const hp = g?.hp;
+  const files = hfPlan ? hfPlan.files.map((f) => ({ path: f.path, size: f.size, cached: f.cached })) : [];
+  const total = hfPlan ? hfPlan.bytesTotal : (g?.gguf?.totalBytes ?? g?.weightBytes ?? 0);
+  const cached = hfPlan ? hfPlan.bytesCached : src.kind === "hf" ? 0 : total;
+  return {
+    source: src.byName && src.kind === "hf" ? "known" : src.kind,
+    name: o.alias[0] ?? o.hfRepo ?? (inp.path ?? src.path ?? "").replace(/^.*\//, ""),
+    path: inp.path ?? src.path ?? null,
+    repo: src.spec?.repo ?? null,
+    quant: src.known?.tag ?? src.spec?.tag ?? null,
+    quant_chosen: src.known?.chosen ?? null,
+    files,
+    bytes_total: total,
+    bytes_cached: cached,
+    bytes_to_download: src.kind === "hf" ? (hfPlan ? hfPlan.bytesTotal - hfPlan.bytesCached : (inp.path ? 0 : total)) : 0,
+    architecture: hp?.arch ?? null,
+    n_ctx_train: hp?.nCtxTrain ?? null,
+    n_layer: hp?.nLayer ?? null,
+    n_expert: hp?.nExpert ?? null,
+    n_expert_used: hp?.nExpertUsed ?? null,
+    sizes_from: !g ? "file_list" : g.fromFile ? "file" : "known_shape",
+  };
+}
+
+/** The plan of a start with these options on this machine; a refusal when it would not run. */
+export function planStart(inp: PlanInput): StartPlan {
+  const { o, explicit, argv, machine, geometry: g } = inp;
+  const notes: string[] = [];
+  const command = commandLine(withoutFlags(argv, { "--dry-run": false }));
+  const base = (): Omit<PlanEvent, "backend" | "context" | "memory"> => ({
+    event: "plan", dry_run: inp.dryRun, model: modelPart(inp, g), notes, not_implemented: { experts_in_host_ram: EXPERTS_IN_RAM_NOTE }, command,
+  });
+  const ctxExplicit = explicit.has("ctxSize");
+  /** The need as the refusal states it: at the smallest context a fit would take when the context was left to the model. */
+  const shortOf = (geo: Geometry, place: "card" | "host", n: MemoryNeed, e: EnginePlan): string => {
+    if (ctxExplicit || !o.fit) return describeNeed(n, settingsOf(e));
+    const least = Math.min(MIN_FIT_CTX, geo.hp.nCtxTrain);
+    const f = needAt(geo, place, least, fitOpts(e, exact));
+    return `even with -c ${least}, ${describeNeed(f.need, { ...settingsOf(e), nSlots: f.nSlots, nCtxSlot: Math.floor(least / f.nSlots) })}`;
+  };
+  const fitOpts = (ep: EnginePlan, exact: boolean): FitOptions => ({ nParallel: o.nParallel, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads, exact });
+
+  if (!g) {
+    // the shape is read from the GGUF after the download: only the file sizes are known now
+    const ngl = explicit.has("devices") && o.devices.length === 1 && o.devices[0] === "none" ? 0 : o.nGpuLayers;
+    const unknownHp: HParams = { arch: "", nVocab: 0, nEmbd: 0, nLayer: 0, nCtxTrain: 0, nHead: 0, nHeadKv: 0, headDim: 0, nFf: 0, nExpert: 0, nExpertUsed: 0, eps: 0, kvLayers: 0 };
+    const choice = chooseBackend(unknownHp, { nGpuLayers: ngl }); // reads only nLayer, for a partial -ngl note
+    const card = choice.kind === "cuda" ? machine.cards[0] : undefined;
+    notes.push("the model's shape is read from its GGUF after the download: context, KV cache and fit are decided then");
+    const event: PlanEvent = {
+      ...base(),
+      backend: { kind: choice.kind, device: card ? card.index : null, device_name: card?.name ?? "CPU", reason: choice.note },
+      context: { n_ctx: o.ctxSize > 0 ? o.ctxSize : null, n_slots: o.nParallel > 0 ? o.nParallel : null, n_ctx_slot: null, fitted: false, n_ubatch: Math.min(o.ubatchSize, o.batchSize), n_threads: o.threads > 0 ? o.threads : machine.cpu.cores },
+      memory: {
+        where: card ? "card" : "host", weights_bytes: inp.hfPlan?.bytesTotal ?? 0, kv_bytes: null, work_bytes: null, total_bytes: null,
+        available_bytes: card ? card.free_bytes : machine.ram.usable_bytes, margin_bytes: card ? CARD_MARGIN : HOST_MARGIN, fits: null, exact: false,
+      },
+    };
+    return { event };
+  }
+
+  const hp = g.hp;
+  let ep = engineFor(o, explicit, hp.nCtxTrain);
+  let fitted = false;
+  let choice: { kind: "cpu" | "cuda"; note: string };
+  try {
+    choice = chooseBackend(hp, { nGpuLayers: ep.engine.nGpuLayers, device: ep.engine.device });
+  } catch (e) {
+    if (e instanceof PlacementError) throw new AgentError("E_USAGE", e.message, "bloomery-serve --help");
+    throw e;
+  }
+  let reason = choice.note;
+  let refusal: AgentError | undefined;
+  let where: "card" | "host" = "host";
+  let need: MemoryNeed;
+  let available = machine.ram.usable_bytes;
+  let deviceName = "CPU";
+  let device: number | null = null;
+  let exact = false;
+
+  const refit = (place: "card" | "host", avail: number, ex: boolean): boolean => {
+    if (ctxExplicit || !o.fit) return false;
+    const f = fitContext(g, place, avail, fitOpts(ep, ex));
+    if (!f) return false;
+    if (f.nCtx !== (ep.nCtxTotal)) {
+      ep = engineFor(o, explicit, hp.nCtxTrain, f.nCtx);
+      fitted = true;
+      notes.push(`fit: the training context of ${hp.nCtxTrain} tokens does not fit; using -c ${f.nCtx}`);
+    }
+    need = f.need;
+    return true;
+  };
+
+  if (choice.kind === "cuda") {
+    const dev = ep.engine.device ?? 0;
+    const card = machine.cards.find((c) => c.index === dev);
+    if (!card) throw new AgentError("E_USAGE", `-dev CUDA${dev}: this machine has ${machine.cards.length} CUDA device(s)`, replaced(argv, { "-dev": true, "--device": true }, []));
+    where = "card";
+    available = card.free_bytes;
+    deviceName = card.name;
+    device = dev;
+    exact = cudaStatus().ok && g.gguf !== undefined;
+    need = cardNeed(g, settingsOf(ep), exact);
+    if (!fitsIn(need, available, "card") && !refit("card", available, exact)) {
+      const msg = `the model does not fit ${card.name}: ${shortOf(g, "card", need, ep)} need more than the ${gib(available)} free of ${gib(card.total_bytes)} (${gib(CARD_MARGIN)} kept free)`;
+      if (ep.engine.nGpuLayers === "auto") {
+        reason = `placement: ${msg}; every layer runs on the CPU`;
+        ep = { ...ep, engine: { ...ep.engine, nGpuLayers: 0 } };
+        choice = { kind: "cpu", note: reason };
+      } else {
+        const smaller = fitContext(g, "card", available, fitOpts(ep, exact));
+        const next = smaller
+          ? replaced(argv, CTX_FLAGS, ["-c", String(smaller.nCtx)])
+          : (fittingAlternative(inp, ep) ?? replaced(argv, NGL_FLAGS, ["-ngl", "0"]) + "   # on the CPU");
+        refusal = new AgentError("E_DOES_NOT_FIT", msg, next);
+      }
+    }
+  }
+  if (choice.kind === "cpu") {
+    where = "host";
+    available = machine.ram.usable_bytes;
+    deviceName = "CPU";
+    device = null;
+    exact = false;
+    need = hostNeed(g, settingsOf(ep));
+    if (!fitsIn(need, available, "host") && !refit("host", available, false)) {
+      const smaller = fitContext(g, "host", available, fitOpts(ep, false));
+      const next = smaller ? replaced(argv, CTX_FLAGS, ["-c", String(smaller.nCtx)]) : (fittingAlternative(inp, ep) ?? RECOMMEND);
+      refusal = new AgentError("E_DOES_NOT_FIT", `the model does not fit this machine's memory: ${shortOf(g, "host", need, ep)} need more than the ${gib(available)} of RAM usable (${gib(HOST_MARGIN)} kept free)`, next);
+    }
+  }
+  notes.push(...ep.notes.map((n) => n.replace(/^srv\s+load_model:\s*/, "")));
+  // the plan decides: an engine told the CPU does not probe the card again
+  if (choice.kind === "cpu") ep = { ...ep, engine: { ...ep.engine, nGpuLayers: 0 } };
+  const n = need!;
+  const event: PlanEvent = {
+    ...base(),
+    backend: { kind: choice.kind, device, device_name: deviceName, reason },
+    context: { n_ctx: ep.engine.nCtx * ep.engine.nSlots, n_slots: ep.engine.nSlots, n_ctx_slot: ep.engine.nCtx, fitted, n_ubatch: ep.engine.ubatchSize, n_threads: ep.engine.nThreads },
+    memory: {
+      where, weights_bytes: n.weights, kv_bytes: n.kv, work_bytes: n.work, total_bytes: n.total, available_bytes: available,
+      margin_bytes: where === "card" ? CARD_MARGIN : HOST_MARGIN, fits: refusal === undefined, exact: n.exact,
+    },
+  };
+  if (refusal) event.refusal = refusal.toEvent();
+  return { event, engine: ep, refusal };
+}
+
+/** The plan as a few human lines (dry-run without --json). */
+export function planText(p: PlanEvent): string {
+  const m = p.model, c = p.context, mem = p.memory;
+  const lines = [
+    `model:   ${m.name}${m.repo ? ` (${m.repo}${m.quant ? `:${m.quant}` : ""}${m.quant_chosen ? `, quant ${m.quant_chosen}` : ""})` : ""}`,
+    `         ${m.path ?? "not downloaded yet"}${m.bytes_to_download > 0 ? `; ${gib(m.bytes_to_download)} to download` : ""}`,
+    `backend: ${p.backend.kind === "cuda" ? `${p.backend.device_name} (CUDA${p.backend.device})` : "CPU"}${p.backend.reason ? ` - ${p.backend.reason}` : ""}`,
+    c.n_ctx === null ? "context: decided after the download" : `context: ${c.n_ctx} tokens, ${c.n_slots} slot(s) of ${c.n_ctx_slot}${c.fitted ? " (fitted)" : ""}`,
+    mem.total_bytes === null
+      ? `memory:  weights ${gib(mem.weights_bytes)}; the rest is known after the download`
+      : `memory:  ${gib(mem.total_bytes)} (weights ${gib(mem.weights_bytes)}, KV ${gib(mem.kv_bytes ?? 0)}, buffers ${gib(mem.work_bytes ?? 0)}) of ${gib(mem.available_bytes)} ${mem.where === "card" ? "free on the card" : "usable RAM"}: ${mem.fits ? "fits" : "does not fit"}`,
+    ...p.notes.map((n) => `note:    ${n}`),
+    `start:   ${p.command}`,
+  ];
+  return lines.join("\n");
+}
