@@ -74,7 +74,9 @@ typedef struct {
   int64_t n_act;
 } bl_mm_spec;
 void bl_job_matmul(bl_cpu_ctx *c, int ith, bl_counter *ctr, const bl_mm_spec *m, int64_t rows_per_item);
-/* Rows per work item for a matrix of `rows` rows with n_act activation rows on nth threads. */
+/* Rows per work item for a matrix of `rows` rows with n_act activation rows on nth threads (at
+ * most BL_MAX_RPI). */
+#define BL_MAX_RPI 512
 int64_t bl_rows_per_item(int64_t rows, int64_t n_act, int nth);
 /* One item: rows [r0, r1) of W against the activation rows (the inner loop of bl_job_matmul); ith
  * picks the worker's scratch row of the exact path. */

@@ -226,7 +226,7 @@ static int64_t check_ffn(const bl_cpu_ctx *c, const bl_tensor *g, const bl_tenso
 /* Lays the job's buffers out in the context's scratch. */
 static int64_t moe_alloc(moe_job *j, int nth) {
   const int64_t n = j->n_tok * j->k, ne = j->ne > 0 ? j->ne : 1;
-  j->tmp_stride = j->n_tok * 64 + 16; /* an item has at most 64 rows for at most n_tok pairs */
+  j->tmp_stride = j->n_tok * BL_MAX_RPI + 16; /* an item has at most BL_MAX_RPI rows for at most n_tok pairs */
   const size_t sz[] = {
       (size_t)(j->n_tok * j->rb),             /* qin */
       sizeof(int32_t) * (size_t)n,            /* pair_tok */
