@@ -27,7 +27,7 @@ export const EXIT_MEANINGS: Readonly<Record<ExitName, string>> = {
   E_DOWNLOAD: "a download failed: network, authentication, checksum or size, cache not writable, offline without the files",
   E_DOES_NOT_FIT: "the model with this context does not fit the chosen card or the host's memory",
   E_BAD_MODEL: "the file is not a GGUF bloomery can run (malformed, unsupported architecture or tensor types)",
-  E_PORT_IN_USE: "the address or port to listen on is taken",
+  E_PORT_IN_USE: "the port to listen on is taken (or needs privileges this user lacks)",
 };
 
 /** The JSON `error` event (and the `refusal` of a dry-run plan). */

@@ -192,7 +192,7 @@ export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
     nFf: shape.nFfExp,
     nExpert: shape.nExpert,
     nExpertUsed: shape.nExpertUsed,
-    eps: shape.eps,
+    eps: Math.fround(shape.eps), // the GGUF stores it as f32
     kvLayers: shape.nLayer,
   };
 }

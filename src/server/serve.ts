@@ -177,10 +177,11 @@ async function serve(
     }
   } catch (e) {
     for (const s of servers) s.stop(true);
-    const inUse = (e as { code?: string }).code === "EADDRINUSE";
+    const code = (e as { code?: string }).code;
     const msg = `couldn't bind HTTP server socket (${o.hosts.join(", ")}:${o.port}): ${e instanceof Error ? e.message : String(e)}`;
-    if (inUse) throw new AgentError("E_PORT_IN_USE", msg, `${commandLineWithPort(argv)}   # any free port; the ready event names it`);
-    throw new AgentError("E_INTERNAL", msg, "bloomery-serve --host 127.0.0.1 --port 0");
+    if (code === "EADDRINUSE" || code === "EACCES") throw new AgentError("E_PORT_IN_USE", msg, `${commandLineWithPort(argv)}   # any free port; the ready event names it`, code);
+    if (code === "EADDRNOTAVAIL") throw new AgentError("E_USAGE", `--host: ${msg}`, commandLine([...withoutFlags(argv, { "--host": true }), "--host", "127.0.0.1"]), code);
+    throw new AgentError("E_INTERNAL", msg, commandLine([...withoutFlags(argv, { "--host": true, "--port": true }), "--host", "127.0.0.1", "--port", "0"]), code);
   }
   events.emit({ event: "listening", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls });
   if (apiKeys.length === 1) log(`srv  init: api_keys: ****${apiKeys[0].slice(-4)}`);
