@@ -313,12 +313,12 @@ describe("command line", () => {
     }
   });
 
-  test("an unknown flag is an error naming it (exit 2); a missing model file exits 1", () => {
+  test("an unknown flag is an error naming it (exit 2); a missing model file exits 3 (E_MODEL_NOT_FOUND)", () => {
     const r = runCli(["--no-such-flag"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("--no-such-flag");
     const m = runCli(["-m", join(dir, "missing.gguf"), "--port", "0"]);
-    expect(m.code).toBe(1);
+    expect(m.code).toBe(3);
     expect(m.stderr).toContain("missing.gguf");
   });
 });
