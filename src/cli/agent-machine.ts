@@ -142,11 +142,12 @@ function readCpu(): CpuInfo {
   };
 }
 
-function readCards(): { cuda: Machine["cuda"]; cards: CardInfo[] } {
+function readCards(devices?: readonly number[]): { cuda: Machine["cuda"]; cards: CardInfo[] } {
   const st = cudaStatus();
   const cards: CardInfo[] = [];
   if (st.devices > 0) {
     for (let i = 0; i < st.devices; i++) {
+      if (devices && !devices.includes(i)) continue;
       const d = cudaDeviceInfo(i);
       cards.push({
         index: d.index,
@@ -162,7 +163,18 @@ function readCards(): { cuda: Machine["cuda"]; cards: CardInfo[] } {
   return { cuda: { usable: st.ok, reason: st.reason, devices: st.devices, driver_version: st.driverVersion }, cards };
 }
 
-/** Probe this machine (reads /proc and /sys under `root`; cards through the CUDA library). */
-export function probeMachine(root = "/"): Machine {
-  return { os: platform(), arch: arch(), ...readCards(), ram: readRam(root), cpu: readCpu() };
+/**
+ * Probe this machine (reads /proc and /sys under `root`; cards through the CUDA library). Reading
+ * a card's free memory opens a CUDA context on it that lives as long as the process, so a start
+ * probes only the card it would use (`devices`); --recommend probes them all.
+ */
+export function probeMachine(root = "/", devices?: readonly number[]): Machine {
+  return { os: platform(), arch: arch(), ...readCards(devices), ram: readRam(root), cpu: readCpu() };
+}
+
+/** The CUDA device a start uses: -dev CUDA<n> when it names exactly one, else 0 (as planEngine reads -dev). */
+export function startDevice(devices: readonly string[]): number {
+  const d = devices.filter((x) => x !== "none");
+  const m = d.length === 1 ? /^CUDA(\d+)$/i.exec(d[0]) : null;
+  return m ? Number(m[1]) : 0;
 }

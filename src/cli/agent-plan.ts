@@ -241,7 +241,7 @@ export function planStart(inp: PlanInput): StartPlan {
   if (choice.kind === "cuda") {
     const dev = ep.engine.device ?? 0;
     const card = machine.cards.find((c) => c.index === dev);
-    if (!card) throw new AgentError("E_USAGE", `-dev CUDA${dev}: this machine has ${machine.cards.length} CUDA device(s)`, replaced(argv, { "-dev": true, "--device": true }, []));
+    if (!card) throw new AgentError("E_USAGE", `-dev CUDA${dev}: this machine has ${machine.cuda.devices} CUDA device(s)`, replaced(argv, { "-dev": true, "--device": true }, []));
     where = "card";
     available = card.free_bytes;
     deviceName = card.name;
