@@ -390,7 +390,11 @@ static void read_env_once(int major) {
     const int v = atoi(env);
     if (v >= -1 && v <= 100) cu_carveout = v;
   }
+  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention (0: the general kernels only)
+  if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
 }
+
+int cu_sms = 1;
 
 static int inited_optin = -1, inited_carveout = -2, device_major = 0;
 
@@ -399,6 +403,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_TRY(cudaGetDevice(&dev), "reading the device");
   CU_TRY(cudaDeviceGetAttribute(&device_major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
   read_env_once(device_major);
+  CU_TRY(cudaDeviceGetAttribute(&cu_sms, cudaDevAttrMultiProcessorCount, dev), "reading the device");
   if (inited_optin == smem_optin && inited_carveout == cu_carveout) return BL_OK;
   CU_OK(cu_matvec_init(smem_optin));
   CU_OK(cu_moe_dec_init(smem_optin));
@@ -407,6 +412,8 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_attn_dec_init());
   CU_OK(cu_misc_init());
   CU_OK(cu_moe_init());
+  CU_OK(cu_fast_init(smem_optin));
+  CU_OK(cu_attn1_init(smem_optin));
   inited_optin = smem_optin;
   inited_carveout = cu_carveout;
   return BL_OK;
@@ -552,6 +559,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       return BL_OK;
     case CU_OPT_CARVEOUT:
       CU_OK(set_carveout((int)value));
+      cu_drop_graphs(c);
+      return BL_OK;
+    case CU_OPT_FAST:
+      cu_fast = (int)value & FAST_ALL;
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_PDL:

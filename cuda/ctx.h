@@ -18,8 +18,9 @@ struct cu_blk {
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):
 // the carveout every kernel prefers (process-wide, percent or -1) and programmatic dependent
-// launch on/off (process-wide). Both drop the context's captured graphs.
-enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17 };
+// launch on/off (process-wide), the one-token kernels in use (bits FAST_*, process-wide). They
+// drop the context's captured graphs.
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 

@@ -180,6 +180,37 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.nkv = nkv;
   qa.hd = hd;
   qa.rope = b.rope;
+  if (ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot)) {
+    // one token: Q/K norm, RoPE, the cache write and attention in one kernel
+    cu_mark(c, S_ATTN);
+    attn1_args a1;
+    memset(&a1, 0, sizeof a1);
+    a1.q = c->q;
+    a1.k = c->k;
+    a1.v = c->v;
+    a1.qn = qa.qn;
+    a1.kn = qa.kn;
+    a1.eps = b.eps;
+    a1.rope = b.rope;
+    a1.kc = qa.kc;
+    a1.vc = qa.vc;
+    a1.slot_stride = qa.slot_stride;
+    a1.kd = kd;
+    a1.pos = in_pos(c);
+    a1.seq = in_seq(c);
+    a1.scale = b.attn_scale;
+    a1.nh = nh;
+    a1.nkv = nkv;
+    a1.G = nh / nkv;
+    a1.part = c->part;
+    a1.counters = c->cnt_attn;
+    a1.max_splits = c->max_splits;
+    a1.min_chunk = c->min_chunk;
+    a1.out = c->att;
+    CU_OK(cu_attn1(c->st, a1, hd));
+    cu_mark(c, S_O);
+    return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+  }
   cu_mark(c, S_QK);
   CU_OK(cu_qk_prep(c->st, qa, ntok));
   cu_mark(c, S_ATTN);
@@ -239,6 +270,50 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
   const float *selw = c->dense_w;
+  if (ntok == 1 && !big) {
+    // one token: the router as a plain product (its normalised row kept in h), the expert kernels
+    // selecting for themselves from the logits (fastdec.cu)
+    fmoe_args fm;
+    memset(&fm, 0, sizeof fm);
+    fm.gate = gate;
+    fm.up = up;
+    fm.down = down;
+    fm.logits = moe ? c->router : nullptr;
+    fm.n_expert = moe ? b.n_expert : 1;
+    fm.k = K;
+    fm.norm_topk = b.norm_topk;
+    fm.w_scale = b.w_scale;
+    fm.h = c->h;
+    fm.act = c->act;
+    fm.x = c->x;
+    if (cu_fmoe_fits(fm, c->smem_limit)) {
+      cu_mark(c, S_ROUTER);
+      bool done = true;
+      if (moe) {
+        fmv_args f;
+        memset(&f, 0, sizeof f);
+        f.job[0].m = b.t[BL_MOE_GATE_INP];
+        f.job[0].y = c->router;
+        f.job[0].epi = EPI_STORE;
+        f.njobs = 1;
+        f.x = c->x;
+        f.n = E;
+        f.norm = 1;
+        f.normw = b.vec[BL_MOE_NORM];
+        f.eps = b.eps;
+        f.h = c->h;
+        CU_OK(cu_fmv(c->st, f, c->smem_limit, c->sm_count, &done));
+      } else {
+        CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
+      }
+      if (done) {
+        cu_mark(c, S_EXPERTS);
+        CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done));
+        if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
+        return BL_OK;
+      }
+    }
+  }
   cu_mark(c, S_ROUTER);
   if (moe) {
     router_args r;

@@ -73,6 +73,49 @@ struct moe_dec_args {
 int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_limit);
 int64_t cu_moe_dec_init(int smem_optin);
 
+// ---- one-token decode (fastdec.cu, attn1.cu): weight rows staged with cp.async (one round trip
+// a row, issued before the wait on the previous kernel where they do not depend on it), the
+// router's selection recomputed by the expert kernels, attention fused with Q/K norm and RoPE ----
+// Which of them run (process-wide bits; BLOOMERY_CUDA_FAST, context option CU_OPT_FAST).
+enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_ALL = 7 };
+extern int cu_fast;
+extern int cu_sms; // the device's SM count (set by cu_init_kernels)
+#define FAST_CAP_MAX 8224 // bytes of a warp's weight buffer (a 2048-float F32 row at any alignment)
+struct fmv_job {
+  dmat m;
+  const float *bias;
+  float *y; // one output row
+  int epi, blocks;
+};
+struct fmv_args {
+  fmv_job job[3];
+  int njobs;
+  const float *x; // one activation row of n floats
+  int n;
+  int norm;
+  const float *normw;
+  float eps;
+  float *h; // when set, block 0 writes the staged (normalised) row here
+  int rpw;  // rows a warp
+  int cap;  // weight buffer bytes a warp
+};
+// y = W x for one row of x, jobs grouped by type (two types in one launch where paired). Sets
+// *done false (and enqueues nothing) when the shapes need the general kernels.
+int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *done);
+struct fmoe_args {
+  dmat gate, up, down;
+  const float *logits; // the token's router logits, or null: one expert (0) of weight 1
+  int n_expert, k, norm_topk;
+  float w_scale;
+  const float *h; // normalised row (gate.ne0)
+  float *act;     // [k][gate.ne1]
+  float *x;       // residual (down.ne1)
+  int cap;
+};
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done);
+bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
+int64_t cu_fast_init(int smem_optin);
+
 // ---- attention (attn.cu) ----
 struct rope_params {
   int n_rot, mode;
@@ -124,6 +167,26 @@ struct fa_args {
 };
 int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles);
 bool cu_flash_supported(int hd);
+struct attn1_args {
+  const float *q, *k, *v; // the token's projections (nh * hd, nkv * hd, nkv * hd)
+  const float *qn, *kn;   // per-head norm weights or null
+  float eps;
+  rope_params rope;
+  __half *kc, *vc;        // this layer's cache
+  int64_t slot_stride;
+  int kd;
+  const int32_t *pos, *seq;
+  float scale;
+  int nh, nkv, G;
+  float *part;   // [nh][max_splits][hd + 2]
+  int *counters; // [nkv], zero between launches
+  int max_splits, min_chunk;
+  float *out;
+};
+// One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
+bool cu_attn1_supported(int hd, int G, int n_rot);
+int64_t cu_attn1(cudaStream_t st, const attn1_args &a, int hd);
+int64_t cu_attn1_init(int smem_optin);
 int64_t cu_attn_init(int smem_optin);
 int64_t cu_attn_dec_init();
 int64_t cu_misc_init();

@@ -3,6 +3,8 @@
 // shared memory, optionally RMS-normalised on the way in), several matrices of one type in one
 // launch (Q, K and V), results stored or added to a residual; and dequantization of rows
 // (embedding lookup). One kernel per (type, rows of x): registers sized for that type alone.
+#include <string.h>
+
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
@@ -116,6 +118,25 @@ static int64_t matvec_group(cudaStream_t st, mv_args a, int ntok, int smem_limit
 
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
   if (ntok <= 0 || a.njobs <= 0) return BL_OK;
+  if (ntok == 1) { // one row of x: the staged one-token kernels (fastdec.cu) when the shapes fit
+    fmv_args f;
+    memset(&f, 0, sizeof f);
+    for (int j = 0; j < a.njobs; j++) {
+      f.job[j].m = a.job[j].m;
+      f.job[j].bias = a.job[j].bias;
+      f.job[j].y = a.job[j].y;
+      f.job[j].epi = a.job[j].epi;
+    }
+    f.njobs = a.njobs;
+    f.x = a.x;
+    f.n = a.n;
+    f.norm = a.norm;
+    f.normw = a.normw;
+    f.eps = a.eps;
+    bool done = false;
+    CU_OK(cu_fmv(st, f, smem_limit, cu_sms, &done));
+    if (done) return BL_OK;
+  }
   // jobs grouped by weight type, one launch a group (Q, K and V of one type: one launch)
   bool done[3] = {false, false, false};
   for (int j = 0; j < a.njobs; j++) {

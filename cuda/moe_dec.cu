@@ -3,84 +3,21 @@
 // launch does the selection, so one launch), gate and up of the chosen experts fused with SwiGLU
 // (only their rows are read), and down over all picks of a token weighted and added to the
 // residual. A dense FFN runs the same kernels with one "expert" of weight 1.
-#include <float.h>
-
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
+#include "route.cuh"
 #include "rows.cuh"
 
-// One token's softmax and top-k over X <= 1024 logits (a warp; lg readable by __ldcg), held in
-// registers (32 a lane) for the k rounds; picks sorted by expert id.
+// One token's selection (route.cuh) by a warp, written to sel / selw.
 __device__ __forceinline__ void route_token(const router_args &a, int t, int *ssel, float *sw) {
-  const int lane = threadIdx.x & 31, X = a.n_expert, K = a.k;
-  const float *lg = a.logits + (size_t)t * X;
-  float v[32];
-#pragma unroll
-  for (int j = 0; j < 32; j++) v[j] = lane + 32 * j < X ? __ldcg(lg + lane + 32 * j) : -INFINITY;
-  float mx = -FLT_MAX;
-#pragma unroll
-  for (int j = 0; j < 32; j++) mx = fmaxf(mx, v[j]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 32; j++)
-    if (lane + 32 * j < X) sum += expf(v[j] - mx);
-  sum = warp_sum(sum);
-  for (int i = 0; i < K; i++) {
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-      const int e = lane + 32 * j;
-      if (e < X && (v[j] > bv || (v[j] == bv && e < bi))) {
-        bv = v[j];
-        bi = e;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
-    if ((bi & 31) == lane) {
-#pragma unroll
-      for (int j = 0; j < 32; j++)
-        if (j == (bi >> 5)) v[j] = -INFINITY; // taken (below every remaining logit)
-    }
-    if (lane == 0) {
-      ssel[i] = bi;
-      sw[i] = expf(bv - mx) / sum;
-    }
-  }
-  __syncwarp();
-  if (lane == 0) {
-    if (a.norm_topk) {
-      float s = 0.0f;
-      for (int i = 0; i < K; i++) s += sw[i];
-      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
-      for (int i = 0; i < K; i++) sw[i] /= s;
-    }
-    if (a.w_scale != 0.0f && a.w_scale != 1.0f)
-      for (int i = 0; i < K; i++) sw[i] *= a.w_scale;
-    for (int i = 1; i < K; i++) // by expert id, so a token's sum does not depend on pick order
-      for (int q = i; q > 0 && ssel[q] < ssel[q - 1]; q--) {
-        const int e = ssel[q];
-        ssel[q] = ssel[q - 1];
-        ssel[q - 1] = e;
-        const float w = sw[q];
-        sw[q] = sw[q - 1];
-        sw[q - 1] = w;
-      }
+  const int lane = threadIdx.x & 31, K = a.k;
+  route_core<32>(a.logits + (size_t)t * a.n_expert, a.n_expert, K, a.norm_topk, a.w_scale, ssel, sw);
+  if (lane == 0)
     for (int i = 0; i < K; i++) {
       a.sel[(size_t)t * K + i] = ssel[i];
       a.selw[(size_t)t * K + i] = sw[i];
     }
-  }
 }
 
 // grid: x over experts (MV_WARPS a block), y over groups of NT tokens.

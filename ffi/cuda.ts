@@ -39,9 +39,10 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
 
 /**
  * Option keys of bl_cuda_set_option (cuda/ctx.h). carveout (percent of L1/shared memory every
- * kernel prefers, -1 the driver's choice) and pdl (programmatic dependent launch) are process-wide.
+ * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
+ * one-token kernels: bits 1 products, 2 experts, 4 attention; 7 all, the default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

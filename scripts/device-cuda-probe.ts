@@ -1,5 +1,5 @@
 // bloomery: where a CUDA decode step's time goes, on the GPU machine - one model upload, then per
-// configuration (shared-memory carveout, programmatic dependent launch, graphs): decode tokens a
+// configuration (one-token kernels, programmatic dependent launch, carveout, graphs): decode tokens a
 // second through the backend as the bench runs them, and the captured graph replayed alone (GPU
 // time back to back, host time of the launch call, latency with a synchronisation).
 // Usage: BUN_BE_BUN=1 bloomery-serve scripts/device-cuda-probe.ts <model.gguf> [depths, e.g. 64,4096]
@@ -43,19 +43,22 @@ function decode(n: number, pos0: number): number {
   return (1000 * n) / (performance.now() - t0);
 }
 
-const configs: { name: string; carveout: number; pdl: number; graphs: number }[] = [
-  { name: "default (driver carveout, PDL, graphs)", carveout: -1, pdl: 1, graphs: 1 },
-  { name: "carveout 100", carveout: 100, pdl: 1, graphs: 1 },
-  { name: "carveout 100, no PDL", carveout: 100, pdl: 0, graphs: 1 },
-  { name: "driver carveout, no PDL", carveout: -1, pdl: 0, graphs: 1 },
-  { name: "carveout 50", carveout: 50, pdl: 1, graphs: 1 },
-  { name: "carveout 100, graphs off", carveout: 100, pdl: 1, graphs: 0 },
-  { name: "driver carveout, graphs off", carveout: -1, pdl: 1, graphs: 0 },
+interface Config { name: string; fast: number; pdl: number; graphs: number; carveout: number }
+const configs: Config[] = [
+  { name: "one-token kernels, PDL, graphs (default)", fast: 7, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "general kernels (fast 0)", fast: 0, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "one-token kernels, no PDL", fast: 7, pdl: 0, graphs: 1, carveout: -1 },
+  { name: "fast products only (1)", fast: 1, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "fast products + experts (3)", fast: 3, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "fast products + attention (5)", fast: 5, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "one-token kernels, carveout 100", fast: 7, pdl: 1, graphs: 1, carveout: 100 },
+  { name: "one-token kernels, graphs off", fast: 7, pdl: 1, graphs: 0, carveout: -1 },
 ];
 for (const [di, depth] of depths.entries()) {
   for (const c of di === 0 ? configs : configs.slice(0, 2)) {
     be.setOption(CudaOption.carveout, c.carveout);
     be.setOption(CudaOption.pdl, c.pdl);
+    be.setOption(CudaOption.fast, c.fast);
     be.setOption(CudaOption.graphs, c.graphs);
     decode(4, depth); // capture
     const tps = decode(64, depth);

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { cudaStatus } from "../ffi/cuda.ts";
+import { CudaOption, cudaStatus } from "../ffi/cuda.ts";
 import type { Batch } from "../src/engine/backend.ts";
 import { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
@@ -150,14 +150,26 @@ gpu("CUDA backend behaviour", () => {
       for (let i = 0; i < prompt.length; i++) worst = Math.max(worst, maxAbs(m.evalSequence([prompt[i]], i, 1), whole.subarray(i * V, (i + 1) * V)) / std(whole.subarray(i * V, (i + 1) * V)));
       console.log(`tiny: prompt batch vs token by token: max |dlogit| / std ${worst.toExponential(2)}`);
       expect(worst).toBeLessThan(2e-2);
-      // slots 1 and 2 hold the same prefix (1 from above, 2 copied); one batch of two tokens vs each alone
+      // slots 1 and 2 hold the same prefix (1 from above, 2 copied); one batch of two tokens vs each
+      // alone through the same (general) kernels
       be.kvCopy(1, 2, prompt.length);
+      be.setOption(CudaOption.fast, 0);
       const two = new Float32Array(2 * V), s1 = new Float32Array(V), s2 = new Float32Array(V);
       be.forward({ tokens: Int32Array.of(11, 12), pos: Int32Array.of(30, 30), seq: Int32Array.of(1, 2), outRows: Int32Array.of(0, 1), logits: two });
       be.forward(one(11, 30, 1, s1));
       be.forward(one(12, 30, 2, s2));
       expect(maxAbs(two.subarray(0, V), s1)).toBeLessThan(1e-5);
       expect(maxAbs(two.subarray(V), s2)).toBeLessThan(1e-5);
+      // the one-token kernels (staged products, experts selecting for themselves, fused attention)
+      // against the general ones, each part alone and all together
+      for (const bits of [1, 2, 4, 7]) {
+        be.setOption(CudaOption.fast, bits);
+        const f = new Float32Array(V);
+        be.forward(one(11, 30, 1, f));
+        const d = maxAbs(f, s1) / std(s1);
+        console.log(`tiny: one-token kernels (bits ${bits}) vs general: max |dlogit| / std ${d.toExponential(2)}`);
+        expect(d).toBeLessThan(1e-4);
+      }
       const g = new Float32Array(V);
       be.forward(one(13, 31, 1, g));
       be.setOption(1, 0); // graphs off

@@ -1,0 +1,389 @@
+// bloomery CUDA library: the one-token decode products. Every warp copies its weight row into
+// shared memory with cp.async (all of the row's 16-byte copies in flight: one memory round trip,
+// issued before the wait on the previous kernel, since weights never change), the activation row
+// is loaded with all of a thread's loads in flight (RMS-normalised on the way in when asked), and
+// the row's units decode from the shared copy. Matrices of two paired types (Q4_K + Q6_K: Q, K
+// and V of a Q4_K_M file) share a launch. The experts: gate/up fused with SwiGLU and down
+// weighted into the residual, each block selecting the token's experts itself from the router
+// logits (route.cuh), so the router is a plain product and no kernel waits on a selection step.
+#include "common.cuh"
+#include "internal.h"
+#include "quants.cuh"
+#include "route.cuh"
+#include "stage.cuh"
+
+int cu_fast = FAST_ALL;
+
+// Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
+__device__ __forceinline__ void stage_plain(float *xs, const float *x, int n) {
+  const int n4 = n >> 2;
+  float4 *xs4 = reinterpret_cast<float4 *>(xs);
+  for (int base = 0; base < n4; base += 8 * blockDim.x) {
+    float4 v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int i = base + threadIdx.x + k * blockDim.x;
+      if (i < n4) v[k] = __ldcg(reinterpret_cast<const float4 *>(x) + i);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int i = base + threadIdx.x + k * blockDim.x;
+      if (i < n4) xs4[i] = v[k];
+    }
+  }
+}
+
+// A whole row (rb bytes) of the warp's into its buffer slot.
+__device__ __forceinline__ const uint8_t *issue_row(uint8_t *slot, const fmv_job &jb, int row, int rb, int lane) {
+  return warp_copy_async(slot, jb.m.d + (size_t)row * jb.m.nb1, rb, lane);
+}
+
+template <int T>
+__device__ __forceinline__ float fmv_dot(const uint8_t *p, int n, const float *xs, int lane) {
+  return dot_window<T>(p, n / qt<T>::BE, xs, lane);
+}
+
+// grid: blocks of W warps over the jobs' rows, rpw rows a warp taken two at a time (both rows'
+// copies in flight together); smem: x (n floats), then two slots of cap bytes a warp (a whole
+// row each). Jobs of type TA or TB.
+template <int TA, int TB>
+__global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  __shared__ float red[32];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  uint8_t *s0 = reinterpret_cast<uint8_t *>(xs + a.n) + (size_t)warp * 2 * a.cap, *s1 = s0 + a.cap;
+  // the block's job, picked with selects (a dynamic index into the parameters would go through local memory)
+  int b = blockIdx.x;
+  fmv_job jb = a.job[0];
+  if (a.njobs > 1 && b >= a.job[0].blocks) {
+    b -= a.job[0].blocks;
+    jb = a.job[1];
+    if (a.njobs > 2 && b >= a.job[1].blocks) {
+      b -= a.job[1].blocks;
+      jb = a.job[2];
+    }
+  }
+  const bool ta = jb.m.type == TA;
+  const int rb = ta ? (a.n / qt<TA>::BE) * qt<TA>::BB : (a.n / qt<TB>::BE) * qt<TB>::BB;
+  const int rows = jb.m.ne1;
+  // the first two rows in flight before the wait (weights never change)
+  const uint8_t *p0 = nullptr, *p1 = nullptr;
+  {
+    const int r0 = (b * a.rpw) * W + warp, r1 = (b * a.rpw + 1) * W + warp;
+    if (r0 < rows) p0 = issue_row(s0, jb, r0, rb, lane);
+    if (a.rpw > 1 && r1 < rows) p1 = issue_row(s1, jb, r1, rb, lane);
+  }
+  cu_pdl_wait();
+  xrow r;
+  xrow_load(r, a.x, a.n);
+  xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
+  if (a.h && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
+  for (int i = 0; i < a.rpw; i += 2) {
+    const int r0 = (b * a.rpw + i) * W + warp, r1 = (b * a.rpw + i + 1) * W + warp;
+    const bool has1 = i + 1 < a.rpw && r1 < rows;
+    if (r0 >= rows) break;
+    if (i > 0) {
+      p0 = issue_row(s0, jb, r0, rb, lane);
+      if (has1) p1 = issue_row(s1, jb, r1, rb, lane);
+    }
+    cp_async_wait_all();
+    __syncwarp();
+    float v0 = ta ? fmv_dot<TA>(p0, a.n, xs, lane) : fmv_dot<TB>(p0, a.n, xs, lane);
+    float v1 = 0.0f;
+    if (has1) v1 = ta ? fmv_dot<TA>(p1, a.n, xs, lane) : fmv_dot<TB>(p1, a.n, xs, lane);
+    v0 = warp_sum(v0);
+    v1 = warp_sum(v1);
+    if (lane == 0) {
+      if (jb.bias) v0 += jb.bias[r0];
+      if (jb.epi == EPI_ADD) jb.y[r0] += v0;
+      else jb.y[r0] = v0;
+      if (has1) {
+        if (jb.bias) v1 += jb.bias[r1];
+        if (jb.epi == EPI_ADD) jb.y[r1] += v1;
+        else jb.y[r1] = v1;
+      }
+    }
+    __syncwarp(); // the slots are refilled next round
+  }
+}
+
+// The token's picks into ssel / sw (warp 0 of the block), or expert 0 of weight 1.
+__device__ __forceinline__ void select_experts(const fmoe_args &a, int *ssel, float *sw) {
+  if (threadIdx.x >= 32) return;
+  if (a.logits) {
+    if (a.n_expert <= 128) route_core<4>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
+    else route_core<8>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
+  } else if (threadIdx.x == 0) {
+    ssel[0] = 0;
+    sw[0] = 1.0f;
+  }
+}
+
+// grid: x over hidden rows (16 a block: two a warp), y over the token's picks; smem: h (n
+// floats), then four slots of cap bytes a warp (gate and up of both rows, copied together).
+template <int T>
+__global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
+  using Q = qt<T>;
+  extern __shared__ float4 dyn_smem4[];
+  __shared__ int ssel[ROUTER_MAX_K];
+  __shared__ float sw[ROUTER_MAX_K];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
+  uint8_t *sl = reinterpret_cast<uint8_t *>(xs + n) + (size_t)warp * 4 * a.cap;
+  cu_pdl_wait();
+  xrow r;
+  xrow_load(r, a.h, n);
+  select_experts(a, ssel, sw);
+  xrow_store(r, xs, n, 0, nullptr, 0.0f, nullptr); // barrier: the picks are visible too
+  const int r0 = blockIdx.x * 2 * W + warp, r1 = r0 + W, j = blockIdx.y, ff = a.gate.ne1;
+  if (r0 >= ff) return;
+  const bool has1 = r1 < ff;
+  const int e = ssel[j], rb = (n / Q::BE) * Q::BB;
+  const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+  const uint8_t *pg0 = warp_copy_async(sl, g + (size_t)r0 * a.gate.nb1, rb, lane);
+  const uint8_t *pu0 = warp_copy_async(sl + a.cap, u + (size_t)r0 * a.up.nb1, rb, lane);
+  const uint8_t *pg1 = nullptr, *pu1 = nullptr;
+  if (has1) {
+    pg1 = warp_copy_async(sl + 2 * a.cap, g + (size_t)r1 * a.gate.nb1, rb, lane);
+    pu1 = warp_copy_async(sl + 3 * a.cap, u + (size_t)r1 * a.up.nb1, rb, lane);
+  }
+  cp_async_wait_all();
+  __syncwarp();
+  const int nb = n / Q::BE;
+  const float g0 = warp_sum(dot_window<T>(pg0, nb, xs, lane)), u0 = warp_sum(dot_window<T>(pu0, nb, xs, lane));
+  float g1 = 0.0f, u1 = 0.0f;
+  if (has1) {
+    g1 = warp_sum(dot_window<T>(pg1, nb, xs, lane));
+    u1 = warp_sum(dot_window<T>(pu1, nb, xs, lane));
+  }
+  if (lane == 0) {
+    a.act[(size_t)j * ff + r0] = silu_f(g0) * u0;
+    if (has1) a.act[(size_t)j * ff + r1] = silu_f(g1) * u1;
+  }
+}
+
+// grid: x over output rows (8 a block); smem: act (k rows of ff floats), then a buffer of cap
+// bytes a warp holding as many picks' rows as fit (cap / slot), copied together.
+template <int T>
+__global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
+  using Q = qt<T>;
+  extern __shared__ float4 dyn_smem4[];
+  __shared__ int ssel[ROUTER_MAX_K];
+  __shared__ float sw[ROUTER_MAX_K];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = a.logits ? a.k : 1;
+  const int ff = a.down.ne0, na = K * ff;
+  uint8_t *buf = reinterpret_cast<uint8_t *>(xs + na) + (size_t)warp * a.cap;
+  cu_pdl_wait();
+  if (na <= 32 * (int)blockDim.x) {
+    xrow r;
+    xrow_load(r, a.act, na);
+    select_experts(a, ssel, sw);
+    xrow_store(r, xs, na, 0, nullptr, 0.0f, nullptr);
+  } else {
+    select_experts(a, ssel, sw);
+    stage_plain(xs, a.act, na);
+    __syncthreads();
+  }
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (row >= a.down.ne1) return;
+  const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), per = a.cap / slot;
+  float acc = 0.0f;
+  for (int j0 = 0; j0 < K; j0 += per) {
+    const int cnt = K - j0 < per ? K - j0 : per;
+    for (int jj = 0; jj < cnt; jj++) {
+      const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
+      (void)warp_copy_async(buf + (size_t)jj * slot, rp, rb, lane);
+    }
+    cp_async_wait_all();
+    __syncwarp();
+    for (int jj = 0; jj < cnt; jj++) {
+      const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
+      const uint8_t *p = buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
+      acc += sw[j0 + jj] * dot_window<T>(p, ff / Q::BE, xs + (size_t)(j0 + jj) * ff, lane);
+    }
+    __syncwarp();
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) a.x[row] += acc;
+}
+
+// ---- host side ----
+
+static int row_bytes(int type, int n) {
+  cu_type_geom g;
+  if (!cu_type_geom_of(type, &g) || n % g.be) return -1;
+  return (n / g.be) * g.bb;
+}
+
+static bool same_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
+
+// The kernel for types (ta, tb) (ta == tb: one type), or null.
+static void (*fmv_kernel(int ta, int tb))(fmv_args) {
+  if (ta == tb) {
+    switch (ta) {
+#define C(T) \
+  case T: return k_fmv<T, T>;
+      CU_TYPE_CASES(C)
+#undef C
+      default: return nullptr;
+    }
+  }
+  if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K>;
+  if (same_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_fmv<T_Q5_K, T_Q6_K>;
+  if (same_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_fmv<T_Q4_K, T_Q5_K>;
+  return nullptr;
+}
+
+struct fmv_launch {
+  fmv_args a;
+  void (*k)(fmv_args);
+  int grid, warps;
+  size_t smem;
+};
+
+// Plans one launch for the given jobs (all of one type or one pair); false when they do not fit.
+static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem_limit, int sm_count, fmv_launch &L) {
+  int ta = jobs[0].m.type, tb = ta;
+  for (int q = 1; q < nj; q++)
+    if (jobs[q].m.type != ta) tb = jobs[q].m.type;
+  L.k = fmv_kernel(ta, tb);
+  if (!L.k) return false;
+  L.a = base;
+  L.a.njobs = nj;
+  int rows = 0, maxrb = 0;
+  for (int q = 0; q < nj; q++) {
+    L.a.job[q] = jobs[q];
+    if (jobs[q].m.ne0 != base.n) return false;
+    const int rb = row_bytes(jobs[q].m.type, base.n);
+    if (rb <= 0) return false;
+    if (rb > maxrb) maxrb = rb;
+    rows += jobs[q].m.ne1;
+  }
+  L.warps = rows >= 16 * sm_count ? 8 : 4;
+  if (base.n % 4 || base.n > 32 * 32 * L.warps) return false;
+  // rows a warp: one wave of blocks at 3 blocks an SM where possible; both rows of a pair in flight
+  const int wave = L.warps * 3 * sm_count;
+  L.a.rpw = rows <= wave ? 1 : rows <= 2 * wave ? 2 : 8;
+  const int cap = copy_slot_bytes(maxrb);
+  if (cap > FAST_CAP_MAX) return false; // a row must fit a slot
+  L.a.cap = cap;
+  L.smem = (size_t)base.n * sizeof(float) + (size_t)L.warps * 2 * cap;
+  if ((int64_t)L.smem > smem_limit) return false;
+  L.grid = 0;
+  for (int q = 0; q < nj; q++) {
+    L.a.job[q].blocks = (jobs[q].m.ne1 + L.warps * L.a.rpw - 1) / (L.warps * L.a.rpw);
+    L.grid += L.a.job[q].blocks;
+  }
+  return true;
+}
+
+int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *done) {
+  *done = false;
+  if (!(cu_fast & FAST_MV) || a.njobs <= 0 || a.njobs > 3) return BL_OK;
+  // one launch when the jobs have one type or a paired two; else one launch a type
+  fmv_launch L[3];
+  int nl = 0;
+  if (plan_fmv(a, a.job, a.njobs, smem_limit, sm_count, L[0])) {
+    nl = 1;
+  } else {
+    bool used[3] = {false, false, false};
+    for (int j = 0; j < a.njobs; j++) {
+      if (used[j]) continue;
+      fmv_job g[3];
+      int ng = 0;
+      for (int q = j; q < a.njobs; q++)
+        if (!used[q] && a.job[q].m.type == a.job[j].m.type) {
+          g[ng++] = a.job[q];
+          used[q] = true;
+        }
+      if (!plan_fmv(a, g, ng, smem_limit, sm_count, L[nl])) return BL_OK;
+      nl++;
+    }
+  }
+  for (int i = 0; i < nl; i++) {
+    // only the launch holding the first job writes h (once)
+    if (i > 0) L[i].a.h = nullptr;
+    CU_LAUNCH("one-token product", L[i].k, dim3(L[i].grid), dim3(32 * L[i].warps), L[i].smem, st, L[i].a);
+  }
+  *done = true;
+  return BL_OK;
+}
+
+struct fmoe_plan {
+  int cap_gu, cap_dn;
+  size_t smem_gu, smem_dn;
+};
+
+static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
+  if (!(cu_fast & FAST_MOE)) return false;
+  const int n = a.gate.ne0, ff = a.gate.ne1, K = a.logits ? a.k : 1;
+  if (a.up.type != a.gate.type || a.up.ne0 != n || a.up.ne1 != ff || a.down.ne0 != ff || n % 4 || ff % 4) return false;
+  if (K < 1 || K > ROUTER_MAX_K || (a.logits && (a.n_expert < K || a.n_expert > 256))) return false;
+  if (n > 32 * 256) return false;
+  const int rg = row_bytes(a.gate.type, n), rd = row_bytes(a.down.type, ff);
+  if (rg <= 0 || rd <= 0) return false;
+  p.cap_gu = copy_slot_bytes(rg);
+  if (p.cap_gu > FAST_CAP_MAX) return false; // a row must fit a slot
+  const int slot = copy_slot_bytes(rd);
+  if (slot > FAST_CAP_MAX) return false;
+  const int per = FAST_CAP_MAX / slot < K ? FAST_CAP_MAX / slot : K;
+  p.cap_dn = per * slot;
+  p.smem_gu = (size_t)n * 4 + 8 * 4 * (size_t)p.cap_gu;
+  p.smem_dn = (size_t)K * ff * 4 + 8 * (size_t)p.cap_dn;
+  return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type) != nullptr &&
+         fmv_kernel(a.down.type, a.down.type) != nullptr;
+}
+
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
+  *done = false;
+  fmoe_plan p;
+  if (!plan_fmoe(a, smem_limit, p)) return BL_OK;
+  const int ff = a.gate.ne1, K = a.logits ? a.k : 1;
+  fmoe_args g = a;
+  g.cap = p.cap_gu;
+  const dim3 g1((ff + 15) / 16, K);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.gate.type) {
+#define L(T) \
+  case T: e = cu_launch(k_fgu<T>, g1, dim3(256), p.smem_gu, st, g); break;
+    CU_TYPE_CASES(L)
+#undef L
+    default: return BL_OK;
+  }
+  CU_TRY(e, "one-token expert gate/up");
+  fmoe_args d = a;
+  d.cap = p.cap_dn;
+  const dim3 g2((a.down.ne1 + 7) / 8);
+  switch (a.down.type) {
+#define L(T) \
+  case T: e = cu_launch(k_fdown<T>, g2, dim3(256), p.smem_dn, st, d); break;
+    CU_TYPE_CASES(L)
+#undef L
+    default: return cu_fail(BL_E_UNSUPPORTED, "experts: %s has no CUDA kernel", cu_type_name(a.down.type));
+  }
+  CU_TRY(e, "one-token expert down");
+  *done = true;
+  return BL_OK;
+}
+
+bool cu_fmoe_fits(const fmoe_args &a, int smem_limit) {
+  fmoe_plan p;
+  return plan_fmoe(a, smem_limit, p);
+}
+
+int64_t cu_fast_init(int smem_optin) {
+  const char *w = "configuring the one-token kernels";
+#define S(T)                                          \
+  CU_OK(cu_allow_smem(k_fmv<T, T>, smem_optin, w));   \
+  CU_OK(cu_allow_smem(k_fgu<T>, smem_optin, w));      \
+  CU_OK(cu_allow_smem(k_fdown<T>, smem_optin, w));
+  CU_TYPE_CASES(S)
+#undef S
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q5_K, T_Q6_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q5_K>, smem_optin, w));
+  return BL_OK;
+}

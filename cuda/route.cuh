@@ -1,0 +1,76 @@
+// bloomery CUDA library: one token's expert selection by one warp - softmax over the router
+// logits, the k best (value, then lower id), weights exp(l - max) / sum (renormalised over the
+// picks when asked, then scaled), picks sorted by expert id so a token's expert sum does not
+// depend on pick order. Results in ssel / sw (shared memory, k entries); the same arithmetic for
+// the router kernel of batches and the decode kernels that select for themselves.
+#pragma once
+#include <float.h>
+
+#include "common.cuh"
+
+// XJ logits a lane (X <= 32 * XJ); lg readable by __ldcg (written by an earlier kernel).
+template <int XJ>
+__device__ __forceinline__ void route_core(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw) {
+  const int lane = threadIdx.x & 31;
+  float v[XJ];
+#pragma unroll
+  for (int j = 0; j < XJ; j++) v[j] = lane + 32 * j < X ? __ldcg(lg + lane + 32 * j) : -INFINITY;
+  float mx = -FLT_MAX;
+#pragma unroll
+  for (int j = 0; j < XJ; j++) mx = fmaxf(mx, v[j]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < XJ; j++)
+    if (lane + 32 * j < X) sum += expf(v[j] - mx);
+  sum = warp_sum(sum);
+  for (int i = 0; i < K; i++) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < XJ; j++) {
+      const int e = lane + 32 * j;
+      if (e < X && (v[j] > bv || (v[j] == bv && e < bi))) {
+        bv = v[j];
+        bi = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < XJ; j++)
+      if (lane + 32 * j == bi) v[j] = -INFINITY; // taken (below every remaining logit)
+    if (lane == 0) {
+      ssel[i] = bi;
+      sw[i] = expf(bv - mx) / sum;
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    if (norm_topk) {
+      float s = 0.0f;
+      for (int i = 0; i < K; i++) s += sw[i];
+      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+      for (int i = 0; i < K; i++) sw[i] /= s;
+    }
+    if (w_scale != 0.0f && w_scale != 1.0f)
+      for (int i = 0; i < K; i++) sw[i] *= w_scale;
+    for (int i = 1; i < K; i++) // by expert id
+      for (int q = i; q > 0 && ssel[q] < ssel[q - 1]; q--) {
+        const int e = ssel[q];
+        ssel[q] = ssel[q - 1];
+        ssel[q - 1] = e;
+        const float w = sw[q];
+        sw[q] = sw[q - 1];
+        sw[q - 1] = w;
+      }
+  }
+  __syncwarp();
+}

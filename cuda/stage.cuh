@@ -1,0 +1,104 @@
+// bloomery CUDA library: staging for the one-token decode kernels - asynchronous 16-byte copies of
+// weight rows into a warp's shared buffer (cp.async, all of a row's copies in flight at once, so a
+// row costs one memory round trip, and issued before the wait on the previous kernel when the
+// rows do not depend on it), one activation row loaded with all of a thread's loads in flight
+// (optionally RMS-normalised), and a row's dot product decoded from the shared copy.
+#pragma once
+#include "common.cuh"
+#include "quants.cuh"
+
+// Programmatic dependent launch in two halves: wait for the previous kernel's results, then let
+// the next kernel be scheduled. Work before cu_pdl_wait may only read what no kernel of the step writes.
+__device__ __forceinline__ void cu_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// The warp copies bytes [src, src + bytes) into buf (16-byte aligned) as the aligned 16-byte
+// chunks covering them (a chunk may reach up to 15 bytes past the range, inside the tensor's
+// 256-byte padded slot); returns where src's first byte lands (src's alignment mod 16 is kept).
+// The copies complete at cp_async_wait_all + __syncwarp.
+__device__ __forceinline__ const uint8_t *warp_copy_async(uint8_t *buf, const uint8_t *src, int bytes, int lane) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src), a0 = a & ~(uintptr_t)15;
+  const int off = (int)(a - a0);
+  const int nch = (off + bytes + 15) >> 4;
+  for (int c = lane; c < nch; c += 32) cp_async16(buf + 16 * c, reinterpret_cast<const void *>(a0 + 16 * (uintptr_t)c));
+  return buf + off;
+}
+// Bytes a buffer slot needs for a copy of `bytes` at any alignment.
+__host__ __device__ constexpr int copy_slot_bytes(int bytes) { return ((bytes + 15 + 15) / 16) * 16; }
+
+// Partial dot product (this lane's units) of `nblk` blocks of a row copied at p with the staged
+// activations xb (the window's first element).
+template <int T>
+__device__ __forceinline__ float dot_window(const uint8_t *p, int nblk, const float *xb, int lane) {
+  using Q = qt<T>;
+  float acc = 0.0f;
+  const int nunits = nblk * Q::UPB;
+#pragma unroll 2
+  for (int k = lane; k < nunits; k += 32) {
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const float *x = xb + blk * Q::BE;
+    Q::unit(p + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+      const float4 xv = *reinterpret_cast<const float4 *>(x + pos);
+      acc += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+    });
+  }
+  return acc;
+}
+
+// One activation row of n floats (n % 4 == 0, n <= 32 * blockDim.x) held in registers, all loads in flight.
+struct xrow {
+  float4 v[8];
+};
+__device__ __forceinline__ void xrow_load(xrow &r, const float *x, int n) {
+  const int n4 = n >> 2;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) r.v[k] = __ldcg(reinterpret_cast<const float4 *>(x) + i);
+  }
+}
+// Stores r to xs, RMS-normalised with weights w (null: none) when norm (the same products as the
+// CPU reference: x * (1/rms) * w). Ends with a block barrier; every thread of the block calls it.
+__device__ __forceinline__ void xrow_store(const xrow &r, float *xs, int n, int norm, const float *w, float eps, float *red) {
+  const int n4 = n >> 2;
+  float4 *xs4 = reinterpret_cast<float4 *>(xs);
+  if (!norm) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < n4) xs4[i] = r.v[k];
+    }
+    __syncthreads();
+    return;
+  }
+  float4 wv[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) wv[k] = w ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) ss += r.v[k].x * r.v[k].x + r.v[k].y * r.v[k].y + r.v[k].z * r.v[k].z + r.v[k].w * r.v[k].w;
+  }
+  ss = block_sum(ss, red);
+  const float sc = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) xs4[i] = make_float4(r.v[k].x * sc * wv[k].x, r.v[k].y * sc * wv[k].y, r.v[k].z * sc * wv[k].z, r.v[k].w * sc * wv[k].w);
+  }
+  __syncthreads();
+}
