@@ -150,6 +150,32 @@ describe("long contexts", () => {
   }, 60_000);
 });
 
+describe("batches of at least 32 rows (the lane-order kernels where the path has them)", () => {
+  test("demo Q4_K_M, a 48-token batch: every path near the scalar path's", () => {
+    const m = Model.load(join(demoDir, "bloomery-demo-q4_k_m.gguf"), { nCtx: 64, nThreads: 2 });
+    try {
+      const prompt = Array.from({ length: 48 }, (_, i) => (i * 131 + 7) % 7900);
+      const V = m.hp.nVocab;
+      const ref = onPath("scalar", () => m.evalSequence(prompt, 0, 0, true));
+      for (const p of paths) {
+        const got = onPath(p, () => m.evalSequence(prompt, 0, 0, true));
+        const per: number[] = [];
+        for (let t = 0; t < prompt.length; t++) {
+          const a = got.subarray(t * V, (t + 1) * V), b = ref.subarray(t * V, (t + 1) * V);
+          per.push(maxAbsDiff(a, b));
+          const order = Array.from(b.keys()).sort((i, j) => b[j] - b[i]);
+          if (b[order[0]] - b[order[1]] > 1.0) expect(argmax(a)).toBe(order[0]);
+        }
+        const median = per.slice().sort((x, y) => x - y)[per.length >> 1];
+        console.log(`48-token batch, ${p}: |dlogit| vs scalar: median ${median.toExponential(2)}, max ${Math.max(...per).toExponential(2)}`);
+        expect(median).toBeLessThan(0.5);
+      }
+    } finally {
+      m.close();
+    }
+  });
+});
+
 describe("threads", () => {
   test("-t / -tb are clamped to the usable cores and do not change results; batching neither", () => {
     const cores = usableCores();

@@ -96,7 +96,8 @@ function dequantRow(type: number, src: Uint8Array, n: number): Float32Array {
 }
 
 const paths = cpuPaths();
-const simd = paths.filter((p) => p !== "scalar");
+// "avx512+lanes": the AVX-512 kernels of batches (lane-order Q8_K activations)
+const simd = [...paths.filter((p) => p !== "scalar"), ...(paths.includes("avx512") ? ["avx512+lanes"] : [])];
 
 describe("kernel paths", () => {
   test("this CPU runs the scalar path, and the AVX paths it has", () => {

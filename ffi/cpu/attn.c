@@ -35,6 +35,8 @@ typedef struct {
   int64_t rb[3];
   uint8_t *qin[3];
   int n_vt, which[3]; /* which[m]: index into vt of matrix m (0 Q, 1 K, 2 V) */
+  int lanes[3];       /* per activation type: lane-order Q8_K (every matrix using it has the kernels) */
+  int lanes_o;
   const bl_tensor *w[3];
   int64_t rpi, tiles[3];
   /* attention */
@@ -176,7 +178,7 @@ static void attn_task(void *a, int ith, int nth) {
   bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
   bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
-    for (int i = 0; i < j->n_vt; i++) bl_job_quantize(c, &j->c_q[i], j->vt[i], c->h, j->E, j->n_tok, j->E, j->qin[i], j->rb[i]);
+    for (int i = 0; i < j->n_vt; i++) bl_job_quantize(c, &j->c_q[i], j->vt[i], j->lanes[i], c->h, j->E, j->n_tok, j->E, j->qin[i], j->rb[i]);
     bl_pool_barrier_ith(c->pool, ith);
   }
   /* Q, K and V rows as one item space */
@@ -195,7 +197,7 @@ static void attn_task(void *a, int ith, int nth) {
         act[t] = exact ? (const uint8_t *)(c->h + t * j->E) : j->qin[j->which[mi]] + t * j->rb[j->which[mi]];
         yp[t] = outs[mi] + t * dims[mi];
       }
-      m = (bl_mm_spec){j->w[mi], 0, act, yp, j->n_tok};
+      m = (bl_mm_spec){j->w[mi], 0, act, yp, j->n_tok, j->lanes[j->which[mi]]};
     }
     const int64_t r0 = tile * j->rpi, r1 = r0 + j->rpi < dims[mi] ? r0 + j->rpi : dims[mi];
     bl_mm_rows(c, ith, &m, r0, r1);
@@ -223,14 +225,14 @@ static void attn_task(void *a, int ith, int nth) {
   }
   bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
-    bl_job_quantize(c, &j->c_qo, j->vt_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
+    bl_job_quantize(c, &j->c_qo, j->vt_o, j->lanes_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
     bl_pool_barrier_ith(c->pool, ith);
   }
   for (int64_t t = 0; t < j->n_tok; t++) {
     act[t] = exact ? (const uint8_t *)(c->att + t * j->qd) : j->qo + t * j->rb_o;
     yp[t] = c->h + t * j->E;
   }
-  const bl_mm_spec mo = {&j->b->t[BL_ATTN_O], 0, act, yp, j->n_tok};
+  const bl_mm_spec mo = {&j->b->t[BL_ATTN_O], 0, act, yp, j->n_tok, j->lanes_o};
   bl_job_matmul(c, ith, &j->c_o, &mo, j->rpi_o);
   bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_res, 1)) < j->n_tok;) {
@@ -309,10 +311,16 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
     j.which[mi] = f;
     j.w[mi] = ws[mi];
   }
+  for (int i = 0; i < j.n_vt; i++) {
+    j.lanes[i] = 1;
+    for (int mi = 0; mi < 3; mi++)
+      if (j.which[mi] == i && !bl_lanes(c, ws[mi], n_tok)) j.lanes[i] = 0;
+  }
   j.rpi = bl_rows_per_item(j.qd + 2 * j.kd, n_tok, nth);
   for (int mi = 0; mi < 3; mi++) j.tiles[mi] = (rows[mi] + j.rpi - 1) / j.rpi;
   j.vt_o = bl_act_type(c, (int32_t)b->t[BL_ATTN_O].type);
   j.rb_o = bl_row_bytes(j.vt_o, j.qd);
+  j.lanes_o = bl_lanes(c, &b->t[BL_ATTN_O], n_tok);
   j.rpi_o = bl_rows_per_item(E, n_tok, nth);
   /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
   j.n_chunk = (max_pos + CHUNK) / CHUNK;

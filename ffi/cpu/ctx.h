@@ -62,8 +62,11 @@ int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *wha
 
 /* ---- pieces that run inside a pool job (every worker calls them; items claimed by counter) ---- */
 /* Convert rows of x (length n) to type vt at dst + t * rb. */
-void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, const float *x, int64_t xs, int64_t n_tok,
+void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, int lanes, const float *x, int64_t xs, int64_t n_tok,
                      int64_t n, uint8_t *dst, int64_t rb);
+/* Whether a product of W with n_act activation rows uses the lane-order kernels of batches
+ * (kernels.h's tile_lanes: Q8_K activations in lane order). */
+int bl_lanes(const bl_cpu_ctx *c, const bl_tensor *w, int64_t n_act);
 /* Rows [r0, r1) of W(slab) against n_act converted activation rows: y[i][r - r0] for row r, row i.
  * Work is split in items of `rows_per_item` rows claimed from ctr. */
 typedef struct {
@@ -72,6 +75,7 @@ typedef struct {
   const uint8_t *const *act; /* activation row pointers */
   float *const *y;           /* output row pointers (row r of W lands at y[i][r]) */
   int64_t n_act;
+  int lanes;                 /* the activation rows are lane-order Q8_K (bl_lanes) */
 } bl_mm_spec;
 void bl_job_matmul(bl_cpu_ctx *c, int ith, bl_counter *ctr, const bl_mm_spec *m, int64_t rows_per_item);
 /* Rows per work item for a matrix of `rows` rows with n_act activation rows on nth threads (at

@@ -7,6 +7,9 @@
 
 /* Most activation rows one tile call takes (prefill reads a weight block once per this many rows). */
 #define BL_TILE_A 16
+/* Batches (activation rows of one product) of at least this many rows use the lane-order
+ * kernels where the path has them. */
+#define BL_LANES_MIN 32
 
 /* y[r][i] = dot(weight row i, activation row r) for i < nw, r < na (na <= BL_TILE_A).
  * Weight rows of n elements at w + i * ws; activation row r (already in the weight type's
@@ -23,6 +26,10 @@ typedef struct bl_kernels {
   bl_path path;
   bl_tile_fn tile[BL_TYPE_COUNT]; /* by weight type; NULL: the type has no product on this path */
   bl_act_fn act[BL_TYPE_COUNT];   /* by activation type (Q8_K, Q8_0, F16, ...); NULL: reference */
+  /* Batches of at least BL_LANES_MIN rows may use lane-order Q8_K activations (simd_avx512_kl.c):
+   * their quantizer and their products by weight type; NULL where the path has none. */
+  bl_act_fn act_q8k_lanes;
+  bl_tile_fn tile_lanes[BL_TYPE_COUNT];
   /* ---- float helpers for attention and the dense parts ---- */
   /* sum of x[i] * y[i] */
   float (*dot_f32)(const float *x, const float *y, int64_t n);
@@ -71,6 +78,11 @@ void bl_avx512_fill_k(bl_kernels *k);
 void bl_avx512_fill_q(bl_kernels *k);
 void bl_avx512_fill_f(bl_kernels *k);
 void bl_avx512_fill_attn(bl_kernels *k);
+void bl_avx512_fill_kl(bl_kernels *k);
+/* Lane-order Q8_K (simd_avx512_kl.c): the quantizer, and the 256 values from and back to element order. */
+void bl_avx512_act_q8k_lanes(const float *x, void *dst, int64_t n);
+void bl_avx512_q8k_to_lanes(const int8_t *src, int8_t *dst);
+void bl_avx512_q8k_from_lanes(const int8_t *src, int8_t *dst);
 void bl_avx2_fill_attn(bl_kernels *k);
 
 /* Scalar float helpers (the scalar table's entries, reused by SIMD paths for tails). */

@@ -125,35 +125,59 @@ int64_t bl_cpu_usable_cores(void) { return bl_usable_cores(); }
 
 /* ---- one path's kernels alone ---- */
 
-static const bl_kernels *path_kernels(const char *path) {
+/* A path by name; "<path>+lanes" asks for its lane-order kernels of batches (*lanes = 1). */
+static const bl_kernels *path_kernels(const char *path, int *lanes) {
+  *lanes = 0;
   if (!path || !*path) return bl_kern();
-  const int p = bl_path_by_name(path);
-  return p < 0 ? NULL : bl_kern_path((bl_path)p);
+  char name[32];
+  if (strlen(path) >= sizeof name) return NULL;
+  strcpy(name, path);
+  char *plus = strchr(name, '+');
+  if (plus) {
+    if (strcmp(plus, "+lanes") != 0) return NULL;
+    *plus = 0;
+    *lanes = 1;
+  }
+  const int p = bl_path_by_name(name);
+  const bl_kernels *k = p < 0 ? NULL : bl_kern_path((bl_path)p);
+  return k && *lanes && !k->act_q8k_lanes ? NULL : k;
 }
 
 static int64_t bad_path(const char *fn, const char *path) {
-  if (bl_path_by_name(path) < 0) return bl_fail(BL_E_INVAL, "%s: '%s' is not a path (scalar, avx2, avx512)", fn, path);
-  return bl_fail(BL_E_UNSUPPORTED, "%s: this CPU lacks the instructions of path '%s'", fn, path);
+  return bl_fail(BL_E_UNSUPPORTED, "%s: '%s' is not a path this CPU runs (scalar, avx2, avx512; avx512+lanes)", fn, path);
 }
 
 int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, void *dst, int64_t n) {
-  const bl_kernels *k = path_kernels(path);
+  int lanes;
+  const bl_kernels *k = path_kernels(path, &lanes);
   if (!k) return bad_path("bl_kernel_quantize", path);
   const bl_type_traits *tr = bl_traits((int32_t)act_type);
   if (!tr || !k->act[act_type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_quantize: type %lld is not an activation type", (long long)act_type);
   if (n < 0 || n % tr->block_elems) return bl_fail(BL_E_INVAL, "bl_kernel_quantize: %s: %lld elements", tr->name, (long long)n);
   if (n && (!x || !dst)) return bl_fail(BL_E_INVAL, "bl_kernel_quantize: null buffer");
-  if (n) k->act[act_type](x, dst, n);
+  const int lane_order = lanes && act_type == BL_Q8_K;
+  if (n) (lane_order ? k->act_q8k_lanes : k->act[act_type])(x, dst, n);
+  if (lane_order) /* back to element order, to compare with the reference */
+    for (int64_t b = 0; b < n / BL_QK_K; b++) {
+      int8_t *qs = (int8_t *)dst + b * 292 + 4;
+      int8_t tmp[256];
+      bl_avx512_q8k_from_lanes(qs, tmp);
+      memcpy(qs, tmp, 256);
+    }
   return BL_OK;
 }
 
 int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t row_stride, int64_t rows, const float *x,
                          int64_t n_x, int64_t n, float *y) {
-  const bl_kernels *k = path_kernels(path);
+  int lanes;
+  const bl_kernels *k = path_kernels(path, &lanes);
   if (!k) return bad_path("bl_kernel_matmul", path);
   const bl_type_traits *tr = bl_traits((int32_t)type);
   if (!tr || !tr->vec_dot || !k->tile[type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_matmul: type %lld has no product", (long long)type);
   const int32_t vt = tr->vec_dot_type;
+  lanes = lanes && vt == BL_Q8_K && k->tile_lanes[type];
+  const bl_act_fn act = lanes ? k->act_q8k_lanes : k->act[vt];
+  const bl_tile_fn tile = lanes ? k->tile_lanes[type] : k->tile[type];
   const int64_t rb = bl_row_bytes(vt, n);
   if (n <= 0 || rb < 0 || bl_row_bytes((int32_t)type, n) > row_stride || rows < 0 || n_x < 0)
     return bl_fail(BL_E_INVAL, "bl_kernel_matmul: %s: bad shape (n %lld, stride %lld, rows %lld, n_x %lld)", tr->name,
@@ -161,7 +185,7 @@ int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t 
   if ((rows && !w) || (n_x && (!x || !y))) return bl_fail(BL_E_INVAL, "bl_kernel_matmul: null buffer");
   uint8_t *q = aligned((size_t)(rb * (n_x ? n_x : 1)));
   if (!q) return bl_fail(BL_E_NOMEM, "bl_kernel_matmul: out of memory");
-  for (int64_t i = 0; i < n_x; i++) k->act[vt](x + i * n, q + i * rb, n);
+  for (int64_t i = 0; i < n_x; i++) act(x + i * n, q + i * rb, n);
   /* odd tiles on purpose: every activation count 1..BL_TILE_A and a varying number of rows */
   for (int64_t i0 = 0, step = 1; i0 < n_x; i0 += step, step = step % BL_TILE_A + 1) {
     const int na = (int)(n_x - i0 < step ? n_x - i0 : step);
@@ -173,7 +197,7 @@ int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t 
         a[r] = q + (i0 + r) * rb;
         yp[r] = y + (i0 + r) * rows + r0;
       }
-      k->tile[type](n, (const uint8_t *)w + r0 * row_stride, row_stride, cnt, a, na, yp);
+      tile(n, (const uint8_t *)w + r0 * row_stride, row_stride, cnt, a, na, yp);
     }
   }
   free(q);
@@ -184,7 +208,8 @@ int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t 
  * 6 exp_sum, 7 axpy_f32, 8 scale_f32. Arguments as the helper takes them; the scalar result
  * (dot, sum) in *r. */
 int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, void *y, int64_t n, double *r) {
-  const bl_kernels *k = path_kernels(path);
+  int lanes;
+  const bl_kernels *k = path_kernels(path, &lanes);
   if (!k) return bad_path("bl_kernel_float", path);
   if (n < 0 || (n && (!x || !y)) || !r) return bl_fail(BL_E_INVAL, "bl_kernel_float: bad arguments");
   *r = 0;
@@ -208,6 +233,7 @@ int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, vo
  * counter (as matmul does): the best of `reps` passes, in ns of wall time. */
 typedef struct {
   const bl_kernels *k;
+  bl_tile_fn tile;
   int64_t type, n, ws, rows, na, tile_rows;
   const uint8_t *w;
   const uint8_t *const *a;
@@ -223,14 +249,15 @@ static void kbench_task(void *arg, int ith, int nth) {
     const int64_t r0 = i * j->tile_rows;
     float *yp[BL_TILE_A];
     for (int64_t r = 0; r < j->na; r++) yp[r] = j->y + r * j->rows + r0;
-    j->k->tile[j->type](j->n, j->w + r0 * j->ws, j->ws, (int)(j->rows - r0 < j->tile_rows ? j->rows - r0 : j->tile_rows), j->a,
+    j->tile(j->n, j->w + r0 * j->ws, j->ws, (int)(j->rows - r0 < j->tile_rows ? j->rows - r0 : j->tile_rows), j->a,
                         (int)j->na, yp);
   }
 }
 
 int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t ws, int64_t rows, int64_t n, int64_t na,
                         int64_t tile_rows, int64_t n_threads, int64_t reps, double *best_ns) {
-  const bl_kernels *k = path_kernels(path);
+  int lanes;
+  const bl_kernels *k = path_kernels(path, &lanes);
   if (!k) return bad_path("bl_kernel_bench", path);
   const bl_type_traits *tr = bl_traits((int32_t)type);
   if (!tr || !tr->vec_dot || !k->tile[type]) return bl_fail(BL_E_UNSUPPORTED, "bl_kernel_bench: type %lld has no product", (long long)type);
@@ -247,12 +274,13 @@ int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t w
     return bl_fail(BL_E_NOMEM, "bl_kernel_bench: out of memory");
   }
   for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+  lanes = lanes && vt == BL_Q8_K && k->tile_lanes[type];
   const uint8_t *a[BL_TILE_A];
   for (int64_t r = 0; r < na; r++) {
-    k->act[vt](x, q + r * rb, n);
+    (lanes ? k->act_q8k_lanes : k->act[vt])(x, q + r * rb, n);
     a[r] = q + r * rb;
   }
-  kbench_job j = {k, type, n, ws, rows, na, tile_rows, w, a, y, {0}};
+  kbench_job j = {k, lanes ? k->tile_lanes[type] : k->tile[type], type, n, ws, rows, na, tile_rows, w, a, y, {0}};
   double best = 1e300;
   bl_pool_enter(pool);
   for (int64_t it = 0; it < reps; it++) {

@@ -34,9 +34,14 @@ int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *wha
   return BL_OK;
 }
 
-void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, const float *x, int64_t xs, int64_t n_tok,
+int bl_lanes(const bl_cpu_ctx *c, const bl_tensor *w, int64_t n_act) {
+  return !bl_exact(c) && n_act >= BL_LANES_MIN && c->kern->act_q8k_lanes && bl_act_type(c, (int32_t)w->type) == BL_Q8_K &&
+         c->kern->tile_lanes[w->type] != NULL;
+}
+
+void bl_job_quantize(bl_cpu_ctx *c, bl_counter *ctr, int32_t vt, int lanes, const float *x, int64_t xs, int64_t n_tok,
                      int64_t n, uint8_t *dst, int64_t rb) {
-  bl_act_fn f = c->kern->act[vt];
+  bl_act_fn f = lanes ? c->kern->act_q8k_lanes : c->kern->act[vt];
   for (int64_t t; (t = bl_claim(ctr, 1)) < n_tok;) f(x + t * xs, dst + t * rb, n);
 }
 
@@ -72,7 +77,7 @@ void bl_mm_rows(bl_cpu_ctx *c, int ith, const bl_mm_spec *m, int64_t r0, int64_t
     mm_rows_exact(c, ith, m, r0, r1);
     return;
   }
-  const bl_tile_fn tile = c->kern->tile[m->w->type];
+  const bl_tile_fn tile = m->lanes ? c->kern->tile_lanes[m->w->type] : c->kern->tile[m->w->type];
   const uint8_t *w0 = bl_tensor_row(m->w, m->slab, r0);
   for (int64_t t0 = 0; t0 < m->n_act; t0 += BL_TILE_A) {
     const int na = (int)(m->n_act - t0 < BL_TILE_A ? m->n_act - t0 : BL_TILE_A);
@@ -104,7 +109,7 @@ static void matmul_task(void *a, int ith, int nth) {
   matmul_job *j = a;
   (void)nth;
   if (!bl_exact(j->c)) {
-    bl_job_quantize(j->c, &j->cq, j->vt, j->x, j->xs, j->n_tok, j->m.w->ne[0], j->dst, j->rb);
+    bl_job_quantize(j->c, &j->cq, j->vt, j->m.lanes, j->x, j->xs, j->n_tok, j->m.w->ne[0], j->dst, j->rb);
     bl_pool_barrier_ith(j->c->pool, ith);
   }
   bl_job_matmul(j->c, ith, &j->cm, &j->m, j->rpi);
@@ -125,7 +130,7 @@ int64_t bl_matmul(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const float *
     act[t] = bl_exact(c) ? (const uint8_t *)(x + t * xs) : c->qact + t * rb;
     yp[t] = y + t * ys;
   }
-  matmul_job j = {.c = c, .m = {w, slab, act, yp, n_tok}, .vt = vt, .x = x, .xs = xs, .n_tok = n_tok, .rb = rb,
+  matmul_job j = {.c = c, .m = {w, slab, act, yp, n_tok, bl_lanes(c, w, n_tok)}, .vt = vt, .x = x, .xs = xs, .n_tok = n_tok, .rb = rb,
                   .rpi = bl_rows_per_item(w->ne[1], n_tok, bl_pool_active(c->pool)), .dst = c->qact};
   const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, matmul_task, &j);

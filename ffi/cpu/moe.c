@@ -18,6 +18,7 @@ typedef struct {
   const float *normw;
   float eps;
   int32_t vt, vt_d;   /* activation types of gate/up and of down */
+  int lanes, lanes_d; /* lane-order Q8_K rows for gate/up, for down (bl_lanes, by batch size) */
   int64_t rb, rb_d;   /* their row bytes */
   uint8_t *qin;       /* input rows converted (n_tok x rb) */
   /* pairs (token, pick) sorted by expert */
@@ -116,7 +117,7 @@ static void gate_up_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1)
     act[i] = exact ? (const uint8_t *)(c->h + t * j->E) : j->qin + t * j->rb;
     yp[i] = j->ff_out + (p0 + i) * j->ff;
   }
-  bl_mm_spec m = {j->gate, e, act, yp, np};
+  bl_mm_spec m = {j->gate, e, act, yp, np, j->lanes};
   bl_mm_rows(c, ith, &m, r0, r1);
   const int64_t w = r1 - r0;
   for (int64_t i = 0; i < np; i++) yp[i] = tmp + i * w - r0;
@@ -140,7 +141,7 @@ static void down_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
     act[i] = exact ? (const uint8_t *)(j->ff_out + (p0 + i) * j->ff) : j->ffq + (p0 + i) * j->rb_d;
     yp[i] = j->dn + (p0 + i) * j->E;
   }
-  bl_mm_spec m = {j->down, e, act, yp, np};
+  bl_mm_spec m = {j->down, e, act, yp, np, j->lanes_d};
   bl_mm_rows(c, ith, &m, r0, r1);
 }
 
@@ -184,10 +185,10 @@ static void moe_task(void *a, int ith, int nth) {
       act[t] = (const uint8_t *)(c->h + t * j->E);
       yp[t] = c->router + t * j->ne;
     }
-    bl_mm_spec m = {j->gate_inp, 0, act, yp, j->n_tok};
+    bl_mm_spec m = {j->gate_inp, 0, act, yp, j->n_tok, 0};
     bl_job_matmul(c, ith, &j->c_router, &m, 4);
   }
-  if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
+  if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, j->lanes, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
   bl_pool_barrier_ith(c->pool, ith);
   if (!j->dense) {
     for (int64_t t; (t = bl_claim(&j->c_route, 1)) < j->n_tok;) route_token(j, t);
@@ -201,7 +202,7 @@ static void moe_task(void *a, int ith, int nth) {
   }
   bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
-    bl_job_quantize(c, &j->c_qd, j->vt_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
+    bl_job_quantize(c, &j->c_qd, j->vt_d, j->lanes_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
     bl_pool_barrier_ith(c->pool, ith);
   }
   for (int64_t i; (i = bl_claim(&j->c_down, 1)) < j->n_active * j->tiles_d;) {
@@ -305,6 +306,8 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, 
   j.ff = j.gate->ne[1];
   j.vt = bl_act_type(c, (int32_t)j.gate->type);
   j.vt_d = bl_act_type(c, (int32_t)j.down->type);
+  j.lanes = bl_lanes(c, j.gate, j.n_tok);
+  j.lanes_d = bl_lanes(c, j.down, j.n_tok);
   j.rb = bl_row_bytes(j.vt, j.E);
   j.rb_d = bl_row_bytes(j.vt_d, j.ff);
   if (j.rb < 0 || j.rb_d < 0) return bl_fail(BL_E_UNSUPPORTED, "%s: cannot convert activations for the expert types", what);

@@ -48,6 +48,17 @@ static void act_q8_K(const float *x, void *dst, int64_t n) {
   }
 }
 
+/* The same values in lane order (simd_avx512_kl.c), for the products of batches. */
+void bl_avx512_act_q8k_lanes(const float *x, void *dst, int64_t n) {
+  act_q8_K(x, dst, n);
+  bl_block_q8_K *b = dst;
+  for (int64_t i = 0; i < n / BL_QK_K; i++) {
+    int8_t nat[256];
+    memcpy(nat, b[i].qs, 256);
+    bl_avx512_q8k_to_lanes(nat, b[i].qs);
+  }
+}
+
 /* q = roundf(t): to nearest, halves away from zero (t - trunc(t) is exact). */
 INLINE __m512i round_away(__m512 t) {
   const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -227,5 +238,6 @@ void bl_kernels_init_avx512(bl_kernels *k) {
   bl_avx512_fill_f(k);
   bl_avx512_fill_k(k);
   bl_avx512_fill_q(k);
+  bl_avx512_fill_kl(k);
   bl_avx512_fill_attn(k);
 }
