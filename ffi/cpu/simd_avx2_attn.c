@@ -62,16 +62,26 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   for (int hh = 0; hh < G; hh++) {
     const float *q = q0 + hh * qstride;
     float *m = st + hh * (hd + 2), *l = m + 1, *acc = m + 2;
-    for (int pb = 0; pb < nblk; pb++) {
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    /* two 16-position blocks per pass: one broadcast of q[d] for four vectors */
+    for (int pb = 0; pb < nblk; pb += 2) {
+      const int two = pb + 1 < nblk;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
       for (int d = 0; d < hd; d++) {
         const __m256 qd = _mm256_set1_ps(q[d]);
         const float *row = kt + (int64_t)d * BL_ATTN_SUB + 16 * pb;
         a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row), a0);
         a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 8), a1);
+        if (two) {
+          b0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 16), b0);
+          b1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 24), b1);
+        }
       }
       _mm256_storeu_ps(s + 16 * pb, _mm256_mul_ps(a0, vs));
       _mm256_storeu_ps(s + 16 * pb + 8, _mm256_mul_ps(a1, vs));
+      if (two) {
+        _mm256_storeu_ps(s + 16 * pb + 16, _mm256_mul_ps(b0, vs));
+        _mm256_storeu_ps(s + 16 * pb + 24, _mm256_mul_ps(b1, vs));
+      }
     }
     float mx = -INFINITY;
     for (int p = 0; p < nb; p++)

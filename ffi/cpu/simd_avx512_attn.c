@@ -64,11 +64,22 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   for (int hh = 0; hh < G; hh++) {
     const float *q = q0 + hh * qstride;
     float *m = st + hh * (hd + 2), *l = m + 1, *acc = m + 2;
-    /* scores: lane p of block pb = sum over d of q[d] * k[p][d], d in order */
-    for (int pb = 0; pb < nblk; pb++) {
-      __m512 a = _mm512_setzero_ps();
-      for (int d = 0; d < hd; d++) a = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (int64_t)d * BL_ATTN_SUB + 16 * pb), a);
-      _mm512_storeu_ps(s + 16 * pb, _mm512_mul_ps(a, vs));
+    /* scores: lane p of block pb = sum over d of q[d] * k[p][d], d in order; one broadcast of
+     * q[d] for the four blocks */
+    {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int d = 0; d < hd; d++) {
+        const __m512 qd = _mm512_set1_ps(q[d]);
+        const float *row = kt + (int64_t)d * BL_ATTN_SUB;
+        a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row), a0);
+        if (nblk > 1) a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 16), a1);
+        if (nblk > 2) a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 32), a2);
+        if (nblk > 3) a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 48), a3);
+      }
+      _mm512_storeu_ps(s, _mm512_mul_ps(a0, vs));
+      if (nblk > 1) _mm512_storeu_ps(s + 16, _mm512_mul_ps(a1, vs));
+      if (nblk > 2) _mm512_storeu_ps(s + 32, _mm512_mul_ps(a2, vs));
+      if (nblk > 3) _mm512_storeu_ps(s + 48, _mm512_mul_ps(a3, vs));
     }
     float mx = -INFINITY;
     for (int p = 0; p < nb; p++)
