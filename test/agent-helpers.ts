@@ -20,7 +20,7 @@ export function agentEnv(extra: Record<string, string> = {}): Record<string, str
   const cache = mkdtempSync(join(tmpdir(), "bloomery-agent-"));
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || /^(HF_|HUGGING_FACE_|LLAMA_|BLOOMERY_)/.test(k)) continue;
+    if (v === undefined || /^(HF_|HUGGING_FACE_|LLAMA_|BLOOMERY_|BUN_BE_BUN$)/.test(k)) continue;
     env[k] = v;
   }
   return { ...env, HF_HUB_CACHE: join(cache, "hub"), HF_HOME: join(cache, "hf-home"), XDG_CACHE_HOME: join(cache, "xdg"), ...extra };

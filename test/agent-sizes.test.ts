@@ -20,11 +20,11 @@ import { GgufFile } from "../src/gguf/index.ts";
 import { Model } from "../src/engine/model.ts";
 import type { CpuBackend } from "../src/engine/cpu-backend.ts";
 import { cudaStatus } from "../ffi/cuda.ts";
+import { synth } from "../src/cli/synth.ts";
 import { FIXTURES } from "./paths.ts";
 
 const GiB = 1024 ** 3;
 const DEMO = join(FIXTURES, "demo-model", "bloomery-demo-q8_0.gguf");
-const TINY = join(FIXTURES, "tiny-qwen3moe", "tiny-q8_0.gguf");
 
 function tree(files: Record<string, string>): string {
   const root = mkdtempSync(join(tmpdir(), "bloomery-root-"));
@@ -103,10 +103,10 @@ describe("host memory", () => {
 
 describe("sizes", () => {
   test("the KV cache is the CPU backend's bytes per position times positions and slots", () => {
-    const m = Model.load(TINY, { nSlots: 3, nCtx: 256, nThreads: 1 });
+    const m = Model.load(DEMO, { nSlots: 3, nCtx: 256, nThreads: 1, nGpuLayers: 0 });
     const posBytes = (m.backend as CpuBackend).kvPosBytes();
     expect(kvBytes(m.hp, 3, 256)).toBe(posBytes * 3 * 256);
-    const g = geometryFromGguf(GgufFile.open(TINY));
+    const g = geometryFromGguf(GgufFile.open(DEMO));
     expect(hostNeed(g, { nSlots: 3, nCtxSlot: 256, maxTokens: 512, nThreads: 1 }).kv).toBe(posBytes * 3 * 256);
   });
 
@@ -120,12 +120,14 @@ describe("sizes", () => {
     expect(g.expertBytes).toBe([...f.tensors.values()].filter((t) => t.name.includes("_exps")).reduce((s, t) => s + t.nbytes, 0));
   });
 
-  test("on a card the estimate matches the CUDA library's own sizes", () => {
+  test("on a card the estimate matches the CUDA library's own sizes", async () => {
     if (!cudaStatus().ok) {
       console.log(`skip: no usable CUDA device (${cudaStatus().reason}); the estimate is checked against cudaPlanBytes on the GPU machine`);
       return;
     }
-    for (const path of [DEMO, TINY]) {
+    const wide = join(mkdtempSync(join(tmpdir(), "bloomery-wide-")), "wide-q4_k_m.gguf");
+    await synth({ model: "test-moe-wide", quant: "Q4_K_M", out: wide });
+    for (const path of [DEMO, wide]) {
       const g = geometryFromGguf(GgufFile.open(path));
       const s = { nSlots: 2, nCtxSlot: 1024, maxTokens: 512, nThreads: 4 };
       const exact = cardNeed(g, s, true);
@@ -231,7 +233,9 @@ describe("recommend", () => {
 
 describe("the start plan", () => {
   const demo = (): Geometry => geometryFromGguf(GgufFile.open(DEMO));
-  const plan = (argv: string[], ram: number) => {
+  // CPU only (-ngl 0), so the machine described and the real chooseBackend agree on a GPU machine too
+  const plan = (args: string[], ram: number) => {
+    const argv = [...args, "-ngl", "0"];
     const p = parseArgs(argv, {});
     if (p.action !== "serve") throw new Error("not a start");
     return planStart({ o: p.options, explicit: p.explicit, argv, source: { kind: "file", path: DEMO, byName: false }, machine: machine([], ram), dryRun: true, geometry: demo(), path: DEMO });
@@ -263,7 +267,7 @@ describe("the start plan", () => {
     const r = plan(["-m", DEMO, "-c", "32768"], at8k + HOST_MARGIN + 1024);
     expect(r.refusal?.code).toBe("E_DOES_NOT_FIT");
     expect(r.refusal?.exitCode).toBe(5);
-    expect(r.refusal?.next).toBe(`bloomery-serve -m ${DEMO} -c 8192`);
+    expect(r.refusal?.next).toBe(`bloomery-serve -m ${DEMO} -ngl 0 -c 8192`);
     expect(r.event.memory.fits).toBe(false);
     expect(r.event.refusal).toEqual(r.refusal!.toEvent());
     // --fit off: the training context is not shrunk

@@ -249,7 +249,9 @@ export function planStart(inp: PlanInput): StartPlan {
     exact = cudaStatus().ok && g.gguf !== undefined;
     need = cardNeed(g, settingsOf(ep), exact);
     if (!fitsIn(need, available, "card") && !refit("card", available, exact)) {
-      const msg = `the model does not fit ${card.name}: ${shortOf(g, "card", need, ep)} need more than the ${gib(available)} free of ${gib(card.total_bytes)} (${gib(CARD_MARGIN)} kept free)`;
+      const msg = need.refused
+        ? `the model cannot run on ${card.name} with ${settingsOf(ep).nSlots} slot(s) of ${settingsOf(ep).nCtxSlot} positions: ${need.refused}`
+        : `the model does not fit ${card.name}: ${shortOf(g, "card", need, ep)} need more than the ${gib(available)} free of ${gib(card.total_bytes)} (${gib(CARD_MARGIN)} kept free)`;
       if (ep.engine.nGpuLayers === "auto") {
         reason = `placement: ${msg}; every layer runs on the CPU`;
         ep = { ...ep, engine: { ...ep.engine, nGpuLayers: 0 } };

@@ -8,6 +8,7 @@ import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams } from "../models/types.ts";
 import { cudaPlanBytes } from "../engine/cuda-backend.ts";
+import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
 import { autoSlots } from "../server/engine-options.ts";
@@ -90,6 +91,8 @@ export interface MemoryNeed {
   total: number;
   /** the card's numbers are the CUDA library's (true) or estimated (false) */
   exact: boolean;
+  /** the CUDA library refused these sizes (a context beyond its limits): the model cannot run there */
+  refused?: string;
 }
 
 /** f16 K and V for every attention layer, slot and position. */
@@ -130,6 +133,8 @@ export function hostNeed(g: Geometry, s: ContextSettings): MemoryNeed {
 /** What the model needs on a card: the CUDA library's sizes when `exact` and the file is open, else the estimate. */
 export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean): MemoryNeed {
   const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot);
+  const work = cudaWorkBytes(g.hp, s.maxTokens);
+  const estimate: MemoryNeed = { weights: g.cardWeightBytes, kv, work, total: g.cardWeightBytes + kv + work, exact: false };
   if (exact && g.gguf) {
     const w = new MappedWeights(g.gguf, false);
     try {
@@ -137,17 +142,19 @@ export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean): Memor
       const prog = encodeProgram(fam.program(g.gguf, g.hp), (n) => w.tensor(n), g.hp.nEmbd, g.hp.nVocab);
       const got = cudaPlanBytes(g.hp, prog, { nSlots: s.nSlots, nCtxSlot: s.nCtxSlot, maxTokens: s.maxTokens });
       return { weights: got.weights, kv, work: got.context - kv, total: got.weights + got.context, exact: true };
+    } catch (e) {
+      if (!(e instanceof NativeError)) throw e;
+      return { ...estimate, refused: e.message };
     } finally {
       w.close();
     }
   }
-  const work = cudaWorkBytes(g.hp, s.maxTokens);
-  return { weights: g.cardWeightBytes, kv, work, total: g.cardWeightBytes + kv + work, exact: false };
+  return estimate;
 }
 
 /** Whether `need` fits `available` bytes with the margin kept free there. */
 export function fitsIn(need: MemoryNeed, available: number, where: "card" | "host"): boolean {
-  return need.total + (where === "card" ? CARD_MARGIN : HOST_MARGIN) <= available;
+  return need.refused === undefined && need.total + (where === "card" ? CARD_MARGIN : HOST_MARGIN) <= available;
 }
 
 /** Contexts tried when fitting, largest first, none above the training context. */
