@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
   __shared__ __align__(16) float sk32[HD], sv32[HD];
   __shared__ __half sk16[HD], sv16[HD];
   __shared__ float scs[HD / 2], ssn[HD / 2];
+  __shared__ float sqn[HD], skn[HD]; // norm weights (constant: loaded before the wait)
   __shared__ float sp[GM][WP];
   __shared__ float sred[A1_THREADS / 32][GM];
   __shared__ float s_f[GM][A1_MAX_SPLITS], s_l[GM][A1_MAX_SPLITS], s_L[GM];
@@ -61,6 +62,10 @@ __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
   const size_t base = (size_t)a.seq[0] * a.slot_stride + (size_t)g * HD;
   const __half *kb = a.kc + base, *vb = a.vc + base;
   if (p0 < p1) a1_issue<HD>(sK, sV, kb, vb, a.kd, p0, min(p1, p0 + WP), pos);
+  for (int d = tid; d < HD; d += A1_THREADS) {
+    sqn[d] = a.qn ? __ldg(a.qn + d) : 1.0f;
+    skn[d] = a.kn ? __ldg(a.kn + d) : 1.0f;
+  }
   // rotation factors of this position (shared by every head)
   const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
   for (int p = tid; p < r.n_rot / 2; p += A1_THREADS) {
@@ -99,13 +104,13 @@ __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
   // per-head RMSNorm and RoPE: warp per head (G query heads, then the key head)
   for (int hh = warp; hh <= G; hh += A1_THREADS / 32) {
     float *vec = hh < G ? sq[hh] : sk32;
-    const float *nw = hh < G ? a.qn : a.kn;
-    if (nw) {
+    const float *nw = hh < G ? sqn : skn;
+    if (hh < G ? a.qn != nullptr : a.kn != nullptr) {
       float xv[HD / 32], wv[HD / 32];
       float ss = 0.0f;
 #pragma unroll
       for (int i = 0; i < HD / 32; i++) {
-        wv[i] = __ldg(nw + lane + 32 * i);
+        wv[i] = nw[lane + 32 * i];
         xv[i] = vec[lane + 32 * i];
         ss += xv[i] * xv[i];
       }

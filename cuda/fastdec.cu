@@ -6,10 +6,12 @@
 // and V of a Q4_K_M file) share a launch. The experts: gate/up fused with SwiGLU and down
 // weighted into the residual, each block selecting the token's experts itself from the router
 // logits (route.cuh), so the router is a plain product and no kernel waits on a selection step.
+// Q4_K and Q6_K rows take int8 activations and dp4a (dot8.cuh) when the caller allows it.
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
 #include "route.cuh"
+#include "dot8.cuh"
 #include "stage.cuh"
 
 int cu_fast = FAST_ALL;
@@ -46,13 +48,14 @@ __device__ __forceinline__ float fmv_dot(const uint8_t *p, int n, const float *x
 // grid: blocks of W warps over the jobs' rows, rpw rows a warp taken two at a time (both rows'
 // copies in flight together); smem: x (n floats), then two slots of cap bytes a warp (a whole
 // row each). Jobs of type TA or TB.
-template <int TA, int TB>
+template <int TA, int TB, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
-  uint8_t *s0 = reinterpret_cast<uint8_t *>(xs + a.n) + (size_t)warp * 2 * a.cap, *s1 = s0 + a.cap;
+  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + a.n);
+  uint8_t *s0 = x8mem + (Q8 ? x8_bytes(a.n) : 0) + (size_t)warp * 2 * a.cap, *s1 = s0 + a.cap;
   // the block's job, picked with selects (a dynamic index into the parameters would go through local memory)
   int b = blockIdx.x;
   fmv_job jb = a.job[0];
@@ -80,6 +83,8 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
   if (a.h && blockIdx.x == 0)
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
+  x8v x8 = {};
+  if constexpr (Q8) x8 = quantize_x8(xs, a.n, x8mem);
   for (int i = 0; i < a.rpw; i += 2) {
     const int r0 = (b * a.rpw + i) * W + warp, r1 = (b * a.rpw + i + 1) * W + warp;
     const bool has1 = i + 1 < a.rpw && r1 < rows;
@@ -90,9 +95,14 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     }
     cp_async_wait_all();
     __syncwarp();
-    float v0 = ta ? fmv_dot<TA>(p0, a.n, xs, lane) : fmv_dot<TB>(p0, a.n, xs, lane);
-    float v1 = 0.0f;
-    if (has1) v1 = ta ? fmv_dot<TA>(p1, a.n, xs, lane) : fmv_dot<TB>(p1, a.n, xs, lane);
+    float v0, v1 = 0.0f;
+    if constexpr (Q8) {
+      v0 = ta ? dot8_row<TA>(p0, a.n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p0, a.n / qt<TB>::BE, x8, 0, lane);
+      if (has1) v1 = ta ? dot8_row<TA>(p1, a.n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p1, a.n / qt<TB>::BE, x8, 0, lane);
+    } else {
+      v0 = ta ? fmv_dot<TA>(p0, a.n, xs, lane) : fmv_dot<TB>(p0, a.n, xs, lane);
+      if (has1) v1 = ta ? fmv_dot<TA>(p1, a.n, xs, lane) : fmv_dot<TB>(p1, a.n, xs, lane);
+    }
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
     if (lane == 0) {
@@ -113,8 +123,8 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
 __device__ __forceinline__ void select_experts(const fmoe_args &a, int *ssel, float *sw) {
   if (threadIdx.x >= 32) return;
   if (a.logits) {
-    if (a.n_expert <= 128) route_core<4>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
-    else route_core<8>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
+    if (a.n_expert <= 128) route_core<4, true>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
+    else route_core<8, true>(a.logits, a.n_expert, a.k, a.norm_topk, a.w_scale, ssel, sw);
   } else if (threadIdx.x == 0) {
     ssel[0] = 0;
     sw[0] = 1.0f;
@@ -123,7 +133,7 @@ __device__ __forceinline__ void select_experts(const fmoe_args &a, int *ssel, fl
 
 // grid: x over hidden rows (16 a block: two a warp), y over the token's picks; smem: h (n
 // floats), then four slots of cap bytes a warp (gate and up of both rows, copied together).
-template <int T>
+template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
@@ -131,12 +141,15 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   __shared__ float sw[ROUTER_MAX_K];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
-  uint8_t *sl = reinterpret_cast<uint8_t *>(xs + n) + (size_t)warp * 4 * a.cap;
+  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + n);
+  uint8_t *sl = x8mem + (Q8 ? x8_bytes(n) : 0) + (size_t)warp * 4 * a.cap;
   cu_pdl_wait();
   xrow r;
   xrow_load(r, a.h, n);
   select_experts(a, ssel, sw);
   xrow_store(r, xs, n, 0, nullptr, 0.0f, nullptr); // barrier: the picks are visible too
+  x8v x8 = {};
+  if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   const int r0 = blockIdx.x * 2 * W + warp, r1 = r0 + W, j = blockIdx.y, ff = a.gate.ne1;
   if (r0 >= ff) return;
   const bool has1 = r1 < ff;
@@ -152,11 +165,31 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   cp_async_wait_all();
   __syncwarp();
   const int nb = n / Q::BE;
-  const float g0 = warp_sum(dot_window<T>(pg0, nb, xs, lane)), u0 = warp_sum(dot_window<T>(pu0, nb, xs, lane));
-  float g1 = 0.0f, u1 = 0.0f;
-  if (has1) {
-    g1 = warp_sum(dot_window<T>(pg1, nb, xs, lane));
-    u1 = warp_sum(dot_window<T>(pu1, nb, xs, lane));
+  float g0, u0, g1 = 0.0f, u1 = 0.0f;
+  if constexpr (Q8) {
+    // the four rows' units side by side: each unit's activations are read once for all four
+    using D = d8<T>;
+    float ag0 = 0.0f, au0 = 0.0f, ag1 = 0.0f, au1 = 0.0f;
+    for (int k = lane; k < nb * D::UPB; k += 32) {
+      const int b = k / D::UPB, u = k - b * D::UPB, gb = b * (Q::BE / 32);
+      ag0 += D::unit(pg0 + (size_t)b * Q::BB, u, x8, gb);
+      au0 += D::unit(pu0 + (size_t)b * Q::BB, u, x8, gb);
+      if (has1) {
+        ag1 += D::unit(pg1 + (size_t)b * Q::BB, u, x8, gb);
+        au1 += D::unit(pu1 + (size_t)b * Q::BB, u, x8, gb);
+      }
+    }
+    g0 = warp_sum(ag0);
+    u0 = warp_sum(au0);
+    g1 = warp_sum(ag1);
+    u1 = warp_sum(au1);
+  } else {
+    g0 = warp_sum(dot_window<T>(pg0, nb, xs, lane));
+    u0 = warp_sum(dot_window<T>(pu0, nb, xs, lane));
+    if (has1) {
+      g1 = warp_sum(dot_window<T>(pg1, nb, xs, lane));
+      u1 = warp_sum(dot_window<T>(pu1, nb, xs, lane));
+    }
   }
   if (lane == 0) {
     a.act[(size_t)j * ff + r0] = silu_f(g0) * u0;
@@ -166,7 +199,7 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 
 // grid: x over output rows (8 a block); smem: act (k rows of ff floats), then a buffer of cap
 // bytes a warp holding as many picks' rows as fit (cap / slot), copied together.
-template <int T>
+template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
@@ -175,7 +208,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = a.logits ? a.k : 1;
   const int ff = a.down.ne0, na = K * ff;
-  uint8_t *buf = reinterpret_cast<uint8_t *>(xs + na) + (size_t)warp * a.cap;
+  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + na);
+  uint8_t *buf = x8mem + (Q8 ? x8_bytes(na) : 0) + (size_t)warp * a.cap;
   cu_pdl_wait();
   if (na <= 32 * (int)blockDim.x) {
     xrow r;
@@ -187,6 +221,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     stage_plain(xs, a.act, na);
     __syncthreads();
   }
+  x8v x8 = {};
+  if constexpr (Q8) x8 = quantize_x8(xs, na, x8mem);
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;
   if (row >= a.down.ne1) return;
   const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), per = a.cap / slot;
@@ -202,7 +238,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     for (int jj = 0; jj < cnt; jj++) {
       const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
       const uint8_t *p = buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
-      acc += sw[j0 + jj] * dot_window<T>(p, ff / Q::BE, xs + (size_t)(j0 + jj) * ff, lane);
+      if constexpr (Q8) acc += sw[j0 + jj] * dot8_row<T>(p, ff / Q::BE, x8, (j0 + jj) * (ff / 32), lane);
+      else acc += sw[j0 + jj] * dot_window<T>(p, ff / Q::BE, xs + (size_t)(j0 + jj) * ff, lane);
     }
     __syncwarp();
   }
@@ -220,20 +257,29 @@ static int row_bytes(int type, int n) {
 
 static bool same_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
 
-// The kernel for types (ta, tb) (ta == tb: one type), or null.
-static void (*fmv_kernel(int ta, int tb))(fmv_args) {
+// Types with an int8-activation dot (dot8.cuh).
+static bool has_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
+
+// The kernel for types (ta, tb) (ta == tb: one type), f32 or int8 activations, or null.
+static void (*fmv_kernel(int ta, int tb, bool q8))(fmv_args) {
+  if (q8) {
+    if (ta == T_Q4_K && tb == T_Q4_K) return k_fmv<T_Q4_K, T_Q4_K, true>;
+    if (ta == T_Q6_K && tb == T_Q6_K) return k_fmv<T_Q6_K, T_Q6_K, true>;
+    if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, true>;
+    return nullptr;
+  }
   if (ta == tb) {
     switch (ta) {
 #define C(T) \
-  case T: return k_fmv<T, T>;
+  case T: return k_fmv<T, T, false>;
       CU_TYPE_CASES(C)
 #undef C
       default: return nullptr;
     }
   }
-  if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K>;
-  if (same_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_fmv<T_Q5_K, T_Q6_K>;
-  if (same_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_fmv<T_Q4_K, T_Q5_K>;
+  if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, false>;
+  if (same_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_fmv<T_Q5_K, T_Q6_K, false>;
+  if (same_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_fmv<T_Q4_K, T_Q5_K, false>;
   return nullptr;
 }
 
@@ -249,7 +295,8 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   int ta = jobs[0].m.type, tb = ta;
   for (int q = 1; q < nj; q++)
     if (jobs[q].m.type != ta) tb = jobs[q].m.type;
-  L.k = fmv_kernel(ta, tb);
+  const bool q8 = base.q8 && (cu_fast & FAST_Q8) && has_d8(ta) && has_d8(tb) && base.n % 32 == 0;
+  L.k = fmv_kernel(ta, tb, q8);
   if (!L.k) return false;
   L.a = base;
   L.a.njobs = nj;
@@ -270,7 +317,7 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   const int cap = copy_slot_bytes(maxrb);
   if (cap > FAST_CAP_MAX) return false; // a row must fit a slot
   L.a.cap = cap;
-  L.smem = (size_t)base.n * sizeof(float) + (size_t)L.warps * 2 * cap;
+  L.smem = (size_t)base.n * sizeof(float) + (q8 ? (size_t)x8_bytes(base.n) : 0) + (size_t)L.warps * 2 * cap;
   if ((int64_t)L.smem > smem_limit) return false;
   L.grid = 0;
   for (int q = 0; q < nj; q++) {
@@ -314,6 +361,7 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
 
 struct fmoe_plan {
   int cap_gu, cap_dn;
+  bool q8_gu, q8_dn;
   size_t smem_gu, smem_dn;
 };
 
@@ -331,10 +379,13 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   if (slot > FAST_CAP_MAX) return false;
   const int per = FAST_CAP_MAX / slot < K ? FAST_CAP_MAX / slot : K;
   p.cap_dn = per * slot;
-  p.smem_gu = (size_t)n * 4 + 8 * 4 * (size_t)p.cap_gu;
-  p.smem_dn = (size_t)K * ff * 4 + 8 * (size_t)p.cap_dn;
-  return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type) != nullptr &&
-         fmv_kernel(a.down.type, a.down.type) != nullptr;
+  const bool q8 = a.q8 && (cu_fast & FAST_Q8);
+  p.q8_gu = q8 && has_d8(a.gate.type) && n % 32 == 0;
+  p.q8_dn = q8 && has_d8(a.down.type) && ff % 32 == 0;
+  p.smem_gu = (size_t)n * 4 + (p.q8_gu ? (size_t)x8_bytes(n) : 0) + 8 * 4 * (size_t)p.cap_gu;
+  p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
+  return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
+         fmv_kernel(a.down.type, a.down.type, false) != nullptr;
 }
 
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
@@ -346,24 +397,30 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
   g.cap = p.cap_gu;
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
-  switch (a.gate.type) {
+  if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  else
+    switch (a.gate.type) {
 #define L(T) \
-  case T: e = cu_launch(k_fgu<T>, g1, dim3(256), p.smem_gu, st, g); break;
-    CU_TYPE_CASES(L)
+  case T: e = cu_launch(k_fgu<T, false>, g1, dim3(256), p.smem_gu, st, g); break;
+      CU_TYPE_CASES(L)
 #undef L
-    default: return BL_OK;
-  }
+      default: return BL_OK;
+    }
   CU_TRY(e, "one-token expert gate/up");
   fmoe_args d = a;
   d.cap = p.cap_dn;
   const dim3 g2((a.down.ne1 + 7) / 8);
-  switch (a.down.type) {
+  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), p.smem_dn, st, d);
+  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), p.smem_dn, st, d);
+  else
+    switch (a.down.type) {
 #define L(T) \
-  case T: e = cu_launch(k_fdown<T>, g2, dim3(256), p.smem_dn, st, d); break;
-    CU_TYPE_CASES(L)
+  case T: e = cu_launch(k_fdown<T, false>, g2, dim3(256), p.smem_dn, st, d); break;
+      CU_TYPE_CASES(L)
 #undef L
-    default: return cu_fail(BL_E_UNSUPPORTED, "experts: %s has no CUDA kernel", cu_type_name(a.down.type));
-  }
+      default: return cu_fail(BL_E_UNSUPPORTED, "experts: %s has no CUDA kernel", cu_type_name(a.down.type));
+    }
   CU_TRY(e, "one-token expert down");
   *done = true;
   return BL_OK;
@@ -376,14 +433,21 @@ bool cu_fmoe_fits(const fmoe_args &a, int smem_limit) {
 
 int64_t cu_fast_init(int smem_optin) {
   const char *w = "configuring the one-token kernels";
-#define S(T)                                          \
-  CU_OK(cu_allow_smem(k_fmv<T, T>, smem_optin, w));   \
-  CU_OK(cu_allow_smem(k_fgu<T>, smem_optin, w));      \
-  CU_OK(cu_allow_smem(k_fdown<T>, smem_optin, w));
+#define S(T)                                               \
+  CU_OK(cu_allow_smem(k_fmv<T, T, false>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_fgu<T, false>, smem_optin, w));    \
+  CU_OK(cu_allow_smem(k_fdown<T, false>, smem_optin, w));
   CU_TYPE_CASES(S)
 #undef S
-  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fmv<T_Q5_K, T_Q6_K>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q5_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q5_K, T_Q6_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q5_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q6_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fdown<T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fdown<T_Q6_K, true>, smem_optin, w));
   return BL_OK;
 }

@@ -122,6 +122,7 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
     a.x = b;
     a.ldx = ldb;
     a.n = jobs[j].w.ne0;
+    a.q8 = 1;
     done[j] = true;
     CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
   }
@@ -151,6 +152,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a.norm = 1;
     a.normw = b.vec[BL_ATTN_NORM];
     a.eps = b.eps;
+    a.q8 = 1;
     CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
@@ -286,6 +288,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
     fm.h = c->h;
     fm.act = c->act;
     fm.x = c->x;
+    fm.q8 = 1;
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       bool done = true;

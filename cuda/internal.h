@@ -31,6 +31,7 @@ struct mv_args {
   const float *normw;
   float eps;
   int rpw;        // rows per warp (set by cu_matvec)
+  int q8;         // one row of x: int8 activations allowed (fmv_args.q8)
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);
@@ -77,7 +78,8 @@ int64_t cu_moe_dec_init(int smem_optin);
 // a row, issued before the wait on the previous kernel where they do not depend on it), the
 // router's selection recomputed by the expert kernels, attention fused with Q/K norm and RoPE ----
 // Which of them run (process-wide bits; BLOOMERY_CUDA_FAST, context option CU_OPT_FAST).
-enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_ALL = 7 };
+// FAST_Q8: Q4_K / Q6_K rows dotted with int8 activations by dp4a (where the caller allows it).
+enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ALL = 15 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 #define FAST_CAP_MAX 8224 // bytes of a warp's weight buffer (a 2048-float F32 row at any alignment)
@@ -98,6 +100,7 @@ struct fmv_args {
   float *h; // when set, block 0 writes the staged (normalised) row here
   int rpw;  // rows a warp
   int cap;  // weight buffer bytes a warp
+  int q8;   // int8 activations allowed (FAST_Q8; the forward pass sets it, the f32 conformance path does not)
 };
 // y = W x for one row of x, jobs grouped by type (two types in one launch where paired). Sets
 // *done false (and enqueues nothing) when the shapes need the general kernels.
@@ -111,6 +114,7 @@ struct fmoe_args {
   float *act;     // [k][gate.ne1]
   float *x;       // residual (down.ne1)
   int cap;
+  int q8;         // int8 activations allowed
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done);
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);

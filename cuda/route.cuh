@@ -8,8 +8,9 @@
 
 #include "common.cuh"
 
-// XJ logits a lane (X <= 32 * XJ); lg readable by __ldcg (written by an earlier kernel).
-template <int XJ>
+// XJ logits a lane (X <= 32 * XJ); lg readable by __ldcg (written by an earlier kernel). WT: the
+// renormalisation and the sort by id done by the warp (K <= 32; the sum in tree order), else by lane 0.
+template <int XJ, bool WT = false>
 __device__ __forceinline__ void route_core(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw) {
   const int lane = threadIdx.x & 31;
   float v[XJ];
@@ -53,6 +54,25 @@ __device__ __forceinline__ void route_core(const float *lg, int X, int K, int no
     }
   }
   __syncwarp();
+  if (WT && K <= 32) {
+    const int e = lane < K ? ssel[lane] : 0x7fffffff;
+    float w = lane < K ? sw[lane] : 0.0f;
+    if (norm_topk) {
+      float s = warp_sum(w);
+      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+      w /= s;
+    }
+    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+    int rank = 0; // ids are distinct: the rank is the count of smaller ids
+    for (int j = 0; j < K; j++) rank += __shfl_sync(0xffffffffu, e, j) < e ? 1 : 0;
+    __syncwarp();
+    if (lane < K) {
+      ssel[rank] = e;
+      sw[rank] = w;
+    }
+    __syncwarp();
+    return;
+  }
   if (lane == 0) {
     if (norm_topk) {
       float s = 0.0f;

@@ -58,7 +58,8 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
   m.ne2 = 1;
   m.nb1 = row_stride;
   m.nb2 = (int64_t)wb;
-  if (path == 0) {
+  if (path == 0 || path == 3) {
+    if (path == 3 && n_x != 1) return cu_fail(BL_E_INVAL, "test_matmul: path 3 (int8 activations) takes one row of x");
     mv_args a;
     memset(&a, 0, sizeof a);
     a.job[0].m = m;
@@ -69,6 +70,7 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
     a.x = static_cast<const float *>(b.p[1]);
     a.ldx = (int)n;
     a.n = (int)n;
+    a.q8 = path == 3;
     CU_OK(cu_matvec(0, a, (int)n_x, smem));
   } else if (path == 1 || path == 2) {
     const int bn = path == 1 ? 64 : 32;
@@ -84,7 +86,7 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
     g.mode = EPI_STORE;
     CU_OK(cu_gemm(0, g, bn, (int)((n_x + bn - 1) / bn)));
   } else {
-    return cu_fail(BL_E_INVAL, "test_matmul: path %lld (0 decode product, 1 and 2 tensor cores)", (long long)path);
+    return cu_fail(BL_E_INVAL, "test_matmul: path %lld (0 decode product, 1 and 2 tensor cores, 3 one-token product on int8 activations)", (long long)path);
   }
   CU_TRY(cudaDeviceSynchronize(), "test_matmul: running");
   CU_TRY(cudaMemcpy(y, b.p[2], yb, cudaMemcpyDeviceToHost), "test_matmul: copying back");

@@ -45,14 +45,13 @@ function decode(n: number, pos0: number): number {
 
 interface Config { name: string; fast: number; pdl: number; graphs: number; carveout: number }
 const configs: Config[] = [
-  { name: "one-token kernels, PDL, graphs (default)", fast: 7, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "one-token kernels on int8 activations, PDL, graphs (default)", fast: 15, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "one-token kernels on f32 activations (fast 7)", fast: 7, pdl: 1, graphs: 1, carveout: -1 },
   { name: "general kernels (fast 0)", fast: 0, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "one-token kernels, no PDL", fast: 7, pdl: 0, graphs: 1, carveout: -1 },
-  { name: "fast products only (1)", fast: 1, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "fast products + experts (3)", fast: 3, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "fast products + attention (5)", fast: 5, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "one-token kernels, carveout 100", fast: 7, pdl: 1, graphs: 1, carveout: 100 },
-  { name: "one-token kernels, graphs off", fast: 7, pdl: 1, graphs: 0, carveout: -1 },
+  { name: "default without PDL", fast: 15, pdl: 0, graphs: 1, carveout: -1 },
+  { name: "int8 without the one-token experts (13)", fast: 13, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "int8 without the fused attention (11)", fast: 11, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "default, graphs off", fast: 15, pdl: 1, graphs: 0, carveout: -1 },
 ];
 for (const [di, depth] of depths.entries()) {
   for (const c of di === 0 ? configs : configs.slice(0, 2)) {

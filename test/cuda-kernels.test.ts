@@ -129,6 +129,20 @@ gpu("CUDA products against the CPU reference", () => {
         expect(rel).toBeLessThan(2e-6);
       }
     });
+    // int8 activations with dp4a where the type has them (Q4_K, Q6_K: the rounding of x bounds the
+    // error, as ggml's q8_1 activations), else the f32 one-token kernel (exact as above)
+    const d8 = t.name === "Q4_K" || t.name === "Q6_K";
+    test(`${t.name}: one-token product on int8 activations${d8 ? "" : " (f32 for this type)"}`, () => {
+      for (const [rows, n0] of [[67, 256], [129, 768], [33, 512]]) {
+        const n = Math.max(n0, t.be) - (Math.max(n0, t.be) % t.be);
+        const w = synthBlocks(t, rows * n, rows * 7 + n);
+        const x = randX(n);
+        const { rel, finite } = relErr(gpuProduct(3, t, w, rows, n, x, 1), refProduct(t, w, rows, n, x, 1));
+        expect(finite).toBe(true);
+        expect(rel).toBeLessThan(d8 ? 2e-2 : 2e-6);
+        if (d8) console.log(`${t.name}: int8 activations, ${rows} x ${n}: relative error ${rel.toExponential(2)}`);
+      }
+    });
     test(`${t.name}: tensor-core product (f16 operands), tiles of 64 and 32 rows of x`, () => {
       for (const [rows, n0, nx, path] of tc) {
         const n = n0 - (n0 % Math.max(128, t.be));

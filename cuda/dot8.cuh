@@ -1,0 +1,156 @@
+// bloomery CUDA library: one-token products on int8 activations - the activation row quantized per
+// 32-element group (scale amax / 127, exact f32 group sums kept for the K-quants' minimum terms,
+// sums of the int8 values per 16 for Q6_K's -32 offset), and Q4_K / Q6_K rows dotted with it by
+// dp4a (four products an instruction, no int-to-float conversion an element). The integer sums are
+// exact; only the activation rounding differs from the f32 kernels (as ggml's q8_1 activations).
+#pragma once
+#include "quants.cuh"
+
+// A quantized activation row (shared memory): q[n] int8, d[n/32] scales, s[n/32] f32 sums,
+// h[n/16] int8 sums per 16.
+struct x8v {
+  const int8_t *q;
+  const float *d, *s;
+  const int *h;
+};
+
+// Bytes the quantized form of n elements takes (n % 32 == 0), 16-byte multiple.
+__host__ __device__ constexpr int x8_bytes(int n) { return ((n + (n / 32) * 8 + (n / 16) * 4) + 15) / 16 * 16; }
+
+template <int T>
+struct d8 {
+  static constexpr bool ok = false;
+};
+
+// Q4_K: unit u = chunk c of block b: qs bytes 32c .. 32c + 31, low nibbles are group 2c (elements
+// 64c + j), high nibbles group 2c + 1 (64c + 32 + j); y = d*sc*q - dmin*m per group.
+template <>
+struct d8<T_Q4_K> {
+  static constexpr bool ok = true;
+  static constexpr int UPB = 4;
+  // p: the block (16-byte aligned copy), g0: the x group of the block's first element
+  __device__ static float unit(const uint8_t *p, int c, const x8v &x, int g0) {
+    const uint32_t dm = ld32(p);
+    const float d = h2f((uint16_t)(dm & 0xffffu)), dmin = h2f((uint16_t)(dm >> 16));
+    int sc0, m0, sc1, m1;
+    k4_scale_min(2 * c, p + 4, sc0, m0);
+    k4_scale_min(2 * c + 1, p + 4, sc1, m1);
+    const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
+    const int ga = g0 + 2 * c, gb = ga + 1;
+    const int4 *xa = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb = reinterpret_cast<const int4 *>(x.q + 32 * gb);
+    const int4 a0 = xa[0], a1 = xa[1], b0 = xb[0], b1 = xb[1];
+    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      s0 = __dp4a((int)(q[i] & 0x0F0F0F0Fu), xl[i], s0);
+      s1 = __dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
+    }
+    return d * (i2f(sc0) * x.d[ga] * i2f(s0) + i2f(sc1) * x.d[gb] * i2f(s1)) - dmin * (i2f(m0) * x.s[ga] + i2f(m1) * x.s[gb]);
+  }
+};
+
+// 8 words from a 2-byte aligned address (aligned loads joined by funnel shifts; reads one word more).
+__device__ __forceinline__ void ld8_a2(const uint8_t *p, uint32_t (&w)[8]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *b = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
+  const unsigned sh = (unsigned)(a & 3) * 8u;
+  uint32_t r[9];
+#pragma unroll
+  for (int i = 0; i < 9; i++) r[i] = b[i];
+#pragma unroll
+  for (int i = 0; i < 8; i++) w[i] = __funnelshift_r(r[i], r[i + 1], sh);
+}
+
+// Q6_K: unit u = 4hh + r of block b is x group 8b + u: element 128hh + 32r + l (l < 32) is the low
+// (r < 2) or high nibble of ql[64hh + 32(r % 2) + l] with bits 2r of qh[32hh + l] above it, minus
+// 32; scale scales[8hh + 2r + l/16]; y = d * scale * (q - 32).
+template <>
+struct d8<T_Q6_K> {
+  static constexpr bool ok = true;
+  static constexpr int UPB = 8;
+  __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) {
+    const int hh = u >> 2, r = u & 3, g = g0 + u;
+    const float d = h2f(ld16(p + 208));
+    uint32_t ql[8], qh[8];
+    ld8_a2(p + 64 * hh + 32 * (r & 1), ql);
+    ld8_a2(p + 128 + 32 * hh, qh);
+    const int sa = (int)(int8_t)p[192 + 8 * hh + 2 * r], sb = (int)(int8_t)p[192 + 8 * hh + 2 * r + 1];
+    const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
+    const int4 x0 = xg[0], x1 = xg[1];
+    const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const uint32_t v = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+      if (i < 4) s0 = __dp4a((int)v, xw[i], s0);
+      else s1 = __dp4a((int)v, xw[i], s1);
+    }
+    s0 -= 32 * x.h[2 * g];
+    s1 -= 32 * x.h[2 * g + 1];
+    return d * x.d[g] * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
+  }
+};
+
+// Lane partial of a row of nblk blocks at p (a shared copy) against x groups from g0.
+template <int T>
+__device__ __forceinline__ float dot8_row(const uint8_t *p, int nblk, const x8v &x, int g0, int lane) {
+  using Q = qt<T>;
+  using D = d8<T>;
+  float acc = 0.0f;
+  const int nunits = nblk * D::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int b = k / D::UPB, u = k - b * D::UPB;
+    acc += D::unit(p + (size_t)b * Q::BB, u, x, g0 + b * (Q::BE / 32));
+  }
+  return acc;
+}
+
+// Quantizes n floats of xs (shared, n % 32 == 0) into the x8 layout at dst (q | d | s | h). Every
+// thread of the block calls it (warp shuffles over groups of 4 lanes); ends with a block barrier.
+__device__ __forceinline__ x8v quantize_x8(const float *xs, int n, uint8_t *dst) {
+  const int ng = n / 32;
+  int8_t *q = reinterpret_cast<int8_t *>(dst);
+  float *d = reinterpret_cast<float *>(dst + n), *s = d + ng;
+  int *h = reinterpret_cast<int *>(s + ng);
+  const int part = threadIdx.x & 3;
+  for (int base = 0; base < ng; base += blockDim.x >> 2) {
+    const int g = base + (threadIdx.x >> 2);
+    const bool ok = g < ng;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+    if (ok) {
+      a = reinterpret_cast<const float4 *>(xs + 32 * g + 8 * part)[0];
+      b = reinterpret_cast<const float4 *>(xs + 32 * g + 8 * part)[1];
+    }
+    float amax = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))), fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+    float sum = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int v0 = __float2int_rn(a.x * inv), v1 = __float2int_rn(a.y * inv), v2 = __float2int_rn(a.z * inv), v3 = __float2int_rn(a.w * inv);
+    const int v4 = __float2int_rn(b.x * inv), v5 = __float2int_rn(b.y * inv), v6 = __float2int_rn(b.z * inv), v7 = __float2int_rn(b.w * inv);
+    int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
+    hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: first 16, parts 2+3: second 16
+    if (ok) {
+      const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
+      const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
+      reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
+      if (part == 0) {
+        d[g] = amax / 127.0f;
+        s[g] = sum;
+      }
+      if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
+    }
+  }
+  __syncthreads();
+  x8v r;
+  r.q = q;
+  r.d = d;
+  r.s = s;
+  r.h = h;
+  return r;
+}
