@@ -67,7 +67,7 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   if (explicit.has("mainGpu")) notes.push(`srv  load_model: -mg ${o.mainGpu}: ${one}; ignored`);
   if (o.overrideTensor.length) notes.push(`srv  load_model: -ot ${o.overrideTensor.map((t) => `${t.pattern}=${t.buffer}`).join(",")}: per-tensor placement is not implemented yet; the whole model goes where -ngl says`);
   if (o.cpuMoe || o.nCpuMoe > 0) notes.push(`srv  load_model: ${o.cpuMoe ? "--cpu-moe" : `--n-cpu-moe ${o.nCpuMoe}`}: keeping experts in host memory beside the card is not implemented yet; the whole model goes where -ngl says`);
-  if (explicit.has("fit") || explicit.has("fitTargetMiB")) notes.push("srv  load_model: -fit: fitting by shrinking settings is not implemented; a model that does not fit the card is refused (with -ngl auto: it runs on the CPU)");
+  if (explicit.has("fitTargetMiB")) notes.push("srv  load_model: -fitt: a per-device margin is not implemented; -fit shrinks only a context left to the model (-c 0) to what fits");
   if (explicit.has("flashAttn")) notes.push(`srv  load_model: -fa ${o.flashAttn}: bloomery always runs its own fused attention; the flag changes nothing`);
   if (o.contextShift) notes.push("srv  load_model: --context-shift: context shifting is not implemented; a generation stops when its slot context is full");
   if (o.cacheReuse > 0) notes.push(`srv  load_model: --cache-reuse ${o.cacheReuse}: KV shifting is not implemented; only the common prefix of a slot's last prompt is reused`);
