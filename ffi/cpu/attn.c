@@ -1,7 +1,8 @@
 /* bloomery CPU library: the attention block as one pool job - rmsnorm, Q/K/V projections (the
  * input converted once per activation type, the three matrices one item space), biases,
  * per-head Q/K norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache
- * (items of (token, KV head); the query heads sharing a KV head walk its rows together; online
+ * (items of (KV head, tile of up to 16 query tokens of one sequence): each sub-tile of 64
+ * positions converted once for the tile's tokens and the query heads sharing the KV head; online
  * softmax over chunks of 512 positions merged in a fixed order - for few tokens and long contexts
  * the chunks are items of their own - so results never depend on the batch or the threads),
  * output projection and
@@ -16,6 +17,7 @@
 
 #define SUB BL_ATTN_SUB /* positions per sub-tile of a chunk */
 #define CHUNK 512  /* positions per chunk: the unit of the softmax merge, whatever the batch or threads */
+#define QTILE 16   /* query tokens of one sequence that share each converted sub-tile */
 
 static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer, int64_t slot, int64_t pos, int64_t dim) {
   return base + (((layer * c->p.kv_slots + slot) * c->p.kv_ctx) + pos) * dim;
@@ -42,6 +44,8 @@ typedef struct {
   /* attention */
   int64_t n_chunk;        /* chunks of the longest context in the batch */
   int split;              /* chunks are items of their own (few tokens), merged in a phase after */
+  int64_t n_qt;           /* tiles of query tokens (runs of one sequence) sharing each sub-tile */
+  int32_t *qt;            /* their first tokens, and n_tok at the end */
   float *part;            /* split: n_tok x nkv x n_chunk x group x (hd + 2): m, l, acc */
   float *wk;              /* per worker: the sub-tile's work space, then n_chunk x group x (hd + 2) states */
   int64_t wk_stride;
@@ -117,6 +121,9 @@ static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
   memcpy(c->att + t * j->qd + h * hd, acc, sizeof(float) * (size_t)hd);
 }
 
+static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64_t n_ch, int64_t stride);
+static inline int64_t n_chunks(const attn_job *j, int64_t t);
+
 /* Chunk ch (positions [ch * CHUNK, ...) up to the token's own) of token t against KV head g, for
  * every query head of the group: the online-softmax state (m, l, acc[hd]) of each head, written
  * to out[hh * (hd + 2)], by the path's attention sub-tiles of SUB positions. */
@@ -134,8 +141,51 @@ static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch,
   const float *q = c->q + t * j->qd + g * G * hd;
   for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
     const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
-    c->kern->attn_sub(q, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale, out, wk);
+    c->kern->attn_prep(kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, wk);
+    c->kern->attn_heads(q, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale, out, wk);
   }
+}
+
+/* Tokens [t0, t1) of one sequence against KV head g: each sub-tile converted once for all of
+ * them. Per token the same chunks, sub-tiles and position counts as attn_chunk, so the same bits. */
+static void attn_tile(attn_job *j, int ith, int64_t g, int64_t t0, int64_t t1) {
+  bl_cpu_ctx *c = j->c;
+  const bl_kernels *kn = c->kern;
+  const int64_t hd = j->hd, G = j->group, sts = hd + 2, per_tok = j->n_chunk * G * sts;
+  float *wk = j->wk + (int64_t)ith * j->wk_stride;
+  float *st = wk + bl_attn_work(hd);
+  int64_t maxn = 0;
+  for (int64_t t = t0; t < t1; t++)
+    if (j->pos[t] + 1 > maxn) maxn = j->pos[t] + 1;
+  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t0], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t0], 0, j->kd) + g * hd;
+  for (int64_t ch = 0; ch * CHUNK < maxn; ch++) {
+    const int64_t cend = (ch + 1) * CHUNK;
+    for (int64_t t = t0; t < t1; t++) {
+      if (j->pos[t] + 1 <= ch * CHUNK) continue;
+      float *o = st + (t - t0) * per_tok + ch * G * sts;
+      for (int64_t h = 0; h < G; h++) {
+        o[h * sts] = -INFINITY;
+        o[h * sts + 1] = 0;
+        memset(o + h * sts + 2, 0, sizeof(float) * (size_t)hd);
+      }
+    }
+    for (int64_t b0 = ch * CHUNK; b0 < cend && b0 < maxn; b0 += SUB) {
+      const int64_t lim = cend < maxn ? cend : maxn;
+      const int nbm = (int)(lim - b0 < SUB ? lim - b0 : SUB);
+      kn->attn_prep(kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nbm, (int)hd, wk);
+      for (int64_t t = t0; t < t1; t++) {
+        const int64_t n = (int64_t)j->pos[t] + 1, p1 = cend < n ? cend : n;
+        if (p1 <= b0) continue;
+        const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
+        kn->attn_heads(c->q + t * j->qd + g * G * hd, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale,
+                       st + (t - t0) * per_tok + ch * G * sts, wk);
+      }
+    }
+  }
+  for (int64_t t = t0; t < t1; t++)
+    for (int64_t hh = 0; hh < G; hh++)
+      merge_head(j, t, g * G + hh, st + (t - t0) * per_tok + hh * sts, n_chunks(j, t), G * sts);
 }
 
 /* att row of (t, h) from the states of its n_ch chunks (stride `stride` floats between chunks). */
@@ -158,15 +208,6 @@ static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64
 }
 
 static inline int64_t n_chunks(const attn_job *j, int64_t t) { return ((int64_t)j->pos[t] + CHUNK) / CHUNK; }
-
-/* One (token, KV head): its chunks one after another, then merged (few tokens: see attn_task). */
-static void attn_item(attn_job *j, int ith, int64_t t, int64_t g) {
-  float *wk = j->wk + (int64_t)ith * j->wk_stride;
-  float *st = wk + bl_attn_work(j->hd);
-  const int64_t nch = n_chunks(j, t), sts = j->hd + 2, G = j->group;
-  for (int64_t ch = 0; ch < nch; ch++) attn_chunk(j, wk, t, g, ch, st + ch * G * sts);
-  for (int64_t hh = 0; hh < G; hh++) merge_head(j, t, g * G + hh, st + hh * sts, nch, G * sts);
-}
 
 static void attn_task(void *a, int ith, int nth) {
   attn_job *j = a;
@@ -208,7 +249,12 @@ static void attn_task(void *a, int ith, int nth) {
   if (exact) {
     for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nh;) attn_exact(j, ith, i / j->nh, i % j->nh);
   } else if (!j->split) {
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nkv;) attn_item(j, ith, i / j->nkv, i % j->nkv);
+    /* items of (KV head, tile of query tokens), the tiles of the latest tokens (the longest) first */
+    const int64_t items = j->n_qt * j->nkv;
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < items;) {
+      const int64_t r = items - 1 - i, q = r / j->nkv;
+      attn_tile(j, ith, r % j->nkv, j->qt[q], j->qt[q + 1]);
+    }
   } else {
     /* few tokens, long contexts: every chunk an item, the same states merged the same way */
     const int64_t G = j->group, sts = j->hd + 2, per_tok = j->nkv * j->n_chunk;
@@ -325,7 +371,7 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
   j.n_chunk = (max_pos + CHUNK) / CHUNK;
   j.split = !bl_exact(c) && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
-  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : bl_attn_work(hd) + j.n_chunk * j.group * (hd + 2);
+  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : bl_attn_work(hd) + QTILE * j.n_chunk * j.group * (hd + 2);
   j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
   const size_t sz[] = {
       (size_t)(j.n_vt > 0 ? j.rb[0] * n_tok : 0), (size_t)(j.n_vt > 1 ? j.rb[1] * n_tok : 0),
@@ -334,6 +380,7 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
       sizeof(float) * (size_t)(nth * j.wk_stride), sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(float) * (size_t)(E + 2 * hd + j.qd + 2 * j.kd), /* norm, q/k norm and bias vectors */
+      sizeof(int32_t) * (size_t)(n_tok + 1),                 /* query tiles */
   };
   enum { NB = sizeof sz / sizeof sz[0] };
   size_t total = 0;
@@ -352,6 +399,15 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   j.act = out[6];
   j.yp = out[7];
   float *vec = out[8];
+  j.qt = out[9];
+  j.n_qt = 0;
+  for (int64_t t = 0; t < n_tok;) {
+    int64_t e = t + 1;
+    while (e < n_tok && e - t < QTILE && seq[e] == seq[t]) e++;
+    j.qt[j.n_qt++] = (int32_t)t;
+    t = e;
+  }
+  j.qt[j.n_qt] = (int32_t)n_tok;
   if ((s = opt_vec(&b->t[BL_ATTN_NORM], vec, E, &j.normw))) return s;
   if ((s = opt_vec(&b->t[BL_ATTN_Q_NORM], vec + E, hd, &j.qn))) return s;
   if ((s = opt_vec(&b->t[BL_ATTN_K_NORM], vec + E + hd, hd, &j.kn))) return s;

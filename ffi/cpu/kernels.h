@@ -49,12 +49,15 @@ typedef struct bl_kernels {
   void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
   /* y[i] *= a */
   void (*scale_f32)(float a, float *y, int64_t n);
-  /* Attention over nb (<= 64) positions of one KV head for the G query heads sharing it (query h
-   * at q + h * qstride, f32 values of f16): scores q . k * scale, then each head's online-softmax
-   * state st[h * (hd + 2)] = (max, sum, acc[hd]) updated. k, v: the first position's f16 rows,
-   * kd halves apart. work: bl_attn_work(hd) floats. */
-  void (*attn_sub)(const float *q, int64_t qstride, int G, const uint16_t *k, const uint16_t *v, int64_t kd, int nb,
-                   int hd, float scale, float *st, float *work);
+  /* Attention over a sub-tile of up to 64 positions of one KV head. attn_prep converts positions
+   * [0, nb) of k and v (the first position's f16 rows, kd halves apart) into work
+   * (bl_attn_work(hd) floats); attn_heads then takes the first nb' <= nb of them for the G query
+   * heads sharing the KV head (query h at q + h * qstride, f32 values of f16): scores q . k * scale,
+   * and each head's online-softmax state st[h * (hd + 2)] = (max, sum, acc[hd]) updated. One prep
+   * serves several query tokens. */
+  void (*attn_prep)(const uint16_t *k, const uint16_t *v, int64_t kd, int nb, int hd, float *work);
+  void (*attn_heads)(const float *q, int64_t qstride, int G, const uint16_t *k, const uint16_t *v, int64_t kd, int nb,
+                     int hd, float scale, float *st, float *work);
 } bl_kernels;
 
 /* The active path's table (BLOOMERY_CPU_PATH, else the best the CPU has). */

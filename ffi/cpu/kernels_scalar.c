@@ -118,8 +118,12 @@ void bl_attn_sub_generic(const bl_kernels *k, const float *q0, int64_t qstride, 
   }
 }
 
-static void attn_sub_ref(const float *q, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
-                         int hd, float scale, float *st, float *work) {
+static void attn_prep_ref(const uint16_t *k, const uint16_t *v, int64_t kd, int nb, int hd, float *work) {
+  (void)k, (void)v, (void)kd, (void)nb, (void)hd, (void)work;
+}
+
+static void attn_heads_ref(const float *q, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
+                           int hd, float scale, float *st, float *work) {
   bl_attn_sub_generic(&bl_kernels_scalar, q, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
 }
 
@@ -147,5 +151,6 @@ const bl_kernels bl_kernels_scalar = {
     .exp_sum = bl_exp_sum_ref,
     .axpy_f32 = axpy_f32_ref,
     .scale_f32 = scale_f32_ref,
-    .attn_sub = attn_sub_ref,
+    .attn_prep = attn_prep_ref,
+    .attn_heads = attn_heads_ref,
 };

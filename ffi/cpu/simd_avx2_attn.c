@@ -30,17 +30,11 @@ INLINE void transpose8(__m256 r[8]) {
   }
 }
 
-static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
-                     int hd, float scale, float *st, float *work) {
-  const bl_kernels *k = bl_kern_path(BL_PATH_AVX2);
-  if (hd % 16 != 0 || hd > 1024) {
-    bl_attn_sub_generic(k, q0, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
-    return;
-  }
-  const int nb8 = (nb + 7) / 8, nblk = (nb + 15) / 16;
+static void attn_prep(const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb, int hd, float *work) {
+  if (hd % 16 != 0 || hd > 1024) return; /* the generic heads step reads the f16 rows */
+  const int nb8 = (nb + 7) / 8;
   float *kt = work;
   float *vf = work + BL_ATTN_SUB * hd;
-  float *s = vf + BL_ATTN_SUB * hd;
   for (int pb = 0; pb < nb8; pb++) {
     for (int db = 0; db < hd; db += 8) {
       __m256 r[8];
@@ -58,6 +52,18 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   for (int p = 0; p < nb; p++)
     for (int d = 0; d < hd; d += 8)
       _mm256_storeu_ps(vf + (int64_t)p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + p * kd + d))));
+}
+
+static void attn_heads(const float *q0, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
+                       int hd, float scale, float *st, float *work) {
+  const bl_kernels *k = bl_kern_path(BL_PATH_AVX2);
+  if (hd % 16 != 0 || hd > 1024) {
+    bl_attn_sub_generic(k, q0, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
+    return;
+  }
+  const int nblk = (nb + 15) / 16;
+  const float *kt = work, *vf = work + BL_ATTN_SUB * hd;
+  float *s = work + 2 * BL_ATTN_SUB * hd;
   const __m256 vs = _mm256_set1_ps(scale);
   for (int hh = 0; hh < G; hh++) {
     const float *q = q0 + hh * qstride;
@@ -109,4 +115,7 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   }
 }
 
-void bl_avx2_fill_attn(bl_kernels *k) { k->attn_sub = attn_sub; }
+void bl_avx2_fill_attn(bl_kernels *k) {
+  k->attn_prep = attn_prep;
+  k->attn_heads = attn_heads;
+}

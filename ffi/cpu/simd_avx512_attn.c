@@ -35,17 +35,11 @@ INLINE void transpose16(__m512 r[16]) {
   }
 }
 
-static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
-                     int hd, float scale, float *st, float *work) {
-  const bl_kernels *k = bl_kern_path(BL_PATH_AVX512);
-  if (hd % 16 != 0 || hd > 1024) {
-    bl_attn_sub_generic(k, q0, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
-    return;
-  }
+static void attn_prep(const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb, int hd, float *work) {
+  if (hd % 16 != 0 || hd > 1024) return; /* the generic heads step reads the f16 rows */
   const int nblk = (nb + 15) / 16; /* 16-position blocks */
   float *kt = work;                 /* [hd][64]: K transposed */
   float *vf = work + BL_ATTN_SUB * hd; /* [nb][hd]: V as f32 */
-  float *s = vf + BL_ATTN_SUB * hd;    /* [64] scores */
   for (int pb = 0; pb < nblk; pb++) {
     for (int db = 0; db < hd; db += 16) {
       __m512 r[16];
@@ -60,6 +54,18 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   for (int p = 0; p < nb; p++)
     for (int d = 0; d < hd; d += 16)
       _mm512_storeu_ps(vf + (int64_t)p * hd + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + p * kd + d))));
+}
+
+static void attn_heads(const float *q0, int64_t qstride, int G, const uint16_t *kr, const uint16_t *vr, int64_t kd, int nb,
+                       int hd, float scale, float *st, float *work) {
+  const bl_kernels *k = bl_kern_path(BL_PATH_AVX512);
+  if (hd % 16 != 0 || hd > 1024) {
+    bl_attn_sub_generic(k, q0, qstride, G, kr, vr, kd, nb, hd, scale, st, work);
+    return;
+  }
+  const int nblk = (nb + 15) / 16;
+  const float *kt = work, *vf = work + BL_ATTN_SUB * hd;
+  float *s = work + 2 * BL_ATTN_SUB * hd;
   const __m512 vs = _mm512_set1_ps(scale);
   for (int hh = 0; hh < G; hh++) {
     const float *q = q0 + hh * qstride;
@@ -108,4 +114,7 @@ static void attn_sub(const float *q0, int64_t qstride, int G, const uint16_t *kr
   }
 }
 
-void bl_avx512_fill_attn(bl_kernels *k) { k->attn_sub = attn_sub; }
+void bl_avx512_fill_attn(bl_kernels *k) {
+  k->attn_prep = attn_prep;
+  k->attn_heads = attn_heads;
+}
