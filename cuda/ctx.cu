@@ -221,6 +221,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const size_t part = (size_t)MV_MAX_NT * c->max_splits * ((size_t)d.qd + 2 * d.max_nh);
   const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
   c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
+  c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);
   std::vector<buf_req> v = {
       {(void **)&c->x, T * d.E * F}, {(void **)&c->h, T * d.E * F}, {(void **)&c->q, T * d.qd * F}, {(void **)&c->k, T * d.kd * F},
       {(void **)&c->v, T * d.kd * F}, {(void **)&c->att, T * d.qd * F}, {(void **)&c->router, T * d.X * F},
@@ -229,6 +230,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
       {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nkv * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
       {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F},
+      {(void **)&c->rpart, (size_t)d.X * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
@@ -390,11 +392,12 @@ static void read_env_once(int major) {
     const int v = atoi(env);
     if (v >= -1 && v <= 100) cu_carveout = v;
   }
-  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention (0: the general kernels only)
+  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups (0: the general kernels only)
   if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
 }
 
 int cu_sms = 1;
+int cu_smem_sm = 0;
 
 static int inited_optin = -1, inited_carveout = -2, device_major = 0;
 
@@ -404,6 +407,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_TRY(cudaDeviceGetAttribute(&device_major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
   read_env_once(device_major);
   CU_TRY(cudaDeviceGetAttribute(&cu_sms, cudaDevAttrMultiProcessorCount, dev), "reading the device");
+  CU_TRY(cudaDeviceGetAttribute(&cu_smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev), "reading the device");
   if (inited_optin == smem_optin && inited_carveout == cu_carveout) return BL_OK;
   CU_OK(cu_matvec_init(smem_optin));
   CU_OK(cu_moe_dec_init(smem_optin));
@@ -414,6 +418,8 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_moe_init());
   CU_OK(cu_fast_init(smem_optin));
   CU_OK(cu_attn1_init(smem_optin));
+  CU_OK(cu_attn2_init(smem_optin));
+  CU_OK(cu_fo_init(smem_optin));
   inited_optin = smem_optin;
   inited_carveout = cu_carveout;
   return BL_OK;
@@ -514,6 +520,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_TRY(cudaMemset(c->vc, 0, kvb), "clearing the KV cache");
   CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nkv * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
+  CU_TRY(cudaMemset(c->cnt_fo, 0, 64), "clearing counters");
   CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");
   {
     std::vector<float> ones((size_t)c->dm.maxT, 1.0f);

@@ -25,7 +25,7 @@ enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18 };
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
 struct cu_graph {
-  int ntok, nout, topk;
+  int ntok, nout, topk, acls;
   cudaGraphExec_t exec;
 };
 
@@ -61,6 +61,10 @@ struct cu_ctx {
   int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
   int4 *tiles;
   int *cnt_router, *cnt_attn;
+  float *rpart;       // the fused router's partial logits [X][rpart_ld]
+  int *cnt_fo;        // its block counter (zero between launches)
+  int rpart_ld;
+  int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;
   int64_t logits_rows;   // rows the logits buffer holds
   int max_splits, min_chunk, router_groups, max_tiles;

@@ -45,9 +45,17 @@ __device__ __forceinline__ float fmv_dot(const uint8_t *p, int n, const float *x
   return dot_window<T>(p, n / qt<T>::BE, xs, lane);
 }
 
+// A row's dot product from its shared copy (int8 activations when Q8).
+template <int TA, int TB, bool Q8>
+__device__ __forceinline__ float fmv_row(bool ta, const uint8_t *p, int n, const x8v &x8, const float *xs, int lane) {
+  if constexpr (Q8) return ta ? dot8_row<TA>(p, n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p, n / qt<TB>::BE, x8, 0, lane);
+  else return ta ? fmv_dot<TA>(p, n, xs, lane) : fmv_dot<TB>(p, n, xs, lane);
+}
+
 // grid: blocks of W warps over the jobs' rows, rpw rows a warp taken two at a time (both rows'
-// copies in flight together); smem: x (n floats), then two slots of cap bytes a warp (a whole
-// row each). Jobs of type TA or TB.
+// copies in flight together); smem: x (n floats), then a.nslot slots of cap bytes a warp (a whole
+// row each). With four slots (rpw > 2) the next pair's copies are in flight while a pair is
+// dotted. Jobs of type TA or TB.
 template <int TA, int TB, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   extern __shared__ float4 dyn_smem4[];
@@ -55,7 +63,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
   uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + a.n);
-  uint8_t *s0 = x8mem + (Q8 ? x8_bytes(a.n) : 0) + (size_t)warp * 2 * a.cap, *s1 = s0 + a.cap;
+  uint8_t *s0 = x8mem + (Q8 ? x8_bytes(a.n) : 0) + (size_t)warp * a.nslot * a.cap, *s1 = s0 + a.cap, *s2 = s1 + a.cap, *s3 = s2 + a.cap;
   // the block's job, picked with selects (a dynamic index into the parameters would go through local memory)
   int b = blockIdx.x;
   fmv_job jb = a.job[0];
@@ -70,12 +78,17 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   const bool ta = jb.m.type == TA;
   const int rb = ta ? (a.n / qt<TA>::BE) * qt<TA>::BB : (a.n / qt<TB>::BE) * qt<TB>::BB;
   const int rows = jb.m.ne1;
-  // the first two rows in flight before the wait (weights never change)
-  const uint8_t *p0 = nullptr, *p1 = nullptr;
-  {
-    const int r0 = (b * a.rpw) * W + warp, r1 = (b * a.rpw + 1) * W + warp;
-    if (r0 < rows) p0 = issue_row(s0, jb, r0, rb, lane);
-    if (a.rpw > 1 && r1 < rows) p1 = issue_row(s1, jb, r1, rb, lane);
+  auto row_of = [&](int i) { return (b * a.rpw + i) * W + warp; };
+  auto has_row = [&](int i) { return i < a.rpw && row_of(i) < rows; };
+  // the first rows in flight before the wait (weights never change)
+  const uint8_t *p0 = nullptr, *p1 = nullptr, *q0 = nullptr, *q1 = nullptr;
+  if (has_row(0)) p0 = issue_row(s0, jb, row_of(0), rb, lane);
+  if (has_row(1)) p1 = issue_row(s1, jb, row_of(1), rb, lane);
+  if (a.nslot == 4) {
+    cp_async_commit();
+    if (has_row(2)) q0 = issue_row(s2, jb, row_of(2), rb, lane);
+    if (has_row(3)) q1 = issue_row(s3, jb, row_of(3), rb, lane);
+    cp_async_commit();
   }
   cu_pdl_wait();
   xrow r;
@@ -85,37 +98,46 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, a.n, x8mem);
+  auto put = [&](int i, float v) {
+    const int rr = row_of(i);
+    if (jb.bias) v += jb.bias[rr];
+    if (jb.epi == EPI_ADD) jb.y[rr] += v;
+    else jb.y[rr] = v;
+  };
   for (int i = 0; i < a.rpw; i += 2) {
-    const int r0 = (b * a.rpw + i) * W + warp, r1 = (b * a.rpw + i + 1) * W + warp;
-    const bool has1 = i + 1 < a.rpw && r1 < rows;
-    if (r0 >= rows) break;
-    if (i > 0) {
-      p0 = issue_row(s0, jb, r0, rb, lane);
-      if (has1) p1 = issue_row(s1, jb, r1, rb, lane);
-    }
-    cp_async_wait_all();
-    __syncwarp();
-    float v0, v1 = 0.0f;
-    if constexpr (Q8) {
-      v0 = ta ? dot8_row<TA>(p0, a.n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p0, a.n / qt<TB>::BE, x8, 0, lane);
-      if (has1) v1 = ta ? dot8_row<TA>(p1, a.n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p1, a.n / qt<TB>::BE, x8, 0, lane);
+    if (!has_row(i)) break;
+    const bool has1 = has_row(i + 1), odd = a.nslot == 4 && ((i >> 1) & 1);
+    if (a.nslot == 4) {
+      cp_async_wait_group1(); // this pair's group (the next pair's may still be in flight)
     } else {
-      v0 = ta ? fmv_dot<TA>(p0, a.n, xs, lane) : fmv_dot<TB>(p0, a.n, xs, lane);
-      if (has1) v1 = ta ? fmv_dot<TA>(p1, a.n, xs, lane) : fmv_dot<TB>(p1, a.n, xs, lane);
+      if (i > 0) {
+        p0 = issue_row(s0, jb, row_of(i), rb, lane);
+        if (has1) p1 = issue_row(s1, jb, row_of(i + 1), rb, lane);
+      }
+      cp_async_wait_all();
     }
+    __syncwarp();
+    const uint8_t *c0 = odd ? q0 : p0, *c1 = odd ? q1 : p1;
+    float v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane), v1 = 0.0f;
+    if (has1) v1 = fmv_row<TA, TB, Q8>(ta, c1, a.n, x8, xs, lane);
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
     if (lane == 0) {
-      if (jb.bias) v0 += jb.bias[r0];
-      if (jb.epi == EPI_ADD) jb.y[r0] += v0;
-      else jb.y[r0] = v0;
-      if (has1) {
-        if (jb.bias) v1 += jb.bias[r1];
-        if (jb.epi == EPI_ADD) jb.y[r1] += v1;
-        else jb.y[r1] = v1;
-      }
+      put(i, v0);
+      if (has1) put(i + 1, v1);
     }
-    __syncwarp(); // the slots are refilled next round
+    __syncwarp(); // the slots are refilled
+    if (a.nslot == 4) {
+      // this pair's slots take the pair after the next
+      if (odd) {
+        if (has_row(i + 4)) q0 = issue_row(s2, jb, row_of(i + 4), rb, lane);
+        if (has_row(i + 5)) q1 = issue_row(s3, jb, row_of(i + 5), rb, lane);
+      } else {
+        if (has_row(i + 4)) p0 = issue_row(s0, jb, row_of(i + 4), rb, lane);
+        if (has_row(i + 5)) p1 = issue_row(s1, jb, row_of(i + 5), rb, lane);
+      }
+      cp_async_commit();
+    }
   }
 }
 
@@ -131,37 +153,53 @@ __device__ __forceinline__ void select_experts(const fmoe_args &a, int *ssel, fl
   }
 }
 
+// The number of picks a token's experts kernels walk (one expert of weight 1 for a dense FFN).
+__device__ __host__ inline int fmoe_k(const fmoe_args &a) { return (a.logits || a.sel) ? a.k : 1; }
+// A pick read from memory (written by an earlier kernel), kept inside the expert stack.
+__device__ __forceinline__ int pick_at(const fmoe_args &a, int j) {
+  const int e = __ldcg(a.sel + j);
+  return e < 0 ? 0 : e >= a.n_expert ? a.n_expert - 1 : e;
+}
+
 // grid: x over hidden rows (16 a block: two a warp), y over the token's picks; smem: h (n
 // floats), then four slots of cap bytes a warp (gate and up of both rows, copied together).
+// With picks in memory (a.sel) the block's expert is read right after the wait and its rows'
+// copies issued before the row is staged; else warp 0 selects from the logits first.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   __shared__ int ssel[ROUTER_MAX_K];
   __shared__ float sw[ROUTER_MAX_K];
+  __shared__ float red[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
   uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + n);
   uint8_t *sl = x8mem + (Q8 ? x8_bytes(n) : 0) + (size_t)warp * 4 * a.cap;
+  const int r0 = blockIdx.x * 2 * W + warp, r1 = r0 + W, j = blockIdx.y, ff = a.gate.ne1;
+  const bool has0 = r0 < ff, has1 = r1 < ff;
+  const int rb = (n / Q::BE) * Q::BB;
+  const uint8_t *pg0 = nullptr, *pu0 = nullptr, *pg1 = nullptr, *pu1 = nullptr;
+  auto issue = [&](int e) {
+    if (!has0) return;
+    const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+    pg0 = warp_copy_async(sl, g + (size_t)r0 * a.gate.nb1, rb, lane);
+    pu0 = warp_copy_async(sl + a.cap, u + (size_t)r0 * a.up.nb1, rb, lane);
+    if (has1) {
+      pg1 = warp_copy_async(sl + 2 * a.cap, g + (size_t)r1 * a.gate.nb1, rb, lane);
+      pu1 = warp_copy_async(sl + 3 * a.cap, u + (size_t)r1 * a.up.nb1, rb, lane);
+    }
+  };
   cu_pdl_wait();
   xrow r;
   xrow_load(r, a.h, n);
-  select_experts(a, ssel, sw);
-  xrow_store(r, xs, n, 0, nullptr, 0.0f, nullptr); // barrier: the picks are visible too
+  if (a.sel) issue(pick_at(a, j));
+  else select_experts(a, ssel, sw);
+  xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: the picks are visible too
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
-  const int r0 = blockIdx.x * 2 * W + warp, r1 = r0 + W, j = blockIdx.y, ff = a.gate.ne1;
-  if (r0 >= ff) return;
-  const bool has1 = r1 < ff;
-  const int e = ssel[j], rb = (n / Q::BE) * Q::BB;
-  const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
-  const uint8_t *pg0 = warp_copy_async(sl, g + (size_t)r0 * a.gate.nb1, rb, lane);
-  const uint8_t *pu0 = warp_copy_async(sl + a.cap, u + (size_t)r0 * a.up.nb1, rb, lane);
-  const uint8_t *pg1 = nullptr, *pu1 = nullptr;
-  if (has1) {
-    pg1 = warp_copy_async(sl + 2 * a.cap, g + (size_t)r1 * a.gate.nb1, rb, lane);
-    pu1 = warp_copy_async(sl + 3 * a.cap, u + (size_t)r1 * a.up.nb1, rb, lane);
-  }
+  if (!has0) return;
+  if (!a.sel) issue(ssel[j]);
   cp_async_wait_all();
   __syncwarp();
   const int nb = n / Q::BE;
@@ -198,7 +236,9 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 }
 
 // grid: x over output rows (8 a block); smem: act (k rows of ff floats), then a buffer of cap
-// bytes a warp holding as many picks' rows as fit (cap / slot), copied together.
+// bytes a warp holding as many picks' rows as fit (cap / slot), copied together. With picks in
+// memory (a.sel, written two kernels earlier: before the gate/up kernel's own wait returned) they
+// are read and the first rows' copies issued before the wait.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   using Q = qt<T>;
@@ -206,33 +246,45 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   __shared__ int ssel[ROUTER_MAX_K];
   __shared__ float sw[ROUTER_MAX_K];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = a.logits ? a.k : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = fmoe_k(a);
   const int ff = a.down.ne0, na = K * ff;
   uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + na);
   uint8_t *buf = x8mem + (Q8 ? x8_bytes(na) : 0) + (size_t)warp * a.cap;
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+  const bool has = row < a.down.ne1;
+  const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), per = a.cap / slot;
+  auto issue = [&](int j0, int cnt) {
+    for (int jj = 0; jj < cnt; jj++) {
+      const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
+      (void)warp_copy_async(buf + (size_t)jj * slot, rp, rb, lane);
+    }
+  };
+  if (a.sel) {
+    if ((int)threadIdx.x < K) {
+      ssel[threadIdx.x] = pick_at(a, threadIdx.x);
+      sw[threadIdx.x] = __ldcg(a.selw + threadIdx.x);
+    }
+    __syncthreads();
+    if (has) issue(0, K < per ? K : per);
+  }
   cu_pdl_wait();
   if (na <= 32 * (int)blockDim.x) {
     xrow r;
     xrow_load(r, a.act, na);
-    select_experts(a, ssel, sw);
+    if (!a.sel) select_experts(a, ssel, sw);
     xrow_store(r, xs, na, 0, nullptr, 0.0f, nullptr);
   } else {
-    select_experts(a, ssel, sw);
+    if (!a.sel) select_experts(a, ssel, sw);
     stage_plain(xs, a.act, na);
     __syncthreads();
   }
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, na, x8mem);
-  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
-  if (row >= a.down.ne1) return;
-  const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), per = a.cap / slot;
+  if (!has) return;
   float acc = 0.0f;
   for (int j0 = 0; j0 < K; j0 += per) {
     const int cnt = K - j0 < per ? K - j0 : per;
-    for (int jj = 0; jj < cnt; jj++) {
-      const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
-      (void)warp_copy_async(buf + (size_t)jj * slot, rp, rb, lane);
-    }
+    if (!a.sel || j0 > 0) issue(j0, cnt);
     cp_async_wait_all();
     __syncwarp();
     for (int jj = 0; jj < cnt; jj++) {
@@ -317,7 +369,10 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   const int cap = copy_slot_bytes(maxrb);
   if (cap > FAST_CAP_MAX) return false; // a row must fit a slot
   L.a.cap = cap;
-  L.smem = (size_t)base.n * sizeof(float) + (q8 ? (size_t)x8_bytes(base.n) : 0) + (size_t)L.warps * 2 * cap;
+  const size_t head = (size_t)base.n * sizeof(float) + (q8 ? (size_t)x8_bytes(base.n) : 0);
+  // four slots a warp (two pairs in flight) where a warp takes more than a pair and three blocks still fit an SM
+  L.a.nslot = L.a.rpw > 2 && 3 * (head + (size_t)L.warps * 4 * cap + 1024) <= (size_t)cu_smem_sm ? 4 : 2;
+  L.smem = head + (size_t)L.warps * L.a.nslot * cap;
   if ((int64_t)L.smem > smem_limit) return false;
   L.grid = 0;
   for (int q = 0; q < nj; q++) {
@@ -367,9 +422,10 @@ struct fmoe_plan {
 
 static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   if (!(cu_fast & FAST_MOE)) return false;
-  const int n = a.gate.ne0, ff = a.gate.ne1, K = a.logits ? a.k : 1;
+  const int n = a.gate.ne0, ff = a.gate.ne1, K = fmoe_k(a);
   if (a.up.type != a.gate.type || a.up.ne0 != n || a.up.ne1 != ff || a.down.ne0 != ff || n % 4 || ff % 4) return false;
-  if (K < 1 || K > ROUTER_MAX_K || (a.logits && (a.n_expert < K || a.n_expert > 256))) return false;
+  if (K < 1 || K > ROUTER_MAX_K || ((a.logits || a.sel) && (a.n_expert < K || a.n_expert > 256))) return false;
+  if (a.sel && K > 256) return false; // read by one thread a pick
   if (n > 32 * 256) return false;
   const int rg = row_bytes(a.gate.type, n), rd = row_bytes(a.down.type, ff);
   if (rg <= 0 || rd <= 0) return false;
@@ -392,7 +448,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
   *done = false;
   fmoe_plan p;
   if (!plan_fmoe(a, smem_limit, p)) return BL_OK;
-  const int ff = a.gate.ne1, K = a.logits ? a.k : 1;
+  const int ff = a.gate.ne1, K = fmoe_k(a);
   fmoe_args g = a;
   g.cap = p.cap_gu;
   const dim3 g1((ff + 15) / 16, K);

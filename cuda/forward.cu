@@ -136,7 +136,63 @@ static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const 
   return dense_products(c, &j, 1, b, ldb, ntok, epi, big);
 }
 
-static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles) {
+// The one-token experts kernels' arguments for MoE block b reading the picks the fused router
+// wrote (froute.cu): gate/up normalise x themselves. False when the shapes do not take them.
+static bool routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
+  memset(&fm, 0, sizeof fm);
+  const int rg = BL_MOE_GATE;
+  fm.gate = b.t[rg];
+  fm.up = b.t[rg + 1];
+  fm.down = b.t[rg + 2];
+  fm.sel = c->sel;
+  fm.selw = c->selw;
+  fm.n_expert = b.n_expert;
+  fm.k = b.n_used;
+  fm.norm_topk = b.norm_topk;
+  fm.w_scale = b.w_scale;
+  fm.h = c->x;
+  fm.hnorm = 1;
+  fm.normw = b.vec[BL_MOE_NORM];
+  fm.eps = b.eps;
+  fm.act = c->act;
+  fm.x = c->x;
+  fm.q8 = 1;
+  return cu_fmoe_fits(fm, c->smem_limit);
+}
+
+// The fused attention output + router arguments for attention block a followed by MoE block m;
+// false when that path does not take them (then the output product and the router run apart).
+static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
+  memset(&f, 0, sizeof f);
+  const dmat &r = m.t[BL_MOE_GATE_INP];
+  if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
+  f.o = a.t[BL_ATTN_O];
+  f.att = c->att;
+  f.x = c->x;
+  f.n = a.n_head * a.head_dim;
+  f.E = (int)c->dm.E;
+  f.rw = reinterpret_cast<const float *>(r.d);
+  f.ldw = (int)(r.nb1 / 4);
+  f.X = m.n_expert;
+  f.K = m.n_used;
+  f.norm_topk = m.norm_topk;
+  f.w_scale = m.w_scale;
+  f.normw = m.vec[BL_MOE_NORM];
+  f.eps = m.eps;
+  f.part = c->rpart;
+  f.ldp = c->rpart_ld;
+  f.counter = c->cnt_fo;
+  f.logits = c->router;
+  f.sel = c->sel;
+  f.selw = c->selw;
+  f.q8 = 1;
+  fmoe_args fm;
+  return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && routed_experts(c, m, fm);
+}
+
+// moe: the MoE block that follows (or null); *routed: its router ran fused into the output product.
+static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
+  *routed = false;
   const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
   cu_mark(c, S_QKV);
   if (!big) {
@@ -182,7 +238,8 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.nkv = nkv;
   qa.hd = hd;
   qa.rope = b.rope;
-  if (ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot)) {
+  const bool a2 = ntok == 1 && !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
+  if (a2 || (ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot))) {
     // one token: Q/K norm, RoPE, the cache write and attention in one kernel
     cu_mark(c, S_ATTN);
     attn1_args a1;
@@ -209,8 +266,14 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.max_splits = c->max_splits;
     a1.min_chunk = c->min_chunk;
     a1.out = c->att;
-    CU_OK(cu_attn1(c->st, a1, hd));
+    if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls));
+    else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
+    fo_args f;
+    if (moe && fused_router(c, b, *moe, f)) {
+      *routed = true;
+      return cu_fo(c->st, f, c->smem_limit);
+    }
     return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   cu_mark(c, S_QK);
@@ -264,8 +327,18 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
-static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   const bool moe = b.kind == BL_BLOCK_MOE;
+  if (routed) {
+    // the picks were selected by the fused attention output + router (froute.cu)
+    fmoe_args fm;
+    if (!moe || ntok != 1 || big || !routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
+    cu_mark(c, S_EXPERTS);
+    bool done = false;
+    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done));
+    if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
+    return BL_OK;
+  }
   const int E = (int)c->dm.E;
   const int rg = moe ? BL_MOE_GATE : 1;
   const dmat &gate = b.t[rg], &up = b.t[rg + 1], &down = b.t[rg + 2];
@@ -423,13 +496,22 @@ static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
 
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   const bool big = ntok >= c->prefill_min;
-  for (size_t i = 0; i < c->w->blocks.size(); i++) {
-    const cu_blk &b = c->w->blocks[i];
+  const std::vector<cu_blk> &bl = c->w->blocks;
+  bool routed = false; // the next MoE block's router ran fused into the attention output
+  for (size_t i = 0; i < bl.size(); i++) {
+    const cu_blk &b = bl[i];
     switch (b.kind) {
       case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
-      case BL_BLOCK_ATTN: CU_OK(attn_block(c, b, ntok, big, n_fa_tiles)); break;
+      case BL_BLOCK_ATTN: {
+        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE ? &bl[i + 1] : nullptr;
+        CU_OK(attn_block(c, b, ntok, big, n_fa_tiles, moe, &routed));
+        break;
+      }
       case BL_BLOCK_MOE:
-      case BL_BLOCK_FFN: CU_OK(ffn_block(c, b, ntok, big)); break;
+      case BL_BLOCK_FFN:
+        CU_OK(ffn_block(c, b, ntok, big, routed));
+        routed = false;
+        break;
       case BL_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
@@ -462,12 +544,14 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
     n_fa = fa_tiles(pos, seq, ntok, reinterpret_cast<int4 *>(c->h_in + 4 * c->dm.maxT), c->fa_cap);
     if (n_fa > c->fa_cap) return cu_fail(BL_E_INVAL, "forward: %d attention tiles, room for %lld", n_fa, (long long)c->fa_cap);
   }
+  // one-token steps: the attention's context class (attn2.cu) is part of what a graph captures
+  c->acls = ntok == 1 ? cu_attn2_class(pos[0] + 1) : 0;
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;
   if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);
   for (const cu_graph &g : c->graphs)
-    if (g.ntok == ntok && g.nout == nout && g.topk == topk) {
+    if (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls) {
       CU_TRY(cudaGraphLaunch(g.exec, c->st), "replaying the decode graph");
       c->graph_steps++;
       return BL_OK;
@@ -482,7 +566,7 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
     return s;
   }
   if (e != cudaSuccess) return cu_fail_cuda(e, "capturing the decode graph");
-  cu_graph g = {ntok, nout, topk, nullptr};
+  cu_graph g = {ntok, nout, topk, c->acls, nullptr};
   const cudaError_t ei = cudaGraphInstantiate(&g.exec, gr, 0);
   (void)cudaGraphDestroy(gr);
   if (ei != cudaSuccess) return cu_fail_cuda(ei, "instantiating the decode graph");

@@ -79,9 +79,13 @@ int64_t cu_moe_dec_init(int smem_optin);
 // router's selection recomputed by the expert kernels, attention fused with Q/K norm and RoPE ----
 // Which of them run (process-wide bits; BLOOMERY_CUDA_FAST, context option CU_OPT_FAST).
 // FAST_Q8: Q4_K / Q6_K rows dotted with int8 activations by dp4a (where the caller allows it).
-enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ALL = 15 };
+// FAST_ROUTE: the router folded into the attention output product, whose last block selects the
+// experts once (froute.cu; with FAST_MOE). FAST_ATTN2: one-token attention with more blocks and
+// threads (a block per head group and slice, 4 threads a position; attn2.cu; before FAST_ATTN).
+enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_ALL = 63 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
+extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
 #define FAST_CAP_MAX 8224 // bytes of a warp's weight buffer (a 2048-float F32 row at any alignment)
 struct fmv_job {
   dmat m;
@@ -99,7 +103,8 @@ struct fmv_args {
   float eps;
   float *h; // when set, block 0 writes the staged (normalised) row here
   int rpw;  // rows a warp
-  int cap;  // weight buffer bytes a warp
+  int cap;  // bytes a row slot takes
+  int nslot; // row slots a warp (2, or 4: two pairs of rows in flight)
   int q8;   // int8 activations allowed (FAST_Q8; the forward pass sets it, the f32 conformance path does not)
 };
 // y = W x for one row of x, jobs grouped by type (two types in one launch where paired). Sets
@@ -108,9 +113,14 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
 struct fmoe_args {
   dmat gate, up, down;
   const float *logits; // the token's router logits, or null: one expert (0) of weight 1
+  const int32_t *sel;  // or the token's k picks, selected by an earlier kernel (froute.cu), and
+  const float *selw;   // their weights; written at least two kernels before down (read before its wait)
   int n_expert, k, norm_topk;
   float w_scale;
-  const float *h; // normalised row (gate.ne0)
+  const float *h; // row into gate/up (gate.ne0): normalised, or RMS-normalised on the way in when hnorm
+  int hnorm;
+  const float *normw; // hnorm: the norm weights (null: none) and epsilon
+  float eps;
   float *act;     // [k][gate.ne1]
   float *x;       // residual (down.ne1)
   int cap;
@@ -119,6 +129,31 @@ struct fmoe_args {
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done);
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
 int64_t cu_fast_init(int smem_optin);
+// One token's attention output product fused with the router (froute.cu): x += O att, then the
+// router's logits of RMSNorm(x) and the token's picks by the last block.
+struct fo_args {
+  dmat o;           // rows E, length n
+  const float *att; // n floats
+  float *x;         // residual, E floats
+  int n, E;
+  const float *rw;  // router weights, F32 [X][ldw] (16-byte aligned rows)
+  int ldw, X, K, norm_topk;
+  float w_scale;
+  const float *normw; // the MoE block's norm weights (E), or null
+  float eps;
+  float *part;      // [X][ldp] partial logits by block (ldp >= the block count rounded up to 4)
+  int ldp;
+  int *counter;     // zero between launches
+  float *logits;    // X out
+  int32_t *sel;     // K out, ascending expert id
+  float *selw;      // K out
+  int cap, q8;
+};
+bool cu_fo_fits(const fo_args &a, int smem_limit);
+int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);
+int64_t cu_fo_init(int smem_optin);
+// Rows of x a fused block covers (the partial logits buffer holds ceil(E / FO_BLOCK_ROWS) rounded up to 4 columns).
+#define FO_BLOCK_ROWS 16
 
 // ---- attention (attn.cu) ----
 struct rope_params {
@@ -191,6 +226,12 @@ struct attn1_args {
 bool cu_attn1_supported(int hd, int G, int n_rot);
 int64_t cu_attn1(cudaStream_t st, const attn1_args &a, int hd);
 int64_t cu_attn1_init(int smem_optin);
+// The same with more blocks (attn2.cu): the heads a block takes depend on the context class of
+// the step (cu_attn2_class of the token's position + 1; the host captures a graph per class).
+bool cu_attn2_supported(int hd, int G, int n_rot);
+int cu_attn2_class(int n);
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls);
+int64_t cu_attn2_init(int smem_optin);
 int64_t cu_attn_init(int smem_optin);
 int64_t cu_attn_dec_init();
 int64_t cu_misc_init();

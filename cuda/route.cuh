@@ -8,6 +8,28 @@
 
 #include "common.cuh"
 
+// The picks' renormalisation (when asked), scaling and sort by expert id, by one warp (K <= 32;
+// the sum in tree order): ssel / sw hold the K picks by rank and get them by id.
+__device__ __forceinline__ void route_tail(int K, int norm_topk, float w_scale, int *ssel, float *sw) {
+  const int lane = threadIdx.x & 31;
+  const int e = lane < K ? ssel[lane] : 0x7fffffff;
+  float w = lane < K ? sw[lane] : 0.0f;
+  if (norm_topk) {
+    float s = warp_sum(w);
+    if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+    w /= s;
+  }
+  if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+  int rank = 0; // ids are distinct: the rank is the count of smaller ids
+  for (int j = 0; j < K; j++) rank += __shfl_sync(0xffffffffu, e, j) < e ? 1 : 0;
+  __syncwarp();
+  if (lane < K) {
+    ssel[rank] = e;
+    sw[rank] = w;
+  }
+  __syncwarp();
+}
+
 // XJ logits a lane (X <= 32 * XJ); lg readable by __ldcg (written by an earlier kernel). WT: the
 // renormalisation and the sort by id done by the warp (K <= 32; the sum in tree order), else by lane 0.
 template <int XJ, bool WT = false>
@@ -55,22 +77,7 @@ __device__ __forceinline__ void route_core(const float *lg, int X, int K, int no
   }
   __syncwarp();
   if (WT && K <= 32) {
-    const int e = lane < K ? ssel[lane] : 0x7fffffff;
-    float w = lane < K ? sw[lane] : 0.0f;
-    if (norm_topk) {
-      float s = warp_sum(w);
-      if (s < 6.103515625e-5f) s = 6.103515625e-5f;
-      w /= s;
-    }
-    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
-    int rank = 0; // ids are distinct: the rank is the count of smaller ids
-    for (int j = 0; j < K; j++) rank += __shfl_sync(0xffffffffu, e, j) < e ? 1 : 0;
-    __syncwarp();
-    if (lane < K) {
-      ssel[rank] = e;
-      sw[rank] = w;
-    }
-    __syncwarp();
+    route_tail(K, norm_topk, w_scale, ssel, sw);
     return;
   }
   if (lane == 0) {
@@ -93,4 +100,60 @@ __device__ __forceinline__ void route_core(const float *lg, int X, int K, int no
       }
   }
   __syncwarp();
+}
+
+// One token's selection by a whole block (every thread calls it; X <= 8 * blockDim.x / 8, at most
+// 256; K <= 32) from X logits in shared memory: the same picks, weights and order as
+// route_core<XJ, true> on the same logits - warp 0 forms the maximum and the sum as route_core
+// does, each logit's rank (value descending, then lower id; NaN counts as -inf) is counted by L
+// threads (adjacent lanes) a logit, the K best are placed by rank, then route_tail. smx: 2 floats.
+template <int XJ>
+__device__ __forceinline__ void route_block(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw, float *smx) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid < 32) {
+    float v[XJ];
+#pragma unroll
+    for (int j = 0; j < XJ; j++) v[j] = lane + 32 * j < X ? lg[lane + 32 * j] : -INFINITY;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int j = 0; j < XJ; j++) mx = fmaxf(mx, v[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < XJ; j++)
+      if (lane + 32 * j < X) sum += expf(v[j] - mx);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      smx[0] = mx;
+      smx[1] = sum;
+    }
+  }
+  int xp = 8; // X rounded up to a power of two (at least 8: L <= 32 threads a logit)
+  while (xp < X) xp <<= 1;
+  const int L = (int)blockDim.x / xp > 1 ? (int)blockDim.x / xp : 1, e = tid / L, s = tid - e * L;
+  int rank = 0;
+  float ve = 0.0f;
+  if (e < X) {
+    ve = lg[e];
+    if (ve != ve) ve = -INFINITY;
+    const int per = (X + L - 1) / L, j0 = s * per, j1 = j0 + per < X ? j0 + per : X;
+    for (int j = j0; j < j1; j++) {
+      float vj = lg[j];
+      if (vj != vj) vj = -INFINITY;
+      rank += (vj > ve || (vj == ve && j < e)) ? 1 : 0;
+    }
+  }
+  for (int o = 1; o < L && o < 32; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
+  if (tid < K) { // every slot defined even if the logits are not numbers
+    ssel[tid] = tid;
+    sw[tid] = 0.0f;
+  }
+  __syncthreads(); // smx, and the slots' defaults
+  if (s == 0 && e < X && rank < K) {
+    ssel[rank] = e;
+    sw[rank] = expf(lg[e] - smx[0]) / smx[1];
+  }
+  __syncthreads();
+  if (tid < 32) route_tail(K, norm_topk, w_scale, ssel, sw);
+  __syncthreads();
 }

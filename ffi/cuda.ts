@@ -40,9 +40,18 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
 /**
  * Option keys of bl_cuda_set_option (cuda/ctx.h). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
- * one-token kernels: bits 1 products, 2 experts, 4 attention; 7 all, the default) are process-wide.
+ * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
 export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18 } as const;
+
+/**
+ * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts
+ * (one-token gate/up and down), attention (fused one-token attention), int8 (Q4_K / Q6_K rows on
+ * int8 activations), fusedRouter (the router folded into the attention output product, the
+ * experts selected once; needs experts), headGroups (one-token attention a block per head group
+ * and slice; before attention). 0: the general kernels only.
+ */
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, all: 63 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

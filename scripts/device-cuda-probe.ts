@@ -2,9 +2,12 @@
 // configuration (one-token kernels, programmatic dependent launch, carveout, graphs): decode tokens a
 // second through the backend as the bench runs them, and the captured graph replayed alone (GPU
 // time back to back, host time of the launch call, latency with a synchronisation).
-// Usage: BUN_BE_BUN=1 bloomery-serve scripts/device-cuda-probe.ts <model.gguf> [depths, e.g. 64,4096]
-// (every configuration at the first depth, the first two at the others)
-import { CudaOption } from "../ffi/cuda.ts";
+// Usage: BUN_BE_BUN=1 bloomery-serve scripts/device-cuda-probe.ts <model.gguf> [depths, e.g. 64,4096] [check]
+// (every configuration at the first depth, the first four at the others). With `check`: no timing;
+// each new one-token kernel set's logits against the round-1 kernels' (fast 15) at every depth
+// (`check <bits>`: that set alone), then a line AGREES=<bits> for each set that agreed.
+// BLOOMERY_SAFE_FAST=<bits> skips configurations that use other bits.
+import { CudaFast, CudaOption } from "../ffi/cuda.ts";
 import { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
 
@@ -43,18 +46,76 @@ function decode(n: number, pos0: number): number {
   return (1000 * n) / (performance.now() - t0);
 }
 
+function step(depth: number, t: number): Float32Array {
+  const out = new Float32Array(V);
+  be.forward({ tokens: Int32Array.of(t), pos: Int32Array.of(depth), seq: new Int32Array(1), outRows: Int32Array.of(0), logits: out });
+  return out;
+}
+function std(a: Float32Array): number {
+  let s1 = 0, s2 = 0;
+  for (const v of a) { s1 += v; s2 += v * v; }
+  const mean = s1 / a.length;
+  return Math.sqrt(Math.max(s2 / a.length - mean * mean, 1e-30));
+}
+
+if (process.argv[4] === "check") {
+  // each new kernel set against the round-1 kernels (15) on the same tokens and positions (one
+  // set when named: `check <bits>`, so that a set that breaks the context spoils no other)
+  const F = CudaFast;
+  const only = process.argv[5] ? Number(process.argv[5]) : 0;
+  const sets = [
+    { name: "head groups", bits: 15 | F.headGroups },
+    { name: "fused router", bits: 15 | F.fusedRouter },
+    { name: "all", bits: F.all },
+  ].filter((c) => !only || c.bits === only);
+  const bad = new Set<number>();
+  for (const depth of depths) {
+    be.setOption(CudaOption.fast, 15);
+    const ref = [3, 17].map((t) => step(depth, t));
+    for (const c of sets) {
+      let d = 0;
+      try {
+        be.setOption(CudaOption.fast, c.bits);
+        [3, 17].forEach((t, i) => {
+          const y = step(depth, t);
+          let m = 0;
+          for (let j = 0; j < V; j++) m = Math.max(m, Number.isFinite(y[j]) ? Math.abs(y[j] - ref[i][j]) : Infinity);
+          d = Math.max(d, m / std(ref[i]));
+        });
+      } catch (e) {
+        d = Infinity;
+        console.log(`check ${c.name} (${c.bits}) at depth ${depth}: ${e instanceof Error ? e.message : String(e)}`);
+      }
+      const ok = d < 3e-2;
+      if (!ok) bad.add(c.bits);
+      console.log(`check ${c.name} (fast ${c.bits}) vs fast 15 at depth ${depth}: max |dlogit| / std ${d.toExponential(2)} ${ok ? "ok" : "DIFFERS"}`);
+    }
+  }
+  for (const c of sets) if (!bad.has(c.bits)) console.log(`AGREES=${c.bits}`);
+  be.close();
+  m.close();
+  process.exit(0);
+}
+
 interface Config { name: string; fast: number; pdl: number; graphs: number; carveout: number }
 const configs: Config[] = [
-  { name: "one-token kernels on int8 activations, PDL, graphs (default)", fast: 15, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "one-token kernels on f32 activations (fast 7)", fast: 7, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "all one-token kernels (default, fast 63)", fast: 63, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "without the fused router (47)", fast: 47, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "without attention by head groups (31)", fast: 31, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "round-1 kernels (15)", fast: 15, pdl: 1, graphs: 1, carveout: -1 },
+  { name: "f32 activations (55)", fast: 55, pdl: 1, graphs: 1, carveout: -1 },
   { name: "general kernels (fast 0)", fast: 0, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "default without PDL", fast: 15, pdl: 0, graphs: 1, carveout: -1 },
-  { name: "int8 without the one-token experts (13)", fast: 13, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "int8 without the fused attention (11)", fast: 11, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "default, graphs off", fast: 15, pdl: 1, graphs: 0, carveout: -1 },
+  { name: "default without PDL", fast: 63, pdl: 0, graphs: 1, carveout: -1 },
+  { name: "default, graphs off", fast: 63, pdl: 1, graphs: 0, carveout: -1 },
 ];
+const safeEnv = process.env.BLOOMERY_SAFE_FAST;
+const safeBits = safeEnv ? Number(safeEnv) : 63;
 for (const [di, depth] of depths.entries()) {
-  for (const c of di === 0 ? configs : configs.slice(0, 2)) {
+  for (const c of di === 0 ? configs : configs.slice(0, 4)) {
+    if ((c.fast & ~safeBits & (CudaFast.fusedRouter | CudaFast.headGroups)) !== 0) {
+      console.log(`probe ${c.name}: skipped (fast ${c.fast} uses kernels the check refused)`);
+      continue;
+    }
     be.setOption(CudaOption.carveout, c.carveout);
     be.setOption(CudaOption.pdl, c.pdl);
     be.setOption(CudaOption.fast, c.fast);

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CudaOption, cudaStatus } from "../ffi/cuda.ts";
+import { CudaFast, CudaOption, cudaStatus } from "../ffi/cuda.ts";
 import type { Batch } from "../src/engine/backend.ts";
 import { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
@@ -127,9 +127,9 @@ gpu("the CUDA forward against the CPU exact path (synthetic models)", () => {
         for (let i = 0; i < steps.length; i++) {
           const x = cpu.evalSequence([steps[i]], prompt.length + i);
           const y8 = gpuM.evalSequence([steps[i]], prompt.length + i);
-          be.setOption(CudaOption.fast, 7);
+          be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.int8);
           const y = gpuM.evalSequence([steps[i]], prompt.length + i);
-          be.setOption(CudaOption.fast, 15);
+          be.setOption(CudaOption.fast, CudaFast.all);
           dDecode = Math.max(dDecode, maxAbs(y, x) / std(x));
           dDecode8 = Math.max(dDecode8, maxAbs(y8, x) / std(x));
         }
@@ -169,16 +169,21 @@ gpu("CUDA backend behaviour", () => {
       be.forward(one(12, 30, 2, s2));
       expect(maxAbs(two.subarray(0, V), s1)).toBeLessThan(1e-5);
       expect(maxAbs(two.subarray(V), s2)).toBeLessThan(1e-5);
-      // the one-token kernels (staged products, experts selecting for themselves, fused attention)
-      // against the general ones, each part alone and all together
-      for (const bits of [1, 2, 4, 7, 15]) {
+      // the one-token kernels (staged products, experts selecting for themselves, fused attention,
+      // the router fused into the attention output, attention by head groups) against the
+      // general ones, each part alone and all together
+      const F = CudaFast;
+      let worstBits = 0;
+      for (const bits of [F.products, F.experts, F.attention, 7, 15, F.experts | F.fusedRouter, F.headGroups, F.attention | F.headGroups,
+        F.experts | F.fusedRouter | F.headGroups, F.all & ~F.int8, F.all]) {
         be.setOption(CudaOption.fast, bits);
         const f = new Float32Array(V);
         be.forward(one(11, 30, 1, f));
         const d = maxAbs(f, s1) / std(s1);
         console.log(`tiny: one-token kernels (bits ${bits}) vs general: max |dlogit| / std ${d.toExponential(2)}`);
-        expect(d).toBeLessThan(1e-4);
+        worstBits = Math.max(worstBits, Number.isFinite(d) ? d : Infinity);
       }
+      expect(worstBits).toBeLessThan(1e-4); // after the loop: every set's line is printed
       const g = new Float32Array(V);
       be.forward(one(13, 31, 1, g));
       be.setOption(1, 0); // graphs off
@@ -186,6 +191,7 @@ gpu("CUDA backend behaviour", () => {
       be.forward(one(13, 31, 1, ng));
       be.setOption(1, 1);
       expect(maxAbs(g, ng)).toBe(0);
+      be.setOption(CudaOption.fast, CudaFast.all);
       const stats = be.stats();
       console.log(`tiny: ${stats.steps} steps, ${stats.graphSteps} from graphs, ${stats.graphs} graphs, ${stats.weightBytes} weight bytes`);
       expect(stats.graphSteps).toBeGreaterThan(0);
@@ -214,6 +220,44 @@ gpu("CUDA backend behaviour", () => {
       expect(dp).toBeLessThan(3e-2);
       expect(dd).toBeLessThan(1e-2);
       expect(ds).toBeLessThan(1e-4);
+    } finally {
+      cpuM.close();
+      m.close();
+    }
+  });
+
+  test.skipIf(!existsSync(path))("one-token attention by head groups past 1024 positions: split, merged, against attn1 and the CPU exact path", () => {
+    const cpuM = Model.load(path, { nCtx: 1280, exact: true, nThreads: 8 });
+    const m = Model.load(path, { nCtx: 1280, nGpuLayers: "all" });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab;
+      const prompt = Array.from({ length: 1100 }, (_, i) => (i * 197 + 5) % V);
+      cpuM.evalSequence(prompt, 0);
+      m.evalSequence(prompt, 0);
+      let worst = 0, vsOld = 0, vsWhole = 0;
+      for (const [i, t] of [21, 400].entries()) {
+        const p = prompt.length + i;
+        const ref = cpuM.evalSequence([t], p);
+        const y = m.evalSequence([t], p); // head groups, split and merged (the default)
+        be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.headGroups);
+        const old = m.evalSequence([t], p); // attn1.cu
+        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.maxSplits, 1);
+        const whole = m.evalSequence([t], p); // head groups, one slice
+        be.setOption(CudaOption.maxSplits, 32);
+        const sd = std(ref);
+        worst = Math.max(worst, maxAbs(y, ref) / sd);
+        vsOld = Math.max(vsOld, maxAbs(y, old) / sd);
+        vsWhole = Math.max(vsWhole, maxAbs(y, whole) / sd);
+      }
+      console.log(`tiny at 1100 positions: head groups vs CPU exact ${worst.toExponential(2)}, vs attn1 ${vsOld.toExponential(2)}, split vs one slice ${vsWhole.toExponential(2)} (max |dlogit| / std)`);
+      // against the CPU exact path the bound is the prompt batches' (3e-2): the 1100 cached
+      // positions come from the f16 tensor-core prefill into the f16 cache (measured 1.7e-2 on the
+      // H200, the same within 2e-6 with attn1.cu); the kernel's own error shows in the two below
+      expect(worst).toBeLessThan(3e-2);
+      expect(vsOld).toBeLessThan(1e-4);
+      expect(vsWhole).toBeLessThan(1e-4);
     } finally {
       cpuM.close();
       m.close();

@@ -1,0 +1,395 @@
+// bloomery CUDA library: one token's attention with more of the card at work than attn1.cu - a
+// block per (KV head, group of GM query heads, slice of the context), 256 threads. A position's
+// score is formed by 4 threads (each a quarter of the head's dimensions, joined by two shuffles),
+// values by (dimension pair, position group) threads reading 4 probabilities at once. Q/K RMSNorm,
+// RoPE (the angles as the CPU reference forms them) and the f16 cache write are fused in as in
+// attn1.cu; each slice's key and value rows are copied to shared memory with cp.async before the
+// wait on the previous kernel. The heads a block takes (GM) are chosen by the host per context
+// class (short contexts: one head a block, so 32 blocks where attn1 ran 4; long ones: 4 heads a
+// block sharing their slice's rows); the slice count derives on the card from the position (one
+// graph serves every step of a class). The last block of a head group merges the slices: a warp a
+// head forms the slices' factors, a thread a (head, 4 dimensions) the sums.
+#include <math.h>
+
+#include "common.cuh"
+#include "internal.h"
+#include "stage.cuh"
+
+#define A2_THREADS 256
+#define A2_WP 64          // positions a window of key and value rows holds
+#define A2_CHUNK 64       // positions a slice takes at least
+#define A2_MAX_SPLITS 32  // slices a head group takes at most (the partials' stride)
+
+// Row stride in shared memory: 16 words past a multiple of 32 banks, so the 4 threads of a
+// position and the next position's 4 read distinct banks (16-byte reads).
+__host__ __device__ constexpr int a2_rs(int hd) { return hd * 2 + 64; }
+__host__ __device__ constexpr size_t a2_smem(int hd) { return 2 * (size_t)A2_WP * a2_rs(hd); }
+
+// Two halves packed in a word (low first) as floats.
+__device__ __forceinline__ float2 h2x2(uint32_t w) {
+  return make_float2(__half2float(__ushort_as_half((unsigned short)(w & 0xffffu))), __half2float(__ushort_as_half((unsigned short)(w >> 16))));
+}
+
+// Copies the key and value rows of positions [w0, w1) except `skip` into the block's buffers.
+template <int HD>
+__device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half *kb, const __half *vb, int kd, int w0, int w1, int skip) {
+  constexpr int CPR = HD * 2 / 16, RS = a2_rs(HD);
+  const int total = (w1 - w0) * 2 * CPR;
+  for (int c = threadIdx.x; c < total; c += A2_THREADS) {
+    const int r = c / (2 * CPR), rem = c - r * 2 * CPR, kv = rem / CPR, ch = rem - kv * CPR;
+    const int p = w0 + r;
+    if (p == skip) continue;
+    cp_async16((kv ? sV : sK) + (size_t)r * RS + ch * 16, (kv ? vb : kb) + (size_t)p * kd + ch * 8);
+  }
+}
+
+// grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
+template <int HD, int GM>
+__global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
+  constexpr int RS = a2_rs(HD), CPR = HD * 2 / 16, CPQ = CPR / 4;
+  constexpr int PPP = A2_THREADS / 4;  // positions a pass of the scores
+  constexpr int HP = HD / 2;           // dimension pairs (values)
+  constexpr int PGN = A2_THREADS / HP; // position groups (values)
+  constexpr int STS = HD + 4;          // floats a slice's partial takes
+  constexpr int NW = A2_THREADS / 32;
+  static_assert(CPQ >= 1 && PGN >= 1 && GM * HD / 4 <= A2_THREADS, "attention tile shape");
+  extern __shared__ float4 dyn_smem4[];
+  uint8_t *sK = reinterpret_cast<uint8_t *>(dyn_smem4), *sV = sK + (size_t)A2_WP * RS;
+  __shared__ __align__(16) float sq[GM][HD];
+  __shared__ __align__(16) float sk32[HD], sv32[HD];
+  __shared__ __half sk16[HD], sv16[HD];
+  __shared__ float scs[HD / 2], ssn[HD / 2];
+  __shared__ float sqn[HD], skn[HD]; // norm weights (constant: loaded before the wait)
+  __shared__ __align__(16) float sp[GM][A2_WP];
+  __shared__ float sred_m[NW][GM], sred_s[NW][GM];
+  __shared__ float s_f[GM][A2_MAX_SPLITS], s_L[GM];
+  __shared__ float s_m[GM], s_l[GM]; // the running max and sum per head, for indexing by a loop variable
+  __shared__ int s_last;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.G, HS = G / GM;
+  const int g = blockIdx.x / HS, hs = blockIdx.x - g * HS, si = blockIdx.y, h0 = g * G + hs * GM;
+  // the step's position and slot were copied in before the graph started
+  const int pos = a.pos[0], n = pos + 1;
+  int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
+  if (splits > (int)gridDim.y) splits = (int)gridDim.y;
+  if (si >= splits) return;
+  const int chunk = (n + splits - 1) / splits;
+  const int p0 = si * chunk, p1 = min(n, p0 + chunk);
+  const size_t base = (size_t)a.seq[0] * a.slot_stride + (size_t)g * HD;
+  const __half *kb = a.kc + base, *vb = a.vc + base;
+  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, min(p1, p0 + A2_WP), pos);
+  for (int d = tid; d < HD; d += A2_THREADS) {
+    sqn[d] = a.qn ? __ldg(a.qn + d) : 1.0f;
+    skn[d] = a.kn ? __ldg(a.kn + d) : 1.0f;
+  }
+  // rotation factors of this position (shared by every head)
+  const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
+  for (int p = tid; p < r.n_rot / 2; p += A2_THREADS) {
+    float theta_extrap = (float)pos;
+    for (int s = 0; s < p; s++) theta_extrap *= r.theta_scale;
+    const float theta_interp = r.freq_scale * theta_extrap;
+    float theta = theta_interp;
+    if (r.ext_factor != 0.0f) {
+      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
+      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
+      theta = theta_interp * (1 - mix) + theta_extrap * mix;
+    }
+    scs[p] = cosf(theta) * r.mscale;
+    ssn[p] = sinf(theta) * r.mscale;
+  }
+  cu_pdl_wait();
+  // this step's q of the block's heads, k and v of the KV head (all loads in flight)
+  {
+    float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kv4 = qv;
+    const bool hq = tid < GM * HD / 4;
+    if (hq) qv = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)h0 * HD) + tid);
+    if (tid < HD / 4) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.k + (size_t)g * HD) + tid);
+    else if (tid < HD / 2) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.v + (size_t)g * HD) + tid - HD / 4);
+    if (hq) reinterpret_cast<float4 *>(&sq[0][0])[tid] = qv;
+    if (tid < HD / 4) reinterpret_cast<float4 *>(sk32)[tid] = kv4;
+    else if (tid < HD / 2) reinterpret_cast<float4 *>(sv32)[tid - HD / 4] = kv4;
+  }
+  __syncthreads();
+  // per-head RMSNorm and RoPE: a warp a head (the block's GM query heads, then the key head)
+  for (int hh = warp; hh <= GM; hh += NW) {
+    float *vec = hh < GM ? sq[hh] : sk32;
+    const float *nw = hh < GM ? sqn : skn;
+    if (hh < GM ? a.qn != nullptr : a.kn != nullptr) {
+      float xv[HD / 32], wv[HD / 32];
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < HD / 32; i++) {
+        wv[i] = nw[lane + 32 * i];
+        xv[i] = vec[lane + 32 * i];
+        ss += xv[i] * xv[i];
+      }
+      ss = warp_sum(ss);
+      const float sc = 1.0f / sqrtf(ss / (float)HD + a.eps);
+#pragma unroll
+      for (int i = 0; i < HD / 32; i++) vec[lane + 32 * i] = xv[i] * sc * wv[i];
+      __syncwarp();
+    }
+    for (int p = lane; p < r.n_rot / 2; p += 32) {
+      const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
+      const float x0 = vec[ia], x1 = vec[ib], cs = scs[p], sn = ssn[p];
+      vec[ia] = x0 * cs - x1 * sn;
+      vec[ib] = x0 * sn + x1 * cs;
+    }
+    __syncwarp();
+    if (hh < GM)
+      for (int i = lane; i < HD; i += 32) vec[i] *= a.scale;
+  }
+  __syncthreads();
+  const bool own = pos >= p0 && pos < p1;
+  for (int d = tid; d < HD; d += A2_THREADS) {
+    const __half kh = __float2half_rn(sk32[d]), vh = __float2half_rn(sv32[d]);
+    sk16[d] = kh;
+    sv16[d] = vh;
+    if (own && hs == 0) { // one block of the slice writes the cache
+      a.kc[base + (size_t)pos * a.kd + d] = kh;
+      a.vc[base + (size_t)pos * a.kd + d] = vh;
+    }
+  }
+  float m[GM], l[GM], acc[GM][2];
+#pragma unroll
+  for (int h = 0; h < GM; h++) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+    acc[h][0] = acc[h][1] = 0.0f;
+  }
+  const int qi = tid & 3, pi = tid >> 2; // scores: quarter, position in the pass
+  const int dp = tid % HP, pg = tid / HP; // values: dimension pair, position group
+  for (int ws = p0; ws < p1; ws += A2_WP) {
+    const int we = min(p1, ws + A2_WP), cnt = we - ws, cnt4 = (cnt + 3) & ~3;
+    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, we, pos);
+    cp_async_wait_all();
+    __syncthreads(); // sk16 / sv16 written; the previous window's readers are done
+    if (pos >= ws && pos < we)
+      for (int d = tid; d < HD; d += A2_THREADS) {
+        reinterpret_cast<__half *>(sK + (size_t)(pos - ws) * RS)[d] = sk16[d];
+        reinterpret_cast<__half *>(sV + (size_t)(pos - ws) * RS)[d] = sv16[d];
+      }
+    __syncthreads();
+    // scores: 4 threads a position, each a quarter of the dimensions (chunks qi, qi + 4, ...)
+    float wmax[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) wmax[h] = -INFINITY;
+    for (int t0 = 0; t0 < cnt; t0 += PPP) {
+      const int t = t0 + pi;
+      float s[GM];
+#pragma unroll
+      for (int h = 0; h < GM; h++) s[h] = 0.0f;
+      if (t < cnt) {
+        const uint4 *kr = reinterpret_cast<const uint4 *>(sK + (size_t)t * RS);
+#pragma unroll
+        for (int cc = 0; cc < CPQ; cc++) {
+          const int c = cc * 4 + qi;
+          const uint4 raw = kr[c];
+          const float2 k0 = h2x2(raw.x), k1 = h2x2(raw.y), k2 = h2x2(raw.z), k3 = h2x2(raw.w);
+#pragma unroll
+          for (int h = 0; h < GM; h++) {
+            const float4 qa = *reinterpret_cast<const float4 *>(&sq[h][8 * c]);
+            const float4 qb = *reinterpret_cast<const float4 *>(&sq[h][8 * c + 4]);
+            s[h] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 1);
+        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 2);
+      }
+      if (t < cnt) {
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+          if (qi == 0) sp[h][t] = s[h];
+          wmax[h] = fmaxf(wmax[h], s[h]);
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      const float v = warp_max(wmax[h]);
+      if (lane == 0) sred_m[warp][h] = v;
+    }
+    __syncthreads();
+    float mn[GM], al[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      float wm = sred_m[0][h];
+#pragma unroll
+      for (int w = 1; w < NW; w++) wm = fmaxf(wm, sred_m[w][h]);
+      mn[h] = fmaxf(m[h], wm);
+      al[h] = expf(m[h] - mn[h]);
+    }
+    // probabilities (the window padded to a multiple of 4 with zeros)
+    float ls[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) ls[h] = 0.0f;
+    for (int t = tid; t < cnt4; t += A2_THREADS) {
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        const float pr = t < cnt ? expf(sp[h][t] - mn[h]) : 0.0f;
+        sp[h][t] = pr;
+        ls[h] += pr;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      const float v = warp_sum(ls[h]);
+      if (lane == 0) sred_s[warp][h] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < NW; w++) sum += sred_s[w][h];
+      l[h] = l[h] * al[h] + sum;
+      m[h] = mn[h];
+      acc[h][0] *= al[h];
+      acc[h][1] *= al[h];
+    }
+    // values: a thread a dimension pair, positions in blocks of 4 (blocks pg, pg + PGN, ...)
+    for (int t = 4 * pg; t < cnt; t += 4 * PGN) {
+      float2 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        v[j] = t + j < cnt ? h2x2(*reinterpret_cast<const uint32_t *>(sV + (size_t)(t + j) * RS + 4 * dp)) : make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        const float4 p = *reinterpret_cast<const float4 *>(&sp[h][t]);
+        acc[h][0] += p.x * v[0].x + p.y * v[1].x + p.z * v[2].x + p.w * v[3].x;
+        acc[h][1] += p.x * v[0].y + p.y * v[1].y + p.z * v[2].y + p.w * v[3].y;
+      }
+    }
+    __syncthreads(); // before the next window reuses the buffers
+  }
+  // position groups summed in order: scratch in the key buffer (done with it)
+  float *scr = reinterpret_cast<float *>(dyn_smem4);
+#pragma unroll
+  for (int h = 0; h < GM; h++) *reinterpret_cast<float2 *>(scr + ((size_t)pg * GM + h) * HD + 2 * dp) = make_float2(acc[h][0], acc[h][1]);
+  if (tid == 0)
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+      s_m[h] = m[h];
+      s_l[h] = l[h];
+    }
+  __syncthreads();
+  if (splits == 1) {
+    for (int i = tid; i < GM * HD; i += A2_THREADS) {
+      const int h = i / HD, d = i - h * HD;
+      float o = 0.0f;
+#pragma unroll
+      for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
+      const float lh = s_l[h];
+      a.out[(size_t)(h0 + h) * HD + d] = lh > 0.0f ? o / lh : 0.0f;
+    }
+    return;
+  }
+  for (int i = tid; i < GM * HD; i += A2_THREADS) {
+    const int h = i / HD, d = i - h * HD;
+    float o = 0.0f;
+#pragma unroll
+    for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
+    float *pp = a.part + ((size_t)(h0 + h) * A2_MAX_SPLITS + si) * STS;
+    pp[4 + d] = o;
+    if (d == 0) {
+      pp[0] = s_m[h];
+      pp[1] = s_l[h];
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  int *counter = a.counters + g * HS + hs;
+  if (tid == 0) s_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  // the last slice's block merges its head group: the slices' factors (a warp a head)...
+  if (warp < GM) {
+    const int h = warp;
+    const float *ph = a.part + (size_t)(h0 + h) * A2_MAX_SPLITS * STS;
+    float mv = -INFINITY, lv = 0.0f;
+    if (lane < splits) {
+      mv = __ldcg(ph + (size_t)lane * STS);
+      lv = __ldcg(ph + (size_t)lane * STS + 1);
+      if (!(lv > 0.0f)) mv = -INFINITY;
+    }
+    const float M = warp_max(mv);
+    const float f = lv > 0.0f ? expf(mv - M) : 0.0f;
+    const float L = warp_sum(f * lv);
+    if (lane < splits) s_f[h][lane] = f;
+    if (lane == 0) s_L[h] = L;
+  }
+  __syncthreads();
+  // ...then the weighted sums, a thread a (head, 4 dimensions), float4 loads in flight
+  for (int i = tid; i < GM * HD / 4; i += A2_THREADS) {
+    const int h = i / (HD / 4), d4 = i - h * (HD / 4);
+    const float *pp = a.part + (size_t)(h0 + h) * A2_MAX_SPLITS * STS + 4 + 4 * d4;
+    float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+    for (int s2 = 0; s2 < splits; s2++) {
+      const float f = s_f[h][s2];
+      const float4 v = __ldcg(reinterpret_cast<const float4 *>(pp + (size_t)s2 * STS));
+      A.x += f * v.x;
+      A.y += f * v.y;
+      A.z += f * v.z;
+      A.w += f * v.w;
+    }
+    const float L = s_L[h], inv = L > 0.0f ? 1.0f / L : 0.0f;
+    *reinterpret_cast<float4 *>(a.out + (size_t)(h0 + h) * HD + 4 * d4) = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
+  }
+  if (tid == 0) *counter = 0;
+}
+
+bool cu_attn2_supported(int hd, int G, int n_rot) {
+  return (cu_fast & FAST_ATTN2) && (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 8 && n_rot >= 0 && n_rot <= hd && n_rot % 2 == 0;
+}
+
+// Context classes (by positions n = pos + 1): 0 up to 256, 1 up to 1024, 2 beyond.
+int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : 2; }
+
+// Heads a block takes in a class (a divisor of G: 1, 2 or 4) and the slice cap.
+static int a2_heads(int cls, int G) {
+  const int want = cls == 0 ? 1 : cls == 1 ? 2 : 4;
+  for (int gm = want; gm > 1; gm >>= 1)
+    if (G % gm == 0) return gm;
+  return 1;
+}
+static int a2_splits(int cls, int max_splits) {
+  const int cap = cls == 0 ? 256 / A2_CHUNK : cls == 1 ? 1024 / A2_CHUNK : A2_MAX_SPLITS;
+  return max_splits < cap ? max_splits : cap;
+}
+
+template <int HD>
+static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits) {
+  const dim3 grid(a.nkv * (a.G / gm), splits), th(A2_THREADS);
+  const size_t smem = a2_smem(HD);
+  if (gm == 1) return cu_launch(k_attn2<HD, 1>, grid, th, smem, st, a);
+  if (gm == 2) return cu_launch(k_attn2<HD, 2>, grid, th, smem, st, a);
+  return cu_launch(k_attn2<HD, 4>, grid, th, smem, st, a);
+}
+
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
+  if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
+  if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
+  const int gm = a2_heads(cls, a.G), splits = a2_splits(cls, a.max_splits);
+  cudaError_t e;
+  if (hd == 64) e = launch_a2<64>(st, a, gm, splits);
+  else if (hd == 128) e = launch_a2<128>(st, a, gm, splits);
+  else if (hd == 256) e = launch_a2<256>(st, a, gm, splits);
+  else return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", hd);
+  CU_TRY(e, "one-token attention (head groups)");
+  return BL_OK;
+}
+
+int64_t cu_attn2_init(int smem_optin) {
+  const char *w = "configuring one-token attention (head groups)";
+#define P(HD)                                          \
+  CU_OK(cu_allow_smem(k_attn2<HD, 1>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_attn2<HD, 2>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_attn2<HD, 4>, smem_optin, w));
+  P(64) P(128) P(256)
+#undef P
+  return BL_OK;
+}
