@@ -64,8 +64,10 @@ describe("forward passes agree across paths", () => {
           const ex = onPath(p, () => mx.evalSequence(prompt, 0));
           expect(maxAbsDiff(ex, refExact)).toBe(0);
         }
-        // the two SIMD paths keep the same integer lanes and float operations: the same bits
-        if (paths.includes("avx2") && paths.includes("avx512")) {
+        // the two SIMD paths keep the same integer lanes and float operations (the same bits) for
+        // the legacy and float types; K-quants on AVX-512 use the lane-order kernels at every batch
+        // size (batch invariance), whose float steps differ in order: within the bound above
+        if (paths.includes("avx2") && paths.includes("avx512") && !name?.includes("_k_")) {
           const a = onPath("avx2", () => m.evalSequence(prompt, 0, 0, true));
           const b = onPath("avx512", () => m.evalSequence(prompt, 0, 0, true));
           expect(maxAbsDiff(a, b)).toBe(0);

@@ -7,9 +7,11 @@
 
 /* Most activation rows one tile call takes (prefill reads a weight block once per this many rows). */
 #define BL_TILE_A 16
-/* Batches (activation rows of one product) of at least this many rows use the lane-order
- * kernels where the path has them. */
-#define BL_LANES_MIN 32
+/* Products of at least this many activation rows use the lane-order kernels where the path has
+ * them. It is 1, every size, on purpose: a row's bits must not depend on how many rows share its
+ * product (batch invariance, test/batch-invariance.test.ts); the lane kernels are as fast as the
+ * element-order ones for one row and faster for more. */
+#define BL_LANES_MIN 1
 
 /* y[r][i] = dot(weight row i, activation row r) for i < nw, r < na (na <= BL_TILE_A).
  * Weight rows of n elements at w + i * ws; activation row r (already in the weight type's

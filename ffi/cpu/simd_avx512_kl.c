@@ -1,6 +1,8 @@
 /* bloomery CPU library: AVX-512 (F/BW/VL/DQ + VNNI) products of the K-quant super-blocks (Q2_K,
- * Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS with Q8_K activation rows in lane order - the kernels of
- * batches (kernels.h's tile_lanes; one-token steps and small batches use simd_avx512_k.c).
+ * Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS with Q8_K activation rows in lane order - the AVX-512
+ * path's kernels for every batch size, one-token steps included, so that a row's bits never depend
+ * on its batch (kernels.h's tile_lanes; simd_avx512_k.c's element-order kernels remain for the
+ * BLOOMERY_CPU_PATH=avx512 kernel tests' comparison and as the fallback of types without lanes).
  *
  * A lane-order Q8_K activation block keeps its 256 values: element 16j + 4c + i at
  * byte 64c + 4j + i (chunk c 0..3, lane j 0..15, i 0..3); d and the 16-element sums stay as
