@@ -173,6 +173,16 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     value: { type: "list", of: { type: "int", min: 0 }, split: "comma-slash" },
     help: "memory (MiB) --fit leaves free on each device; one value applies to all", group: G, support: "supported",
   },
+  {
+    names: ["--host-budget"], hint: "MiB", env: "BLOOMERY_HOST_BUDGET", key: "hostBudgetMiB", default: 0, value: { type: "int", min: 0 },
+    help: "plan as if the host had at most this much memory available (MiB; 0 = what it has): routed experts past it are read from the file on demand",
+    group: G, support: "supported",
+  },
+  {
+    names: ["--card-budget"], hint: "MiB", env: "BLOOMERY_CARD_BUDGET", key: "cardBudgetMiB", default: 0, value: { type: "int", min: 0 },
+    help: "plan as if the card had at most this much memory free (MiB; 0 = what it has)",
+    group: G, support: "supported",
+  },
   refuse(G, ["-fitc", "--fit-ctx"], "--fit-ctx is not supported yet", "smallest context --fit may choose", { hint: "N", env: "LLAMA_ARG_FIT_CTX", default: 4096 }),
   refuse(G, ["--check-tensors"], "tensor data checks are not supported yet", "check the model's tensor data for invalid values"),
   refuse(G, ["--override-kv"], "model metadata overrides are not supported yet", "override model metadata: KEY=TYPE:VALUE,... (int, float, bool, str)", { hint: "KEY=TYPE:VALUE,..." }),

@@ -80,6 +80,10 @@ export interface ServerOptions {
   readonly fit: boolean;
   /** -fitt: MiB left free per device; one value applies to all. */
   readonly fitTargetMiB: readonly number[];
+  /** --host-budget: plan as if the host had at most this many MiB available (0 = what it has). */
+  readonly hostBudgetMiB: number;
+  /** --card-budget: plan as if the card had at most this many MiB free (0 = what it has). */
+  readonly cardBudgetMiB: number;
 
   // chat templates
   readonly jinja: boolean;
@@ -244,6 +248,8 @@ function buildOptions(v: Values): ServerOptions {
     overrideTensor: list(v, "overrideTensor", isOverride),
     fit: bool(v, "fit"),
     fitTargetMiB: list(v, "fitTargetMiB", isNumber),
+    hostBudgetMiB: num(v, "hostBudgetMiB"),
+    cardBudgetMiB: num(v, "cardBudgetMiB"),
     jinja: bool(v, "jinja"),
     chatTemplate: optStr(v, "chatTemplate"),
     chatTemplateFile: optStr(v, "chatTemplateFile"),

@@ -6,7 +6,10 @@ import { familyFor } from "../models/registry.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
 import { encodeProgram, type EncodedProgram } from "./program.ts";
-import { BackendFactory, type GpuLayers } from "./placement.ts";
+import { BackendFactory, chooseBackend, type GpuLayers } from "./placement.ts";
+import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
+import { readRam } from "../cli/agent-machine.ts";
+import { cudaDeviceInfo } from "../../ffi/cuda.ts";
 import { MappedWeights } from "./weights.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 
@@ -25,6 +28,10 @@ export interface LoadOptions {
   nGpuLayers?: GpuLayers;
   /** CUDA device index */
   device?: number;
+  /** llama's placement flags and bloomery's budgets; when given, the load is planned (plan.ts) and the plan's line logged */
+  placement?: PlacementFlags;
+  /** where the plan's line goes (default stderr) */
+  log?: (line: string) => void;
 }
 
 export class Model {
@@ -43,10 +50,11 @@ export class Model {
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
+    const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
+    this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;
     const specs = this.family.program(this.gguf, this.hp);
     this.weights = new MappedWeights(this.gguf);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
-    const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     this.backends = new BackendFactory(this.hp, this.program);
     this.backend = this.backends.create({
       nSlots: o.nSlots ?? 1,
@@ -55,7 +63,23 @@ export class Model {
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
       nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
-    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact });
+    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log });
+  }
+
+  /** The plan of this load (tiers of the weights), when LoadOptions.placement asked for one. */
+  readonly plan: LoadPlan | undefined;
+
+  /** Plan the load before anything is mapped: a plan that cannot run throws PlanError naming its terms. */
+  private makePlan(o: LoadOptions, nCtx: number): LoadPlan {
+    const choice = chooseBackend(this.hp, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact });
+    const ram = readRam();
+    // the card's own fit (weights, KV cache, buffers against its free memory) is checked where
+    // the card's sizes are known (placement.ts); the plan places tensors by the flags
+    const plan = planLoad(this.hp, [...this.gguf.tensors.values()].map((t) => ({ name: t.name, bytes: t.nbytes })), choice.kind, o.placement ?? {},
+      { card: choice.kind === "cuda" ? cudaDeviceInfo(o.device ?? 0) : null, hostAvailableBytes: ram.usable_bytes },
+      { nSlots: o.nSlots ?? 1, nCtxSlot: nCtx, maxTokens: o.maxTokens ?? 512 });
+    (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(plan.line);
+    return plan;
   }
 
   /** Load a model from a path, or from a GGUF already opened (its header is not read twice). */

@@ -21,6 +21,8 @@ export interface PlacementOptions {
   exact?: boolean;
   /** replay decode steps as CUDA graphs (default true) */
   graphs?: boolean;
+  /** plan as if the card had at most this many bytes free (--card-budget) */
+  cardBudgetBytes?: number;
   /** where placement notes go (default stderr) */
   log?: (line: string) => void;
 }
@@ -79,9 +81,11 @@ export class BackendFactory {
       const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
       const info = cudaDeviceInfo(dev);
       const margin = 512 * 1024 ** 2;
-      if (need.weights + need.context + margin > info.freeBytes) {
+      const free = Math.min(info.freeBytes, o.cardBudgetBytes ?? Infinity);
+      const budget = free < info.freeBytes ? `the --card-budget of ${gib(free)} (${gib(info.freeBytes)} free of ${gib(info.totalBytes)})` : `the ${gib(info.freeBytes)} free of ${gib(info.totalBytes)}`;
+      if (need.weights + need.context + margin > free) {
         const msg = `the model does not fit ${info.name}: weights ${gib(need.weights)} + KV cache and buffers ${gib(need.context)} ` +
-          `(${cpu.nSlots} slot(s) of ${cpu.nCtxSlot} positions) need more than the ${gib(info.freeBytes)} free of ${gib(info.totalBytes)}; ` +
+          `(${cpu.nSlots} slot(s) of ${cpu.nCtxSlot} positions) + ${gib(margin)} kept free need more than ${budget}; ` +
           "use -ngl 0 to run on the CPU, or a smaller context (-c)";
         if (o.nGpuLayers !== "auto" && o.nGpuLayers !== -1) throw new PlacementError(msg);
         log(`placement: ${msg}; every layer runs on the CPU`);

@@ -1,4 +1,5 @@
 // bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
+import type { PlacementFlags } from "./plan.ts";
 import type { SamplingParams } from "../sampling/index.ts";
 
 export type { SamplingParams };
@@ -129,6 +130,8 @@ export interface EngineOptions {
   nGpuLayers?: number | "auto" | "all";
   /** CUDA device index */
   device?: number;
+  /** placement flags and budgets (plan.ts) */
+  placement?: PlacementFlags;
 }
 
 export interface SlotInfo {

@@ -65,8 +65,6 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   if (o.tensorSplit.length > 0) notes.push(`srv  load_model: -ts ${o.tensorSplit.join(",")}: ${one}; nothing to split across`);
   if (explicit.has("splitMode")) notes.push(`srv  load_model: -sm ${o.splitMode}: ${one}; ignored`);
   if (explicit.has("mainGpu")) notes.push(`srv  load_model: -mg ${o.mainGpu}: ${one}; ignored`);
-  if (o.overrideTensor.length) notes.push(`srv  load_model: -ot ${o.overrideTensor.map((t) => `${t.pattern}=${t.buffer}`).join(",")}: per-tensor placement is not implemented yet; the whole model goes where -ngl says`);
-  if (o.cpuMoe || o.nCpuMoe > 0) notes.push(`srv  load_model: ${o.cpuMoe ? "--cpu-moe" : `--n-cpu-moe ${o.nCpuMoe}`}: keeping experts in host memory beside the card is not implemented yet; the whole model goes where -ngl says`);
   if (explicit.has("fitTargetMiB")) notes.push("srv  load_model: -fitt: a per-device margin is not implemented; -fit shrinks only a context left to the model (-c 0) to what fits");
   if (explicit.has("flashAttn")) notes.push(`srv  load_model: -fa ${o.flashAttn}: bloomery always runs its own fused attention; the flag changes nothing`);
   if (o.contextShift) notes.push("srv  load_model: --context-shift: context shifting is not implemented; a generation stops when its slot context is full");
@@ -86,6 +84,11 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       cacheRamMiB: o.cacheRamMiB,
       nGpuLayers,
       device,
+      placement: {
+        nGpuLayers, cpuMoe: o.cpuMoe, nCpuMoe: o.nCpuMoe, overrides: o.overrideTensor.map((t) => ({ pattern: t.pattern, buffer: t.buffer })),
+        hostBudgetBytes: o.hostBudgetMiB > 0 ? o.hostBudgetMiB * 1024 * 1024 : undefined,
+        cardBudgetBytes: o.cardBudgetMiB > 0 ? o.cardBudgetMiB * 1024 * 1024 : undefined,
+      },
     },
     nCtxTotal,
     notes,

@@ -1,0 +1,225 @@
+// bloomery engine: the placement plan at load - which tensors the card holds, which stay in host
+// RAM, and which routed experts are read from the file on demand (the NVMe tier) - from llama's
+// placement flags (-ngl, --cpu-moe, --n-cpu-moe, -ot), the card's free memory and the host's
+// available RAM, or budgets that plan as if the machine were smaller. One line states the plan;
+// a plan that cannot run is refused before anything is loaded, naming every term of its sum.
+import type { HParams } from "../models/types.ts";
+
+export type Tier = "card" | "host" | "disk";
+export type GpuLayersSetting = number | "auto" | "all";
+
+export interface PlanTensor {
+  name: string;
+  bytes: number;
+}
+
+/** llama's placement flags, and bloomery's budgets. */
+export interface PlacementFlags {
+  /** -ngl: layers on the card (llama: the last N, the output counting as one) */
+  nGpuLayers?: GpuLayersSetting;
+  /** --cpu-moe: every routed expert in host memory */
+  cpuMoe?: boolean;
+  /** --n-cpu-moe N: the routed experts of the first N layers in host memory */
+  nCpuMoe?: number;
+  /** -ot pattern=BUFFER, in order; the first whose regex matches a tensor's name places it */
+  overrides?: readonly { pattern: string; buffer: string }[];
+  /** plan as if the card had at most this much free (bytes) */
+  cardBudgetBytes?: number;
+  /** plan as if the host had at most this much available (bytes) */
+  hostBudgetBytes?: number;
+}
+
+export interface PlanMachine {
+  /** the card the plan may use; null on a machine without one (or when the CPU was chosen) */
+  card: { name: string; freeBytes: number } | null;
+  /** what the host can give the model: MemAvailable, the cgroup's room, whichever is smaller */
+  hostAvailableBytes: number;
+}
+
+export interface PlanContext {
+  nSlots: number;
+  nCtxSlot: number;
+  maxTokens: number;
+}
+
+/** Bytes per tier, split as the line states them. */
+export interface TierBytes {
+  dense: number;
+  experts: number;
+  nExperts: number;
+}
+
+export interface LoadPlan {
+  backend: "cpu" | "cuda";
+  card: TierBytes;
+  host: TierBytes & { context: number; budget: number };
+  disk: TierBytes;
+  /** the RAM the NVMe tier's expert cache gets (set only when some experts are on disk) */
+  expertRamBytes?: number;
+  /** the tier of every tensor */
+  where: Map<string, Tier>;
+  line: string;
+}
+
+export class PlanError extends Error {
+  override readonly name = "PlanError";
+}
+
+const MiB = 1024 ** 2;
+const GiB = 1024 ** 3;
+/** host RAM the plan leaves to the OS and the process's own heap */
+export const HOST_RESERVE = 1 * GiB;
+/** the NVMe tier's cache must hold at least this many layers' worth of a token's experts */
+const MIN_CACHE_LAYERS = 2;
+
+const gib = (n: number) => `${(n / GiB).toFixed(2)} GiB`;
+
+/** Routed-expert tensors (3-D, one slab an expert): blk.N.ffn_{gate,up,down,gate_up}_exps.* */
+export function expertLayer(name: string): number | null {
+  const m = /^blk\.(\d+)\.ffn_(?:gate|up|down|gate_up)_exps\./.exec(name);
+  return m ? Number(m[1]) : null;
+}
+
+function layerOf(name: string): number | null {
+  const m = /^blk\.(\d+)\./.exec(name);
+  return m ? Number(m[1]) : null;
+}
+
+/** The host bytes of the CPU backend's context: the f16 KV cache of every slot and its workspace (an estimate). */
+export function cpuContextBytes(hp: HParams, c: PlanContext): number {
+  const kvRow = hp.nHeadKv * hp.headDim * 2 * 2; // K and V, f16
+  const kv = hp.kvLayers * c.nSlots * c.nCtxSlot * kvRow;
+  const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
+  return kv + c.maxTokens * perTok + 64 * MiB;
+}
+
+/** Where llama's flags put a tensor when a card runs the model (null: no flag decides; the card). */
+function flagTier(name: string, hp: HParams, f: PlacementFlags, compiled: { re: RegExp; host: boolean }[]): "card" | "host" | null {
+  for (const o of compiled) if (o.re.test(name)) return o.host ? "host" : "card";
+  const el = expertLayer(name);
+  if (el !== null && (f.cpuMoe || el < (f.nCpuMoe ?? 0))) return "host";
+  const ngl = f.nGpuLayers ?? "auto";
+  if (typeof ngl === "number" && ngl >= 0) {
+    const start = Math.max(hp.nLayer + 1 - ngl, 0); // llama's first layer on the card; the output is layer nLayer
+    const l = layerOf(name);
+    const idx = l ?? (/^(output|output_norm)\./.test(name) ? hp.nLayer : -1); // token_embd: llama keeps it on the host
+    if (idx >= 0 && idx < start) return "host";
+  }
+  return null;
+}
+
+/** -ot buffers: CPU (any case, CPU_Mapped...) keeps a tensor on the host; CUDA0 the card. */
+export function compileOverrides(list: readonly { pattern: string; buffer: string }[]): { re: RegExp; host: boolean }[] {
+  return list.map(({ pattern, buffer }) => {
+    let re: RegExp;
+    try {
+      re = new RegExp(pattern);
+    } catch (e) {
+      throw new PlanError(`-ot ${pattern}=${buffer}: the pattern is not a valid regular expression (${(e as Error).message})`);
+    }
+    const b = buffer.toUpperCase();
+    if (b.startsWith("CPU")) return { re, host: true };
+    if (/^CUDA0$/.test(b)) return { re, host: false };
+    throw new PlanError(`-ot ${pattern}=${buffer}: unknown buffer type '${buffer}'; this build has CPU and CUDA0`);
+  });
+}
+
+function emptyTier(): TierBytes {
+  return { dense: 0, experts: 0, nExperts: 0 };
+}
+
+/** Add a tensor to a tier; a layer's experts are counted once (at its down tensor). */
+function add(t: TierBytes, name: string, bytes: number, nExpert: number): void {
+  if (expertLayer(name) !== null) {
+    t.experts += bytes;
+    if (name.includes(".ffn_down_exps.")) t.nExperts += nExpert;
+  } else t.dense += bytes;
+}
+
+/**
+ * The plan of a load. `backend` is what chooseBackend decided (the CPU, or the card);
+ * `cardContextBytes` is the card's KV cache and buffers when the card runs it.
+ */
+export function planLoad(
+  hp: HParams, tensors: readonly PlanTensor[], backend: "cpu" | "cuda", f: PlacementFlags, m: PlanMachine, c: PlanContext,
+): LoadPlan {
+  const where = new Map<string, Tier>();
+  const card = emptyTier(), host = emptyTier(), disk = emptyTier();
+  const compiled = compileOverrides(f.overrides ?? []);
+  const hostAvail = Math.min(m.hostAvailableBytes, f.hostBudgetBytes ?? Infinity);
+  const hostBudget = Math.max(0, hostAvail - (f.hostBudgetBytes !== undefined && f.hostBudgetBytes < m.hostAvailableBytes ? 0 : HOST_RESERVE));
+  const budgetText = f.hostBudgetBytes !== undefined ? `--host-budget ${Math.round(f.hostBudgetBytes / MiB)} MiB` : `${gib(m.hostAvailableBytes)} available less ${gib(HOST_RESERVE)} kept free`;
+
+  if (backend === "cuda") {
+    const onHost: string[] = [];
+    for (const t of tensors) {
+      const tier = flagTier(t.name, hp, f, compiled) === "host" ? "host" : "card";
+      where.set(t.name, tier);
+      add(tier === "card" ? card : host, t.name, t.bytes, hp.nExpert);
+      if (tier === "host") onHost.push(t.name);
+    }
+    const plan: LoadPlan = { backend, card, host: { ...host, context: 0, budget: hostBudget }, disk, where, line: "" };
+    plan.line = planLine(plan, m);
+    if (onHost.length > 0)
+      throw new PlanError(`${plan.line}\nthe flags keep ${onHost.length} tensors (${gib(host.dense + host.experts)}, e.g. ${onHost[0]}) in host memory beside the card; ` +
+        "computing host tensors beside the card is not implemented yet: drop --cpu-moe/--n-cpu-moe/-ot and use -ngl all to put the whole model on the card, or -ngl 0 to run it all on the CPU");
+    return plan;
+  }
+
+  // the CPU: dense weights and the context first, then routed experts while the budget lasts
+  const context = cpuContextBytes(hp, c);
+  let dense = 0;
+  const experts: PlanTensor[] = [];
+  for (const t of tensors) {
+    if (expertLayer(t.name) === null) {
+      dense += t.bytes;
+      where.set(t.name, "host");
+      host.dense += t.bytes;
+    } else experts.push(t);
+  }
+  const expertBytes = experts.reduce((s, t) => s + t.bytes, 0);
+  const fixed = dense + context;
+  if (fixed > hostBudget)
+    throw new PlanError(`the model does not fit host memory: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
+      `(${c.nSlots} slot(s) of ${c.nCtxSlot} positions) = ${gib(fixed)} > the host budget ${gib(hostBudget)} (${budgetText}); ` +
+      "give a smaller context (-c) or fewer slots (-np)");
+  const room = hostBudget - fixed;
+  let expertRamBytes: number | undefined;
+  if (expertBytes <= room) {
+    for (const t of experts) {
+      where.set(t.name, "host");
+      add(host, t.name, t.bytes, hp.nExpert);
+    }
+  } else {
+    // a layer's experts are one unit each (gate, up and down of one expert); the cache must
+    // hold a token's picks for a few layers
+    const unit = expertBytes / Math.max(1, hp.nLayer * hp.nExpert);
+    const minCache = unit * hp.nExpertUsed * MIN_CACHE_LAYERS;
+    if (room < minCache)
+      throw new PlanError(`the model does not fit host memory even with its experts read from disk: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
+        `+ the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) = ${gib(fixed + minCache)} ` +
+        `> the host budget ${gib(hostBudget)} (${budgetText})`);
+    expertRamBytes = Math.floor(room);
+    for (const t of experts) {
+      where.set(t.name, "disk");
+      add(disk, t.name, t.bytes, hp.nExpert);
+    }
+  }
+  const plan: LoadPlan = { backend, card, host: { ...host, context, budget: hostBudget }, disk, where, line: "", expertRamBytes };
+  plan.line = planLine(plan, m);
+  return plan;
+}
+
+/** The one stderr line of a plan. */
+export function planLine(p: LoadPlan, m: PlanMachine): string {
+  const parts: string[] = [];
+  if (p.backend === "cuda" && m.card)
+    parts.push(`card ${m.card.name}: dense ${gib(p.card.dense)} + ${p.card.nExperts} experts ${gib(p.card.experts)}`);
+  const h = p.host;
+  const hostTotal = h.dense + h.experts + h.context;
+  if (p.backend === "cpu" || hostTotal > 0)
+    parts.push(`host: dense ${gib(h.dense)} + ${h.nExperts} experts ${gib(h.experts)}${h.context ? ` + KV and buffers ${gib(h.context)}` : ""} = ${gib(hostTotal)} of ${gib(h.budget)}`);
+  if (p.disk.nExperts > 0)
+    parts.push(`disk: ${p.disk.nExperts} experts ${gib(p.disk.experts)} read on demand into a ${gib(p.expertRamBytes ?? 0)} RAM cache`);
+  return `placement: ${parts.join("; ")}`;
+}

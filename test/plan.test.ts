@@ -1,0 +1,99 @@
+// The placement plan at load (src/engine/plan.ts): llama's flags place tensors as llama does,
+// host budgets spill routed experts to the NVMe tier, and a plan that cannot run is refused
+// naming every term of its sum.
+import { describe, expect, test } from "bun:test";
+import type { HParams } from "../src/models/types.ts";
+import { HOST_RESERVE, PlanError, compileOverrides, cpuContextBytes, planLoad, type PlanTensor } from "../src/engine/plan.ts";
+
+const MiB = 1024 ** 2, GiB = 1024 ** 3;
+const hp: HParams = {
+  arch: "qwen3moe", nVocab: 1000, nEmbd: 256, nLayer: 4, nCtxTrain: 4096, nHead: 4, nHeadKv: 2, headDim: 64,
+  nFf: 128, nExpert: 8, nExpertUsed: 2, eps: 1e-6, kvLayers: 4,
+};
+const EXP = 30 * MiB; // one expert tensor of a layer (all 8 experts)
+function tensors(): PlanTensor[] {
+  const t: PlanTensor[] = [{ name: "token_embd.weight", bytes: 2 * MiB }, { name: "output_norm.weight", bytes: 1024 }, { name: "output.weight", bytes: 2 * MiB }];
+  for (let l = 0; l < hp.nLayer; l++) {
+    for (const n of ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp"]) t.push({ name: `blk.${l}.${n}.weight`, bytes: MiB });
+    for (const n of ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]) t.push({ name: `blk.${l}.${n}.weight`, bytes: EXP });
+  }
+  return t;
+}
+const ctx = { nSlots: 1, nCtxSlot: 512, maxTokens: 64 };
+const dense = 4 * MiB + 1024 + hp.nLayer * 5 * MiB;
+const experts = hp.nLayer * 3 * EXP;
+const bigHost = { card: null, hostAvailableBytes: 64 * GiB };
+const card = { card: { name: "Test GPU", freeBytes: 80 * GiB }, hostAvailableBytes: 64 * GiB };
+
+describe("plan on the CPU", () => {
+  test("everything fits: all in host RAM, one line with the sums", () => {
+    const p = planLoad(hp, tensors(), "cpu", {}, bigHost, ctx);
+    expect(p.expertRamBytes).toBeUndefined();
+    expect(p.host.dense).toBe(dense);
+    expect(p.host.experts).toBe(experts);
+    expect(p.host.nExperts).toBe(hp.nLayer * hp.nExpert);
+    expect([...p.where.values()].every((t) => t === "host")).toBe(true);
+    expect(p.line).toMatch(/^placement: host: dense 0\.\d\d GiB \+ 32 experts 0\.35 GiB \+ KV and buffers /);
+    expect(p.host.budget).toBe(64 * GiB - HOST_RESERVE);
+  });
+
+  test("a host budget below the experts puts them on disk with the rest of the budget as their cache", () => {
+    const budget = dense + cpuContextBytes(hp, ctx) + 100 * MiB;
+    const p = planLoad(hp, tensors(), "cpu", { hostBudgetBytes: budget }, bigHost, ctx);
+    expect(p.expertRamBytes).toBe(100 * MiB);
+    expect(p.disk.experts).toBe(experts);
+    expect(p.where.get("blk.0.ffn_up_exps.weight")).toBe("disk");
+    expect(p.where.get("blk.0.attn_q.weight")).toBe("host");
+    expect(p.line).toContain("disk: 32 experts 0.35 GiB read on demand into a 0.10 GiB RAM cache");
+  });
+
+  test("the machine's own RAM limits the plan as a budget does (less what is kept free)", () => {
+    const avail = HOST_RESERVE + dense + cpuContextBytes(hp, ctx) + 200 * MiB;
+    const p = planLoad(hp, tensors(), "cpu", {}, { card: null, hostAvailableBytes: avail }, ctx);
+    expect(p.expertRamBytes).toBe(200 * MiB);
+  });
+
+  test("dense weights and KV past the budget are refused naming every term", () => {
+    const e = (() => { try { planLoad(hp, tensors(), "cpu", { hostBudgetBytes: 10 * MiB }, bigHost, ctx); } catch (x) { return x as Error; } })();
+    expect(e).toBeInstanceOf(PlanError);
+    expect(e!.message).toMatch(/dense weights .* \+ KV cache and buffers .* \(1 slot\(s\) of 512 positions\) = .* > the host budget .* \(--host-budget 10 MiB\)/);
+  });
+
+  test("a budget below the smallest expert cache is refused with its size", () => {
+    const budget = dense + cpuContextBytes(hp, ctx) + MiB;
+    expect(() => planLoad(hp, tensors(), "cpu", { hostBudgetBytes: budget }, bigHost, ctx)).toThrow(/smallest expert cache .* \(2 experts of 11\.3 MiB x 2 layers\)/);
+  });
+});
+
+describe("plan with a card (llama's flags)", () => {
+  test("no flags: everything on the card", () => {
+    const p = planLoad(hp, tensors(), "cuda", { nGpuLayers: "auto" }, card, ctx);
+    expect(p.card.experts).toBe(experts);
+    expect(p.line).toContain("card Test GPU: dense");
+    expect([...p.where.values()].every((t) => t === "card")).toBe(true);
+  });
+
+  const refusal = (f: Parameters<typeof planLoad>[3]) => {
+    try {
+      planLoad(hp, tensors(), "cuda", f, card, ctx);
+    } catch (e) {
+      return (e as Error).message;
+    }
+    return "";
+  };
+
+  test("--cpu-moe, --n-cpu-moe, -ot =CPU and a partial -ngl keep tensors on the host: refused as not implemented, with the plan", () => {
+    expect(refusal({ cpuMoe: true })).toMatch(/host: dense 0\.00 GiB \+ 32 experts 0\.35 GiB[\s\S]*keep 12 tensors .*not implemented yet/);
+    expect(refusal({ nCpuMoe: 2 })).toContain("keep 6 tensors");
+    expect(refusal({ overrides: [{ pattern: "blk\\.3\\.ffn_.*_exps", buffer: "CPU" }] })).toContain("keep 3 tensors");
+    // -ngl 2 of 4 layers: llama's first layer on the card is 4 + 1 - 2 = 3; token_embd stays where the card path puts it
+    expect(refusal({ nGpuLayers: 2 })).toContain(`keep ${3 * 8} tensors`);
+    expect(refusal({ nGpuLayers: 5 })).toBe("");
+  });
+
+  test("-ot: the first matching override wins; CUDA0 keeps a tensor on the card; bad patterns and buffers are refused", () => {
+    expect(refusal({ cpuMoe: true, overrides: [{ pattern: "exps", buffer: "CUDA0" }] })).toBe("");
+    expect(() => compileOverrides([{ pattern: "(", buffer: "CPU" }])).toThrow(/-ot \(=CPU: the pattern is not a valid regular expression/);
+    expect(() => compileOverrides([{ pattern: "x", buffer: "Vulkan0" }])).toThrow(/unknown buffer type 'Vulkan0'/);
+  });
+});
