@@ -84,7 +84,9 @@ typedef struct bl_block {
   double eps, rope_base, rope_freq_scale, attn_scale;
   double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
   double expert_weights_scale;
-  double reserved[3];
+  uint64_t expert_store;  /* MoE blocks: a bl_expert_store_new handle holding the routed experts (0: the tensors' data) */
+  int64_t expert_layer;   /* MoE blocks: the layer of that store */
+  double reserved[1];
   bl_tensor t[BL_BLOCK_TENSORS]; /* by role; data == 0 when absent */
 } bl_block; /* 24 + 12*8 = 120 slots */
 
@@ -147,6 +149,45 @@ int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, vo
  * threads taking tile_rows rows at a time: the best of `reps` passes in ns (microbenchmarks). */
 int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t ws, int64_t rows, int64_t n, int64_t na,
                         int64_t tile_rows, int64_t n_threads, int64_t reps, double *best_ns);
+/* ---- the expert store (CPU library): routed experts read from the GGUF files on demand ----
+ * A fixed RAM capacity of slots, one slot a unit (the gate, up and down slabs of one (layer,
+ * expert)), least recently used out first, filled with pread (O_DIRECT where the file system takes
+ * it, else normal reads and posix_fadvise DONTNEED). A MoE block whose expert_store is set loads
+ * the experts its batch uses into slots before its products (in parallel on the pool, in rounds
+ * when one layer's experts outnumber the slots) and reads them there; a background reader
+ * prefetches the experts the next layer used in the previous step. Read errors are BL_E_IO from
+ * the forward, naming the file and offset. Free the store after every context that used it. */
+typedef struct bl_expert_layer {
+  int64_t n_expert;
+  int64_t file[3];       /* gate, up, down: index into the params' files */
+  int64_t offset[3];     /* absolute file offset of expert 0's slab */
+  int64_t slab_bytes[3]; /* bytes one expert's slab takes (the tensor's nb2) */
+} bl_expert_layer; /* 10 slots */
+typedef struct bl_expert_store_params {
+  int64_t capacity_bytes; /* RAM for slots; at least n_expert_used slots (bl_expert_store_sizes) */
+  int64_t n_files;
+  uint64_t files;         /* const char *[n_files]: the GGUF files (a split set has several) */
+  int64_t n_layers;
+  uint64_t layers;        /* bl_expert_layer[n_layers]: the store's layers (a block's expert_layer) */
+  int64_t n_expert_used;  /* experts a token uses (the minimum is that many slots) */
+  int64_t flags;          /* BL_XS_NO_DIRECT: normal reads only; BL_XS_NO_PREFETCH: no background reader */
+} bl_expert_store_params; /* 7 slots */
+enum { BL_XS_NO_DIRECT = 1, BL_XS_NO_PREFETCH = 2 };
+/* Counters of bl_expert_store_stats, by index: lookups (an expert a block needed), hits, misses
+ * (read by the block), bytes read by the blocks (payload: misses x unit bytes), evictions,
+ * prefetch hits (a prefetched unit the next block used), prefetch reads and bytes, slots, bytes a
+ * slot, slots holding a unit, files read with O_DIRECT, failed reads. */
+enum { BL_XS_LOOKUPS = 0, BL_XS_HITS, BL_XS_MISSES, BL_XS_BYTES_READ, BL_XS_EVICTIONS, BL_XS_PREFETCH_HITS,
+       BL_XS_PREFETCH_READS, BL_XS_PREFETCH_BYTES, BL_XS_SLOTS, BL_XS_SLOT_BYTES, BL_XS_RESIDENT, BL_XS_DIRECT_FILES,
+       BL_XS_READ_ERRORS, BL_XS_STATS };
+/* The smallest capacity these params take, the bytes of a slot and the units of all layers (no I/O). */
+int64_t bl_expert_store_sizes(const bl_expert_store_params *p, int64_t *min_bytes, int64_t *slot_bytes, int64_t *units);
+/* A store (BL_E_INVAL naming the sizes when the capacity is below the minimum; BL_E_IO when a file
+ * cannot be opened or does not hold the experts). Slots beyond every unit are not allocated. */
+int64_t bl_expert_store_new(const bl_expert_store_params *p, uint64_t *out_store);
+int64_t bl_expert_store_free(uint64_t store);
+/* out[0..n): the counters above (indices past BL_XS_STATS get 0). */
+int64_t bl_expert_store_stats(uint64_t store, int64_t *out, int64_t n);
 /* Map every page of a read-only mapping up front (llama's MAP_POPULATE): no page faults later. */
 int64_t bl_prefault(uint64_t base, uint64_t size);
 /* Memory read bandwidth: n_threads pinned threads read a buffer of `bytes` `reps` times; the

@@ -27,6 +27,10 @@ export const cpuSymbols = {
   bl_cpu_kv_load: { args: [u64, i64, i64, ptr], returns: i64 },
   bl_sample_candidates: { args: [ptr], returns: i64 },
   bl_sample_argmax: { args: [ptr, i64, ptr], returns: i64 },
+  bl_expert_store_sizes: { args: [ptr, ptr, ptr, ptr], returns: i64 },
+  bl_expert_store_new: { args: [ptr, ptr], returns: i64 },
+  bl_expert_store_free: { args: [u64], returns: i64 },
+  bl_expert_store_stats: { args: [u64, ptr, i64], returns: i64 },
 } as const;
 
 type Lib = ReturnType<typeof dlopen<typeof cpuSymbols>>["symbols"];

@@ -16,6 +16,8 @@ export const BlockSlot = {
   eps: 12, rope_base: 13, rope_freq_scale: 14, attn_scale: 15,
   yarn_ext_factor: 16, yarn_attn_factor: 17, yarn_beta_fast: 18, yarn_beta_slow: 19,
   expert_weights_scale: 20,
+  /** MoE blocks: the expert store handle and its layer (src/engine/expert-store.ts) */
+  expert_store: 21, expert_layer: 22,
 } as const;
 
 export type IntField = "kind" | "layer" | "n_head" | "n_head_kv" | "head_dim" | "n_rot" | "rope_type" |

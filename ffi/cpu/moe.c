@@ -3,10 +3,14 @@
  * the (token, pick) pairs grouped by expert and computed in work items of (expert, row tile)
  * claimed from atomic counters - gate and up of an item read once for all the expert's tokens
  * and fused with SwiGLU - then down, and the picks of each token summed in ascending expert
- * order (so a token's result does not depend on the rest of the batch). */
+ * order (so a token's result does not depend on the rest of the batch). With an expert store on
+ * the block (expert_cache.c), the experts the batch uses are loaded into its slots first (one unit
+ * an item), in rounds of at most the store's slots, and the products read them there. */
 #include "ctx.h"
 #include "common.h"
+#include "expert_cache.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -32,6 +36,16 @@ typedef struct {
   const uint8_t **act; /* per worker: activation pointers of an item */
   float **yp;          /* per worker: output pointers of an item */
   bl_counter c_norm, c_router, c_quant, c_route, c_gu, c_qd, c_down, c_comb;
+  /* the expert store (NULL: experts read from the tensors' data) */
+  bl_xstore *xs;
+  int64_t xs_layer;
+  const uint8_t **xptr;   /* [ne * 3]: gate, up and down slabs of a pinned expert in its slot */
+  bl_xs_load *loads;      /* the round's units to read */
+  uint8_t *load_ok;
+  int64_t n_loads, round_a0, round_a1; /* active[round_a0..round_a1) pinned */
+  bl_counter c_load;
+  _Atomic int err;
+  char errmsg[512];
 } moe_job;
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -104,6 +118,13 @@ static void group_pairs(moe_job *j, int nth) {
   j->tiles_d = (j->E + j->rpi_d - 1) / j->rpi_d;
 }
 
+/* A view of one expert's slab at data (slab 0) with t's type, dims and row stride. */
+static inline void slot_tensor(bl_tensor *dst, const bl_tensor *t, const uint8_t *data) {
+  *dst = *t;
+  dst->data = (uint64_t)(uintptr_t)data;
+  dst->ne[2] = 1;
+}
+
 /* Gate and up rows [r0, r1) of expert e for its pairs, then SwiGLU into ff_out. */
 static void gate_up_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
   bl_cpu_ctx *c = j->c;
@@ -118,10 +139,17 @@ static void gate_up_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1)
     yp[i] = j->ff_out + (p0 + i) * j->ff;
   }
   bl_mm_spec m = {j->gate, e, act, yp, np, j->lanes};
+  bl_tensor gs, us; /* the expert's slabs in its store slot */
+  if (j->xs) {
+    slot_tensor(&gs, j->gate, j->xptr[e * 3]);
+    slot_tensor(&us, j->up, j->xptr[e * 3 + 1]);
+    m.w = &gs;
+    m.slab = 0;
+  }
   bl_mm_rows(c, ith, &m, r0, r1);
   const int64_t w = r1 - r0;
   for (int64_t i = 0; i < np; i++) yp[i] = tmp + i * w - r0;
-  m.w = j->up;
+  m.w = j->xs ? &us : j->up;
   bl_mm_rows(c, ith, &m, r0, r1);
   for (int64_t i = 0; i < np; i++) {
     float *g = j->ff_out + (p0 + i) * j->ff + r0;
@@ -142,6 +170,12 @@ static void down_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
     yp[i] = j->dn + (p0 + i) * j->E;
   }
   bl_mm_spec m = {j->down, e, act, yp, np, j->lanes_d};
+  bl_tensor ds;
+  if (j->xs) {
+    slot_tensor(&ds, j->down, j->xptr[e * 3 + 2]);
+    m.w = &ds;
+    m.slab = 0;
+  }
   bl_mm_rows(c, ith, &m, r0, r1);
 }
 
@@ -171,6 +205,37 @@ static void combine_token(moe_job *j, int64_t t) {
   for (int64_t q = 0; q < E; q++) x[q] += o[q];
 }
 
+/* Thread 0, between barriers: unpin the last round, pin the next (from active[a0]), reset the
+ * round's counters. */
+static void xs_round_plan(moe_job *j, int64_t a0) {
+  if (j->round_a1 > j->round_a0) bl_xs_unpin(j->xs, j->xs_layer, j->active, j->round_a0, j->round_a1);
+  j->round_a0 = j->round_a1 = a0;
+  bl_xs_plan(j->xs, j->xs_layer, a0 == 0, j->active, j->n_active, a0, &j->round_a1, j->xptr, j->loads, &j->n_loads);
+  bl_counter_reset(&j->c_gu);
+  bl_counter_reset(&j->c_qd);
+  bl_counter_reset(&j->c_down);
+  bl_counter_reset(&j->c_load);
+}
+
+/* Every worker: read the round's missing units, one an item; the first failure is kept. */
+static void xs_round_read(moe_job *j) {
+  for (int64_t i; (i = bl_claim(&j->c_load, 1)) < j->n_loads;) {
+    char msg[sizeof j->errmsg];
+    const int64_t st = bl_xs_read(j->xs, j->xs_layer, &j->loads[i], msg, sizeof msg);
+    j->load_ok[i] = st == BL_OK;
+    if (st != BL_OK && atomic_exchange(&j->err, 1) == 0) memcpy(j->errmsg, msg, sizeof msg);
+  }
+}
+
+/* Every worker: convert the SwiGLU rows of the round's experts for down, an expert an item. */
+static void xs_round_quantize(moe_job *j, int64_t a0, int64_t a1) {
+  for (int64_t i; (i = a0 + bl_claim(&j->c_qd, 1)) < a1;) {
+    const int64_t e = j->active[i], p0 = j->exp_start[e], np = j->exp_start[e + 1] - p0;
+    bl_counter rows = {0};
+    bl_job_quantize(j->c, &rows, j->vt_d, j->lanes_d, j->ff_out + p0 * j->ff, j->ff, np, j->ff, j->ffq + p0 * j->rb_d, j->rb_d);
+  }
+}
+
 static void moe_task(void *a, int ith, int nth) {
   moe_job *j = a;
   bl_cpu_ctx *c = j->c;
@@ -196,20 +261,35 @@ static void moe_task(void *a, int ith, int nth) {
   }
   if (ith == 0) group_pairs(j, nth);
   bl_pool_barrier_ith(c->pool, ith);
-  for (int64_t i; (i = bl_claim(&j->c_gu, 1)) < j->n_active * j->tiles_gu;) {
-    const int64_t e = j->active[i / j->tiles_gu], r0 = (i % j->tiles_gu) * j->rpi_gu;
-    gate_up_item(j, ith, e, r0, r0 + j->rpi_gu < j->ff ? r0 + j->rpi_gu : j->ff);
-  }
-  bl_pool_barrier_ith(c->pool, ith);
-  if (!exact) {
-    bl_job_quantize(c, &j->c_qd, j->vt_d, j->lanes_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
+  /* one round without a store; with one, rounds of the experts its slots hold */
+  for (int64_t a0 = 0, a1; a0 < j->n_active; a0 = a1) {
+    a1 = j->n_active;
+    if (j->xs) {
+      if (ith == 0) xs_round_plan(j, a0);
+      bl_pool_barrier_ith(c->pool, ith);
+      xs_round_read(j);
+      bl_pool_barrier_ith(c->pool, ith);
+      a1 = j->round_a1;
+      const int failed = atomic_load(&j->err);
+      if (ith == 0) bl_xs_loaded(j->xs, j->xs_layer, j->loads, j->load_ok, j->n_loads, !failed && a1 == j->n_active);
+      if (failed) return; /* every worker sees it after the same barrier; run_ffn reports it */
+    }
+    for (int64_t i; (i = a0 * j->tiles_gu + bl_claim(&j->c_gu, 1)) < a1 * j->tiles_gu;) {
+      const int64_t e = j->active[i / j->tiles_gu], r0 = (i % j->tiles_gu) * j->rpi_gu;
+      gate_up_item(j, ith, e, r0, r0 + j->rpi_gu < j->ff ? r0 + j->rpi_gu : j->ff);
+    }
+    bl_pool_barrier_ith(c->pool, ith);
+    if (!exact) {
+      if (j->xs) xs_round_quantize(j, a0, a1);
+      else bl_job_quantize(c, &j->c_qd, j->vt_d, j->lanes_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
+      bl_pool_barrier_ith(c->pool, ith);
+    }
+    for (int64_t i; (i = a0 * j->tiles_d + bl_claim(&j->c_down, 1)) < a1 * j->tiles_d;) {
+      const int64_t e = j->active[i / j->tiles_d], r0 = (i % j->tiles_d) * j->rpi_d;
+      down_item(j, ith, e, r0, r0 + j->rpi_d < j->E ? r0 + j->rpi_d : j->E);
+    }
     bl_pool_barrier_ith(c->pool, ith);
   }
-  for (int64_t i; (i = bl_claim(&j->c_down, 1)) < j->n_active * j->tiles_d;) {
-    const int64_t e = j->active[i / j->tiles_d], r0 = (i % j->tiles_d) * j->rpi_d;
-    down_item(j, ith, e, r0, r0 + j->rpi_d < j->E ? r0 + j->rpi_d : j->E);
-  }
-  bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_comb, 1)) < j->n_tok;) combine_token(j, t);
 }
 
@@ -225,7 +305,7 @@ static int64_t check_ffn(const bl_cpu_ctx *c, const bl_tensor *g, const bl_tenso
 }
 
 /* Lays the job's buffers out in the context's scratch. */
-static int64_t moe_alloc(moe_job *j, int nth) {
+static int64_t moe_alloc(moe_job *j, int nth, int with_store) {
   const int64_t n = j->n_tok * j->k, ne = j->ne > 0 ? j->ne : 1;
   j->tmp_stride = j->n_tok * BL_MAX_RPI + 16; /* an item has at most BL_MAX_RPI rows for at most n_tok pairs */
   const size_t sz[] = {
@@ -240,6 +320,9 @@ static int64_t moe_alloc(moe_job *j, int nth) {
       sizeof(float) * (size_t)(nth * j->tmp_stride), /* tmp */
       sizeof(void *) * (size_t)(nth * (n > j->n_tok ? n : j->n_tok)), /* act */
       sizeof(void *) * (size_t)(nth * (n > j->n_tok ? n : j->n_tok)), /* yp */
+      with_store ? sizeof(void *) * 3 * (size_t)ne : 0, /* xptr */
+      with_store ? sizeof(bl_xs_load) * (size_t)ne : 0, /* loads */
+      with_store ? (size_t)ne : 0,                      /* load_ok */
   };
   enum { NB = sizeof sz / sizeof sz[0] };
   size_t total = 0;
@@ -262,6 +345,9 @@ static int64_t moe_alloc(moe_job *j, int nth) {
   j->tmp = out[8];
   j->act = out[9];
   j->yp = out[10];
+  j->xptr = out[11];
+  j->loads = out[12];
+  j->load_ok = out[13];
   j->n_pairs = n > j->n_tok ? n : j->n_tok; /* pointer arrays per worker; group_pairs sets the real count */
   return BL_OK;
 }
@@ -318,13 +404,24 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, 
     j.normw = normw;
   }
   const int nth = bl_pool_active(c->pool);
-  if ((s = moe_alloc(&j, nth))) return s;
+  const int with_store = !dense && b->expert_store != 0;
+  if ((s = moe_alloc(&j, nth, with_store))) return s;
+  if (with_store) {
+    const int64_t slab[3] = {j.gate->nb2, j.up->nb2, j.down->nb2};
+    if ((s = bl_xs_begin(b->expert_store, b->expert_layer, j.ne, slab, &j.xs))) return s;
+    j.xs_layer = b->expert_layer;
+  }
   if (dense) {
     for (int64_t t = 0; t < j.n_tok; t++) c->sel[t] = 0;
   }
   const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, moe_task, &j);
   bl_prof_add(c, BL_PROF_MOE, t0);
+  if (j.xs) {
+    if (j.round_a1 > j.round_a0) bl_xs_unpin(j.xs, j.xs_layer, j.active, j.round_a0, j.round_a1);
+    bl_xs_end(j.xs);
+    if (atomic_load(&j.err)) return bl_fail(BL_E_IO, "%s", j.errmsg);
+  }
   return BL_OK;
 }
 

@@ -11,6 +11,7 @@ import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
 import { readRam } from "../cli/agent-machine.ts";
 import { cudaDeviceInfo } from "../../ffi/cuda.ts";
 import { MappedWeights } from "./weights.ts";
+import { ExpertStore, routedExpertTensors, type ExpertStats } from "./expert-store.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 
 export interface LoadOptions {
@@ -32,6 +33,12 @@ export interface LoadOptions {
   placement?: PlacementFlags;
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
+  /**
+   * RAM for routed experts read from the GGUF files on demand (the CPU path's NVMe tier,
+   * expert-store.ts): their pages are not prefaulted and the MoE blocks read them from a cache of
+   * this many bytes. Undefined: every tensor mapped and prefaulted.
+   */
+  expertRamBytes?: number;
 }
 
 export class Model {
@@ -44,6 +51,8 @@ export class Model {
   readonly tokenizer: Tokenizer;
   /** makes further backends for this program (the card's weights uploaded once) */
   readonly backends: BackendFactory;
+  /** the routed experts' RAM cache (LoadOptions.expertRamBytes) */
+  readonly experts: ExpertStore | undefined;
 
   private constructor(src: string | GgufFile, o: LoadOptions) {
     this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
@@ -53,8 +62,15 @@ export class Model {
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;
     const specs = this.family.program(this.gguf, this.hp);
-    this.weights = new MappedWeights(this.gguf);
+    const routed = o.expertRamBytes === undefined ? undefined : routedExpertTensors(specs);
+    this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
+    try {
+      this.experts = o.expertRamBytes === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, o.expertRamBytes);
+    } catch (e) {
+      this.weights.close();
+      throw e;
+    }
     this.backends = new BackendFactory(this.hp, this.program);
     this.backend = this.backends.create({
       nSlots: o.nSlots ?? 1,
@@ -108,9 +124,15 @@ export class Model {
     return out;
   }
 
+  /** The expert store's counters; undefined without one (LoadOptions.expertRamBytes). */
+  expertStats(): ExpertStats | undefined {
+    return this.experts?.stats();
+  }
+
   close(): void {
     this.backend.close();
     this.backends.close();
+    this.experts?.close();
     this.weights.close();
   }
 }

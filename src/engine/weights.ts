@@ -9,14 +9,37 @@ import { GgufError, TYPE_INFO, type GgufFile, type GgufTensorInfo } from "../ggu
 export class MappedWeights {
   private maps = new Map<string, { base: bigint; size: bigint }>();
 
-  /** `populate`: map every page now, as llama.cpp's MAP_POPULATE does (no faults while serving). */
-  constructor(readonly gguf: GgufFile, populate = true) {
+  /**
+   * `populate`: map every page now, as llama.cpp's MAP_POPULATE does (no faults while serving); a
+   * predicate maps only the pages of the tensors it accepts (the expert store reads the rest).
+   */
+  constructor(readonly gguf: GgufFile, populate: boolean | ((t: GgufTensorInfo) => boolean) = true) {
     for (const path of gguf.paths) {
       const out = new BigUint64Array(2);
       check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
       this.maps.set(path, { base: out[0], size: out[1] });
-      if (populate) prefault(out[0], out[1]);
+      if (populate === true) prefault(out[0], out[1]);
+      else if (populate) this.prefaultTensors(path, populate);
     }
+  }
+
+  /** Prefault the accepted tensors of one file, neighbours within a page merged into one range. */
+  private prefaultTensors(path: string, accept: (t: GgufTensorInfo) => boolean): void {
+    const m = this.maps.get(path)!;
+    const ts = [...this.gguf.tensors.values()].filter((t) => t.file === path && t.nbytes > 0 && accept(t)).sort((a, b) => a.fileOffset - b.fileOffset);
+    let lo = -1, hi = -1;
+    const flush = () => {
+      if (lo >= 0 && hi <= Number(m.size)) prefault(m.base + BigInt(lo), BigInt(hi - lo));
+    };
+    for (const t of ts) {
+      if (lo >= 0 && t.fileOffset <= hi + 4096) hi = Math.max(hi, t.fileOffset + t.nbytes);
+      else {
+        flush();
+        lo = t.fileOffset;
+        hi = t.fileOffset + t.nbytes;
+      }
+    }
+    flush();
   }
 
   /** A native reference to a tensor's bytes in the mapping. */
