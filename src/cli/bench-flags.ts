@@ -32,6 +32,7 @@ export const BENCH_FLAG_TABLE: FlagTable = {
     { names: ["--progress"], value: { type: "none" }, key: "progress", default: false, help: "print test progress indicators", group: O, support: "supported" },
     { names: ["--no-warmup"], value: { type: "none" }, key: "noWarmup", default: false, help: "skip warmup runs before benchmarking", group: O, support: "supported" },
     { names: ["--membw"], value: { type: "none" }, key: "membw", default: false, help: "also measure the memory read bandwidth and the share of it each tg test reaches", group: O, support: "supported" },
+    { names: ["--expert-ram"], value: { type: "int", min: 1 }, hint: "<MiB>", key: "expertRamMiB", default: 0, help: "read routed experts from the file on demand into a RAM cache of this many MiB (the NVMe tier; default: all mapped)", group: O, support: "supported" },
     refuse(O, ["--numa"], "NUMA strategies are not supported yet", "numa mode", { hint: "<distribute|isolate|numactl>" }),
     { names: ["--prio"], value: { type: "int", min: -1, max: 3 }, hint: "<-1|0|1|2|3>", key: "prio", default: 0, help: "process/thread priority (only 0 here)", group: O, support: "supported", check: (v) => (v === 0 ? undefined : "0 (priorities are not supported)") },
     { names: ["-m", "--model"], value: { type: "list", of: { type: "string", nonEmpty: true }, split: "," }, hint: "<filename>", key: "model", default: [], repeat: "append", help: "model file(s)", group: P, support: "supported" },
@@ -97,6 +98,8 @@ export interface BenchParams {
   progress: boolean;
   warmup: boolean;
   membw: boolean;
+  /** --expert-ram: MiB of RAM for routed experts read on demand (0: every tensor mapped) */
+  expertRamMiB: number;
   /** keys given with other values than llama-bench's defaults (they get table columns) */
   changed: Set<string>;
 }
@@ -175,6 +178,7 @@ export function parseBenchArgs(argv: readonly string[], env: Env, defaultThreads
       progress: v.progress === true,
       warmup: v.noWarmup !== true,
       membw: v.membw === true,
+      expertRamMiB: Number(v.expertRamMiB ?? 0),
       changed,
     },
   };

@@ -84,12 +84,15 @@ export class BenchRunner {
   /** the backend that ran the last test ("CPU", "CUDA") */
   lastBackend = "CPU";
 
+  /** expertRamBytes: routed experts read on demand into a RAM cache of this size (--expert-ram) */
+  constructor(private readonly expertRamBytes?: number) {}
+
   /** The model of a path, loaded once for all of its tests (its own context kept minimal). */
   modelFor(path: string): Model {
     if (this.model && this.model.gguf.path === path) return this.model;
     this.model?.close();
     this.model = undefined;
-    this.model = Model.load(path, { nCtx: 1, maxTokens: 1, nThreads: 1 });
+    this.model = Model.load(path, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes });
     return this.model;
   }
 
@@ -116,11 +119,20 @@ export class BenchRunner {
       }
       if (inst.nDepth > 0) ctx.prompt(inst.nDepth, 0); // positions below the test's are never rewritten
       const samples: number[] = [];
+      const xs0 = m.expertStats();
       for (let r = 0; r < reps; r++) {
         const t0 = performance.now();
         if (inst.nPrompt > 0) ctx.prompt(inst.nPrompt, inst.nDepth);
         if (inst.nGen > 0) ctx.generate(inst.nGen, inst.nDepth + inst.nPrompt);
         samples.push(Math.round((performance.now() - t0) * 1e6));
+      }
+      const xs1 = m.expertStats();
+      if (xs0 && xs1) {
+        const d = (k: keyof typeof xs1) => xs1[k] - xs0[k];
+        const test = inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`;
+        process.stderr.write(`bench: expert cache (${xs1.slots} slots of ${(xs1.slotBytes / 2 ** 20).toFixed(2)} MiB), ${test}: ${d("lookups")} lookups, ` +
+          `${d("hits")} hits (${d("prefetchHits")} prefetched), ${d("misses")} misses, ${(d("bytesRead") / 2 ** 20).toFixed(0)} MiB read, ` +
+          `${d("prefetchReads")} prefetch reads (${(d("prefetchBytes") / 2 ** 20).toFixed(0)} MiB), ${d("evictions")} evictions\n`);
       }
       return samples;
     } finally {

@@ -128,7 +128,7 @@ export async function runBench(argv: string[]): Promise<number> {
   const instances = benchInstances(params);
   const infos = new Map<string, ModelInfo>();
   const bandwidth = new Map<number, number>();
-  const runner = new BenchRunner();
+  const runner = new BenchRunner(params.expertRamMiB > 0 ? params.expertRamMiB * 1024 * 1024 : undefined);
   const cpu = cpuInfo();
   const tgLines: string[] = [];
   try {
