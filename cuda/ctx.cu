@@ -1,7 +1,7 @@
 // bloomery CUDA library: the program's weights on the card (validated, each distinct tensor
 // uploaded once: matrices as stored, norm and bias vectors as f32) and the contexts made from
 // them (work buffers sized from the program's largest blocks, the f16 KV cache, pinned staging),
-// with the KV cache operations (save, load, copy between slots).
+// with the KV cache operations (clear, copy between slots; save and load are kvmove.cu).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +285,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (c->logits) (void)cudaFree(c->logits);
   if (c->h_in) (void)cudaFreeHost(c->h_in);
   if (c->h_out) (void)cudaFreeHost(c->h_out);
+  cu_kv_stage_free(c);
   if (c->st) (void)cudaStreamDestroy(c->st);
   (void)cudaGetLastError();
   delete c;
@@ -600,43 +601,6 @@ static int64_t kv_check(const cu_ctx *c, int64_t slot, int64_t n) {
 extern "C" int64_t bl_cuda_kv_clear(uint64_t h, int64_t slot, int64_t from) {
   // positions are written before they are read; clearing is the caller's bookkeeping
   return kv_check(reinterpret_cast<cu_ctx *>(h), slot, from);
-}
-
-extern "C" int64_t bl_cuda_kv_pos_bytes(uint64_t h) {
-  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
-  return c ? c->p.kv_layers * c->p.kv_k_dim * 2 * 2 : 0;
-}
-
-static int64_t kv_move(cu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, bool save) {
-  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
-  CU_TRY(cudaStreamSynchronize(c->st), "finishing the step");
-  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
-  for (int64_t l = 0; l < c->p.kv_layers; l++) {
-    const size_t off = (size_t)l * kv_layer_elems(c) + (size_t)slot * c->p.kv_ctx * c->p.kv_k_dim;
-    if (save) {
-      CU_TRY(cudaMemcpy(buf, c->kc + off, row, cudaMemcpyDeviceToHost), "saving KV");
-      CU_TRY(cudaMemcpy(buf + row, c->vc + off, row, cudaMemcpyDeviceToHost), "saving KV");
-    } else {
-      CU_TRY(cudaMemcpy(c->kc + off, buf, row, cudaMemcpyHostToDevice), "loading KV");
-      CU_TRY(cudaMemcpy(c->vc + off, buf + row, row, cudaMemcpyHostToDevice), "loading KV");
-    }
-    buf += 2 * row;
-  }
-  return BL_OK;
-}
-
-extern "C" int64_t bl_cuda_kv_save(uint64_t h, int64_t slot, int64_t n, void *dst) {
-  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
-  CU_OK(kv_check(c, slot, n));
-  if (!dst) return cu_fail(BL_E_INVAL, "kv_save: null buffer");
-  return kv_move(c, slot, n, static_cast<uint8_t *>(dst), true);
-}
-
-extern "C" int64_t bl_cuda_kv_load(uint64_t h, int64_t slot, int64_t n, const void *src) {
-  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
-  CU_OK(kv_check(c, slot, n));
-  if (!src) return cu_fail(BL_E_INVAL, "kv_load: null buffer");
-  return kv_move(c, slot, n, static_cast<uint8_t *>(const_cast<void *>(src)), false);
 }
 
 extern "C" int64_t bl_cuda_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t n) {

@@ -66,6 +66,11 @@ struct cu_ctx {
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;
+  // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
+  void *kv_stage;
+  uint8_t *kv_host[2];
+  cudaEvent_t kv_ev[2];
+  int64_t kv_stage_pos;  // positions a staging buffer holds
   int64_t logits_rows;   // rows the logits buffer holds
   int max_splits, min_chunk, router_groups, max_tiles;
   // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)
@@ -86,6 +91,7 @@ struct cu_ctx {
 };
 
 void cu_mark(cu_ctx *c, int section);
+void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
 

@@ -292,6 +292,42 @@ gpu("CUDA backend behaviour", () => {
     }
   });
 
+  test.skipIf(!existsSync(path))("saved KV is position-major as the CPU's: a prefix of a saved state restores, and the bytes match the CPU's layout", () => {
+    const m = Model.load(path, { nCtx: 64, nSlots: 3, nGpuLayers: "all" });
+    const cpuM = Model.load(path, { nCtx: 64, nSlots: 1, nGpuLayers: 0 });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab, P = be.kvPosBytes();
+      expect(P).toBe(cpuM.backend.kvPosBytes());
+      const prompt = [5, 9, 200, 31, 7, 77, 3, 11, 12, 13, 14, 15];
+      m.evalSequence(prompt, 0, 0);
+      const saved = new Uint8Array(prompt.length * P);
+      be.kvSave(0, prompt.length, saved);
+      // the first 7 positions of the 12 saved restore into slot 1; slot 2 evaluates those 7 itself
+      const n = 7;
+      be.kvLoad(1, n, saved.subarray(0, n * P));
+      m.evalSequence(prompt.slice(0, n), 0, 2);
+      const a = new Float32Array(V), b = new Float32Array(V);
+      be.forward(one(prompt[n], n, 1, a));
+      be.forward(one(prompt[n], n, 2, b));
+      expect(argmax(a)).toBe(argmax(b));
+      expect(maxAbs(a, b) / std(b)).toBeLessThan(2e-2);
+      // the CPU's saved bytes of the same prompt: the same layout, f16 values within rounding
+      cpuM.evalSequence(prompt, 0, 0);
+      const cpuSaved = new Uint8Array(prompt.length * P);
+      cpuM.backend.kvSave(0, prompt.length, cpuSaved);
+      const h16 = (u: Uint8Array) => new Float16Array(u.buffer, u.byteOffset, u.byteLength / 2);
+      const g = h16(saved), c = h16(cpuSaved);
+      let worst = 0, scale = 0;
+      for (let i = 0; i < c.length; i++) { worst = Math.max(worst, Math.abs(g[i] - c[i])); scale = Math.max(scale, Math.abs(c[i])); }
+      console.log(`saved KV, card against CPU: max |diff| ${worst.toExponential(2)} (values up to ${scale.toFixed(2)})`);
+      expect(worst).toBeLessThan(0.05 * scale);
+    } finally {
+      cpuM.close();
+      m.close();
+    }
+  });
+
   test.skipIf(!existsSync(path))("bad batches and a context too large for the card are refused with clear messages", () => {
     const m = Model.load(path, { nCtx: 16, nGpuLayers: "all" });
     try {

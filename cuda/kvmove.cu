@@ -1,0 +1,131 @@
+// bloomery CUDA library: a slot's KV cache saved to and loaded from host memory position-major
+// (for each position: every layer's K row, then its V row - the CPU library's layout, so a prefix
+// of a saved state is itself a saved state of fewer positions, and prompt-cache entries and slot
+// files mean the same on both backends). A chunk of positions at a time goes through a device
+// staging buffer (gather and scatter kernels) and two pinned host buffers, so the copies run at
+// PCIe speed instead of pageable-memcpy speed; the host-side copy of one chunk overlaps the
+// transfer of the next.
+#include <string.h>
+
+#include "ctx.h"
+
+namespace {
+
+constexpr int64_t KV_CHUNK_BYTES = 32ll << 20;  // staging per buffer (device, and each pinned host one)
+
+// one 16-byte unit of a position's staged row: layer l, K (0) or V (1), unit u of the row
+__global__ void kv_gather(const uint4 *kc, const uint4 *vc, uint4 *stage, int64_t layer_units, int64_t slot_units,
+                          int64_t row_units, int layers, int64_t p0, int64_t n) {
+  const int64_t per_pos = (int64_t)layers * 2 * row_units;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * per_pos; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t p = i / per_pos, r = i % per_pos;
+    const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
+    const int64_t src = l * layer_units + slot_units + (p0 + p) * row_units + u;
+    stage[i] = kv ? vc[src] : kc[src];
+  }
+}
+
+__global__ void kv_scatter(uint4 *kc, uint4 *vc, const uint4 *stage, int64_t layer_units, int64_t slot_units,
+                           int64_t row_units, int layers, int64_t p0, int64_t n) {
+  const int64_t per_pos = (int64_t)layers * 2 * row_units;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * per_pos; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t p = i / per_pos, r = i % per_pos;
+    const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
+    const int64_t dst = l * layer_units + slot_units + (p0 + p) * row_units + u;
+    (kv ? vc : kc)[dst] = stage[i];
+  }
+}
+
+int64_t kv_check(const cu_ctx *c, int64_t slot, int64_t n) {
+  if (!c) return cu_fail(BL_E_INVAL, "kv: null context");
+  if (slot < 0 || slot >= c->p.kv_slots) return cu_fail(BL_E_INVAL, "kv: slot %lld out of range", (long long)slot);
+  if (n < 0 || n > c->p.kv_ctx) return cu_fail(BL_E_INVAL, "kv: %lld positions out of range", (long long)n);
+  return BL_OK;
+}
+
+int64_t pos_bytes(const cu_ctx *c) { return c->p.kv_layers * c->p.kv_k_dim * 2 * 2; }
+
+// The staging buffers, made at the first save or load (a context that never moves KV pays nothing).
+int64_t stage_ready(cu_ctx *c) {
+  if (c->kv_stage) return BL_OK;
+  const int64_t per = pos_bytes(c);
+  c->kv_stage_pos = per > 0 ? (KV_CHUNK_BYTES / per > 0 ? KV_CHUNK_BYTES / per : 1) : 1;
+  const size_t bytes = (size_t)(c->kv_stage_pos * per);
+  CU_TRY(cudaMalloc(&c->kv_stage, bytes), "allocating the KV staging buffer");
+  for (int i = 0; i < 2; i++) CU_TRY(cudaHostAlloc(&c->kv_host[i], bytes, cudaHostAllocDefault), "allocating the pinned KV staging buffers");
+  for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&c->kv_ev[i], cudaEventDisableTiming), "creating the KV staging events");
+  return BL_OK;
+}
+
+int64_t kv_move(cu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, bool save) {
+  if ((c->p.kv_k_dim * 2) % 16 != 0) return cu_fail(BL_E_UNSUPPORTED, "kv: rows of %lld bytes are not whole 16-byte units", (long long)(c->p.kv_k_dim * 2));
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  CU_TRY(cudaStreamSynchronize(c->st), "finishing the step");
+  CU_OK(stage_ready(c));
+  const int64_t per = pos_bytes(c), row_units = c->p.kv_k_dim * 2 / 16;
+  const int64_t layer_units = (int64_t)kv_layer_elems(c) * 2 / 16, slot_units = slot * c->p.kv_ctx * row_units;
+  const int threads = 256, blocks = 4 * c->sm_count;
+  uint4 *kc = reinterpret_cast<uint4 *>(c->kc), *vc = reinterpret_cast<uint4 *>(c->vc), *stage = reinterpret_cast<uint4 *>(c->kv_stage);
+  int64_t pending = -1;  // save: the chunk whose bytes wait in kv_host[pending % 2]
+  int64_t pending_n = 0;
+  for (int64_t p0 = 0, k = 0; p0 < n; p0 += c->kv_stage_pos, k++) {
+    const int64_t m = n - p0 < c->kv_stage_pos ? n - p0 : c->kv_stage_pos;
+    uint8_t *h = c->kv_host[k % 2];
+    const size_t bytes = (size_t)(m * per);
+    if (save) {
+      kv_gather<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, p0, m);
+      CU_TRY(cudaGetLastError(), "gathering KV");
+      CU_TRY(cudaMemcpyAsync(h, c->kv_stage, bytes, cudaMemcpyDeviceToHost, c->st), "saving KV");
+      CU_TRY(cudaEventRecord(c->kv_ev[k % 2], c->st), "saving KV");
+      if (pending >= 0) {  // copy out the previous chunk while this one transfers
+        CU_TRY(cudaEventSynchronize(c->kv_ev[pending % 2]), "saving KV");
+        memcpy(buf + pending * c->kv_stage_pos * per, c->kv_host[pending % 2], (size_t)(pending_n * per));
+      }
+      pending = k;
+      pending_n = m;
+    } else {
+      CU_TRY(cudaEventSynchronize(c->kv_ev[k % 2]), "loading KV");  // the transfer that last used this buffer is done
+      memcpy(h, buf + p0 * per, bytes);
+      CU_TRY(cudaMemcpyAsync(c->kv_stage, h, bytes, cudaMemcpyHostToDevice, c->st), "loading KV");
+      kv_scatter<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, p0, m);
+      CU_TRY(cudaGetLastError(), "scattering KV");
+      CU_TRY(cudaEventRecord(c->kv_ev[k % 2], c->st), "loading KV");
+    }
+  }
+  if (save && pending >= 0) {
+    CU_TRY(cudaEventSynchronize(c->kv_ev[pending % 2]), "saving KV");
+    memcpy(buf + pending * c->kv_stage_pos * per, c->kv_host[pending % 2], (size_t)(pending_n * per));
+  }
+  CU_TRY(cudaStreamSynchronize(c->st), save ? "saving KV" : "loading KV");
+  return BL_OK;
+}
+
+}  // namespace
+
+void cu_kv_stage_free(cu_ctx *c) {
+  if (c->kv_stage) (void)cudaFree(c->kv_stage);
+  for (int i = 0; i < 2; i++) {
+    if (c->kv_host[i]) (void)cudaFreeHost(c->kv_host[i]);
+    if (c->kv_ev[i]) (void)cudaEventDestroy(c->kv_ev[i]);
+  }
+  c->kv_stage = nullptr;
+}
+
+extern "C" int64_t bl_cuda_kv_pos_bytes(uint64_t h) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  return c ? pos_bytes(c) : 0;
+}
+
+extern "C" int64_t bl_cuda_kv_save(uint64_t h, int64_t slot, int64_t n, void *dst) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, slot, n));
+  if (!dst) return cu_fail(BL_E_INVAL, "kv_save: null buffer");
+  return kv_move(c, slot, n, static_cast<uint8_t *>(dst), true);
+}
+
+extern "C" int64_t bl_cuda_kv_load(uint64_t h, int64_t slot, int64_t n, const void *src) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, slot, n));
+  if (!src) return cu_fail(BL_E_INVAL, "kv_load: null buffer");
+  return kv_move(c, slot, n, static_cast<uint8_t *>(const_cast<void *>(src)), false);
+}
