@@ -506,6 +506,8 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
   c->profile = env && env[0] && env[0] != '0';
+  env = getenv("BLOOMERY_CUDA_PREFILL_MIN"); // batches of at least this many tokens take the prefill kernels (2..MV_MAX_NT+1)
+  if (env && atoi(env) >= 2 && atoi(env) <= MV_MAX_NT + 1) c->prefill_min = atoi(env);
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
   const size_t cb = ctx_bytes(c);
