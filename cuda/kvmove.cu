@@ -129,3 +129,77 @@ extern "C" int64_t bl_cuda_kv_load(uint64_t h, int64_t slot, int64_t n, const vo
   if (!src) return cu_fail(BL_E_INVAL, "kv_load: null buffer");
   return kv_move(c, slot, n, static_cast<uint8_t *>(const_cast<void *>(src)), false);
 }
+
+// ---- saved states on the card (the prompt cache's card tier) ----
+// A state is a device buffer of n positions in the saved layout; restoring its first m <= n
+// positions is one scatter, saving one gather, both at device-memory speed.
+namespace {
+struct kv_stash {
+  void *d;
+  int64_t n;
+};
+}  // namespace
+
+extern "C" int64_t bl_cuda_kv_stash(uint64_t h, int64_t slot, int64_t n, uint64_t *out) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  CU_OK(kv_check(c, slot, n));
+  if (!out || n <= 0) return cu_fail(BL_E_INVAL, "kv_stash: %s", out ? "no positions" : "null handle");
+  if ((c->p.kv_k_dim * 2) % 16 != 0) return cu_fail(BL_E_UNSUPPORTED, "kv: rows of %lld bytes are not whole 16-byte units", (long long)(c->p.kv_k_dim * 2));
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  kv_stash *s = new (std::nothrow) kv_stash{nullptr, n};
+  if (!s) return cu_fail(BL_E_NOMEM, "kv_stash: out of host memory");
+  const cudaError_t e = cudaMalloc(&s->d, (size_t)(n * pos_bytes(c)));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    delete s;
+    return cu_fail(BL_E_NOMEM, "kv_stash: %lld positions (%lld MiB) do not fit the card's free memory", (long long)n, (long long)(n * pos_bytes(c) >> 20));
+  }
+  const int64_t row_units = c->p.kv_k_dim * 2 / 16, layer_units = (int64_t)kv_layer_elems(c) * 2 / 16;
+  kv_gather<<<4 * c->sm_count, 256, 0, c->st>>>(reinterpret_cast<const uint4 *>(c->kc), reinterpret_cast<const uint4 *>(c->vc),
+                                                 static_cast<uint4 *>(s->d), layer_units, slot * c->p.kv_ctx * row_units, row_units,
+                                                 (int)c->p.kv_layers, 0, n);
+  const cudaError_t le = cudaGetLastError();
+  if (le != cudaSuccess) {
+    (void)cudaFree(s->d);
+    delete s;
+    return cu_fail_cuda(le, "kv_stash: gathering KV");
+  }
+  *out = reinterpret_cast<uint64_t>(s);
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_kv_unstash(uint64_t h, uint64_t stash, int64_t slot, int64_t n) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  const kv_stash *s = reinterpret_cast<const kv_stash *>(stash);
+  CU_OK(kv_check(c, slot, n));
+  if (!s) return cu_fail(BL_E_INVAL, "kv_unstash: null state");
+  if (n > s->n) return cu_fail(BL_E_INVAL, "kv_unstash: %lld positions asked of a state of %lld", (long long)n, (long long)s->n);
+  if (n == 0) return BL_OK;
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  const int64_t row_units = c->p.kv_k_dim * 2 / 16, layer_units = (int64_t)kv_layer_elems(c) * 2 / 16;
+  kv_scatter<<<4 * c->sm_count, 256, 0, c->st>>>(reinterpret_cast<uint4 *>(c->kc), reinterpret_cast<uint4 *>(c->vc),
+                                                  static_cast<const uint4 *>(s->d), layer_units, slot * c->p.kv_ctx * row_units, row_units,
+                                                  (int)c->p.kv_layers, 0, n);
+  CU_TRY(cudaGetLastError(), "kv_unstash: scattering KV");
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_kv_stash_free(uint64_t h, uint64_t stash) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  kv_stash *s = reinterpret_cast<kv_stash *>(stash);
+  if (!c || !s) return BL_OK;
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  (void)cudaFree(s->d);  // synchronises the device: no step still reads it
+  delete s;
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_free_bytes(uint64_t h, int64_t *out) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !out) return cu_fail(BL_E_INVAL, "free_bytes: null argument");
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  size_t fr = 0, tot = 0;
+  CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
+  *out = (int64_t)fr;
+  return BL_OK;
+}

@@ -290,6 +290,14 @@ int64_t bl_cuda_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
 int64_t bl_cuda_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cuda_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cuda_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
+/* Saved states on the card (the prompt cache's card tier): a slot's first n positions copied into a
+ * device buffer of their own (*out, a handle; BL_E_NOMEM when the card has no room), restored (the
+ * first n positions of it) into a slot, freed. */
+int64_t bl_cuda_kv_stash(uint64_t ctx, int64_t slot, int64_t n, uint64_t *out);
+int64_t bl_cuda_kv_unstash(uint64_t ctx, uint64_t stash, int64_t slot, int64_t n);
+int64_t bl_cuda_kv_stash_free(uint64_t ctx, uint64_t stash);
+/* The card's free memory now (bytes). */
+int64_t bl_cuda_free_bytes(uint64_t ctx, int64_t *out);
 /* GRAPHS: 1 (default) replays decode steps as captured CUDA graphs, 0 launches every kernel;
  * PREFILL_MIN: batches of at least this many tokens take the tensor-core path (default 9);
  * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */

@@ -312,6 +312,16 @@ gpu("CUDA backend behaviour", () => {
       be.forward(one(prompt[n], n, 2, b));
       expect(argmax(a)).toBe(argmax(b));
       expect(maxAbs(a, b) / std(b)).toBeLessThan(2e-2);
+      // the same state kept on the card (the prompt cache's card tier) restores the same bits
+      const dev = be.kvStash(0, prompt.length);
+      expect(dev).toBeDefined();
+      expect(dev!.bytes).toBe(prompt.length * P);
+      dev!.restore(1, n);
+      const d = new Float32Array(V);
+      be.forward(one(prompt[n], n, 1, d));
+      expect(maxAbs(d, a)).toBe(0);
+      dev!.free();
+      expect(() => dev!.restore(1, n)).toThrow(/freed/);
       // the CPU's saved bytes of the same prompt: the same layout, f16 values within rounding
       cpuM.evalSequence(prompt, 0, 0);
       const cpuSaved = new Uint8Array(prompt.length * P);

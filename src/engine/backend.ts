@@ -24,5 +24,20 @@ export interface Backend {
   kvSave(slot: number, n: number, dst: Uint8Array): void;
   kvLoad(slot: number, n: number, src: Uint8Array): void;
   kvCopy(src: number, dst: number, n: number): void;
+  /**
+   * A slot's first n positions saved in the backend's own memory (the card), or undefined when
+   * it has no such memory or no room for them; the prompt cache then keeps them in host RAM.
+   */
+  kvStash?(slot: number, n: number): DeviceKv | undefined;
   close(): void;
+}
+
+/** A saved KV state held in a backend's memory (kvStash). */
+export interface DeviceKv {
+  /** positions it holds */
+  readonly n: number;
+  readonly bytes: number;
+  /** its first n positions into a slot */
+  restore(slot: number, n: number): void;
+  free(): void;
 }

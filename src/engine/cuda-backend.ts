@@ -5,7 +5,7 @@ import { ptr } from "bun:ffi";
 import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
 import type { HParams } from "../models/types.ts";
-import type { Backend, Batch } from "./backend.ts";
+import type { Backend, Batch, DeviceKv } from "./backend.ts";
 import type { EncodedProgram } from "./program.ts";
 
 export interface CudaBackendOptions {
@@ -164,6 +164,31 @@ export class CudaBackend implements Backend {
 
   kvCopy(src: number, dst: number, n: number): void {
     checkCuda(cuda().bl_cuda_kv_copy(this.ctx, src, dst, n), "copying KV");
+  }
+
+  /** Saved states stay on the card while it keeps this much free beside them. */
+  static readonly STASH_MARGIN = 2 * 1024 ** 3;
+
+  kvStash(slot: number, n: number): DeviceKv | undefined {
+    const bytes = n * this.kvPosBytes();
+    const free = new BigInt64Array(1);
+    checkCuda(cuda().bl_cuda_free_bytes(this.ctx, ptr(free)), "reading the card's free memory");
+    if (Number(free[0]) < bytes + CudaBackend.STASH_MARGIN) return undefined;
+    const out = new BigUint64Array(1);
+    if (Number(cuda().bl_cuda_kv_stash(this.ctx, slot, n, ptr(out))) !== 0) return undefined; // no room after all: host RAM
+    const handle = out[0], owner = this;
+    let live = true;
+    return {
+      n, bytes,
+      restore(to: number, m: number) {
+        if (!live) throw new Error("internal: restoring a freed KV state");
+        checkCuda(cuda().bl_cuda_kv_unstash(owner.ctx, handle, to, m), "restoring KV on the card");
+      },
+      free() {
+        if (live && owner.ctx) cuda().bl_cuda_kv_stash_free(owner.ctx, handle);
+        live = false;
+      },
+    };
   }
 
   close(): void {

@@ -1,10 +1,19 @@
 // bloomery engine: the prompt cache: saved prompt states (token ids + their KV, position-major)
-// in host RAM within a byte budget, least recently used evicted first. A new request restores
-// the longest saved prefix, even after other requests used the slot it came from.
+// within a byte budget (--cache-ram), least recently used evicted first; a state lives on the
+// card while it has room (restored at device-memory speed), else in host RAM. A new request
+// restores the longest saved prefix, even after other requests used the slot it came from.
+
+/** A saved KV state; any prefix of it restores (the saved layout is position-major). */
+export interface SavedKv {
+  readonly bytes: number;
+  readonly where: "card" | "host";
+  restore(slot: number, n: number): void;
+  free(): void;
+}
 
 export interface CachedPrompt {
   tokens: number[];
-  kv: Uint8Array;
+  kv: SavedKv;
   lastUsed: number;
 }
 
@@ -22,7 +31,12 @@ export class PromptCache {
   }
 
   get bytes(): number {
-    return this.entries.reduce((a, e) => a + e.kv.length, 0);
+    return this.entries.reduce((a, e) => a + e.kv.bytes, 0);
+  }
+
+  /** Bytes of the saved states that live on the card. */
+  get cardBytes(): number {
+    return this.entries.reduce((a, e) => a + (e.kv.where === "card" ? e.kv.bytes : 0), 0);
   }
 
   get size(): number {
@@ -46,26 +60,35 @@ export class PromptCache {
 
   /**
    * Save a state. An entry that is a prefix of the new one is replaced; a state that an entry
-   * already covers is not saved twice. Returns false when it cannot fit the budget at all.
+   * already covers is not saved twice. Returns false when it cannot fit the budget at all
+   * (`keep`, an entry about to be restored, is never evicted for it).
    */
-  save(tokens: readonly number[], fill: (dst: Uint8Array) => void): boolean {
+  save(tokens: readonly number[], make: () => SavedKv, keep?: CachedPrompt): boolean {
     if (!this.enabled || tokens.length === 0) return false;
     const need = tokens.length * this.posBytes;
     if (this.maxBytes > 0 && need > this.maxBytes) return false;
     for (const e of this.entries) if (e.tokens.length >= tokens.length && commonPrefix(e.tokens, tokens) === tokens.length) { this.touch(e); return true; }
-    this.entries = this.entries.filter((e) => !(e.tokens.length < tokens.length && commonPrefix(e.tokens, tokens) === e.tokens.length));
+    if (this.maxBytes > 0 && keep && keep.kv.bytes + need > this.maxBytes) return false;
+    this.entries = this.entries.filter((e) => {
+      const covered = e !== keep && e.tokens.length < tokens.length && commonPrefix(e.tokens, tokens) === e.tokens.length;
+      if (covered) e.kv.free();
+      return !covered;
+    });
     if (this.maxBytes > 0) {
-      this.entries.sort((a, b) => a.lastUsed - b.lastUsed);
+      this.entries.sort((a, b) => (a === keep ? 1 : 0) - (b === keep ? 1 : 0) || a.lastUsed - b.lastUsed);
       let total = this.bytes;
-      while (this.entries.length && total + need > this.maxBytes) total -= this.entries.shift()!.kv.length;
+      while (this.entries.length && this.entries[0] !== keep && total + need > this.maxBytes) {
+        const e = this.entries.shift()!;
+        total -= e.kv.bytes;
+        e.kv.free(); // card memory goes back before the new state takes its place
+      }
     }
-    const kv = new Uint8Array(need);
-    fill(kv);
-    this.entries.push({ tokens: [...tokens], kv, lastUsed: ++this.clock });
+    this.entries.push({ tokens: [...tokens], kv: make(), lastUsed: ++this.clock });
     return true;
   }
 
   clear(): void {
+    for (const e of this.entries) e.kv.free();
     this.entries = [];
   }
 }

@@ -6,7 +6,7 @@ import type { Batch } from "./backend.ts";
 import type { DoneEvent, EngineStats, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
 import { Task } from "./task.ts";
 import type { SamplerFactory } from "./task.ts";
-import { commonPrefix, PromptCache } from "./prompt-cache.ts";
+import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./prompt-cache.ts";
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
@@ -96,9 +96,20 @@ export class Scheduler {
   }
 
   /** Save what a slot holds to the prompt cache (before it is overwritten). */
-  private saveSlot(s: Slot): void {
+  private saveSlot(s: Slot, keep?: CachedPrompt): void {
     if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
-    this.cache.save(s.tokens, (dst) => this.model.backend.kvSave(s.id, s.tokens.length, dst));
+    this.cache.save(s.tokens, () => this.stash(s), keep);
+  }
+
+  /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
+  private stash(s: Slot): SavedKv {
+    const be = this.model.backend, n = s.tokens.length;
+    const dev = be.kvStash?.(s.id, n);
+    if (dev) return { bytes: dev.bytes, where: "card", restore: (slot, m) => dev.restore(slot, m), free: () => dev.free() };
+    const posBytes = be.kvPosBytes();
+    const buf = new Uint8Array(n * posBytes);
+    be.kvSave(s.id, n, buf);
+    return { bytes: buf.length, where: "host", restore: (slot, m) => be.kvLoad(slot, m, buf.subarray(0, m * posBytes)), free: () => {} };
   }
 
   /** The KV prefix a task can start from in slot s: what the slot holds, or a cache entry restored into it. */
@@ -107,9 +118,8 @@ export class Scheduler {
     if (usePrefix && this.cache.enabled) {
       const { entry, n } = this.cache.best(prompt);
       if (entry && n > keep) {
-        this.saveSlot(s);
-        const posBytes = this.model.backend.kvPosBytes();
-        this.model.backend.kvLoad(s.id, n, entry.kv.subarray(0, n * posBytes));
+        this.saveSlot(s, entry);
+        entry.kv.restore(s.id, n);
         s.tokens = entry.tokens.slice(0, n);
         this.cache.touch(entry);
         this.cache.hits++;
