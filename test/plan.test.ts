@@ -97,3 +97,35 @@ describe("plan with a card (llama's flags)", () => {
     expect(() => compileOverrides([{ pattern: "x", buffer: "Vulkan0" }])).toThrow(/unknown buffer type 'Vulkan0'/);
   });
 });
+
+describe("plan at load (a real model)", () => {
+  test("a host budget below the experts: the plan's line says disk, the store holds the rest, the logits are the same bits", async () => {
+    const { Model } = await import("../src/engine/model.ts");
+    const { join } = await import("node:path");
+    const { FIXTURES } = await import("./paths.ts");
+    const file = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
+    const lines: string[] = [];
+    const opts = { nCtx: 128, nSlots: 1, nThreads: 2, maxTokens: 64, log: (l: string) => lines.push(l) };
+    const m0 = Model.load(file, { ...opts, placement: {} });
+    const p0 = m0.plan!;
+    expect(p0.expertRamBytes).toBeUndefined();
+    expect(m0.experts).toBeUndefined();
+    const budget = p0.host.dense + p0.host.context + Math.floor(p0.host.experts / 3);
+    const m1 = Model.load(file, { ...opts, placement: { hostBudgetBytes: budget } });
+    try {
+      expect(m1.plan!.disk.nExperts).toBeGreaterThan(0);
+      expect(m1.plan!.expertRamBytes).toBe(budget - p0.host.dense - p0.host.context);
+      expect(m1.experts).toBeDefined();
+      expect(lines.at(-1)).toMatch(/^placement: host: .*; disk: \d+ experts .* read on demand into a .* RAM cache$/);
+      const prompt = m0.tokenizer.encode("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n");
+      const a = m0.evalSequence(prompt, 0, 0, true), b = m1.evalSequence(prompt, 0, 0, true);
+      let d = 0;
+      for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
+      expect(d).toBe(0);
+      expect(m1.expertStats()!.misses).toBeGreaterThan(0);
+    } finally {
+      m1.close();
+      m0.close();
+    }
+  });
+});

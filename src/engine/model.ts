@@ -62,11 +62,13 @@ export class Model {
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;
     const specs = this.family.program(this.gguf, this.hp);
-    const routed = o.expertRamBytes === undefined ? undefined : routedExpertTensors(specs);
+    // the RAM of the routed experts' cache: asked for, or what the plan leaves them on the CPU
+    const expertRam = o.expertRamBytes ?? (this.plan?.backend === "cpu" ? this.plan.expertRamBytes : undefined);
+    const routed = expertRam === undefined ? undefined : routedExpertTensors(specs);
     this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
     try {
-      this.experts = o.expertRamBytes === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, o.expertRamBytes);
+      this.experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam);
     } catch (e) {
       this.weights.close();
       throw e;
