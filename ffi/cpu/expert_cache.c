@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
   int32_t layer, expert, state, pins, prefetched;
   int32_t prev, next; /* LRU list, head the most recent */
+  int64_t tick;       /* the store's tick when last pinned or prefetched */
   uint8_t *buf;
 } xs_slot;
 
@@ -61,6 +62,8 @@ struct bl_xstore {
   uint8_t *arena;
   size_t arena_bytes;
   int32_t head, tail;
+  int64_t n_pinned; /* slots with pins > 0 */
+  int64_t tick;     /* MoE blocks begun (one a layer a step) */
   int64_t st[BL_XS_STATS];
   pthread_t reader;
   int has_reader, stop, reader_busy;
@@ -90,11 +93,15 @@ static void lru_touch(bl_xstore *s, int32_t i) {
   if (s->tail < 0) s->tail = i;
 }
 
-/* The least recently used slot neither pinned nor being read; its unit (if any) evicted. */
-static int32_t take_victim(bl_xstore *s) {
+/* The least recently used slot neither pinned nor being read; its unit (if any) evicted. With
+ * cold_only (prefetch), only a slot empty or unused for a whole step: a prefetch never evicts a
+ * unit the step in flight used, so a cache smaller than one step's experts is left to the blocks'
+ * own reads (prefetching there only trades one miss for another and adds reads). */
+static int32_t take_victim(bl_xstore *s, int cold_only) {
   for (int32_t i = s->tail; i >= 0; i = s->slots[i].prev) {
     xs_slot *x = &s->slots[i];
     if (x->pins > 0 || x->state == XS_LOADING) continue;
+    if (cold_only && x->state == XS_READY && s->tick - x->tick < s->n_layers) return -1; /* the rest are more recent */
     if (x->state == XS_READY) {
       s->layers[x->layer].slot_of[x->expert] = -1;
       s->st[BL_XS_EVICTIONS]++;
@@ -197,12 +204,16 @@ static void *reader_main(void *arg) {
     s->q_pos++;
     xs_layer *L = &s->layers[l];
     if (L->slot_of[e] >= 0) continue;
-    const int32_t v = take_victim(s);
-    if (v < 0) continue;
+    const int32_t v = take_victim(s, 1);
+    if (v < 0) {
+      s->q_pos = s->q_len; /* nothing cold left this step */
+      continue;
+    }
     xs_slot *x = &s->slots[v];
     x->layer = l;
     x->expert = e;
     x->state = XS_LOADING;
+    x->tick = s->tick;
     L->slot_of[e] = v;
     lru_touch(s, v);
     s->reader_busy = 1;
@@ -258,6 +269,7 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
   if (first) {
     memcpy(L->used, active, sizeof(int32_t) * (size_t)n_active);
     L->n_used = n_active;
+    s->tick++;
     s->q_pos = s->q_len = 0; /* the reader's queue is stale now */
     while (s->reader_busy) pthread_cond_wait(&s->cv_idle, &s->mu);
     /* resident first (stable): a later round never evicts what this layer still needs */
@@ -282,7 +294,7 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
         s->slots[v].prefetched = 0;
       }
     } else {
-      if ((v = take_victim(s)) < 0) break; /* cannot happen: the reader is idle, the round holds < n_slots */
+      if ((v = take_victim(s, 0)) < 0) break; /* cannot happen: the reader is idle, the round holds < n_slots */
       s->st[BL_XS_MISSES]++;
       xs_slot *x = &s->slots[v];
       x->layer = (int32_t)layer;
@@ -291,7 +303,8 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
       L->slot_of[e] = v;
       loads[nl++] = (bl_xs_load){v, e};
     }
-    s->slots[v].pins++;
+    if (s->slots[v].pins++ == 0) s->n_pinned++;
+    s->slots[v].tick = s->tick;
     lru_touch(s, v);
     const uint8_t *buf = s->slots[v].buf;
     for (int t = 0; t < 3; t++) ptr[(int64_t)e * 3 + t] = buf + L->reg[t] + ((L->off[t] + (int64_t)e * L->nb2[t]) & (XS_PAGE - 1));
@@ -312,6 +325,7 @@ void bl_xs_loaded(bl_xstore *s, int64_t layer, const bl_xs_load *loads, const ui
     } else {
       x->state = XS_EMPTY;
       x->layer = x->expert = -1;
+      if (x->pins > 0) s->n_pinned--;
       x->pins = 0;
       L->slot_of[loads[i].expert] = -1;
       s->st[BL_XS_READ_ERRORS]++;
@@ -319,8 +333,7 @@ void bl_xs_loaded(bl_xstore *s, int64_t layer, const bl_xs_load *loads, const ui
   }
   if (last && s->has_reader) {
     /* the next layer's experts of the previous step, as many as the unpinned slots hold */
-    int64_t pinned = 0;
-    for (int64_t i = 0; i < s->n_slots; i++) pinned += s->slots[i].pins > 0;
+    const int64_t pinned = s->n_pinned;
     const int64_t nl = (layer + 1) % s->n_layers;
     const xs_layer *N = &s->layers[nl];
     int64_t q = 0;
@@ -342,7 +355,7 @@ void bl_xs_unpin(bl_xstore *s, int64_t layer, const int32_t *active, int64_t a0,
   pthread_mutex_lock(&s->mu);
   for (int64_t i = a0; i < a1; i++) {
     const int32_t v = L->slot_of[active[i]];
-    if (v >= 0 && s->slots[v].pins > 0) s->slots[v].pins--;
+    if (v >= 0 && s->slots[v].pins > 0 && --s->slots[v].pins == 0) s->n_pinned--;
   }
   pthread_mutex_unlock(&s->mu);
 }
