@@ -422,6 +422,33 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
   cu_mark(c, S_EXPERTS);
   const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   if (!tc) {
+    if (moe && ntok >= 2 && ntok <= MV_MAX_NT) {
+      // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
+      moe_batch_args mb;
+      memset(&mb, 0, sizeof mb);
+      mb.gate = gate;
+      mb.up = up;
+      mb.down = down;
+      mb.h = c->h;
+      mb.ldh = E;
+      mb.sel = sel;
+      mb.selw = selw;
+      mb.k = K;
+      mb.n_expert = b.n_expert;
+      mb.pair_tok = c->pair_tok;
+      mb.pair_of = c->pair_of;
+      mb.tiles = c->tiles;
+      mb.n_tiles = c->n_tiles;
+      mb.max_tiles = c->max_tiles;
+      mb.act = c->act;
+      mb.ldact = ff;
+      mb.ypair = c->ypair;
+      mb.ldy = E;
+      mb.x = c->x;
+      mb.ldx = E;
+      mb.q8 = 1;
+      if (cu_moe_batch_fits(mb, ntok, c->smem_limit)) return cu_moe_batch(c->st, mb, ntok, c->smem_limit);
+    }
     moe_dec_args m;
     memset(&m, 0, sizeof m);
     m.gate = gate;

@@ -276,6 +276,33 @@ int64_t cu_moe_sort(cudaStream_t st, const sort_args &a);
 int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k,
                        float *x, int ldx, int n, int ntok);
 
+// ---- routed experts, decode batches of 2..MV_MAX_NT tokens grouped by expert (moe_batch.cu) ----
+struct moe_batch_args {
+  dmat gate, up, down;    // gate/up: rows ff of length n; down: rows n of length ff
+  const float *h;         // normalised rows (ldh)
+  int ldh;
+  const int32_t *sel;     // [t][k] the router's picks (ascending expert id) and weights
+  const float *selw;
+  int k, n_expert;
+  int32_t *pair_tok, *pair_of; // the sort's outputs (ntok * k each)
+  int4 *tiles;            // {expert, first pair, pairs, 0}, max_tiles of them
+  int32_t *n_tiles;
+  int max_tiles;
+  float *act;             // [pair][ldact]: silu(gate) * up, pairs in sorted order
+  int ldact;
+  float *ypair;           // [pair][ldy]: down's output a pair
+  int ldy;
+  float *x;               // residual (ldx): each token's weighted picks added
+  int ldx;
+  int q8;                 // int8 activations allowed for Q4_K / Q6_K rows (with FAST_Q8)
+  int iters;              // set by cu_moe_batch
+};
+// Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
+bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
+// Sort, gate/up, down and combine: four launches of shapes fixed by ntok, no host synchronisation.
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit);
+int64_t cu_moe_batch_init(int smem_optin);
+
 // ---- rows, norms, selection (misc.cu) ----
 // y[t] = rmsnorm(x[rows ? rows[t] : t]) * w
 int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps,

@@ -1,0 +1,365 @@
+// bloomery CUDA library: the routed experts of decode batches of 2..MV_MAX_NT tokens grouped by
+// expert - the (token, pick) pairs sorted by expert on the card (moe.cu's sort, one tile an
+// expert), gate/up with SwiGLU and down with one warp a weight row dotted with the rows of all the
+// pairs routed to its expert (each weight row read once a step, not once a pair), one output row
+// a pair, then each token's picks weighted and added to the residual in ascending expert order
+// (moe.cu's combine). Launch shapes depend only on the token count (graph capture): grids are
+// sized by the most tiles a step can have and blocks past the step's tiles exit. Q4_K / Q6_K rows
+// take int8 activations and dp4a (dot8.cuh's numerics) when the caller and FAST_Q8 allow it.
+#include <stdlib.h>
+
+#include "common.cuh"
+#include "dot8.cuh"
+#include "internal.h"
+#include "quants.cuh"
+
+#define MB_NT MV_MAX_NT // most pairs a tile holds (one per token of the step)
+
+// ---- float activations: R weight rows (one type) against the tile's cnt staged rows ----
+// xs: cnt rows of n floats; acc[r][t]: row r against staged row t (t < cnt).
+template <int T, int R>
+__device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float *xs, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  using Q = qt<T>;
+  const int nunits = (n / Q::BE) * Q::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const float *xb = xs + blk * Q::BE;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      Q::unit(rp[r] + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+#pragma unroll
+        for (int t = 0; t < MB_NT; t++)
+          if (t < cnt) {
+            const float4 xv = *reinterpret_cast<const float4 *>(xb + t * n + pos);
+            acc[r][t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+          }
+      });
+  }
+}
+
+// ---- int8 activations: the quantized rows of a tile lie xb bytes apart, each q | d | s | h ----
+__device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t) {
+  x8v x;
+  const uint8_t *p = base + (size_t)t * xb;
+  x.q = reinterpret_cast<const int8_t *>(p);
+  x.d = reinterpret_cast<const float *>(p + n);
+  x.s = x.d + n / 32;
+  x.h = reinterpret_cast<const int *>(x.s + n / 32);
+  return x;
+}
+
+// A unit of a weight row (loaded once) against the tile's cnt quantized rows (dot8.cuh's layouts
+// and per-unit arithmetic).
+template <int T>
+struct mb8;
+
+template <>
+struct mb8<T_Q4_K> {
+  static constexpr int UPB = 4;
+  __device__ static void unit(const uint8_t *p, int c, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[MB_NT]) {
+    const uint32_t dm = ld32(p);
+    const float d = h2f((uint16_t)(dm & 0xffffu)), dmin = h2f((uint16_t)(dm >> 16));
+    int sc0, m0, sc1, m1;
+    k4_scale_min(2 * c, p + 4, sc0, m0);
+    k4_scale_min(2 * c + 1, p + 4, sc1, m1);
+    const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
+    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    const int ga = g0 + 2 * c, gb = ga + 1;
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const x8v x = x8_row(xq, xb, n, t);
+      const int4 *xa4 = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb4 = reinterpret_cast<const int4 *>(x.q + 32 * gb);
+      const int4 a0 = xa4[0], a1 = xa4[1], b0 = xb4[0], b1 = xb4[1];
+      const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      int s0 = 0, s1 = 0;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        s0 = __dp4a((int)(q[i] & 0x0F0F0F0Fu), xl[i], s0);
+        s1 = __dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
+      }
+      acc[t] += d * (i2f(sc0) * x.d[ga] * i2f(s0) + i2f(sc1) * x.d[gb] * i2f(s1)) - dmin * (i2f(m0) * x.s[ga] + i2f(m1) * x.s[gb]);
+    }
+  }
+};
+
+template <>
+struct mb8<T_Q6_K> {
+  static constexpr int UPB = 8;
+  __device__ static void unit(const uint8_t *p, int u, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[MB_NT]) {
+    const int hh = u >> 2, r = u & 3, g = g0 + u;
+    const float d = h2f(ld16(p + 208));
+    uint32_t ql[8], qh[8];
+    ld8_a2(p + 64 * hh + 32 * (r & 1), ql);
+    ld8_a2(p + 128 + 32 * hh, qh);
+    const int sa = (int)(int8_t)p[192 + 8 * hh + 2 * r], sb = (int)(int8_t)p[192 + 8 * hh + 2 * r + 1];
+    const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
+    uint32_t v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const x8v x = x8_row(xq, xb, n, t);
+      const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
+      const int4 x0 = xg[0], x1 = xg[1];
+      const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      int s0 = 0, s1 = 0;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        if (i < 4) s0 = __dp4a((int)v[i], xw[i], s0);
+        else s1 = __dp4a((int)v[i], xw[i], s1);
+      }
+      s0 -= 32 * x.h[2 * g];
+      s1 -= 32 * x.h[2 * g + 1];
+      acc[t] += d * x.d[g] * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
+    }
+  }
+};
+
+template <int T, int R>
+__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  using Q = qt<T>;
+  using D = mb8<T>;
+  const int nunits = (n / Q::BE) * D::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int b = k / D::UPB, u = k - b * D::UPB, g0 = b * (Q::BE / 32);
+#pragma unroll
+    for (int r = 0; r < R; r++) D::unit(rp[r] + (size_t)b * Q::BB, u, xq, xb, n, g0, cnt, acc[r]);
+  }
+}
+
+// The tile's rows staged: float rows (xs, cnt * n floats) or, with Q8, each row through xs (n
+// floats) quantized into its x8 slot (xq + t * x8_bytes(n)). Rows are src + row_of(t) * ld.
+// Every thread of the block calls it; ends with a block barrier.
+template <bool Q8, class RowOf>
+__device__ __forceinline__ void stage_tile(float *xs, uint8_t *xq, const float *src, int ld, int n, int cnt, RowOf row_of) {
+  const int n4 = n >> 2;
+  for (int t = 0; t < cnt; t++) {
+    const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)row_of(t) * ld);
+    float4 *dst = reinterpret_cast<float4 *>(Q8 ? xs : xs + (size_t)t * n);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) dst[i] = __ldcg(s + i);
+    __syncthreads();
+    if constexpr (Q8) (void)quantize_x8(xs, n, xq + (size_t)t * x8_bytes(n)); // ends with a barrier
+  }
+}
+
+// grid: x over blocks of 2 * MV_WARPS * a.iters rows of gate/up, y over the most tiles a step can
+// have. Each warp takes two rows (gate and up of both: four weight rows in flight) an iteration.
+template <int T, bool Q8>
+__global__ void __launch_bounds__(MV_THREADS) k_mb_gu(moe_batch_args a) {
+  cu_pdl_entry();
+  if ((int)blockIdx.y >= *a.n_tiles) return;
+  extern __shared__ float4 dyn_smem4[];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int n = a.gate.ne0, ff = a.gate.ne1;
+  uint8_t *xq = reinterpret_cast<uint8_t *>(xs + n);
+  const int4 tl = a.tiles[blockIdx.y];
+  const int e = tl.x, p0 = tl.y, cnt = tl.z < MB_NT ? tl.z : MB_NT;
+  stage_tile<Q8>(xs, xq, a.h, a.ldh, n, cnt, [&](int t) { return a.pair_tok[p0 + t]; });
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+  const int base = blockIdx.x * 2 * MV_WARPS * a.iters;
+  for (int it = 0; it < a.iters; it++) {
+    const int r0 = base + 2 * MV_WARPS * it + warp, r1 = r0 + MV_WARPS;
+    if (r0 >= ff) break;
+    const bool has1 = r1 < ff;
+    const int rr1 = has1 ? r1 : r0; // a missing second row repeats the first (result dropped)
+    const uint8_t *const rp[4] = {g + (size_t)r0 * a.gate.nb1, u + (size_t)r0 * a.up.nb1, g + (size_t)rr1 * a.gate.nb1, u + (size_t)rr1 * a.up.nb1};
+    float acc[4][MB_NT];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+    if constexpr (Q8) dot_q8<T, 4>(rp, xq, x8_bytes(n), n, cnt, acc, lane);
+    else dot_f<T, 4>(rp, xs, n, cnt, acc, lane);
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const float g0 = warp_sum(acc[0][t]), u0 = warp_sum(acc[1][t]), g1 = warp_sum(acc[2][t]), u1 = warp_sum(acc[3][t]);
+      if (lane == 0) {
+        float *ar = a.act + (size_t)(p0 + t) * a.ldact;
+        ar[r0] = silu_f(g0) * u0;
+        if (has1) ar[r1] = silu_f(g1) * u1;
+      }
+    }
+  }
+}
+
+// grid: x over blocks of 2 * MV_WARPS * a.iters rows of down, y over tiles; one output row a pair
+// (ypair, stored, no atomics).
+template <int T, bool Q8>
+__global__ void __launch_bounds__(MV_THREADS) k_mb_down(moe_batch_args a) {
+  cu_pdl_entry();
+  if ((int)blockIdx.y >= *a.n_tiles) return;
+  extern __shared__ float4 dyn_smem4[];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int ff = a.down.ne0, n = a.down.ne1;
+  uint8_t *xq = reinterpret_cast<uint8_t *>(xs + ff);
+  const int4 tl = a.tiles[blockIdx.y];
+  const int e = tl.x, p0 = tl.y, cnt = tl.z < MB_NT ? tl.z : MB_NT;
+  stage_tile<Q8>(xs, xq, a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; });
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint8_t *dn = a.down.d + (size_t)e * a.down.nb2;
+  const int base = blockIdx.x * 2 * MV_WARPS * a.iters;
+  for (int it = 0; it < a.iters; it++) {
+    const int r0 = base + 2 * MV_WARPS * it + warp, r1 = r0 + MV_WARPS;
+    if (r0 >= n) break;
+    const bool has1 = r1 < n;
+    const uint8_t *const rp[2] = {dn + (size_t)r0 * a.down.nb1, dn + (size_t)(has1 ? r1 : r0) * a.down.nb1};
+    float acc[2][MB_NT];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+    if constexpr (Q8) dot_q8<T, 2>(rp, xq, x8_bytes(ff), ff, cnt, acc, lane);
+    else dot_f<T, 2>(rp, xs, ff, cnt, acc, lane);
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const float y0 = warp_sum(acc[0][t]), y1 = warp_sum(acc[1][t]);
+      if (lane == 0) {
+        float *yr = a.ypair + (size_t)(p0 + t) * a.ldy;
+        yr[r0] = y0;
+        if (has1) yr[r1] = y1;
+      }
+    }
+  }
+}
+
+// ---- host side ----
+
+static bool mb_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
+
+static bool mb_has_kernel(int t) {
+  switch (t) {
+#define C(T) \
+  case T: return true;
+    CU_TYPE_CASES(C)
+#undef C
+    default: return false;
+  }
+}
+
+// BLOOMERY_CUDA_MOE_BATCH=0 sends decode batches to the per-pair kernels (moe_dec.cu).
+static bool mb_enabled() {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("BLOOMERY_CUDA_MOE_BATCH");
+    on = (v && v[0] == '0') ? 0 : 1;
+  }
+  return on == 1;
+}
+
+struct mb_plan {
+  bool q8_gu, q8_dn;
+  size_t smem_gu, smem_dn;
+  int iters_gu, iters_dn, blocks_gu, blocks_dn, grid_y;
+};
+
+// Rows a block covers: one wave of about four blocks an SM over the tiles a step is expected to
+// have (distinct experts of ntok tokens picking k of X at random), 1..8 iterations of two rows a warp.
+static int mb_iters(int rows, double tiles) {
+  const double want = (double)rows * tiles / (2.0 * MV_WARPS * 4.0 * (cu_sms > 0 ? cu_sms : 1));
+  int it = (int)(want + 0.999);
+  return it < 1 ? 1 : it > 8 ? 8 : it;
+}
+
+static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &p) {
+  if (!mb_enabled() || ntok < 2 || ntok > MB_NT) return false;
+  const int n = a.gate.ne0, ff = a.gate.ne1, K = a.k, X = a.n_expert;
+  if (K < 1 || K > ROUTER_MAX_K || X < 1 || !a.sel || !a.selw) return false;
+  if (a.up.type != a.gate.type || a.up.ne0 != n || a.up.ne1 != ff || a.down.ne0 != ff || a.down.ne1 != n) return false;
+  if (a.gate.ne2 < X || a.up.ne2 < X || a.down.ne2 < X) return false;
+  if (!mb_has_kernel(a.gate.type) || !mb_has_kernel(a.down.type)) return false;
+  cu_type_geom gg, gd;
+  if (!cu_type_geom_of(a.gate.type, &gg) || !cu_type_geom_of(a.down.type, &gd) || n % gg.be || ff % gd.be || n % 4 || ff % 4) return false;
+  const int pairs = ntok * K;
+  // the sort makes one tile an expert (at most ntok pairs each: a token picks an expert once)
+  const int most = pairs < X + K ? pairs : X + K;
+  if (most > a.max_tiles) return false;
+  if (a.ldy < n || a.ldact < ff || a.ldh < n || a.ldx < n) return false;
+  const bool q8 = a.q8 && (cu_fast & FAST_Q8);
+  p.q8_gu = q8 && mb_d8(a.gate.type) && n % 32 == 0;
+  p.q8_dn = q8 && mb_d8(a.down.type) && ff % 32 == 0;
+  p.smem_gu = p.q8_gu ? (size_t)n * 4 + (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4;
+  p.smem_dn = p.q8_dn ? (size_t)ff * 4 + (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4;
+  if ((int64_t)p.smem_gu > smem_limit || (int64_t)p.smem_dn > smem_limit) return false;
+  double miss = 1.0;
+  for (int t = 0; t < ntok; t++) miss *= 1.0 - (double)K / X;
+  double tiles = X * (1.0 - miss);
+  if (tiles < 1.0) tiles = 1.0;
+  p.iters_gu = mb_iters(ff, tiles);
+  p.iters_dn = mb_iters(n, tiles);
+  p.blocks_gu = (ff + 2 * MV_WARPS * p.iters_gu - 1) / (2 * MV_WARPS * p.iters_gu);
+  p.blocks_dn = (n + 2 * MV_WARPS * p.iters_dn - 1) / (2 * MV_WARPS * p.iters_dn);
+  p.grid_y = most;
+  return true;
+}
+
+bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
+  mb_plan p;
+  return plan_mb(a, ntok, smem_limit, p);
+}
+
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit) {
+  mb_plan p;
+  if (!plan_mb(a, ntok, smem_limit, p))
+    return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
+                   cu_type_name(a.gate.type), cu_type_name(a.down.type));
+  sort_args s;
+  s.sel = a.sel;
+  s.n_pairs = ntok * a.k;
+  s.k = a.k;
+  s.n_expert = a.n_expert;
+  s.bn = ntok;
+  s.pair_tok = a.pair_tok;
+  s.pair_of = a.pair_of;
+  s.tiles = a.tiles;
+  s.n_tiles = a.n_tiles;
+  CU_OK(cu_moe_sort(st, s));
+  moe_batch_args g = a;
+  g.iters = p.iters_gu;
+  const dim3 g1(p.blocks_gu, p.grid_y);
+  cudaError_t e = cudaErrorInvalidValue;
+  if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_mb_gu<T_Q4_K, true>, g1, dim3(MV_THREADS), p.smem_gu, st, g);
+  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_mb_gu<T_Q6_K, true>, g1, dim3(MV_THREADS), p.smem_gu, st, g);
+  else
+    switch (a.gate.type) {
+#define L(T) \
+  case T: e = cu_launch(k_mb_gu<T, false>, g1, dim3(MV_THREADS), p.smem_gu, st, g); break;
+      CU_TYPE_CASES(L)
+#undef L
+      default: break;
+    }
+  CU_TRY(e, "grouped expert gate/up");
+  moe_batch_args d = a;
+  d.iters = p.iters_dn;
+  const dim3 g2(p.blocks_dn, p.grid_y);
+  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_mb_down<T_Q4_K, true>, g2, dim3(MV_THREADS), p.smem_dn, st, d);
+  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_mb_down<T_Q6_K, true>, g2, dim3(MV_THREADS), p.smem_dn, st, d);
+  else
+    switch (a.down.type) {
+#define L(T) \
+  case T: e = cu_launch(k_mb_down<T, false>, g2, dim3(MV_THREADS), p.smem_dn, st, d); break;
+      CU_TYPE_CASES(L)
+#undef L
+      default: break;
+    }
+  CU_TRY(e, "grouped expert down");
+  return cu_moe_combine(st, a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok);
+}
+
+int64_t cu_moe_batch_init(int smem_optin) {
+  const char *w = "configuring the grouped expert kernels";
+#define S(T)                                             \
+  CU_OK(cu_allow_smem(k_mb_gu<T, false>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_mb_down<T, false>, smem_optin, w));
+  CU_TYPE_CASES(S)
+#undef S
+  CU_OK(cu_allow_smem(k_mb_gu<T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true>, smem_optin, w));
+  return BL_OK;
+}
