@@ -218,6 +218,10 @@ describe("routes and errors", () => {
     const pred = /llamacpp:tokens_predicted_total (\d+)/.exec(text);
     expect(Number(pred![1])).toBeGreaterThanOrEqual(3);
     expect(text).toMatch(/llamacpp:requests_processing \d+/);
+    // a 3-token generation is at least a prompt pass and two decode steps, each serving one slot
+    expect(Number(/llamacpp:n_decode_total (\d+)/.exec(text)![1])).toBeGreaterThanOrEqual(3);
+    expect(Number(/llamacpp:n_busy_slots_per_decode ([\d.]+)/.exec(text)![1])).toBeGreaterThanOrEqual(1);
+    expect(text).toMatch(/bloomery:prompt_cache_card_bytes 0\n/); // the CPU keeps its cache in host RAM
   });
 });
 

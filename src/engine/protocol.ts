@@ -115,6 +115,13 @@ export interface EngineStats {
   cacheHits: number;
   cacheMisses: number;
   cachedTokensRestored: number;
+  /** prompt-cache bytes held in card memory */
+  cacheCardBytes: number;
+  /** forward passes run, and the busy slots they served in total */
+  nDecode: number;
+  busySlotsDecoded: number;
+  /** the routed experts' RAM cache (the disk tier), when the model has one */
+  experts?: { lookups: number; hits: number; misses: number; bytesRead: number; evictions: number; resident: number; slots: number };
 }
 
 export interface EngineOptions {

@@ -53,8 +53,18 @@ export class Scheduler {
     return {
       slots: this.slots.length, slotsBusy: this.slots.filter((s) => s.task).length, queued: this.queue.length,
       cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
-      cachedTokensRestored: this.restored,
+      cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
+      nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded,
+      experts: this.expertStats(),
     };
+  }
+
+  private nDecode = 0;
+  private busySlotsDecoded = 0;
+
+  private expertStats(): EngineStats["experts"] {
+    const e = this.model.expertStats();
+    return e && { lookups: e.lookups, hits: e.hits, misses: e.misses, bytesRead: e.bytesRead, evictions: e.evictions, resident: e.resident, slots: e.slots };
   }
 
   private idleSlot(id: number): Slot {
@@ -240,6 +250,8 @@ export class Scheduler {
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
     const t0 = performance.now();
+    this.nDecode++;
+    this.busySlotsDecoded += new Set(seq).size;
     try {
       this.model.backend.forward(batch);
     } catch (e) {

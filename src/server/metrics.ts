@@ -42,6 +42,7 @@ export class Metrics {
       ["prompt_seconds_total", "Total time spent processing prompts", this.promptMs / 1000],
       ["tokens_predicted_total", "Number of generation tokens processed", this.predictedTokens],
       ["tokens_predicted_seconds_total", "Total time spent generating tokens", this.predictedMs / 1000],
+      ["n_decode_total", "Total number of forward passes (llama_decode() calls in llama-server)", st.nDecode],
       ["n_tokens_max", "Largest observed sequence length (prompt + generation)", this.nTokensMax],
       ["requests_total", "Number of generating requests received", this.requests],
     ];
@@ -50,6 +51,7 @@ export class Metrics {
       ["predicted_tokens_seconds", "Average generation throughput in tokens/s", rate(this.bucketPredTokens, this.bucketPredMs)],
       ["requests_processing", "Number of requests processing", st.slotsBusy],
       ["requests_deferred", "Number of requests deferred", st.queued],
+      ["n_busy_slots_per_decode", "Average number of busy slots per forward pass", st.nDecode > 0 ? st.busySlotsDecoded / st.nDecode : 0],
     ];
     this.bucketPromptTokens = this.bucketPromptMs = this.bucketPredTokens = this.bucketPredMs = 0;
     let out = "";
@@ -60,14 +62,27 @@ export class Metrics {
     };
     add("counter", counters);
     add("gauge", gauges);
-    // the host-RAM prompt cache (bloomery's own; llama-server has no such metrics)
+    // the prompt cache and the experts' disk tier (bloomery's own; llama-server has no such metrics)
     const cache: [string, string, string, number][] = [
       ["prompt_cache_hits_total", "counter", "Prompts started from a prompt-cache entry", st.cacheHits],
       ["prompt_cache_misses_total", "counter", "Prompts that found no prompt-cache entry", st.cacheMisses],
       ["prompt_cache_tokens_restored_total", "counter", "Tokens restored from the prompt cache", st.cachedTokensRestored],
       ["prompt_cache_entries", "gauge", "Entries in the prompt cache", st.cacheEntries],
       ["prompt_cache_bytes", "gauge", "Bytes held by the prompt cache", st.cacheBytes],
+      ["prompt_cache_card_bytes", "gauge", "Bytes of the prompt cache held in card memory", st.cacheCardBytes],
     ];
+    const ex = st.experts;
+    if (ex) {
+      cache.push(
+        ["expert_cache_lookups_total", "counter", "Routed experts the MoE blocks needed from the disk tier's RAM cache", ex.lookups],
+        ["expert_cache_hits_total", "counter", "Of those, found resident", ex.hits],
+        ["expert_cache_misses_total", "counter", "Of those, read from the file", ex.misses],
+        ["expert_cache_read_bytes_total", "counter", "Bytes read from the file for experts", ex.bytesRead],
+        ["expert_cache_evictions_total", "counter", "Experts evicted from the RAM cache", ex.evictions],
+        ["expert_cache_resident", "gauge", "Experts resident in the RAM cache", ex.resident],
+        ["expert_cache_slots", "gauge", "Experts the RAM cache holds at most", ex.slots],
+      );
+    }
     for (const [name, type, help, v] of cache) out += `# HELP bloomery:${name} ${help}\n# TYPE bloomery:${name} ${type}\nbloomery:${name} ${formatValue(v)}\n`;
     return out;
   }
