@@ -10,7 +10,6 @@
 #include "common.h"
 #include "expert_cache.h"
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 typedef struct {
