@@ -183,6 +183,11 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     help: "plan as if the card had at most this much memory free (MiB; 0 = what it has)",
     group: G, support: "supported",
   },
+  {
+    names: ["--batch-invariant"], value: { type: "none" }, env: "BLOOMERY_BATCH_INVARIANT", key: "batchInvariant", default: false,
+    help: "on a card, compute every token as it would be computed alone, so a request's output does not depend on the others batched with it (slower; the CPU path always is)",
+    group: G, support: "supported",
+  },
   refuse(G, ["-fitc", "--fit-ctx"], "--fit-ctx is not supported yet", "smallest context --fit may choose", { hint: "N", env: "LLAMA_ARG_FIT_CTX", default: 4096 }),
   refuse(G, ["--check-tensors"], "tensor data checks are not supported yet", "check the model's tensor data for invalid values"),
   refuse(G, ["--override-kv"], "model metadata overrides are not supported yet", "override model metadata: KEY=TYPE:VALUE,... (int, float, bool, str)", { hint: "KEY=TYPE:VALUE,..." }),

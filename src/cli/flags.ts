@@ -84,6 +84,8 @@ export interface ServerOptions {
   readonly hostBudgetMiB: number;
   /** --card-budget: plan as if the card had at most this many MiB free (0 = what it has). */
   readonly cardBudgetMiB: number;
+  /** --batch-invariant: the card's exact mode (the CPU always is). */
+  readonly batchInvariant: boolean;
 
   // chat templates
   readonly jinja: boolean;
@@ -250,6 +252,7 @@ function buildOptions(v: Values): ServerOptions {
     fitTargetMiB: list(v, "fitTargetMiB", isNumber),
     hostBudgetMiB: num(v, "hostBudgetMiB"),
     cardBudgetMiB: num(v, "cardBudgetMiB"),
+    batchInvariant: bool(v, "batchInvariant"),
     jinja: bool(v, "jinja"),
     chatTemplate: optStr(v, "chatTemplate"),
     chatTemplateFile: optStr(v, "chatTemplateFile"),

@@ -14,7 +14,16 @@ export interface CudaBackendOptions {
   maxTokens: number;
   /** replay decode steps as CUDA graphs (default true) */
   graphs?: boolean;
+  /**
+   * Batch-invariant mode: every batch of at most CUDA_INVARIANT_TOKENS tokens through the general
+   * decode kernels, which compute each token alone, so a sequence's logits are the same bits alone
+   * or batched with others (slower: no one-token fast kernels, no tensor-core prefill).
+   */
+  batchInvariant?: boolean;
 }
+
+/** The largest batch of the batch-invariant mode (the decode kernels' MV_MAX_NT). */
+export const CUDA_INVARIANT_TOKENS = 8;
 
 /** The program's tensors on one card. Free it after the backends made from it. */
 export class CudaWeights {
@@ -77,6 +86,7 @@ export class CudaBackend implements Backend {
     private weights: CudaWeights,
     o: CudaBackendOptions,
   ) {
+    if (o.batchInvariant) o = { ...o, maxTokens: Math.min(o.maxTokens, CUDA_INVARIANT_TOKENS) };
     const w = weights.acquire();
     try {
       const out = new BigUint64Array(1);
@@ -87,6 +97,7 @@ export class CudaBackend implements Backend {
       throw e;
     }
     if (o.graphs === false) this.setOption(CudaOption.graphs, 0);
+    if (o.batchInvariant) this.setOption(CudaOption.fast, 0);
     this.maxTokens = o.maxTokens;
     this.nSlots = o.nSlots;
     this.nCtxSlot = o.nCtxSlot;

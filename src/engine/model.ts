@@ -31,6 +31,8 @@ export interface LoadOptions {
   device?: number;
   /** llama's placement flags and bloomery's budgets; when given, the load is planned (plan.ts) and the plan's line logged */
   placement?: PlacementFlags;
+  /** the card's batch-invariant mode (the CPU path always is): a sequence's logits the same bits alone or batched */
+  batchInvariant?: boolean;
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
   /**
@@ -81,7 +83,7 @@ export class Model {
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
       nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
-    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log });
+    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant });
   }
 
   /** The plan of this load (tiers of the weights), when LoadOptions.placement asked for one. */

@@ -21,6 +21,8 @@ export interface PlacementOptions {
   exact?: boolean;
   /** replay decode steps as CUDA graphs (default true) */
   graphs?: boolean;
+  /** the card's batch-invariant mode (CudaBackendOptions.batchInvariant); the CPU always is */
+  batchInvariant?: boolean;
   /** plan as if the card had at most this many bytes free (--card-budget) */
   cardBudgetBytes?: number;
   /** where placement notes go (default stderr) */
@@ -95,7 +97,7 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
-    return new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs });
+    return new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant });
   }
 
   close(): void {

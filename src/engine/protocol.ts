@@ -139,6 +139,8 @@ export interface EngineOptions {
   device?: number;
   /** placement flags and budgets (plan.ts) */
   placement?: PlacementFlags;
+  /** --batch-invariant: the card's exact mode */
+  batchInvariant?: boolean;
 }
 
 export interface SlotInfo {

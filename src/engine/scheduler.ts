@@ -41,9 +41,13 @@ export class Scheduler {
   readonly cache: PromptCache;
   private restored = 0;
 
-  /** cacheBytes: the prompt cache's budget in host RAM (0 disables it, < 0 no limit) */
-  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, private readonly ubatch: number, cacheBytes = 0) {
+  /** tokens a forward pass takes at most: the -ub asked for, within what the backend takes */
+  private readonly ubatch: number;
+
+  /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit) */
+  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0) {
     const b = model.backend;
+    this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.cache = new PromptCache(cacheBytes, b.kvPosBytes());
