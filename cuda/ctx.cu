@@ -576,6 +576,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       cu_fast = (int)value & FAST_ALL;
       cu_drop_graphs(c);
       return BL_OK;
+    case CU_OPT_INVARIANT:
+      c->invariant = value != 0;
+      cu_drop_graphs(c);
+      return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);

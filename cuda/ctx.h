@@ -20,7 +20,9 @@ struct cu_blk {
 // the carveout every kernel prefers (process-wide, percent or -1) and programmatic dependent
 // launch on/off (process-wide), the one-token kernels in use (bits FAST_*, process-wide). They
 // drop the context's captured graphs.
-enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18 };
+// CU_OPT_INVARIANT: the context's batch-invariant mode (its forward passes run with the fast bits
+// off and without the grouped decode-batch experts, so each token is computed as it is alone).
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -71,6 +73,7 @@ struct cu_ctx {
   uint8_t *kv_host[2];
   cudaEvent_t kv_ev[2];
   int64_t kv_stage_pos;  // positions a staging buffer holds
+  int invariant;         // CU_OPT_INVARIANT
   int64_t logits_rows;   // rows the logits buffer holds
   int max_splits, min_chunk, router_groups, max_tiles;
   // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)

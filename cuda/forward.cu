@@ -422,7 +422,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
   cu_mark(c, S_EXPERTS);
   const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   if (!tc) {
-    if (moe && ntok >= 2 && ntok <= MV_MAX_NT) {
+    if ((cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT) {
       // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
       moe_batch_args mb;
       memset(&mb, 0, sizeof mb);
@@ -656,12 +656,24 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch) { return forward(ctx, batch, 0, nullptr, nullptr); }
+// A forward pass in the context's mode: the batch-invariant one runs with the fast bits off (the
+// process-wide bits are restored after it).
+static int64_t forward_mode(uint64_t h, const bl_batch *batch, int topk, int32_t *ids, float *vals) {
+  const cu_ctx *c = reinterpret_cast<const cu_ctx *>(h);
+  if (!c || !c->invariant) return forward(h, batch, topk, ids, vals);
+  const int keep = cu_fast;
+  cu_fast = 0;
+  const int64_t s = forward(h, batch, topk, ids, vals);
+  cu_fast = keep;
+  return s;
+}
+
+extern "C" int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch) { return forward_mode(ctx, batch, 0, nullptr, nullptr); }
 
 extern "C" int64_t bl_cuda_forward_topk(uint64_t ctx, const bl_batch *batch, int64_t k, int32_t *ids, float *vals) {
   if (k < 1 || k > TOPK_MAX) return cu_fail(BL_E_INVAL, "forward_topk: k = %lld (1..%d)", (long long)k, TOPK_MAX);
   if (!ids || !vals) return cu_fail(BL_E_INVAL, "forward_topk: null output arrays");
-  return forward(ctx, batch, (int)k, ids, vals);
+  return forward_mode(ctx, batch, (int)k, ids, vals);
 }
 
 // Replays the context's first captured decode graph n times (the same tokens and positions

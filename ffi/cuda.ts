@@ -46,7 +46,7 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts

@@ -97,7 +97,7 @@ export class CudaBackend implements Backend {
       throw e;
     }
     if (o.graphs === false) this.setOption(CudaOption.graphs, 0);
-    if (o.batchInvariant) this.setOption(CudaOption.fast, 0);
+    if (o.batchInvariant) this.setOption(CudaOption.invariant, 1);
     this.maxTokens = o.maxTokens;
     this.nSlots = o.nSlots;
     this.nCtxSlot = o.nCtxSlot;
