@@ -295,7 +295,6 @@ struct moe_batch_args {
   float *x;               // residual (ldx): each token's weighted picks added
   int ldx;
   int q8;                 // int8 activations allowed for Q4_K / Q6_K rows (with FAST_Q8)
-  int iters;              // set by cu_moe_batch
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);

@@ -48,22 +48,34 @@ __device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t)
   return x;
 }
 
-// A unit of a weight row (loaded once) against the tile's cnt quantized rows (dot8.cuh's layouts
-// and per-unit arithmetic).
+// Unit u of R weight rows' blocks (each loaded once) against the tile's cnt quantized rows, whose
+// activations are read once for all R rows (dot8.cuh's layouts and per-unit arithmetic).
 template <int T>
 struct mb8;
 
 template <>
 struct mb8<T_Q4_K> {
   static constexpr int UPB = 4;
-  __device__ static void unit(const uint8_t *p, int c, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[MB_NT]) {
-    const uint32_t dm = ld32(p);
-    const float d = h2f((uint16_t)(dm & 0xffffu)), dmin = h2f((uint16_t)(dm >> 16));
-    int sc0, m0, sc1, m1;
-    k4_scale_min(2 * c, p + 4, sc0, m0);
-    k4_scale_min(2 * c + 1, p + 4, sc1, m1);
-    const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
-    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+  template <int R>
+  __device__ static void units(const uint8_t *const (&p)[R], int c, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+    float d[R], dmin[R], fs0[R], fm0[R], fs1[R], fm1[R];
+    uint32_t q[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint32_t dm = ld32(p[r]);
+      d[r] = h2f((uint16_t)(dm & 0xffffu));
+      dmin[r] = h2f((uint16_t)(dm >> 16));
+      int sc0, m0, sc1, m1;
+      k4_scale_min(2 * c, p[r] + 4, sc0, m0);
+      k4_scale_min(2 * c + 1, p[r] + 4, sc1, m1);
+      fs0[r] = i2f(sc0);
+      fm0[r] = i2f(m0);
+      fs1[r] = i2f(sc1);
+      fm1[r] = i2f(m1);
+      const uint4 qa = *reinterpret_cast<const uint4 *>(p[r] + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p[r] + 32 + 32 * c);
+      q[r][0] = qa.x; q[r][1] = qa.y; q[r][2] = qa.z; q[r][3] = qa.w;
+      q[r][4] = qb.x; q[r][5] = qb.y; q[r][6] = qb.z; q[r][7] = qb.w;
+    }
     const int ga = g0 + 2 * c, gb = ga + 1;
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) {
@@ -72,13 +84,17 @@ struct mb8<T_Q4_K> {
       const int4 *xa4 = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb4 = reinterpret_cast<const int4 *>(x.q + 32 * gb);
       const int4 a0 = xa4[0], a1 = xa4[1], b0 = xb4[0], b1 = xb4[1];
       const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-      int s0 = 0, s1 = 0;
+      const float da = x.d[ga], db = x.d[gb], sa = x.s[ga], sb = x.s[gb];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        s0 = __dp4a((int)(q[i] & 0x0F0F0F0Fu), xl[i], s0);
-        s1 = __dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
+      for (int r = 0; r < R; r++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          s0 = __dp4a((int)(q[r][i] & 0x0F0F0F0Fu), xl[i], s0);
+          s1 = __dp4a((int)((q[r][i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
+        }
+        acc[r][t] += d[r] * (fs0[r] * da * i2f(s0) + fs1[r] * db * i2f(s1)) - dmin[r] * (fm0[r] * sa + fm1[r] * sb);
       }
-      acc[t] += d * (i2f(sc0) * x.d[ga] * i2f(s0) + i2f(sc1) * x.d[gb] * i2f(s1)) - dmin * (i2f(m0) * x.s[ga] + i2f(m1) * x.s[gb]);
     }
   }
 };
@@ -86,17 +102,23 @@ struct mb8<T_Q4_K> {
 template <>
 struct mb8<T_Q6_K> {
   static constexpr int UPB = 8;
-  __device__ static void unit(const uint8_t *p, int u, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[MB_NT]) {
-    const int hh = u >> 2, r = u & 3, g = g0 + u;
-    const float d = h2f(ld16(p + 208));
-    uint32_t ql[8], qh[8];
-    ld8_a2(p + 64 * hh + 32 * (r & 1), ql);
-    ld8_a2(p + 128 + 32 * hh, qh);
-    const int sa = (int)(int8_t)p[192 + 8 * hh + 2 * r], sb = (int)(int8_t)p[192 + 8 * hh + 2 * r + 1];
-    const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
-    uint32_t v[8];
+  template <int R>
+  __device__ static void units(const uint8_t *const (&p)[R], int u, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+    const int hh = u >> 2, rr = u & 3, g = g0 + u;
+    const unsigned ls = 4u * (unsigned)(rr >> 1), hs = 2u * (unsigned)rr;
+    float d[R], fa[R], fb[R];
+    uint32_t v[R][8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+    for (int r = 0; r < R; r++) {
+      d[r] = h2f(ld16(p[r] + 208));
+      uint32_t ql[8], qh[8];
+      ld8_a2(p[r] + 64 * hh + 32 * (rr & 1), ql);
+      ld8_a2(p[r] + 128 + 32 * hh, qh);
+      fa[r] = i2f((int)(int8_t)p[r][192 + 8 * hh + 2 * rr]);
+      fb[r] = i2f((int)(int8_t)p[r][192 + 8 * hh + 2 * rr + 1]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) v[r][i] = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+    }
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
@@ -104,15 +126,20 @@ struct mb8<T_Q6_K> {
       const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
       const int4 x0 = xg[0], x1 = xg[1];
       const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-      int s0 = 0, s1 = 0;
+      const float dx = x.d[g];
+      const int h0 = 32 * x.h[2 * g], h1 = 32 * x.h[2 * g + 1];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        if (i < 4) s0 = __dp4a((int)v[i], xw[i], s0);
-        else s1 = __dp4a((int)v[i], xw[i], s1);
+      for (int r = 0; r < R; r++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          s0 = __dp4a((int)v[r][i], xw[i], s0);
+          s1 = __dp4a((int)v[r][i + 4], xw[i + 4], s1);
+        }
+        s0 -= h0;
+        s1 -= h1;
+        acc[r][t] += d[r] * dx * (fa[r] * i2f(s0) + fb[r] * i2f(s1));
       }
-      s0 -= 32 * x.h[2 * g];
-      s1 -= 32 * x.h[2 * g + 1];
-      acc[t] += d * x.d[g] * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
     }
   }
 };
@@ -124,8 +151,10 @@ __device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint
   const int nunits = (n / Q::BE) * D::UPB;
   for (int k = lane; k < nunits; k += 32) {
     const int b = k / D::UPB, u = k - b * D::UPB, g0 = b * (Q::BE / 32);
+    const uint8_t *p[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) D::unit(rp[r] + (size_t)b * Q::BB, u, xq, xb, n, g0, cnt, acc[r]);
+    for (int r = 0; r < R; r++) p[r] = rp[r] + (size_t)b * Q::BB;
+    D::template units<R>(p, u, xq, xb, n, g0, cnt, acc);
   }
 }
 
@@ -144,27 +173,45 @@ __device__ __forceinline__ void stage_tile(float *xs, uint8_t *xq, const float *
   }
 }
 
-// grid: x over blocks of 2 * MV_WARPS * a.iters rows of gate/up, y over the most tiles a step can
-// have. Each warp takes two rows (gate and up of both: four weight rows in flight) an iteration.
+// Work items are (tile, chunk of 2 * MV_WARPS rows); the step's items (n_tiles of them a chunk
+// count) are split in equal contiguous ranges over the grid's blocks, which the host sizes to the
+// blocks resident on the card at once, so the shapes do not depend on the step's routing. A block
+// restages its activations when its range enters a new tile. Each warp takes two rows an item.
+__device__ __forceinline__ void item_range(int total, int &w0, int &w1) {
+  const int per = (total + (int)gridDim.x - 1) / (int)gridDim.x;
+  w0 = (int)blockIdx.x * per;
+  w1 = w0 + per < total ? w0 + per : total;
+}
+
+// gate/up: four weight rows in flight a warp (gate and up of both rows); silu(gate) * up a pair.
 template <int T, bool Q8>
-__global__ void __launch_bounds__(MV_THREADS) k_mb_gu(moe_batch_args a) {
+__global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
   cu_pdl_entry();
-  if ((int)blockIdx.y >= *a.n_tiles) return;
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int n = a.gate.ne0, ff = a.gate.ne1;
   uint8_t *xq = reinterpret_cast<uint8_t *>(xs + n);
-  const int4 tl = a.tiles[blockIdx.y];
-  const int e = tl.x, p0 = tl.y, cnt = tl.z < MB_NT ? tl.z : MB_NT;
-  stage_tile<Q8>(xs, xq, a.h, a.ldh, n, cnt, [&](int t) { return a.pair_tok[p0 + t]; });
+  const int cpt = (ff + 2 * MV_WARPS - 1) / (2 * MV_WARPS);
+  int w0, w1;
+  item_range(*a.n_tiles * cpt, w0, w1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
-  const int base = blockIdx.x * 2 * MV_WARPS * a.iters;
-  for (int it = 0; it < a.iters; it++) {
-    const int r0 = base + 2 * MV_WARPS * it + warp, r1 = r0 + MV_WARPS;
-    if (r0 >= ff) break;
+  int cur = -1, e = 0, p0 = 0, cnt = 0;
+  for (int w = w0; w < w1; w++) {
+    const int tile = w / cpt, chunk = w - tile * cpt;
+    if (tile != cur) {
+      const int4 tl = a.tiles[tile];
+      e = tl.x;
+      p0 = tl.y;
+      cnt = tl.z < MB_NT ? tl.z : MB_NT;
+      __syncthreads(); // the previous tile's rows are read
+      stage_tile<Q8>(xs, xq, a.h, a.ldh, n, cnt, [&](int t) { return a.pair_tok[p0 + t]; });
+      cur = tile;
+    }
+    const int r0 = chunk * 2 * MV_WARPS + warp, r1 = r0 + MV_WARPS;
+    if (r0 >= ff) continue;
     const bool has1 = r1 < ff;
     const int rr1 = has1 ? r1 : r0; // a missing second row repeats the first (result dropped)
+    const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
     const uint8_t *const rp[4] = {g + (size_t)r0 * a.gate.nb1, u + (size_t)r0 * a.up.nb1, g + (size_t)rr1 * a.gate.nb1, u + (size_t)rr1 * a.up.nb1};
     float acc[4][MB_NT];
 #pragma unroll
@@ -186,26 +233,34 @@ __global__ void __launch_bounds__(MV_THREADS) k_mb_gu(moe_batch_args a) {
   }
 }
 
-// grid: x over blocks of 2 * MV_WARPS * a.iters rows of down, y over tiles; one output row a pair
-// (ypair, stored, no atomics).
+// down: two weight rows in flight a warp; one output row a pair (ypair, stored, no atomics).
 template <int T, bool Q8>
-__global__ void __launch_bounds__(MV_THREADS) k_mb_down(moe_batch_args a) {
+__global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
   cu_pdl_entry();
-  if ((int)blockIdx.y >= *a.n_tiles) return;
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int ff = a.down.ne0, n = a.down.ne1;
   uint8_t *xq = reinterpret_cast<uint8_t *>(xs + ff);
-  const int4 tl = a.tiles[blockIdx.y];
-  const int e = tl.x, p0 = tl.y, cnt = tl.z < MB_NT ? tl.z : MB_NT;
-  stage_tile<Q8>(xs, xq, a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; });
+  const int cpt = (n + 2 * MV_WARPS - 1) / (2 * MV_WARPS);
+  int w0, w1;
+  item_range(*a.n_tiles * cpt, w0, w1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint8_t *dn = a.down.d + (size_t)e * a.down.nb2;
-  const int base = blockIdx.x * 2 * MV_WARPS * a.iters;
-  for (int it = 0; it < a.iters; it++) {
-    const int r0 = base + 2 * MV_WARPS * it + warp, r1 = r0 + MV_WARPS;
-    if (r0 >= n) break;
+  int cur = -1, e = 0, p0 = 0, cnt = 0;
+  for (int w = w0; w < w1; w++) {
+    const int tile = w / cpt, chunk = w - tile * cpt;
+    if (tile != cur) {
+      const int4 tl = a.tiles[tile];
+      e = tl.x;
+      p0 = tl.y;
+      cnt = tl.z < MB_NT ? tl.z : MB_NT;
+      __syncthreads();
+      stage_tile<Q8>(xs, xq, a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; });
+      cur = tile;
+    }
+    const int r0 = chunk * 2 * MV_WARPS + warp, r1 = r0 + MV_WARPS;
+    if (r0 >= n) continue;
     const bool has1 = r1 < n;
+    const uint8_t *dn = a.down.d + (size_t)e * a.down.nb2;
     const uint8_t *const rp[2] = {dn + (size_t)r0 * a.down.nb1, dn + (size_t)(has1 ? r1 : r0) * a.down.nb1};
     float acc[2][MB_NT];
 #pragma unroll
@@ -254,15 +309,28 @@ static bool mb_enabled() {
 struct mb_plan {
   bool q8_gu, q8_dn;
   size_t smem_gu, smem_dn;
-  int iters_gu, iters_dn, blocks_gu, blocks_dn, grid_y;
 };
 
-// Rows a block covers: one wave of about four blocks an SM over the tiles a step is expected to
-// have (distinct experts of ntok tokens picking k of X at random), 1..8 iterations of two rows a warp.
-static int mb_iters(int rows, double tiles) {
-  const double want = (double)rows * tiles / (2.0 * MV_WARPS * 4.0 * (cu_sms > 0 ? cu_sms : 1));
-  int it = (int)(want + 0.999);
-  return it < 1 ? 1 : it > 8 ? 8 : it;
+static void (*gu_kernel(int type, bool q8))(moe_batch_args) {
+  if (q8) return type == T_Q4_K ? k_mb_gu<T_Q4_K, true> : type == T_Q6_K ? k_mb_gu<T_Q6_K, true> : nullptr;
+  switch (type) {
+#define C(T) \
+  case T: return k_mb_gu<T, false>;
+    CU_TYPE_CASES(C)
+#undef C
+    default: return nullptr;
+  }
+}
+
+static void (*down_kernel(int type, bool q8))(moe_batch_args) {
+  if (q8) return type == T_Q4_K ? k_mb_down<T_Q4_K, true> : type == T_Q6_K ? k_mb_down<T_Q6_K, true> : nullptr;
+  switch (type) {
+#define C(T) \
+  case T: return k_mb_down<T, false>;
+    CU_TYPE_CASES(C)
+#undef C
+    default: return nullptr;
+  }
 }
 
 static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &p) {
@@ -284,17 +352,15 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   p.q8_dn = q8 && mb_d8(a.down.type) && ff % 32 == 0;
   p.smem_gu = p.q8_gu ? (size_t)n * 4 + (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4;
   p.smem_dn = p.q8_dn ? (size_t)ff * 4 + (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4;
-  if ((int64_t)p.smem_gu > smem_limit || (int64_t)p.smem_dn > smem_limit) return false;
-  double miss = 1.0;
-  for (int t = 0; t < ntok; t++) miss *= 1.0 - (double)K / X;
-  double tiles = X * (1.0 - miss);
-  if (tiles < 1.0) tiles = 1.0;
-  p.iters_gu = mb_iters(ff, tiles);
-  p.iters_dn = mb_iters(n, tiles);
-  p.blocks_gu = (ff + 2 * MV_WARPS * p.iters_gu - 1) / (2 * MV_WARPS * p.iters_gu);
-  p.blocks_dn = (n + 2 * MV_WARPS * p.iters_dn - 1) / (2 * MV_WARPS * p.iters_dn);
-  p.grid_y = most;
-  return true;
+  return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
+}
+
+// Blocks of k resident on the card at once with smem bytes each (at least one an SM).
+static int64_t resident_blocks(void (*k)(moe_batch_args), size_t smem, int *grid) {
+  int per_sm = 0;
+  CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MV_THREADS, smem), "sizing the grouped expert kernels");
+  *grid = (per_sm > 0 ? per_sm : 1) * (cu_sms > 0 ? cu_sms : 1);
+  return BL_OK;
 }
 
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
@@ -318,35 +384,13 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int sme
   s.tiles = a.tiles;
   s.n_tiles = a.n_tiles;
   CU_OK(cu_moe_sort(st, s));
-  moe_batch_args g = a;
-  g.iters = p.iters_gu;
-  const dim3 g1(p.blocks_gu, p.grid_y);
-  cudaError_t e = cudaErrorInvalidValue;
-  if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_mb_gu<T_Q4_K, true>, g1, dim3(MV_THREADS), p.smem_gu, st, g);
-  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_mb_gu<T_Q6_K, true>, g1, dim3(MV_THREADS), p.smem_gu, st, g);
-  else
-    switch (a.gate.type) {
-#define L(T) \
-  case T: e = cu_launch(k_mb_gu<T, false>, g1, dim3(MV_THREADS), p.smem_gu, st, g); break;
-      CU_TYPE_CASES(L)
-#undef L
-      default: break;
-    }
-  CU_TRY(e, "grouped expert gate/up");
-  moe_batch_args d = a;
-  d.iters = p.iters_dn;
-  const dim3 g2(p.blocks_dn, p.grid_y);
-  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_mb_down<T_Q4_K, true>, g2, dim3(MV_THREADS), p.smem_dn, st, d);
-  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_mb_down<T_Q6_K, true>, g2, dim3(MV_THREADS), p.smem_dn, st, d);
-  else
-    switch (a.down.type) {
-#define L(T) \
-  case T: e = cu_launch(k_mb_down<T, false>, g2, dim3(MV_THREADS), p.smem_dn, st, d); break;
-      CU_TYPE_CASES(L)
-#undef L
-      default: break;
-    }
-  CU_TRY(e, "grouped expert down");
+  void (*kg)(moe_batch_args) = gu_kernel(a.gate.type, p.q8_gu), (*kd)(moe_batch_args) = down_kernel(a.down.type, p.q8_dn);
+  if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
+  int grid_gu = 0, grid_dn = 0;
+  CU_OK(resident_blocks(kg, p.smem_gu, &grid_gu));
+  CU_OK(resident_blocks(kd, p.smem_dn, &grid_dn));
+  CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), p.smem_gu, st, a);
+  CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
   return cu_moe_combine(st, a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok);
 }
 
