@@ -3,9 +3,10 @@
 // expert), gate/up with SwiGLU and down with one warp a weight row dotted with the rows of all the
 // pairs routed to its expert (each weight row read once a step, not once a pair), one output row
 // a pair, then each token's picks weighted and added to the residual in ascending expert order
-// (moe.cu's combine). Launch shapes depend only on the token count (graph capture): grids are
-// sized by the most tiles a step can have and blocks past the step's tiles exit. Q4_K / Q6_K rows
-// take int8 activations and dp4a (dot8.cuh's numerics) when the caller and FAST_Q8 allow it.
+// (moe.cu's combine). Launch shapes depend only on the token count (graph capture): each grid
+// holds the blocks resident on the card at once, which split the step's (tile, row chunk) items
+// read from the card. Q4_K / Q6_K rows take int8 activations and dp4a (dot8.cuh's numerics) when
+// the caller and FAST_Q8 allow it.
 #include <stdlib.h>
 
 #include "common.cuh"
