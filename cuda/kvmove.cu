@@ -13,26 +13,35 @@ namespace {
 
 constexpr int64_t KV_CHUNK_BYTES = 32ll << 20;  // staging per buffer (device, and each pinned host one)
 
-// one 16-byte unit of a position's staged row: layer l, K (0) or V (1), unit u of the row
+// Staged unit i (position p of the chunk, layer l, K or V, unit u of the row) and where it lives
+// in the cache: K (kv 0) or V (kv 1) at unit `at`.
+struct kv_unit {
+  int64_t at;
+  int kv;
+};
+__device__ __forceinline__ kv_unit kv_unit_of(int64_t i, int64_t layer_units, int64_t slot_units, int64_t row_units, int layers, int64_t p0) {
+  const int64_t per_pos = (int64_t)layers * 2 * row_units;
+  const int64_t p = i / per_pos, r = i % per_pos;
+  const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
+  return {l * layer_units + slot_units + (p0 + p) * row_units + u, (int)kv};
+}
+
+// The chunk's n positions of a slot gathered into the saved layout, and scattered back.
 __global__ void kv_gather(const uint4 *kc, const uint4 *vc, uint4 *stage, int64_t layer_units, int64_t slot_units,
                           int64_t row_units, int layers, int64_t p0, int64_t n) {
-  const int64_t per_pos = (int64_t)layers * 2 * row_units;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * per_pos; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t p = i / per_pos, r = i % per_pos;
-    const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
-    const int64_t src = l * layer_units + slot_units + (p0 + p) * row_units + u;
-    stage[i] = kv ? vc[src] : kc[src];
+  const int64_t total = n * layers * 2 * row_units;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, p0);
+    stage[i] = w.kv ? vc[w.at] : kc[w.at];
   }
 }
 
 __global__ void kv_scatter(uint4 *kc, uint4 *vc, const uint4 *stage, int64_t layer_units, int64_t slot_units,
                            int64_t row_units, int layers, int64_t p0, int64_t n) {
-  const int64_t per_pos = (int64_t)layers * 2 * row_units;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * per_pos; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t p = i / per_pos, r = i % per_pos;
-    const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
-    const int64_t dst = l * layer_units + slot_units + (p0 + p) * row_units + u;
-    (kv ? vc : kc)[dst] = stage[i];
+  const int64_t total = n * layers * 2 * row_units;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, p0);
+    (w.kv ? vc : kc)[w.at] = stage[i];
   }
 }
 
