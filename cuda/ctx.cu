@@ -418,6 +418,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_misc_init());
   CU_OK(cu_moe_init());
   CU_OK(cu_moe_batch_init(smem_optin));
+  CU_OK(cu_mv_batch_init(smem_optin));
   CU_OK(cu_fast_init(smem_optin));
   CU_OK(cu_attn1_init(smem_optin));
   CU_OK(cu_attn2_init(smem_optin));

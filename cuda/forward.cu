@@ -124,7 +124,9 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
     a.n = jobs[j].w.ne0;
     a.q8 = 1;
     done[j] = true;
-    CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+    bool batched = false; // 2..MV_MAX_NT rows: each weight row once for all of them (mv_batch.cu)
+    CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
+    if (!batched) CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
   }
   return BL_OK;
 }
@@ -209,7 +211,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a.normw = b.vec[BL_ATTN_NORM];
     a.eps = b.eps;
     a.q8 = 1;
-    CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+    bool batched = false; // 2..MV_MAX_NT rows: Q, K and V in one launch, each weight row read once (mv_batch.cu)
+    CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
+    if (!batched) CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
     const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
@@ -391,7 +395,29 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
     }
   }
   cu_mark(c, S_ROUTER);
-  if (moe) {
+  bool picked = false;
+  const dmat &rw = b.t[BL_MOE_GATE_INP];
+  if (moe && ntok >= 2 && ntok <= MV_MAX_NT && rw.d && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, K)) {
+    // a decode batch: the router's product with each row read once (its normalised rows kept in
+    // h for the experts), then each token's picks (mv_batch.cu)
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.job[0] = job(rw, nullptr, c->router, b.n_expert, EPI_STORE);
+    a.njobs = 1;
+    a.x = c->x;
+    a.ldx = E;
+    a.n = E;
+    a.norm = 1;
+    a.normw = b.vec[BL_MOE_NORM];
+    a.eps = b.eps;
+    CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
+    if (picked) {
+      CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+      sel = c->sel;
+      selw = c->selw;
+    }
+  }
+  if (moe && !picked) {
     router_args r;
     memset(&r, 0, sizeof r);
     r.x = c->x;
@@ -416,7 +442,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
     CU_OK(cu_router(c->st, r, c->smem_limit));
     sel = c->sel;
     selw = c->selw;
-  } else {
+  } else if (!moe) {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
   cu_mark(c, S_EXPERTS);

@@ -302,6 +302,20 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
 int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit);
 int64_t cu_moe_batch_init(int smem_optin);
 
+// ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----
+// y = W x for ntok rows of x (a's jobs, norm, bias and epilogues as cu_matvec): one launch for jobs
+// of one type or one paired type (Q4_K + Q6_K), every weight row read once and dotted with all the
+// rows (int8 activations + dp4a for Q4_K / Q6_K / Q8_0 when a.q8 and FAST_Q8, else f32). h (or
+// null; f32 activations only): the staged, normalised rows are written there (ldh apart). Sets
+// *done false and enqueues nothing where cu_matvec must run instead: without FAST_MV (the
+// batch-invariant mode), BLOOMERY_CUDA_MV_BATCH=0, ntok outside 2..MV_MAX_NT, or shapes it lacks.
+int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done);
+// Each token's k picks (ascending expert id) and weights from its router logits ([t][n_expert]),
+// route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
+bool cu_route_pick_fits(int n_expert, int k);
+int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw);
+int64_t cu_mv_batch_init(int smem_optin);
+
 // ---- rows, norms, selection (misc.cu) ----
 // y[t] = rmsnorm(x[rows ? rows[t] : t]) * w
 int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps,

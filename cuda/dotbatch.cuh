@@ -1,0 +1,185 @@
+// bloomery CUDA library: a weight row's units dotted with up to MB_NT staged activation rows at once
+// (the decode batches' products: each weight unit loaded once for all of the rows) - float rows, or
+// int8 rows in dot8.cuh's layout dotted by dp4a (Q4_K, Q6_K, Q8_0). Shared by moe_batch.cu and mv_batch.cu.
+#pragma once
+#include "common.cuh"
+#include "dot8.cuh"
+#include "internal.h"
+#include "quants.cuh"
+
+#define MB_NT MV_MAX_NT // most pairs a tile holds (one per token of the step)
+
+// ---- float activations: R weight rows (one type) against the tile's cnt staged rows ----
+// xs: cnt rows of n floats; acc[r][t]: row r against staged row t (t < cnt).
+template <int T, int R>
+__device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float *xs, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  using Q = qt<T>;
+  const int nunits = (n / Q::BE) * Q::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int blk = k / Q::UPB, u = k - blk * Q::UPB;
+    const float *xb = xs + blk * Q::BE;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      Q::unit(rp[r] + (size_t)blk * Q::BB, u, [&](int pos, float w0, float w1, float w2, float w3) {
+#pragma unroll
+        for (int t = 0; t < MB_NT; t++)
+          if (t < cnt) {
+            const float4 xv = *reinterpret_cast<const float4 *>(xb + t * n + pos);
+            acc[r][t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+          }
+      });
+  }
+}
+
+// ---- int8 activations: the quantized rows of a tile lie xb bytes apart, each q | d | s | h ----
+__device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t) {
+  x8v x;
+  const uint8_t *p = base + (size_t)t * xb;
+  x.q = reinterpret_cast<const int8_t *>(p);
+  x.d = reinterpret_cast<const float *>(p + n);
+  x.s = x.d + n / 32;
+  x.h = reinterpret_cast<const int *>(x.s + n / 32);
+  return x;
+}
+
+// Unit u of R weight rows' blocks (each loaded once) against the tile's cnt quantized rows, whose
+// activations are read once for all R rows (dot8.cuh's layouts and per-unit arithmetic).
+template <int T>
+struct mb8;
+
+template <>
+struct mb8<T_Q4_K> {
+  static constexpr int UPB = 4;
+  template <int R>
+  __device__ static void units(const uint8_t *const (&p)[R], int c, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+    float d[R], dmin[R], fs0[R], fm0[R], fs1[R], fm1[R];
+    uint32_t q[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint32_t dm = ld32(p[r]);
+      d[r] = h2f((uint16_t)(dm & 0xffffu));
+      dmin[r] = h2f((uint16_t)(dm >> 16));
+      int sc0, m0, sc1, m1;
+      k4_scale_min(2 * c, p[r] + 4, sc0, m0);
+      k4_scale_min(2 * c + 1, p[r] + 4, sc1, m1);
+      fs0[r] = i2f(sc0);
+      fm0[r] = i2f(m0);
+      fs1[r] = i2f(sc1);
+      fm1[r] = i2f(m1);
+      const uint4 qa = *reinterpret_cast<const uint4 *>(p[r] + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p[r] + 32 + 32 * c);
+      q[r][0] = qa.x; q[r][1] = qa.y; q[r][2] = qa.z; q[r][3] = qa.w;
+      q[r][4] = qb.x; q[r][5] = qb.y; q[r][6] = qb.z; q[r][7] = qb.w;
+    }
+    const int ga = g0 + 2 * c, gb = ga + 1;
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const x8v x = x8_row(xq, xb, n, t);
+      const int4 *xa4 = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb4 = reinterpret_cast<const int4 *>(x.q + 32 * gb);
+      const int4 a0 = xa4[0], a1 = xa4[1], b0 = xb4[0], b1 = xb4[1];
+      const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      const float da = x.d[ga], db = x.d[gb], sa = x.s[ga], sb = x.s[gb];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          s0 = __dp4a((int)(q[r][i] & 0x0F0F0F0Fu), xl[i], s0);
+          s1 = __dp4a((int)((q[r][i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
+        }
+        acc[r][t] += d[r] * (fs0[r] * da * i2f(s0) + fs1[r] * db * i2f(s1)) - dmin[r] * (fm0[r] * sa + fm1[r] * sb);
+      }
+    }
+  }
+};
+
+template <>
+struct mb8<T_Q6_K> {
+  static constexpr int UPB = 8;
+  template <int R>
+  __device__ static void units(const uint8_t *const (&p)[R], int u, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+    const int hh = u >> 2, rr = u & 3, g = g0 + u;
+    const unsigned ls = 4u * (unsigned)(rr >> 1), hs = 2u * (unsigned)rr;
+    float d[R], fa[R], fb[R];
+    uint32_t v[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      d[r] = h2f(ld16(p[r] + 208));
+      uint32_t ql[8], qh[8];
+      ld8_a2(p[r] + 64 * hh + 32 * (rr & 1), ql);
+      ld8_a2(p[r] + 128 + 32 * hh, qh);
+      fa[r] = i2f((int)(int8_t)p[r][192 + 8 * hh + 2 * rr]);
+      fb[r] = i2f((int)(int8_t)p[r][192 + 8 * hh + 2 * rr + 1]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) v[r][i] = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+    }
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const x8v x = x8_row(xq, xb, n, t);
+      const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
+      const int4 x0 = xg[0], x1 = xg[1];
+      const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const float dx = x.d[g];
+      const int h0 = 32 * x.h[2 * g], h1 = 32 * x.h[2 * g + 1];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          s0 = __dp4a((int)v[r][i], xw[i], s0);
+          s1 = __dp4a((int)v[r][i + 4], xw[i + 4], s1);
+        }
+        s0 -= h0;
+        s1 -= h1;
+        acc[r][t] += d[r] * dx * (fa[r] * i2f(s0) + fb[r] * i2f(s1));
+      }
+    }
+  }
+};
+
+// Q8_0: one unit a block (one x group): y = d * q.
+template <>
+struct mb8<T_Q8_0> {
+  static constexpr int UPB = 1;
+  template <int R>
+  __device__ static void units(const uint8_t *const (&p)[R], int, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+    float d[R];
+    uint32_t q[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      d[r] = h2f(ld16(p[r]));
+      ld8_a2(p[r] + 2, q[r]);
+    }
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= cnt) break;
+      const x8v x = x8_row(xq, xb, n, t);
+      const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g0);
+      const int4 x0 = xg[0], x1 = xg[1];
+      const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const float dx = x.d[g0];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a((int)q[r][i], xw[i], s);
+        acc[r][t] += d[r] * dx * i2f(s);
+      }
+    }
+  }
+};
+
+template <int T, int R>
+__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  using Q = qt<T>;
+  using D = mb8<T>;
+  const int nunits = (n / Q::BE) * D::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int b = k / D::UPB, u = k - b * D::UPB, g0 = b * (Q::BE / 32);
+    const uint8_t *p[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) p[r] = rp[r] + (size_t)b * Q::BB;
+    D::template units<R>(p, u, xq, xb, n, g0, cnt, acc);
+  }
+}

@@ -1,0 +1,354 @@
+// bloomery CUDA library: the dense products of decode batches of 2..MV_MAX_NT tokens - Q/K/V (one
+// launch for the three matrices of one type or one paired type), the attention output added to
+// the residual, the router's F32 product and the output head. A block stages all of the step's
+// activation rows once (RMS-normalised on the way in when asked; int8 per 32 in dot8.cuh's layout
+// for Q4_K / Q6_K / Q8_0 rows, else f32), then each warp takes two weight rows at a time and dots
+// each unit of them with every staged row (dotbatch.cuh), so a weight row is read once a step, not
+// once a token. Grids are sized to the blocks resident on the card, each block taking a
+// contiguous run of rows (the output head: many rows a warp, the activations staged rarely). The
+// router's picks then come from route.cuh's arithmetic, one warp a token. FAST_MV gates it (the
+// batch-invariant mode keeps cu_matvec's per-token kernels); BLOOMERY_CUDA_MV_BATCH=0 turns it off.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+#include "dot8.cuh"
+#include "dotbatch.cuh"
+#include "internal.h"
+#include "quants.cuh"
+#include "route.cuh"
+
+static_assert(MB_NT == 8, "the warp reduction below splits 8 token sums over the lanes");
+
+struct mvb_args {
+  mv_job job[3];
+  int njobs;
+  const float *x; // activation rows (ldx floats apart, 16-byte aligned)
+  int ldx, n, nt;
+  int norm;
+  const float *normw;
+  float eps;
+  float *h; // float kernels: block 0 writes the staged (normalised) rows here (ldh apart), or null
+  int ldh;
+  int rpw; // rows a warp
+};
+
+// The eight token sums of v over the warp, spread: lanes 4t .. 4t + 3 get token t's (9 shuffles,
+// not 40): each step keeps half of the values and adds the partner lane's other half.
+__device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
+  float w4[4], w2[2];
+  bool hi = lane & 16;
+#pragma unroll
+  for (int i = 0; i < 4; i++) w4[i] = (hi ? v[i + 4] : v[i]) + __shfl_xor_sync(0xffffffffu, hi ? v[i] : v[i + 4], 16);
+  hi = lane & 8;
+#pragma unroll
+  for (int i = 0; i < 2; i++) w2[i] = (hi ? w4[i + 2] : w4[i]) + __shfl_xor_sync(0xffffffffu, hi ? w4[i] : w4[i + 2], 8);
+  hi = lane & 4;
+  float s = (hi ? w2[1] : w2[0]) + __shfl_xor_sync(0xffffffffu, hi ? w2[0] : w2[1], 4);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  return s;
+}
+// The token whose sum warp_sum8 leaves in this lane.
+__device__ __forceinline__ int sum8_token(int lane) { return ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1); }
+
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
+// The rows' RMS scales into scl (a warp a row), when norm; ends with a block barrier.
+__device__ __forceinline__ void row_scales(const mvb_args &a, float *scl) {
+  if (!a.norm) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n4 = a.n >> 2;
+  for (int t = warp; t < a.nt; t += MV_WARPS) {
+    const float4 *xr = reinterpret_cast<const float4 *>(a.x + (size_t)t * a.ldx);
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int i = lane; i < n4; i += 32) {
+      const float4 v = __ldcg(xr + i);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) scl[t] = 1.0f / sqrtf(ss / (float)a.n + a.eps);
+  }
+  __syncthreads();
+}
+
+// Elements i4 * 4 .. + 3 of row t, normalised as the CPU reference does (x * (1/rms) * w).
+__device__ __forceinline__ float4 x_at(const mvb_args &a, const float *scl, int t, int i4) {
+  float4 v = __ldcg(reinterpret_cast<const float4 *>(a.x + (size_t)t * a.ldx) + i4);
+  if (a.norm) {
+    const float s = scl[t];
+    const float4 w = a.normw ? __ldg(reinterpret_cast<const float4 *>(a.normw) + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    v = make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
+  }
+  return v;
+}
+
+// All nt rows as floats (xs: nt rows of n); block 0 copies them to a.h when set.
+__device__ __forceinline__ void stage_f32(const mvb_args &a, const float *scl, float *xs) {
+  const int n4 = a.n >> 2, total = a.nt * n4;
+  const bool keep = a.h && blockIdx.x == 0;
+  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+    const int t = idx / n4, i = idx - t * n4;
+    const float4 v = x_at(a, scl, t, i);
+    reinterpret_cast<float4 *>(xs)[idx] = v;
+    if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[i] = v;
+  }
+  __syncthreads();
+}
+
+// All nt rows quantized per 32 into x8 slots xq + t * x8_bytes(n) (dot8.cuh's layout and rounding:
+// scale amax / 127, f32 group sums, int8 sums per 16), four threads a group, straight from memory.
+__device__ __forceinline__ void stage_q8(const mvb_args &a, const float *scl, uint8_t *xq) {
+  const int ng = a.n / 32, total = a.nt * ng, part = threadIdx.x & 3, xb = x8_bytes(a.n);
+  for (int base = 0; base < total; base += blockDim.x >> 2) {
+    const int gi = base + (threadIdx.x >> 2);
+    const bool ok = gi < total;
+    const int t = ok ? gi / ng : 0, g = ok ? gi - t * ng : 0;
+    float4 va = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vb = va;
+    if (ok) {
+      va = x_at(a, scl, t, 8 * g + 2 * part);
+      vb = x_at(a, scl, t, 8 * g + 2 * part + 1);
+    }
+    float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
+    float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int v0 = __float2int_rn(va.x * inv), v1 = __float2int_rn(va.y * inv), v2 = __float2int_rn(va.z * inv), v3 = __float2int_rn(va.w * inv);
+    const int v4 = __float2int_rn(vb.x * inv), v5 = __float2int_rn(vb.y * inv), v6 = __float2int_rn(vb.z * inv), v7 = __float2int_rn(vb.w * inv);
+    int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
+    hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: the first 16, parts 2+3: the second
+    if (ok) {
+      uint8_t *dst = xq + (size_t)t * xb;
+      int8_t *q = reinterpret_cast<int8_t *>(dst);
+      float *d = reinterpret_cast<float *>(dst + a.n), *s = d + ng;
+      int *h = reinterpret_cast<int *>(s + ng);
+      const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
+      const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
+      reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
+      if (part == 0) {
+        d[g] = amax / 127.0f;
+        s[g] = sum;
+      }
+      if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
+    }
+  }
+  __syncthreads();
+}
+
+template <int T>
+__host__ __device__ constexpr int row_bytes_of(int n) {
+  return (n / qt<T>::BE) * qt<T>::BB;
+}
+
+// grid: the jobs' blocks (rpw * MV_WARPS consecutive rows each, a warp taking rows warp, warp +
+// MV_WARPS, ... of them two at a time); smem: the staged rows (f32: nt * n floats; Q8: nt x8 slots).
+template <int TA, int TB, bool Q8>
+__global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  __shared__ float scl[MB_NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.n, nt = a.nt;
+  // the block's job, picked with selects (a dynamic index into the parameters would go through local memory)
+  int b = blockIdx.x;
+  mv_job jb = a.job[0];
+  if (a.njobs > 1 && b >= a.job[0].blocks) {
+    b -= a.job[0].blocks;
+    jb = a.job[1];
+    if (a.njobs > 2 && b >= a.job[1].blocks) {
+      b -= a.job[1].blocks;
+      jb = a.job[2];
+    }
+  }
+  const bool ta = jb.m.type == TA;
+  const int rows = jb.m.ne1;
+  // the warp's first two rows toward L2 before the wait (weights never change)
+  {
+    const int rb = ta ? row_bytes_of<TA>(n) : row_bytes_of<TB>(n);
+    for (int i = 0; i < 2 && i < a.rpw; i++) {
+      const int r = (b * a.rpw + i) * MV_WARPS + warp;
+      if (r >= rows) break;
+      const uint8_t *rp = jb.m.d + (size_t)r * jb.m.nb1;
+      for (int o = lane * 128; o < rb; o += 32 * 128) prefetch_l2(rp + o);
+    }
+  }
+  cu_pdl_entry();
+  row_scales(a, scl);
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const uint8_t *xq = reinterpret_cast<const uint8_t *>(dyn_smem4);
+  if constexpr (Q8) stage_q8(a, scl, reinterpret_cast<uint8_t *>(dyn_smem4));
+  else stage_f32(a, scl, xs);
+  const int xb = x8_bytes(n), tok = sum8_token(lane);
+  for (int i = 0; i < a.rpw; i += 2) {
+    const int r0 = (b * a.rpw + i) * MV_WARPS + warp, r1 = r0 + MV_WARPS;
+    if (r0 >= rows) break;
+    const bool has1 = i + 1 < a.rpw && r1 < rows;
+    // a missing second row repeats the first (its sums dropped)
+    const uint8_t *const rp[2] = {jb.m.d + (size_t)r0 * jb.m.nb1, jb.m.d + (size_t)(has1 ? r1 : r0) * jb.m.nb1};
+    float acc[2][MB_NT];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+    if constexpr (Q8) {
+      if (TA == TB || ta) dot_q8<TA, 2>(rp, xq, xb, n, nt, acc, lane);
+      else dot_q8<TB, 2>(rp, xq, xb, n, nt, acc, lane);
+    } else {
+      if (TA == TB || ta) dot_f<TA, 2>(rp, xs, n, nt, acc, lane);
+      else dot_f<TB, 2>(rp, xs, n, nt, acc, lane);
+    }
+    const float v0 = warp_sum8(acc[0], lane), v1 = warp_sum8(acc[1], lane);
+    if ((lane & 3) == 0 && tok < nt) {
+      float *yt = jb.y + (size_t)tok * jb.ldy;
+      const float o0 = jb.bias ? v0 + jb.bias[r0] : v0;
+      if (jb.epi == EPI_ADD) yt[r0] += o0;
+      else yt[r0] = o0;
+      if (has1) {
+        const float o1 = jb.bias ? v1 + jb.bias[r1] : v1;
+        if (jb.epi == EPI_ADD) yt[r1] += o1;
+        else yt[r1] = o1;
+      }
+    }
+  }
+}
+
+// Each token's picks from its router logits (one warp a token, route.cuh's arithmetic: the same
+// as the router kernel's and the one-token kernels'), sel / selw rows of k.
+template <int XJ>
+__global__ void __launch_bounds__(32) k_route_pick(const float *logits, int X, int K, int norm_topk, float w_scale, int32_t *sel, float *selw) {
+  cu_pdl_entry();
+  __shared__ int ssel[ROUTER_MAX_K];
+  __shared__ float sw[ROUTER_MAX_K];
+  const int t = blockIdx.x;
+  route_core<XJ, true>(logits + (size_t)t * X, X, K, norm_topk, w_scale, ssel, sw);
+  __syncwarp();
+  for (int j = threadIdx.x; j < K; j += 32) {
+    sel[(size_t)t * K + j] = ssel[j];
+    selw[(size_t)t * K + j] = sw[j];
+  }
+}
+
+// ---- host side ----
+
+// BLOOMERY_CUDA_MV_BATCH=0 sends decode batches' dense products back to cu_matvec.
+static bool mvb_enabled() {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("BLOOMERY_CUDA_MV_BATCH");
+    on = (v && v[0] == '0') ? 0 : 1;
+  }
+  return on == 1;
+}
+
+static bool mvb_d8(int t) { return t == T_Q4_K || t == T_Q6_K || t == T_Q8_0; }
+static bool mvb_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
+
+typedef void (*mvb_kernel)(mvb_args);
+
+// The kernel for types (ta, tb) (ta == tb: one type), int8 or f32 activations, or null.
+static mvb_kernel mvb_kernel_of(int ta, int tb, bool q8) {
+  if (q8) {
+    if (ta == tb) return ta == T_Q4_K ? k_mvb<T_Q4_K, T_Q4_K, true> : ta == T_Q6_K ? k_mvb<T_Q6_K, T_Q6_K, true> : ta == T_Q8_0 ? k_mvb<T_Q8_0, T_Q8_0, true> : nullptr;
+    return mvb_pair(ta, tb, T_Q4_K, T_Q6_K) ? k_mvb<T_Q4_K, T_Q6_K, true> : nullptr;
+  }
+  if (ta == tb) {
+    switch (ta) {
+#define C(T) \
+  case T: return k_mvb<T, T, false>;
+      CU_TYPE_CASES(C)
+#undef C
+      default: return nullptr;
+    }
+  }
+  if (mvb_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_mvb<T_Q4_K, T_Q6_K, false>;
+  if (mvb_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_mvb<T_Q5_K, T_Q6_K, false>;
+  if (mvb_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_mvb<T_Q4_K, T_Q5_K, false>;
+  return nullptr;
+}
+
+// Blocks of a kernel resident on an SM at once (a host computation, no device call).
+static int mvb_resident(mvb_kernel k, size_t smem) {
+  int per = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, MV_THREADS, smem) != cudaSuccess || per < 1) {
+    (void)cudaGetLastError();
+    per = 1;
+  }
+  return per;
+}
+
+int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done) {
+  *done = false;
+  if (!(cu_fast & FAST_MV) || !mvb_enabled() || ntok < 2 || ntok > MV_MAX_NT || a.njobs < 1 || a.njobs > 3) return BL_OK;
+  if (a.n <= 0 || a.n % 4 || a.ldx % 4 || (h && ldh % 4)) return BL_OK;
+  int ta = a.job[0].m.type, tb = ta;
+  for (int j = 0; j < a.njobs; j++) {
+    const dmat &m = a.job[j].m;
+    if (m.type != ta) {
+      if (tb != ta && m.type != tb) return BL_OK; // three types: the general kernels
+      tb = m.type;
+    }
+    cu_type_geom g;
+    if (m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0) return BL_OK;
+  }
+  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && mvb_d8(ta) && mvb_d8(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
+  const mvb_kernel k = mvb_kernel_of(ta, tb, q8);
+  if (!k) return BL_OK;
+  const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
+  if (smem > (size_t)smem_limit) return BL_OK;
+  mvb_args p;
+  memset(&p, 0, sizeof p);
+  p.njobs = a.njobs;
+  int rows = 0;
+  for (int j = 0; j < a.njobs; j++) {
+    p.job[j] = a.job[j];
+    rows += a.job[j].m.ne1;
+  }
+  p.x = a.x;
+  p.ldx = a.ldx;
+  p.n = a.n;
+  p.nt = ntok;
+  p.norm = a.norm;
+  p.normw = a.normw;
+  p.eps = a.eps;
+  p.h = h;
+  p.ldh = ldh;
+  // rows a warp: enough that the grid is about the blocks resident at once (each stages the rows once)
+  const int resident = mvb_resident(k, smem) * (cu_sms > 0 ? cu_sms : 1);
+  p.rpw = (rows + MV_WARPS * resident - 1) / (MV_WARPS * resident);
+  if (p.rpw < 1) p.rpw = 1;
+  int grid = 0;
+  for (int j = 0; j < p.njobs; j++) {
+    p.job[j].blocks = (p.job[j].m.ne1 + MV_WARPS * p.rpw - 1) / (MV_WARPS * p.rpw);
+    grid += p.job[j].blocks;
+  }
+  CU_LAUNCH("decode-batch product", k, dim3(grid), dim3(MV_THREADS), smem, st, p);
+  *done = true;
+  return BL_OK;
+}
+
+bool cu_route_pick_fits(int n_expert, int k) { return mvb_enabled() && n_expert >= 1 && n_expert <= 256 && k >= 1 && k <= 32 && k <= n_expert; }
+
+int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw) {
+  if (!cu_route_pick_fits(n_expert, k)) return cu_fail(BL_E_UNSUPPORTED, "router: %d of %d experts has no pick kernel", k, n_expert);
+  if (ntok <= 0) return BL_OK;
+  if (n_expert <= 128) CU_LAUNCH("router picks", k_route_pick<4>, dim3(ntok), dim3(32), 0, st, logits, n_expert, k, norm_topk, w_scale, sel, selw);
+  else CU_LAUNCH("router picks", k_route_pick<8>, dim3(ntok), dim3(32), 0, st, logits, n_expert, k, norm_topk, w_scale, sel, selw);
+  return BL_OK;
+}
+
+int64_t cu_mv_batch_init(int smem_optin) {
+  const char *w = "configuring the decode-batch products";
+#define S(T) CU_OK(cu_allow_smem(k_mvb<T, T, false>, smem_optin, w));
+  CU_TYPE_CASES(S)
+#undef S
+  CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q6_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q5_K, T_Q6_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q5_K, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q4_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q6_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q8_0, T_Q8_0, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_kernel_prefs(k_route_pick<4>, w));
+  return cu_kernel_prefs(k_route_pick<8>, w);
+}
