@@ -144,6 +144,26 @@ for (const file of files) {
       }
     });
 
+    test("a cache smaller than one step's experts: the prefetch reads the next layer's previous experts; same bits", () => {
+      const plain = Model.load(demo(file), OPTS);
+      const prompt = plain.tokenizer.encode(A);
+      const ref = run(plain, prompt);
+      const nLayers = plain.hp.nLayer, k = plain.hp.nExpertUsed;
+      plain.close();
+      // slots for one layer and a half of decode: every step evicts what the next layers need
+      const m = Model.load(demo(file), { ...OPTS, expertRamBytes: Math.ceil(1.5 * k) * sz.slotBytes });
+      try {
+        expect(m.expertStats()!.slots).toBeLessThan(nLayers * k);
+        expect(maxAbsDiff(run(m, prompt), ref)).toBe(0);
+        const s = m.expertStats()!;
+        expectConsistent(s, sz);
+        console.log(`${file}: ${s.slots} slots: ${s.lookups} lookups, ${s.hits} hits, ${s.misses} misses, ${s.prefetchReads} prefetch reads, ${s.prefetchHits} prefetch hits`);
+        expect(s.prefetchReads).toBeGreaterThan(0);
+      } finally {
+        m.close();
+      }
+    });
+
     test("a capacity below the minimum is refused naming the sizes", () => {
       for (const cap of [sz.minBytes - 1, 0]) {
         expect(() => Model.load(demo(file), { ...OPTS, expertRamBytes: cap })).toThrow(ExpertStoreError);

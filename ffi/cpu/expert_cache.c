@@ -39,7 +39,6 @@ typedef struct {
 typedef struct {
   int32_t layer, expert, state, pins, prefetched;
   int32_t prev, next; /* LRU list, head the most recent */
-  int64_t tick;       /* the store's tick when last pinned or prefetched */
   uint8_t *buf;
 } xs_slot;
 
@@ -63,7 +62,7 @@ struct bl_xstore {
   size_t arena_bytes;
   int32_t head, tail;
   int64_t n_pinned; /* slots with pins > 0 */
-  int64_t tick;     /* MoE blocks begun (one a layer a step) */
+  int64_t k_used;   /* experts a token uses: the most a layer's prefetch reads */
   int64_t st[BL_XS_STATS];
   pthread_t reader;
   int has_reader, stop, reader_busy;
@@ -93,15 +92,11 @@ static void lru_touch(bl_xstore *s, int32_t i) {
   if (s->tail < 0) s->tail = i;
 }
 
-/* The least recently used slot neither pinned nor being read; its unit (if any) evicted. With
- * cold_only (prefetch), only a slot empty or unused for a whole step: a prefetch never evicts a
- * unit the step in flight used, so a cache smaller than one step's experts is left to the blocks'
- * own reads (prefetching there only trades one miss for another and adds reads). */
-static int32_t take_victim(bl_xstore *s, int cold_only) {
+/* The least recently used slot neither pinned nor being read; its unit (if any) evicted. */
+static int32_t take_victim(bl_xstore *s) {
   for (int32_t i = s->tail; i >= 0; i = s->slots[i].prev) {
     xs_slot *x = &s->slots[i];
     if (x->pins > 0 || x->state == XS_LOADING) continue;
-    if (cold_only && x->state == XS_READY && s->tick - x->tick < s->n_layers) return -1; /* the rest are more recent */
     if (x->state == XS_READY) {
       s->layers[x->layer].slot_of[x->expert] = -1;
       s->st[BL_XS_EVICTIONS]++;
@@ -204,16 +199,15 @@ static void *reader_main(void *arg) {
     s->q_pos++;
     xs_layer *L = &s->layers[l];
     if (L->slot_of[e] >= 0) continue;
-    const int32_t v = take_victim(s, 1);
-    if (v < 0) {
-      s->q_pos = s->q_len; /* nothing cold left this step */
-      continue;
-    }
+    /* a unit the next layer is predicted to need: whatever LRU holds longer ago is needed later
+     * in the layers' cycle (or was the step before), so evicting it costs no hit the blocks'
+     * own reads would not have cost */
+    const int32_t v = take_victim(s);
+    if (v < 0) continue;
     xs_slot *x = &s->slots[v];
     x->layer = l;
     x->expert = e;
     x->state = XS_LOADING;
-    x->tick = s->tick;
     L->slot_of[e] = v;
     lru_touch(s, v);
     s->reader_busy = 1;
@@ -269,7 +263,6 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
   if (first) {
     memcpy(L->used, active, sizeof(int32_t) * (size_t)n_active);
     L->n_used = n_active;
-    s->tick++;
     s->q_pos = s->q_len = 0; /* the reader's queue is stale now */
     while (s->reader_busy) pthread_cond_wait(&s->cv_idle, &s->mu);
     /* resident first (stable): a later round never evicts what this layer still needs */
@@ -294,7 +287,7 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
         s->slots[v].prefetched = 0;
       }
     } else {
-      if ((v = take_victim(s, 0)) < 0) break; /* cannot happen: the reader is idle, the round holds < n_slots */
+      if ((v = take_victim(s)) < 0) break; /* cannot happen: the reader is idle, the round holds < n_slots */
       s->st[BL_XS_MISSES]++;
       xs_slot *x = &s->slots[v];
       x->layer = (int32_t)layer;
@@ -304,7 +297,6 @@ void bl_xs_plan(bl_xstore *s, int64_t layer, int first, int32_t *active, int64_t
       loads[nl++] = (bl_xs_load){v, e};
     }
     if (s->slots[v].pins++ == 0) s->n_pinned++;
-    s->slots[v].tick = s->tick;
     lru_touch(s, v);
     const uint8_t *buf = s->slots[v].buf;
     for (int t = 0; t < 3; t++) ptr[(int64_t)e * 3 + t] = buf + L->reg[t] + ((L->off[t] + (int64_t)e * L->nb2[t]) & (XS_PAGE - 1));
@@ -332,12 +324,14 @@ void bl_xs_loaded(bl_xstore *s, int64_t layer, const bl_xs_load *loads, const ui
     }
   }
   if (last && s->has_reader) {
-    /* the next layer's experts of the previous step, as many as the unpinned slots hold */
-    const int64_t pinned = s->n_pinned;
+    /* the next layer's experts of the previous step not resident, as many as the unpinned slots
+     * hold and at most a token's worth (after a prompt, which of its experts the next token
+     * takes is anyone's guess) */
+    const int64_t room = s->n_slots - s->n_pinned < s->k_used ? s->n_slots - s->n_pinned : s->k_used;
     const int64_t nl = (layer + 1) % s->n_layers;
     const xs_layer *N = &s->layers[nl];
     int64_t q = 0;
-    for (int64_t i = 0; i < N->n_used && q < s->n_slots - pinned; i++)
+    for (int64_t i = 0; i < N->n_used && q < room; i++)
       if (N->slot_of[N->used[i]] < 0) {
         s->queue[2 * q] = (int32_t)nl;
         s->queue[2 * q + 1] = N->used[i];
@@ -473,6 +467,7 @@ int64_t bl_expert_store_new(const bl_expert_store_params *p, uint64_t *out) {
   s->slot_bytes = sb;
   s->total_units = units;
   s->n_slots = p->capacity_bytes / sb < units ? p->capacity_bytes / sb : units;
+  s->k_used = p->n_expert_used;
   s->head = s->tail = -1;
   s->files = calloc((size_t)s->n_files, sizeof *s->files);
   s->layers = calloc((size_t)s->n_layers, sizeof *s->layers);
