@@ -486,8 +486,10 @@ gpu("decode batches grouped by expert against one-token steps and the CPU exact 
 // (one-token kernels) and on the CPU exact path. Bounds: f32 activations (int8 off) change only
 // summation order, so 1e-3 against the general kernels and the one-token step; int8 activations
 // round each normalised row per 32 as the one-token kernels do, so the batch now stays within
-// 1e-2 of the one-token step (it was ~1.2e-2 while the batch kept Q/K/V/O in f32) and within the
-// 1e-1 of the CPU comparisons of the general kernels and the CPU exact path.
+// 1e-2 of the one-token step (it was ~1.2e-2 while the batch kept Q/K/V/O in f32; Q8_0 files: 1e-1,
+// their one-token step keeps f32) and within the 1e-1 of the CPU comparisons of the general
+// kernels and the CPU exact path. H200: f32 <= 1.3e-6 against both; int8 <= 7.8e-4 against the
+// one-token step (Q4_K_M), 1.3-1.5e-2 against the general kernels.
 const MVB_CASES: BatchCase[] = [
   { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q8_0" }, { model: "test-moe", quant: "BF16" },
   { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
@@ -556,7 +558,9 @@ gpu("decode batches' dense products read each weight row once, against the gener
         expect(worst.f32Single).toBeLessThan(1e-3);
         expect(worst.f32Cpu).toBeLessThan(3e-2);
         expect(worst.i8General).toBeLessThan(1e-1);
-        expect(worst.i8Single).toBeLessThan(1e-2);
+        // the one-token kernels round activations to int8 for Q4_K / Q6_K rows only: a Q8_0 file's
+        // one-token step keeps f32 activations, the batch rounds them (measured 1.3-1.5e-2)
+        expect(worst.i8Single).toBeLessThan(c.quant === "Q8_0" ? 1e-1 : 1e-2);
         expect(worst.i8Cpu).toBeLessThan(1e-1);
       } finally {
         cpu.close();
