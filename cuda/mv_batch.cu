@@ -2,7 +2,7 @@
 // launch for the three matrices of one type or one paired type), the attention output added to
 // the residual, the router's F32 product and the output head. A block stages all of the step's
 // activation rows once (RMS-normalised on the way in when asked; int8 per 32 in dot8.cuh's layout
-// for Q4_K / Q6_K / Q8_0 rows, else f32), then each warp takes two weight rows at a time and dots
+// for Q4_K / Q6_K rows as the one-token kernels, else f32), then each warp takes two weight rows at a time and dots
 // each unit of them with every staged row (dotbatch.cuh), so a weight row is read once a step, not
 // once a token. Grids are sized to the blocks resident on the card, each block taking a
 // contiguous run of rows (the output head: many rows a warp, the activations staged rarely). The
@@ -241,7 +241,10 @@ static bool mvb_enabled() {
   return on == 1;
 }
 
-static bool mvb_d8(int t) { return t == T_Q4_K || t == T_Q6_K || t == T_Q8_0; }
+// Types whose rows take int8 activations: those the one-token kernels give them (fastdec.cu), so a
+// batch computes a token as its one-token step does; Q8_0 rows keep f32 activations there (the
+// int8 kernel of Q8_0 stays built for a later switch of both).
+static bool mvb_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
 static bool mvb_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
 
 typedef void (*mvb_kernel)(mvb_args);
