@@ -9,12 +9,20 @@
 
 #define MB_NT MV_MAX_NT // most pairs a tile holds (one per token of the step)
 
+// Which staged row a tile's row t reads: 3 bits a row in sl (MB_IDENT: row t in slot t).
+static_assert(MB_NT <= 10, "three bits a row in 32");
+__host__ __device__ constexpr uint32_t mb_ident_slots(int t = 0) { return t >= MB_NT ? 0u : ((uint32_t)t << (3 * t)) | mb_ident_slots(t + 1); }
+#define MB_IDENT mb_ident_slots()
+__device__ __forceinline__ int mb_slot(uint32_t sl, int t) { return (int)((sl >> (3 * t)) & 7u); }
+
 // ---- float activations: R weight rows (one type) against the tile's cnt staged rows ----
-// xs: cnt rows of n floats; acc[r][t]: row r against staged row t (t < cnt).
+// xs: staged rows of n floats; acc[r][t]: row r against staged row sl[t] (t < cnt). F32 rows
+// (the router) unroll four units a lane so their loads are in flight together.
 template <int T, int R>
-__device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float *xs, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+__device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float *xs, int n, int cnt, uint32_t sl, float (&acc)[R][MB_NT], int lane) {
   using Q = qt<T>;
   const int nunits = (n / Q::BE) * Q::UPB;
+#pragma unroll(T == T_F32 ? 4 : 1)
   for (int k = lane; k < nunits; k += 32) {
     const int blk = k / Q::UPB, u = k - blk * Q::UPB;
     const float *xb = xs + blk * Q::BE;
@@ -24,11 +32,16 @@ __device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float
 #pragma unroll
         for (int t = 0; t < MB_NT; t++)
           if (t < cnt) {
-            const float4 xv = *reinterpret_cast<const float4 *>(xb + t * n + pos);
+            const float4 xv = *reinterpret_cast<const float4 *>(xb + (size_t)mb_slot(sl, t) * n + pos);
             acc[r][t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
           }
       });
   }
+}
+
+template <int T, int R>
+__device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float *xs, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  dot_f<T, R>(rp, xs, n, cnt, MB_IDENT, acc, lane);
 }
 
 // ---- int8 activations: the quantized rows of a tile lie xb bytes apart, each q | d | s | h ----
@@ -51,7 +64,7 @@ template <>
 struct mb8<T_Q4_K> {
   static constexpr int UPB = 4;
   template <int R>
-  __device__ static void units(const uint8_t *const (&p)[R], int c, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+  __device__ static void units(const uint8_t *const (&p)[R], int c, const uint8_t *xq, int xb, int n, int g0, int cnt, uint32_t sl, float (&acc)[R][MB_NT]) {
     float d[R], dmin[R], fs0[R], fm0[R], fs1[R], fm1[R];
     uint32_t q[R][8];
 #pragma unroll
@@ -74,7 +87,7 @@ struct mb8<T_Q4_K> {
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
-      const x8v x = x8_row(xq, xb, n, t);
+      const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
       const int4 *xa4 = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb4 = reinterpret_cast<const int4 *>(x.q + 32 * gb);
       const int4 a0 = xa4[0], a1 = xa4[1], b0 = xb4[0], b1 = xb4[1];
       const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
@@ -97,7 +110,7 @@ template <>
 struct mb8<T_Q6_K> {
   static constexpr int UPB = 8;
   template <int R>
-  __device__ static void units(const uint8_t *const (&p)[R], int u, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+  __device__ static void units(const uint8_t *const (&p)[R], int u, const uint8_t *xq, int xb, int n, int g0, int cnt, uint32_t sl, float (&acc)[R][MB_NT]) {
     const int hh = u >> 2, rr = u & 3, g = g0 + u;
     const unsigned ls = 4u * (unsigned)(rr >> 1), hs = 2u * (unsigned)rr;
     float d[R], fa[R], fb[R];
@@ -116,7 +129,7 @@ struct mb8<T_Q6_K> {
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
-      const x8v x = x8_row(xq, xb, n, t);
+      const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
       const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
       const int4 x0 = xg[0], x1 = xg[1];
       const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -143,7 +156,7 @@ template <>
 struct mb8<T_Q8_0> {
   static constexpr int UPB = 1;
   template <int R>
-  __device__ static void units(const uint8_t *const (&p)[R], int, const uint8_t *xq, int xb, int n, int g0, int cnt, float (&acc)[R][MB_NT]) {
+  __device__ static void units(const uint8_t *const (&p)[R], int, const uint8_t *xq, int xb, int n, int g0, int cnt, uint32_t sl, float (&acc)[R][MB_NT]) {
     float d[R];
     uint32_t q[R][8];
 #pragma unroll
@@ -154,7 +167,7 @@ struct mb8<T_Q8_0> {
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
-      const x8v x = x8_row(xq, xb, n, t);
+      const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
       const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g0);
       const int4 x0 = xg[0], x1 = xg[1];
       const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -170,8 +183,9 @@ struct mb8<T_Q8_0> {
   }
 };
 
+// The rows' units against staged rows sl[0 .. cnt) (x8 slots xb bytes apart from xq).
 template <int T, int R>
-__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, uint32_t sl, float (&acc)[R][MB_NT], int lane) {
   using Q = qt<T>;
   using D = mb8<T>;
   const int nunits = (n / Q::BE) * D::UPB;
@@ -180,6 +194,97 @@ __device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint
     const uint8_t *p[R];
 #pragma unroll
     for (int r = 0; r < R; r++) p[r] = rp[r] + (size_t)b * Q::BB;
-    D::template units<R>(p, u, xq, xb, n, g0, cnt, acc);
+    D::template units<R>(p, u, xq, xb, n, g0, cnt, sl, acc);
   }
+}
+
+template <int T, int R>
+__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, float (&acc)[R][MB_NT], int lane) {
+  dot_q8<T, R>(rp, xq, xb, n, cnt, MB_IDENT, acc, lane);
+}
+
+// ---- staging of activation rows, every load of a thread's batch in flight together ----
+#define MB_STAGE_BATCH 4
+
+// One group of 32 (four threads, part = threadIdx.x & 3, eight values each) quantized into the
+// x8 row at dst (dot8.cuh's layout and rounding: scale amax / 127, the f32 group sum, int8 sums
+// per 16); every lane of the warp calls it (shuffles), ok: whether this group exists.
+__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part) {
+  const int ng = n / 32;
+  float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
+  float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int v0 = __float2int_rn(va.x * inv), v1 = __float2int_rn(va.y * inv), v2 = __float2int_rn(va.z * inv), v3 = __float2int_rn(va.w * inv);
+  const int v4 = __float2int_rn(vb.x * inv), v5 = __float2int_rn(vb.y * inv), v6 = __float2int_rn(vb.z * inv), v7 = __float2int_rn(vb.w * inv);
+  int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
+  hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: the first 16, parts 2+3: the second
+  if (!ok) return;
+  int8_t *q = reinterpret_cast<int8_t *>(dst);
+  float *d = reinterpret_cast<float *>(dst + n), *s = d + ng;
+  int *h = reinterpret_cast<int *>(s + ng);
+  const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
+  const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
+  reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
+  if (part == 0) {
+    d[g] = amax / 127.0f;
+    s[g] = sum;
+  }
+  if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
+}
+
+// cnt rows (src + row_of(t) * ld, written by an earlier kernel) quantized into the x8 slots
+// xq + t * x8_bytes(n), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at
+// once. Every thread of the block calls it; ends with a block barrier.
+template <class RowOf>
+__device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, int cnt, RowOf row_of, uint8_t *xq) {
+  const int ng = n / 32, total = cnt * ng, step = blockDim.x >> 2, part = threadIdx.x & 3, xb = x8_bytes(n);
+  for (int base = 0; base < total; base += MB_STAGE_BATCH * step) {
+    float4 va[MB_STAGE_BATCH], vb[MB_STAGE_BATCH];
+#pragma unroll
+    for (int i = 0; i < MB_STAGE_BATCH; i++) {
+      const int gi = base + i * step + (threadIdx.x >> 2);
+      va[i] = vb[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (gi < total) {
+        const int t = gi / ng, g = gi - t * ng;
+        const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)row_of(t) * ld + 32 * g + 8 * part);
+        va[i] = __ldcg(s);
+        vb[i] = __ldcg(s + 1);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MB_STAGE_BATCH; i++) {
+      const int gi = base + i * step + (threadIdx.x >> 2);
+      const int t = gi < total ? gi / ng : 0, g = gi - t * ng;
+      q8_group(va[i], vb[i], gi < total, xq + (size_t)t * xb, n, g, part);
+    }
+  }
+  __syncthreads();
+}
+
+// cnt rows as floats into xs + t * n, MB_STAGE_BATCH float4 loads a thread in flight at once.
+// Every thread of the block calls it; ends with a block barrier.
+template <class RowOf>
+__device__ __forceinline__ void stage_rows_f(const float *src, int ld, int n, int cnt, RowOf row_of, float *xs) {
+  const int n4 = n >> 2, total = cnt * n4;
+  for (int base = 0; base < total; base += MB_STAGE_BATCH * (int)blockDim.x) {
+    float4 v[MB_STAGE_BATCH];
+#pragma unroll
+    for (int i = 0; i < MB_STAGE_BATCH; i++) {
+      const int idx = base + i * (int)blockDim.x + (int)threadIdx.x;
+      if (idx < total) {
+        const int t = idx / n4, k = idx - t * n4;
+        v[i] = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)row_of(t) * ld) + k);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MB_STAGE_BATCH; i++) {
+      const int idx = base + i * (int)blockDim.x + (int)threadIdx.x;
+      if (idx < total) reinterpret_cast<float4 *>(xs)[idx] = v[i];
+    }
+  }
+  __syncthreads();
 }

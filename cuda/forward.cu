@@ -331,6 +331,35 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
+// The grouped decode-batch experts' arguments for MoE block b (moe_batch.cu; picks in c->sel).
+static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat &gate, const dmat &up, const dmat &down) {
+  const int E = (int)c->dm.E;
+  moe_batch_args mb;
+  memset(&mb, 0, sizeof mb);
+  mb.gate = gate;
+  mb.up = up;
+  mb.down = down;
+  mb.h = c->h;
+  mb.ldh = E;
+  mb.sel = c->sel;
+  mb.selw = c->selw;
+  mb.k = b.n_used;
+  mb.n_expert = b.n_expert;
+  mb.pair_tok = c->pair_tok;
+  mb.pair_of = c->pair_of;
+  mb.tiles = c->tiles;
+  mb.n_tiles = c->n_tiles;
+  mb.max_tiles = c->max_tiles;
+  mb.act = c->act;
+  mb.ldact = gate.ne1;
+  mb.ypair = c->ypair;
+  mb.ldy = E;
+  mb.x = c->x;
+  mb.ldx = E;
+  mb.q8 = 1;
+  return mb;
+}
+
 static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   const bool moe = b.kind == BL_BLOCK_MOE;
   if (routed) {
@@ -394,6 +423,11 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
       }
     }
   }
+  const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
+  // decode batches' experts grouped by expert (moe_batch.cu; not in the batch-invariant mode)
+  const moe_batch_args mb = batch_experts(c, b, gate, up, down);
+  const bool grouped_ok = !tc && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
+  bool grouped = false; // the picks' kernel grouped the pairs too
   cu_mark(c, S_ROUTER);
   bool picked = false;
   const dmat &rw = b.t[BL_MOE_GATE_INP];
@@ -411,7 +445,13 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
     a.normw = b.vec[BL_MOE_NORM];
     a.eps = b.eps;
     CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
-    if (picked) {
+    if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
+      // the picks and the grouping by expert in one launch
+      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit));
+      grouped = true;
+      sel = c->sel;
+      selw = c->selw;
+    } else if (picked) {
       CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
       sel = c->sel;
       selw = c->selw;
@@ -446,35 +486,9 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
   cu_mark(c, S_EXPERTS);
-  const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   if (!tc) {
-    if ((cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT) {
-      // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
-      moe_batch_args mb;
-      memset(&mb, 0, sizeof mb);
-      mb.gate = gate;
-      mb.up = up;
-      mb.down = down;
-      mb.h = c->h;
-      mb.ldh = E;
-      mb.sel = sel;
-      mb.selw = selw;
-      mb.k = K;
-      mb.n_expert = b.n_expert;
-      mb.pair_tok = c->pair_tok;
-      mb.pair_of = c->pair_of;
-      mb.tiles = c->tiles;
-      mb.n_tiles = c->n_tiles;
-      mb.max_tiles = c->max_tiles;
-      mb.act = c->act;
-      mb.ldact = ff;
-      mb.ypair = c->ypair;
-      mb.ldy = E;
-      mb.x = c->x;
-      mb.ldx = E;
-      mb.q8 = 1;
-      if (cu_moe_batch_fits(mb, ntok, c->smem_limit)) return cu_moe_batch(c->st, mb, ntok, c->smem_limit);
-    }
+    // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
+    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped);
     moe_dec_args m;
     memset(&m, 0, sizeof m);
     m.gate = gate;

@@ -295,11 +295,18 @@ struct moe_batch_args {
   float *x;               // residual (ldx): each token's weighted picks added
   int ldx;
   int q8;                 // int8 activations allowed for Q4_K / Q6_K rows (with FAST_Q8)
+  int ntok;               // set by cu_moe_batch
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
-// Sort, gate/up, down and combine: four launches of shapes fixed by ntok, no host synchronisation.
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit);
+// Sort (unless grouped: cu_moe_batch_pick ran), gate/up, down and combine: launches of shapes
+// fixed by ntok, no host synchronisation.
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped);
+// Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
+// cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
+// does: one launch of one block. Fits: cu_moe_batch_fits, n_expert <= 256, k <= 32.
+bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit);
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit);
 int64_t cu_moe_batch_init(int smem_optin);
 
 // ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----

@@ -1,12 +1,13 @@
 // bloomery CUDA library: the routed experts of decode batches of 2..MV_MAX_NT tokens grouped by
-// expert - the (token, pick) pairs sorted by expert on the card (moe.cu's sort, one tile an
-// expert), gate/up with SwiGLU and down with one warp a weight row dotted with the rows of all the
-// pairs routed to its expert (each weight row read once a step, not once a pair), one output row
-// a pair, then each token's picks weighted and added to the residual in ascending expert order
-// (moe.cu's combine). Launch shapes depend only on the token count (graph capture): each grid
-// holds the blocks resident on the card at once, which split the step's (tile, row chunk) items
-// read from the card. Q4_K / Q6_K rows take int8 activations and dp4a (dot8.cuh's numerics) when
-// the caller and FAST_Q8 allow it.
+// expert - the picks and the (token, pick) pairs grouped by expert in one launch after the
+// router's product (else moe.cu's sort; one tile an expert), gate/up with SwiGLU and down with
+// each warp's weight rows copied into shared slots by cp.async two items ahead and dotted with the
+// rows of all the pairs routed to its expert (each weight row read once a step, not once a pair),
+// one output row a pair, then each token's picks weighted and added to the residual in ascending
+// expert order (moe.cu's combine). Launch shapes depend only on the token count (graph capture):
+// each grid holds the blocks resident on the card at once, which split the step's (tile, row
+// chunk) items read from the card. Q4_K / Q6_K rows take int8 activations and dp4a (dot8.cuh's
+// numerics) when the caller and FAST_Q8 allow it.
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -14,128 +15,258 @@
 #include "dotbatch.cuh"
 #include "internal.h"
 #include "quants.cuh"
+#include "route.cuh"
+#include "stage.cuh"
 
-// The tile's rows staged: float rows (xs, cnt * n floats) or, with Q8, each row through xs (n
-// floats) quantized into its x8 slot (xq + t * x8_bytes(n)). Rows are src + row_of(t) * ld.
-// Every thread of the block calls it; ends with a block barrier.
-template <bool Q8, class RowOf>
-__device__ __forceinline__ void stage_tile(float *xs, uint8_t *xq, const float *src, int ld, int n, int cnt, RowOf row_of) {
-  const int n4 = n >> 2;
-  for (int t = 0; t < cnt; t++) {
-    const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)row_of(t) * ld);
-    float4 *dst = reinterpret_cast<float4 *>(Q8 ? xs : xs + (size_t)t * n);
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) dst[i] = __ldcg(s + i);
-    __syncthreads();
-    if constexpr (Q8) (void)quantize_x8(xs, n, xq + (size_t)t * x8_bytes(n)); // ends with a barrier
-  }
-}
-
-// Work items are (tile, chunk of 2 * MV_WARPS rows); the step's items (n_tiles of them a chunk
-// count) are split in equal contiguous ranges over the grid's blocks, which the host sizes to the
-// blocks resident on the card at once, so the shapes do not depend on the step's routing. A block
-// restages its activations when its range enters a new tile. Each warp takes two rows an item.
+// Work items are (tile, chunk of rows); the step's items (n_tiles of them a chunk count) are split
+// in equal contiguous ranges over the grid's blocks, which the host sizes to the blocks resident
+// on the card at once, so the shapes do not depend on the step's routing.
 __device__ __forceinline__ void item_range(int total, int &w0, int &w1) {
   const int per = (total + (int)gridDim.x - 1) / (int)gridDim.x;
   w0 = (int)blockIdx.x * per;
   w1 = w0 + per < total ? w0 + per : total;
 }
 
-// gate/up: four weight rows in flight a warp (gate and up of both rows); silu(gate) * up a pair.
+#define GU_ROWS 2 // rows of gate (and of up) a warp an item: four weight rows
+// rows of down a warp an item: four where registers allow (int8 Q6_K), else two
+__host__ __device__ constexpr int dn_rows(int type, bool q8) { return q8 && type == T_Q6_K ? 4 : 2; }
+
+// Each warp copies its weight rows of an item into one of two stages of shared slots (cp.async,
+// stage.cuh) while it dots the other stage's: the rows of two items in flight a warp, the first
+// two items' issued before the activations are staged. Slot k of stage s: ws + (s * R + k) * slot.
+__device__ __forceinline__ const uint8_t *slot_of(const uint8_t *ws, int slot, int k, const uint8_t *src) {
+  return ws + (size_t)k * slot + (reinterpret_cast<uintptr_t>(src) & 15);
+}
+
+// gate/up: every token's row is staged once (f32, or int8 with Q8); a tile's pairs read their
+// tokens' rows. silu(gate) * up a pair.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
-  cu_pdl_entry();
+  using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
-  float *xs = reinterpret_cast<float *>(dyn_smem4);
-  const int n = a.gate.ne0, ff = a.gate.ne1;
-  uint8_t *xq = reinterpret_cast<uint8_t *>(xs + n);
-  const int cpt = (ff + 2 * MV_WARPS - 1) / (2 * MV_WARPS);
-  int w0, w1;
-  item_range(*a.n_tiles * cpt, w0, w1);
+  constexpr int R = 2 * GU_ROWS;
+  const int n = a.gate.ne0, ff = a.gate.ne1, nt = a.ntok;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int cur = -1, e = 0, p0 = 0, cnt = 0;
-  for (int w = w0; w < w1; w++) {
-    const int tile = w / cpt, chunk = w - tile * cpt;
+  const int rb = (n / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), xb = x8_bytes(n);
+  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
+  uint8_t *ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * n * sizeof(float)) + (size_t)warp * 2 * R * slot;
+  cu_pdl_entry();
+  const int cpt = (ff + GU_ROWS * MV_WARPS - 1) / (GU_ROWS * MV_WARPS);
+  int w0, w1;
+  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
+  if (w0 >= w1) return; // the whole block
+  // the item's weight rows (gate r0, up r0, gate r1, up r1; a missing r1 repeats r0)
+  auto rows_of = [&](int w, const uint8_t *(&src)[R]) {
+    const int tile = w / cpt, r0 = (w - tile * cpt) * GU_ROWS * MV_WARPS + warp;
+    if (r0 >= ff) return false;
+    const int e = __ldcg(&a.tiles[tile].x), r1 = r0 + MV_WARPS < ff ? r0 + MV_WARPS : r0;
+    const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+    src[0] = g + (size_t)r0 * a.gate.nb1;
+    src[1] = u + (size_t)r0 * a.up.nb1;
+    src[2] = g + (size_t)r1 * a.gate.nb1;
+    src[3] = u + (size_t)r1 * a.up.nb1;
+    return true;
+  };
+  auto issue = [&](int w, int s) {
+    const uint8_t *src[R];
+    if (w < w1 && rows_of(w, src))
+#pragma unroll
+      for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
+    cp_async_commit();
+  };
+  issue(w0, 0);
+  issue(w0 + 1, 1);
+  if constexpr (Q8) stage_rows_q8(a.h, a.ldh, n, nt, [](int t) { return t; }, act);
+  else stage_rows_f(a.h, a.ldh, n, nt, [](int t) { return t; }, reinterpret_cast<float *>(act));
+  int cur = -1, p0 = 0, cnt = 0;
+  uint32_t sl = 0; // the tile's rows' tokens, 3 bits each
+  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+    const int tile = w / cpt;
     if (tile != cur) {
-      const int4 tl = a.tiles[tile];
-      e = tl.x;
+      const int4 tl = __ldcg(a.tiles + tile);
       p0 = tl.y;
       cnt = tl.z < MB_NT ? tl.z : MB_NT;
-      __syncthreads(); // the previous tile's rows are read
-      stage_tile<Q8>(xs, xq, a.h, a.ldh, n, cnt, [&](int t) { return a.pair_tok[p0 + t]; });
+      sl = 0;
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) sl |= t < cnt ? ((uint32_t)__ldcg(a.pair_tok + p0 + t) & 7u) << (3 * t) : 0u;
       cur = tile;
     }
-    const int r0 = chunk * 2 * MV_WARPS + warp, r1 = r0 + MV_WARPS;
-    if (r0 >= ff) continue;
-    const bool has1 = r1 < ff;
-    const int rr1 = has1 ? r1 : r0; // a missing second row repeats the first (result dropped)
-    const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
-    const uint8_t *const rp[4] = {g + (size_t)r0 * a.gate.nb1, u + (size_t)r0 * a.up.nb1, g + (size_t)rr1 * a.gate.nb1, u + (size_t)rr1 * a.up.nb1};
-    float acc[4][MB_NT];
+    cp_async_wait_group1(); // item w's copies (item w + 1's may still be in flight)
+    __syncwarp();
+    const uint8_t *src[R];
+    if (rows_of(w, src)) {
+      const int r0 = (w - tile * cpt) * GU_ROWS * MV_WARPS + warp, r1 = r0 + MV_WARPS;
+      const uint8_t *const rp[R] = {slot_of(ws + (size_t)s * R * slot, slot, 0, src[0]), slot_of(ws + (size_t)s * R * slot, slot, 1, src[1]),
+                                    slot_of(ws + (size_t)s * R * slot, slot, 2, src[2]), slot_of(ws + (size_t)s * R * slot, slot, 3, src[3])};
+      float acc[R][MB_NT];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+      for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
-    if constexpr (Q8) dot_q8<T, 4>(rp, xq, x8_bytes(n), n, cnt, acc, lane);
-    else dot_f<T, 4>(rp, xs, n, cnt, acc, lane);
+        for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+      if constexpr (Q8) dot_q8<T, R>(rp, act, xb, n, cnt, sl, acc, lane);
+      else dot_f<T, R>(rp, reinterpret_cast<const float *>(act), n, cnt, sl, acc, lane);
 #pragma unroll
-    for (int t = 0; t < MB_NT; t++) {
-      if (t >= cnt) break;
-      const float g0 = warp_sum(acc[0][t]), u0 = warp_sum(acc[1][t]), g1 = warp_sum(acc[2][t]), u1 = warp_sum(acc[3][t]);
-      if (lane == 0) {
-        float *ar = a.act + (size_t)(p0 + t) * a.ldact;
-        ar[r0] = silu_f(g0) * u0;
-        if (has1) ar[r1] = silu_f(g1) * u1;
+      for (int t = 0; t < MB_NT; t++) {
+        if (t >= cnt) break;
+        const float g0 = warp_sum(acc[0][t]), u0 = warp_sum(acc[1][t]), g1 = warp_sum(acc[2][t]), u1 = warp_sum(acc[3][t]);
+        if (lane == 0) {
+          float *ar = a.act + (size_t)(p0 + t) * a.ldact;
+          ar[r0] = silu_f(g0) * u0;
+          if (r1 < ff) ar[r1] = silu_f(g1) * u1;
+        }
       }
     }
+    __syncwarp(); // stage s is refilled
+    issue(w + 2, s);
   }
 }
 
-// down: two weight rows in flight a warp; one output row a pair (ypair, stored, no atomics).
+// down: a tile's rows staged when the block's range enters it; dn_rows weight rows a warp an
+// item; one output row a pair (ypair, stored, no atomics).
 template <int T, bool Q8>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
-  cu_pdl_entry();
+  using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
-  float *xs = reinterpret_cast<float *>(dyn_smem4);
-  const int ff = a.down.ne0, n = a.down.ne1;
-  uint8_t *xq = reinterpret_cast<uint8_t *>(xs + ff);
-  const int cpt = (n + 2 * MV_WARPS - 1) / (2 * MV_WARPS);
-  int w0, w1;
-  item_range(*a.n_tiles * cpt, w0, w1);
+  constexpr int R = dn_rows(T, Q8);
+  const int ff = a.down.ne0, n = a.down.ne1, nt = a.ntok;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int cur = -1, e = 0, p0 = 0, cnt = 0;
-  for (int w = w0; w < w1; w++) {
-    const int tile = w / cpt, chunk = w - tile * cpt;
+  const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), xb = x8_bytes(ff);
+  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
+  uint8_t *ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * ff * sizeof(float)) + (size_t)warp * 2 * R * slot;
+  cu_pdl_entry();
+  const int cpt = (n + R * MV_WARPS - 1) / (R * MV_WARPS);
+  int w0, w1;
+  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
+  if (w0 >= w1) return; // the whole block
+  // the item's rows r0 + i * MV_WARPS (missing ones repeat r0); false when r0 is past the end
+  auto rows_of = [&](int w, const uint8_t *(&src)[R], int &r0) {
+    const int tile = w / cpt;
+    r0 = (w - tile * cpt) * R * MV_WARPS + warp;
+    if (r0 >= n) return false;
+    const uint8_t *dn = a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      const int r = r0 + i * MV_WARPS;
+      src[i] = dn + (size_t)(r < n ? r : r0) * a.down.nb1;
+    }
+    return true;
+  };
+  auto issue = [&](int w, int s) {
+    const uint8_t *src[R];
+    int r0;
+    if (w < w1 && rows_of(w, src, r0))
+#pragma unroll
+      for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
+    cp_async_commit();
+  };
+  issue(w0, 0);
+  issue(w0 + 1, 1);
+  int cur = -1, p0 = 0, cnt = 0;
+  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+    const int tile = w / cpt;
     if (tile != cur) {
-      const int4 tl = a.tiles[tile];
-      e = tl.x;
+      const int4 tl = __ldcg(a.tiles + tile);
       p0 = tl.y;
       cnt = tl.z < MB_NT ? tl.z : MB_NT;
-      __syncthreads();
-      stage_tile<Q8>(xs, xq, a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; });
+      __syncthreads(); // the previous tile's rows are read
+      if constexpr (Q8) stage_rows_q8(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, act);
+      else stage_rows_f(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, reinterpret_cast<float *>(act));
       cur = tile;
     }
-    const int r0 = chunk * 2 * MV_WARPS + warp, r1 = r0 + MV_WARPS;
-    if (r0 >= n) continue;
-    const bool has1 = r1 < n;
-    const uint8_t *dn = a.down.d + (size_t)e * a.down.nb2;
-    const uint8_t *const rp[2] = {dn + (size_t)r0 * a.down.nb1, dn + (size_t)(has1 ? r1 : r0) * a.down.nb1};
-    float acc[2][MB_NT];
+    cp_async_wait_group1();
+    __syncwarp();
+    const uint8_t *src[R];
+    int r0;
+    if (rows_of(w, src, r0)) {
+      const uint8_t *rp[R];
 #pragma unroll
-    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < R; k++) rp[k] = slot_of(ws + (size_t)s * R * slot, slot, k, src[k]);
+      float acc[R][MB_NT];
 #pragma unroll
-      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
-    if constexpr (Q8) dot_q8<T, 2>(rp, xq, x8_bytes(ff), ff, cnt, acc, lane);
-    else dot_f<T, 2>(rp, xs, ff, cnt, acc, lane);
+      for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int t = 0; t < MB_NT; t++) {
-      if (t >= cnt) break;
-      const float y0 = warp_sum(acc[0][t]), y1 = warp_sum(acc[1][t]);
-      if (lane == 0) {
-        float *yr = a.ypair + (size_t)(p0 + t) * a.ldy;
-        yr[r0] = y0;
-        if (has1) yr[r1] = y1;
+        for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+      if constexpr (Q8) dot_q8<T, R>(rp, act, xb, ff, cnt, acc, lane);
+      else dot_f<T, R>(rp, reinterpret_cast<const float *>(act), ff, cnt, acc, lane);
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) {
+        if (t >= cnt) break;
+        float y[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) y[r] = warp_sum(acc[r][t]);
+        if (lane == 0) {
+          float *yr = a.ypair + (size_t)(p0 + t) * a.ldy;
+#pragma unroll
+          for (int r = 0; r < R; r++)
+            if (r0 + r * MV_WARPS < n) yr[r0 + r * MV_WARPS] = y[r];
+        }
       }
     }
+    __syncwarp(); // stage s is refilled
+    issue(w + 2, s);
+  }
+}
+
+// Each token's picks from its router logits (a warp a token, route.cuh's arithmetic, as
+// k_route_pick's), then the pairs grouped by expert as k_moe_sort groups them (one tile an expert
+// in ascending order, pairs {first, count <= tokens}), positions inside an expert in pair order.
+template <int XJ>
+__global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel,
+                                                        float *selw, int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles) {
+  cu_pdl_entry();
+  __shared__ int ssel[MB_NT * ROUTER_MAX_K];
+  __shared__ float sw[MB_NT * ROUTER_MAX_K];
+  __shared__ int cnt[32 * XJ], start[32 * XJ];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = ntok * K;
+  for (int e = threadIdx.x; e < 32 * XJ; e += blockDim.x) cnt[e] = 0;
+  for (int t = warp; t < ntok; t += blockDim.x >> 5)
+    route_core<XJ, true>(logits + (size_t)t * X, X, K, norm_topk, w_scale, ssel + t * K, sw + t * K);
+  __syncthreads();
+  for (int i = threadIdx.x; i < np; i += blockDim.x) {
+    int e = ssel[i];
+    e = e < 0 ? 0 : e >= X ? X - 1 : e; // inside the expert stack whatever the logits held
+    ssel[i] = e;
+    sel[i] = e;
+    selw[i] = sw[i];
+    atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // experts lane * XJ .. + XJ - 1 a lane: exclusive scans of pairs and of used experts
+    int c[XJ], ps = 0, ts = 0;
+#pragma unroll
+    for (int j = 0; j < XJ; j++) {
+      c[j] = cnt[lane * XJ + j];
+      ps += c[j];
+      ts += c[j] > 0 ? 1 : 0;
+    }
+    int pi = ps, ti = ts;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int pv = __shfl_up_sync(0xffffffffu, pi, o), tv = __shfl_up_sync(0xffffffffu, ti, o);
+      if (lane >= o) {
+        pi += pv;
+        ti += tv;
+      }
+    }
+    int p = pi - ps, tt = ti - ts;
+#pragma unroll
+    for (int j = 0; j < XJ; j++) {
+      const int e = lane * XJ + j;
+      start[e] = p;
+      if (c[j] > 0) tiles[tt++] = make_int4(e, p, c[j], 0);
+      p += c[j];
+    }
+    if (lane == 31) *n_tiles = ti;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < np; i += blockDim.x) {
+    const int e = ssel[i];
+    int rank = 0;
+    for (int j = 0; j < i; j++) rank += ssel[j] == e ? 1 : 0;
+    const int p = start[e] + rank;
+    pair_tok[p] = i / K;
+    pair_of[i] = p;
   }
 }
 
@@ -207,8 +338,9 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   const bool q8 = a.q8 && (cu_fast & FAST_Q8);
   p.q8_gu = q8 && mb_d8(a.gate.type) && n % 32 == 0;
   p.q8_dn = q8 && mb_d8(a.down.type) && ff % 32 == 0;
-  p.smem_gu = p.q8_gu ? (size_t)n * 4 + (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4;
-  p.smem_dn = p.q8_dn ? (size_t)ff * 4 + (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4;
+  // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
+  p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
+  p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
 
@@ -225,22 +357,26 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped) {
   mb_plan p;
-  if (!plan_mb(a, ntok, smem_limit, p))
+  if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
-                   cu_type_name(a.gate.type), cu_type_name(a.down.type));
-  sort_args s;
-  s.sel = a.sel;
-  s.n_pairs = ntok * a.k;
-  s.k = a.k;
-  s.n_expert = a.n_expert;
-  s.bn = ntok;
-  s.pair_tok = a.pair_tok;
-  s.pair_of = a.pair_of;
-  s.tiles = a.tiles;
-  s.n_tiles = a.n_tiles;
-  CU_OK(cu_moe_sort(st, s));
+                   cu_type_name(a0.gate.type), cu_type_name(a0.down.type));
+  moe_batch_args a = a0;
+  a.ntok = ntok;
+  if (!grouped) {
+    sort_args s;
+    s.sel = a.sel;
+    s.n_pairs = ntok * a.k;
+    s.k = a.k;
+    s.n_expert = a.n_expert;
+    s.bn = ntok;
+    s.pair_tok = a.pair_tok;
+    s.pair_of = a.pair_of;
+    s.tiles = a.tiles;
+    s.n_tiles = a.n_tiles;
+    CU_OK(cu_moe_sort(st, s));
+  }
   void (*kg)(moe_batch_args) = gu_kernel(a.gate.type, p.q8_gu), (*kd)(moe_batch_args) = down_kernel(a.down.type, p.q8_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
@@ -249,6 +385,25 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int sme
   CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), p.smem_gu, st, a);
   CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
   return cu_moe_combine(st, a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok);
+}
+
+bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit) {
+  return cu_moe_batch_fits(a, ntok, smem_limit) && a.n_expert <= 256 && a.k <= 32 && a.k <= a.n_expert;
+}
+
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit) {
+  if (!cu_moe_batch_pick_fits(a, ntok, smem_limit))
+    return cu_fail(BL_E_UNSUPPORTED, "router: no grouped pick kernel for %d tokens, %d of %d experts", ntok, a.k, a.n_expert);
+  // sel / selw are written here: the caller's pointers are the context's buffers
+  int32_t *sel = const_cast<int32_t *>(a.sel);
+  float *selw = const_cast<float *>(a.selw);
+  if (a.n_expert <= 128)
+    CU_LAUNCH("router picks and grouping", k_mb_pick<4>, dim3(1), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel, selw,
+              a.pair_tok, a.pair_of, a.tiles, a.n_tiles);
+  else
+    CU_LAUNCH("router picks and grouping", k_mb_pick<8>, dim3(1), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel, selw,
+              a.pair_tok, a.pair_of, a.tiles, a.n_tiles);
+  return BL_OK;
 }
 
 int64_t cu_moe_batch_init(int smem_optin) {
@@ -262,5 +417,6 @@ int64_t cu_moe_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true>, smem_optin, w));
-  return BL_OK;
+  CU_OK(cu_kernel_prefs(k_mb_pick<4>, w));
+  return cu_kernel_prefs(k_mb_pick<8>, w);
 }

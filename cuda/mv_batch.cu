@@ -83,15 +83,25 @@ __device__ __forceinline__ float4 x_at(const mvb_args &a, const float *scl, int 
   return v;
 }
 
-// All nt rows as floats (xs: nt rows of n); block 0 copies them to a.h when set.
+// All nt rows as floats (xs: nt rows of n); block 0 copies them to a.h when set. A thread's loads
+// of MB_STAGE_BATCH elements are in flight together.
 __device__ __forceinline__ void stage_f32(const mvb_args &a, const float *scl, float *xs) {
   const int n4 = a.n >> 2, total = a.nt * n4;
   const bool keep = a.h && blockIdx.x == 0;
-  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-    const int t = idx / n4, i = idx - t * n4;
-    const float4 v = x_at(a, scl, t, i);
-    reinterpret_cast<float4 *>(xs)[idx] = v;
-    if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[i] = v;
+  for (int base = 0; base < total; base += MB_STAGE_BATCH * (int)blockDim.x) {
+    float4 v[MB_STAGE_BATCH];
+#pragma unroll
+    for (int k = 0; k < MB_STAGE_BATCH; k++) {
+      const int idx = base + k * (int)blockDim.x + (int)threadIdx.x, t = idx / n4;
+      if (idx < total) v[k] = x_at(a, scl, t, idx - t * n4);
+    }
+#pragma unroll
+    for (int k = 0; k < MB_STAGE_BATCH; k++) {
+      const int idx = base + k * (int)blockDim.x + (int)threadIdx.x, t = idx / n4;
+      if (idx >= total) break;
+      reinterpret_cast<float4 *>(xs)[idx] = v[k];
+      if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[idx - t * n4] = v[k];
+    }
   }
   __syncthreads();
 }
