@@ -14,6 +14,9 @@ struct x8v {
   const int *h;
 };
 
+// Whether rows of type t have an int8-activation dot here (d8<t>::ok).
+__host__ __device__ constexpr bool d8_type(int t) { return t == T_Q4_K || t == T_Q6_K; }
+
 // Bytes the quantized form of n elements takes (n % 32 == 0), 16-byte multiple.
 __host__ __device__ constexpr int x8_bytes(int n) { return ((n + (n / 32) * 8 + (n / 16) * 4) + 15) / 16 * 16; }
 
@@ -108,13 +111,50 @@ __device__ __forceinline__ float dot8_row(const uint8_t *p, int nblk, const x8v 
   return acc;
 }
 
+// The quantized row at p (n elements): q | d | s | h.
+__device__ __forceinline__ x8v x8_at(const uint8_t *p, int n) {
+  x8v x;
+  x.q = reinterpret_cast<const int8_t *>(p);
+  x.d = reinterpret_cast<const float *>(p + n);
+  x.s = x.d + n / 32;
+  x.h = reinterpret_cast<const int *>(x.s + n / 32);
+  return x;
+}
+
+// One group of 32 (four threads, part = threadIdx.x & 3, eight values each) quantized into the
+// x8 row at dst (scale amax / 127, the f32 group sum, int8 sums per 16); every lane of the warp
+// calls it (shuffles), ok: whether this group exists.
+__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part) {
+  const int ng = n / 32;
+  float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
+  float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int v0 = __float2int_rn(va.x * inv), v1 = __float2int_rn(va.y * inv), v2 = __float2int_rn(va.z * inv), v3 = __float2int_rn(va.w * inv);
+  const int v4 = __float2int_rn(vb.x * inv), v5 = __float2int_rn(vb.y * inv), v6 = __float2int_rn(vb.z * inv), v7 = __float2int_rn(vb.w * inv);
+  int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
+  hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: the first 16, parts 2+3: the second
+  if (!ok) return;
+  int8_t *q = reinterpret_cast<int8_t *>(dst);
+  float *d = reinterpret_cast<float *>(dst + n), *s = d + ng;
+  int *h = reinterpret_cast<int *>(s + ng);
+  const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
+  const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
+  reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
+  if (part == 0) {
+    d[g] = amax / 127.0f;
+    s[g] = sum;
+  }
+  if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
+}
+
 // Quantizes n floats of xs (shared, n % 32 == 0) into the x8 layout at dst (q | d | s | h). Every
 // thread of the block calls it (warp shuffles over groups of 4 lanes); ends with a block barrier.
 __device__ __forceinline__ x8v quantize_x8(const float *xs, int n, uint8_t *dst) {
   const int ng = n / 32;
-  int8_t *q = reinterpret_cast<int8_t *>(dst);
-  float *d = reinterpret_cast<float *>(dst + n), *s = d + ng;
-  int *h = reinterpret_cast<int *>(s + ng);
   const int part = threadIdx.x & 3;
   for (int base = 0; base < ng; base += blockDim.x >> 2) {
     const int g = base + (threadIdx.x >> 2);
@@ -124,33 +164,8 @@ __device__ __forceinline__ x8v quantize_x8(const float *xs, int n, uint8_t *dst)
       a = reinterpret_cast<const float4 *>(xs + 32 * g + 8 * part)[0];
       b = reinterpret_cast<const float4 *>(xs + 32 * g + 8 * part)[1];
     }
-    float amax = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))), fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
-    float sum = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int v0 = __float2int_rn(a.x * inv), v1 = __float2int_rn(a.y * inv), v2 = __float2int_rn(a.z * inv), v3 = __float2int_rn(a.w * inv);
-    const int v4 = __float2int_rn(b.x * inv), v5 = __float2int_rn(b.y * inv), v6 = __float2int_rn(b.z * inv), v7 = __float2int_rn(b.w * inv);
-    int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
-    hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: first 16, parts 2+3: second 16
-    if (ok) {
-      const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
-      const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
-      reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
-      if (part == 0) {
-        d[g] = amax / 127.0f;
-        s[g] = sum;
-      }
-      if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
-    }
+    q8_group(a, b, ok, dst, n, g, part);
   }
   __syncthreads();
-  x8v r;
-  r.q = q;
-  r.d = d;
-  r.s = s;
-  r.h = h;
-  return r;
+  return x8_at(dst, n);
 }

@@ -2,6 +2,8 @@
 // (the decode batches' products: each weight unit loaded once for all of the rows) - float rows, or
 // int8 rows in dot8.cuh's layout dotted by dp4a (Q4_K, Q6_K, Q8_0). Shared by moe_batch.cu and mv_batch.cu.
 #pragma once
+#include <stdlib.h>
+
 #include "common.cuh"
 #include "dot8.cuh"
 #include "internal.h"
@@ -14,6 +16,25 @@ static_assert(MB_NT <= 10, "three bits a row in 32");
 __host__ __device__ constexpr uint32_t mb_ident_slots(int t = 0) { return t >= MB_NT ? 0u : ((uint32_t)t << (3 * t)) | mb_ident_slots(t + 1); }
 #define MB_IDENT mb_ident_slots()
 __device__ __forceinline__ int mb_slot(uint32_t sl, int t) { return (int)((sl >> (3 * t)) & 7u); }
+
+// R rows' sums against the tile's rows set to zero.
+template <int R>
+__device__ __forceinline__ void mb_zero(float (&acc)[R][MB_NT]) {
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+}
+
+// A decode-batch path's switch (host), read from the environment once into *on (-1: not yet):
+// off when the variable var starts with '0'.
+static inline bool mb_switch_on(const char *var, int *on) {
+  if (*on < 0) {
+    const char *v = getenv(var);
+    *on = (v && v[0] == '0') ? 0 : 1;
+  }
+  return *on == 1;
+}
 
 // ---- float activations: R weight rows (one type) against the tile's cnt staged rows ----
 // xs: staged rows of n floats; acc[r][t]: row r against staged row sl[t] (t < cnt). F32 rows
@@ -45,15 +66,7 @@ __device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float
 }
 
 // ---- int8 activations: the quantized rows of a tile lie xb bytes apart, each q | d | s | h ----
-__device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t) {
-  x8v x;
-  const uint8_t *p = base + (size_t)t * xb;
-  x.q = reinterpret_cast<const int8_t *>(p);
-  x.d = reinterpret_cast<const float *>(p + n);
-  x.s = x.d + n / 32;
-  x.h = reinterpret_cast<const int *>(x.s + n / 32);
-  return x;
-}
+__device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t) { return x8_at(base + (size_t)t * xb, n); }
 
 // Unit u of R weight rows' blocks (each loaded once) against the tile's cnt quantized rows, whose
 // activations are read once for all R rows (dot8.cuh's layouts and per-unit arithmetic).
@@ -205,36 +218,6 @@ __device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint
 
 // ---- staging of activation rows, every load of a thread's batch in flight together ----
 #define MB_STAGE_BATCH 4
-
-// One group of 32 (four threads, part = threadIdx.x & 3, eight values each) quantized into the
-// x8 row at dst (dot8.cuh's layout and rounding: scale amax / 127, the f32 group sum, int8 sums
-// per 16); every lane of the warp calls it (shuffles), ok: whether this group exists.
-__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part) {
-  const int ng = n / 32;
-  float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
-  float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  const int v0 = __float2int_rn(va.x * inv), v1 = __float2int_rn(va.y * inv), v2 = __float2int_rn(va.z * inv), v3 = __float2int_rn(va.w * inv);
-  const int v4 = __float2int_rn(vb.x * inv), v5 = __float2int_rn(vb.y * inv), v6 = __float2int_rn(vb.z * inv), v7 = __float2int_rn(vb.w * inv);
-  int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
-  hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: the first 16, parts 2+3: the second
-  if (!ok) return;
-  int8_t *q = reinterpret_cast<int8_t *>(dst);
-  float *d = reinterpret_cast<float *>(dst + n), *s = d + ng;
-  int *h = reinterpret_cast<int *>(s + ng);
-  const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
-  const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
-  reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
-  if (part == 0) {
-    d[g] = amax / 127.0f;
-    s[g] = sum;
-  }
-  if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
-}
 
 // cnt rows (src + row_of(t) * ld, written by an earlier kernel) quantized into the x8 slots
 // xq + t * x8_bytes(n), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at

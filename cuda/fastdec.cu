@@ -12,6 +12,7 @@
 #include "quants.cuh"
 #include "route.cuh"
 #include "dot8.cuh"
+#include "rows.cuh"
 #include "stage.cuh"
 
 int cu_fast = FAST_ALL;
@@ -307,32 +308,21 @@ static int row_bytes(int type, int n) {
   return (n / g.be) * g.bb;
 }
 
-static bool same_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
-
-// Types with an int8-activation dot (dot8.cuh).
-static bool has_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
+// The kernels of types A, B with f32 activations (rows.cuh's pair_kernel_f).
+struct fmv_f32 {
+  template <int A, int B>
+  static void (*of())(fmv_args) { return k_fmv<A, B, false>; }
+};
 
 // The kernel for types (ta, tb) (ta == tb: one type), f32 or int8 activations, or null.
 static void (*fmv_kernel(int ta, int tb, bool q8))(fmv_args) {
   if (q8) {
     if (ta == T_Q4_K && tb == T_Q4_K) return k_fmv<T_Q4_K, T_Q4_K, true>;
     if (ta == T_Q6_K && tb == T_Q6_K) return k_fmv<T_Q6_K, T_Q6_K, true>;
-    if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, true>;
+    if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, true>;
     return nullptr;
   }
-  if (ta == tb) {
-    switch (ta) {
-#define C(T) \
-  case T: return k_fmv<T, T, false>;
-      CU_TYPE_CASES(C)
-#undef C
-      default: return nullptr;
-    }
-  }
-  if (same_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, false>;
-  if (same_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_fmv<T_Q5_K, T_Q6_K, false>;
-  if (same_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_fmv<T_Q4_K, T_Q5_K, false>;
-  return nullptr;
+  return pair_kernel_f<fmv_f32>(ta, tb);
 }
 
 struct fmv_launch {
@@ -347,7 +337,7 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   int ta = jobs[0].m.type, tb = ta;
   for (int q = 1; q < nj; q++)
     if (jobs[q].m.type != ta) tb = jobs[q].m.type;
-  const bool q8 = base.q8 && (cu_fast & FAST_Q8) && has_d8(ta) && has_d8(tb) && base.n % 32 == 0;
+  const bool q8 = base.q8 && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && base.n % 32 == 0;
   L.k = fmv_kernel(ta, tb, q8);
   if (!L.k) return false;
   L.a = base;
@@ -436,8 +426,8 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   const int per = FAST_CAP_MAX / slot < K ? FAST_CAP_MAX / slot : K;
   p.cap_dn = per * slot;
   const bool q8 = a.q8 && (cu_fast & FAST_Q8);
-  p.q8_gu = q8 && has_d8(a.gate.type) && n % 32 == 0;
-  p.q8_dn = q8 && has_d8(a.down.type) && ff % 32 == 0;
+  p.q8_gu = q8 && d8_type(a.gate.type) && n % 32 == 0;
+  p.q8_dn = q8 && d8_type(a.down.type) && ff % 32 == 0;
   p.smem_gu = (size_t)n * 4 + (p.q8_gu ? (size_t)x8_bytes(n) : 0) + 8 * 4 * (size_t)p.cap_gu;
   p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&

@@ -192,24 +192,31 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && routed_experts(c, m, fm);
 }
 
+// Products of the residual rows RMS-normalised on the way in (normw, eps); jobs and the rest zero.
+static mv_args normed_products(const cu_ctx *c, const float *normw, float eps) {
+  const int E = (int)c->dm.E;
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  a.x = c->x;
+  a.ldx = E;
+  a.n = E;
+  a.norm = 1;
+  a.normw = normw;
+  a.eps = eps;
+  return a;
+}
+
 // moe: the MoE block that follows (or null); *routed: its router ran fused into the output product.
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
   *routed = false;
   const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
   cu_mark(c, S_QKV);
   if (!big) {
-    mv_args a;
-    memset(&a, 0, sizeof a);
+    mv_args a = normed_products(c, b.vec[BL_ATTN_NORM], b.eps);
     a.job[0] = job(b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->q, qd, EPI_STORE);
     a.job[1] = job(b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->k, kd, EPI_STORE);
     a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
     a.njobs = 3;
-    a.x = c->x;
-    a.ldx = E;
-    a.n = E;
-    a.norm = 1;
-    a.normw = b.vec[BL_ATTN_NORM];
-    a.eps = b.eps;
     a.q8 = 1;
     bool batched = false; // 2..MV_MAX_NT rows: Q, K and V in one launch, each weight row read once (mv_batch.cu)
     CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
@@ -331,31 +338,38 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
+// The arguments both decode-batch expert paths take (moe_batch_args, moe_dec_args; the rest
+// zero): the weights, the normalised rows in h, the picks, act rows of gate.ne1, the residual.
+template <class A>
+static void expert_rows(A &m, const cu_ctx *c, const dmat &gate, const dmat &up, const dmat &down, const int32_t *sel, const float *selw, int k) {
+  const int E = (int)c->dm.E;
+  memset(&m, 0, sizeof m);
+  m.gate = gate;
+  m.up = up;
+  m.down = down;
+  m.h = c->h;
+  m.ldh = E;
+  m.sel = sel;
+  m.selw = selw;
+  m.k = k;
+  m.act = c->act;
+  m.ldact = gate.ne1;
+  m.x = c->x;
+  m.ldx = E;
+}
+
 // The grouped decode-batch experts' arguments for MoE block b (moe_batch.cu; picks in c->sel).
 static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat &gate, const dmat &up, const dmat &down) {
-  const int E = (int)c->dm.E;
   moe_batch_args mb;
-  memset(&mb, 0, sizeof mb);
-  mb.gate = gate;
-  mb.up = up;
-  mb.down = down;
-  mb.h = c->h;
-  mb.ldh = E;
-  mb.sel = c->sel;
-  mb.selw = c->selw;
-  mb.k = b.n_used;
+  expert_rows(mb, c, gate, up, down, c->sel, c->selw, b.n_used);
   mb.n_expert = b.n_expert;
   mb.pair_tok = c->pair_tok;
   mb.pair_of = c->pair_of;
   mb.tiles = c->tiles;
   mb.n_tiles = c->n_tiles;
   mb.max_tiles = c->max_tiles;
-  mb.act = c->act;
-  mb.ldact = gate.ne1;
   mb.ypair = c->ypair;
-  mb.ldy = E;
-  mb.x = c->x;
-  mb.ldx = E;
+  mb.ldy = (int)c->dm.E;
   mb.q8 = 1;
   return mb;
 }
@@ -434,16 +448,9 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
   if (moe && ntok >= 2 && ntok <= MV_MAX_NT && rw.d && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, K)) {
     // a decode batch: the router's product with each row read once (its normalised rows kept in
     // h for the experts), then each token's picks (mv_batch.cu)
-    mv_args a;
-    memset(&a, 0, sizeof a);
+    mv_args a = normed_products(c, b.vec[BL_MOE_NORM], b.eps);
     a.job[0] = job(rw, nullptr, c->router, b.n_expert, EPI_STORE);
     a.njobs = 1;
-    a.x = c->x;
-    a.ldx = E;
-    a.n = E;
-    a.norm = 1;
-    a.normw = b.vec[BL_MOE_NORM];
-    a.eps = b.eps;
     CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
     if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
       // the picks and the grouping by expert in one launch
@@ -490,19 +497,7 @@ static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool ro
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
     if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped);
     moe_dec_args m;
-    memset(&m, 0, sizeof m);
-    m.gate = gate;
-    m.up = up;
-    m.down = down;
-    m.h = c->h;
-    m.ldh = E;
-    m.sel = sel;
-    m.selw = selw;
-    m.k = K;
-    m.act = c->act;
-    m.ldact = ff;
-    m.x = c->x;
-    m.ldx = E;
+    expert_rows(m, c, gate, up, down, sel, selw, K);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);
   }
   gemm_args g;

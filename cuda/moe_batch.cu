@@ -38,26 +38,65 @@ __device__ __forceinline__ const uint8_t *slot_of(const uint8_t *ws, int slot, i
   return ws + (size_t)k * slot + (reinterpret_cast<uintptr_t>(src) & 15);
 }
 
+// The start both grouped kernels share: R weight rows a warp an item of (tile, chunk of per *
+// MV_WARPS rows), rows of len elements. Shared memory (smem): the tokens' activations (nt int8
+// slots with Q8, else nt rows of floats), then each warp's two stages of R weight slots. begin
+// enters the kernel (cu_pdl_entry) and takes the block's range [w0, w1) of the step's items.
+template <int T, bool Q8, int R>
+struct mb_frame {
+  int lane, warp, rb, slot, xb, cpt, w0, w1;
+  uint8_t *act, *ws;
+  __device__ __forceinline__ void begin(const moe_batch_args &a, void *smem, int len, int rows, int per) {
+    using Q = qt<T>;
+    const int nt = a.ntok;
+    lane = threadIdx.x & 31;
+    warp = threadIdx.x >> 5;
+    rb = (len / Q::BE) * Q::BB;
+    slot = copy_slot_bytes(rb);
+    xb = x8_bytes(len);
+    act = reinterpret_cast<uint8_t *>(smem);
+    ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * len * sizeof(float)) + (size_t)warp * 2 * R * slot;
+    cu_pdl_entry();
+    cpt = (rows + per * MV_WARPS - 1) / (per * MV_WARPS);
+    item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
+  }
+  // Item w's weight rows (rows_of(w, src, r0); false: none) copied into stage s by cp.async; one
+  // commit group either way.
+  template <class RowsOf>
+  __device__ __forceinline__ void issue(RowsOf rows_of, int w, int s) const {
+    const uint8_t *src[R];
+    int r0;
+    if (w < w1 && rows_of(w, src, r0))
+#pragma unroll
+      for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
+    cp_async_commit();
+  }
+  // Where stage s holds the copy of row k (read from src).
+  __device__ __forceinline__ const uint8_t *row(int s, int k, const uint8_t *src) const { return slot_of(ws + (size_t)s * R * slot, slot, k, src); }
+};
+
+// A tile's first pair and its pairs (at most MB_NT).
+__device__ __forceinline__ void tile_pairs(const moe_batch_args &a, int tile, int &p0, int &cnt) {
+  const int4 tl = __ldcg(a.tiles + tile);
+  p0 = tl.y;
+  cnt = tl.z < MB_NT ? tl.z : MB_NT;
+}
+
 // gate/up: every token's row is staged once (f32, or int8 with Q8); a tile's pairs read their
 // tokens' rows. silu(gate) * up a pair.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
-  using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   constexpr int R = 2 * GU_ROWS;
   const int n = a.gate.ne0, ff = a.gate.ne1, nt = a.ntok;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rb = (n / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), xb = x8_bytes(n);
-  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
-  uint8_t *ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * n * sizeof(float)) + (size_t)warp * 2 * R * slot;
-  cu_pdl_entry();
-  const int cpt = (ff + GU_ROWS * MV_WARPS - 1) / (GU_ROWS * MV_WARPS);
-  int w0, w1;
-  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
-  if (w0 >= w1) return; // the whole block
+  mb_frame<T, Q8, R> f;
+  f.begin(a, dyn_smem4, n, ff, GU_ROWS);
+  if (f.w0 >= f.w1) return; // the whole block
+  const int lane = f.lane, warp = f.warp, cpt = f.cpt;
   // the item's weight rows (gate r0, up r0, gate r1, up r1; a missing r1 repeats r0)
-  auto rows_of = [&](int w, const uint8_t *(&src)[R]) {
-    const int tile = w / cpt, r0 = (w - tile * cpt) * GU_ROWS * MV_WARPS + warp;
+  auto rows_of = [&](int w, const uint8_t *(&src)[R], int &r0) {
+    const int tile = w / cpt;
+    r0 = (w - tile * cpt) * GU_ROWS * MV_WARPS + warp;
     if (r0 >= ff) return false;
     const int e = __ldcg(&a.tiles[tile].x), r1 = r0 + MV_WARPS < ff ? r0 + MV_WARPS : r0;
     const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
@@ -67,25 +106,16 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
     src[3] = u + (size_t)r1 * a.up.nb1;
     return true;
   };
-  auto issue = [&](int w, int s) {
-    const uint8_t *src[R];
-    if (w < w1 && rows_of(w, src))
-#pragma unroll
-      for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
-    cp_async_commit();
-  };
-  issue(w0, 0);
-  issue(w0 + 1, 1);
-  if constexpr (Q8) stage_rows_q8(a.h, a.ldh, n, nt, [](int t) { return t; }, act);
-  else stage_rows_f(a.h, a.ldh, n, nt, [](int t) { return t; }, reinterpret_cast<float *>(act));
+  f.issue(rows_of, f.w0, 0);
+  f.issue(rows_of, f.w0 + 1, 1);
+  if constexpr (Q8) stage_rows_q8(a.h, a.ldh, n, nt, [](int t) { return t; }, f.act);
+  else stage_rows_f(a.h, a.ldh, n, nt, [](int t) { return t; }, reinterpret_cast<float *>(f.act));
   int cur = -1, p0 = 0, cnt = 0;
   uint32_t sl = 0; // the tile's rows' tokens, 3 bits each
-  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+  for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
     const int tile = w / cpt;
     if (tile != cur) {
-      const int4 tl = __ldcg(a.tiles + tile);
-      p0 = tl.y;
-      cnt = tl.z < MB_NT ? tl.z : MB_NT;
+      tile_pairs(a, tile, p0, cnt);
       sl = 0;
 #pragma unroll
       for (int t = 0; t < MB_NT; t++) sl |= t < cnt ? ((uint32_t)__ldcg(a.pair_tok + p0 + t) & 7u) << (3 * t) : 0u;
@@ -94,17 +124,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
     cp_async_wait_group1(); // item w's copies (item w + 1's may still be in flight)
     __syncwarp();
     const uint8_t *src[R];
-    if (rows_of(w, src)) {
-      const int r0 = (w - tile * cpt) * GU_ROWS * MV_WARPS + warp, r1 = r0 + MV_WARPS;
-      const uint8_t *const rp[R] = {slot_of(ws + (size_t)s * R * slot, slot, 0, src[0]), slot_of(ws + (size_t)s * R * slot, slot, 1, src[1]),
-                                    slot_of(ws + (size_t)s * R * slot, slot, 2, src[2]), slot_of(ws + (size_t)s * R * slot, slot, 3, src[3])};
+    int r0;
+    if (rows_of(w, src, r0)) {
+      const int r1 = r0 + MV_WARPS;
+      const uint8_t *const rp[R] = {f.row(s, 0, src[0]), f.row(s, 1, src[1]), f.row(s, 2, src[2]), f.row(s, 3, src[3])};
       float acc[R][MB_NT];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
-      if constexpr (Q8) dot_q8<T, R>(rp, act, xb, n, cnt, sl, acc, lane);
-      else dot_f<T, R>(rp, reinterpret_cast<const float *>(act), n, cnt, sl, acc, lane);
+      mb_zero(acc);
+      if constexpr (Q8) dot_q8<T, R>(rp, f.act, f.xb, n, cnt, sl, acc, lane);
+      else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), n, cnt, sl, acc, lane);
 #pragma unroll
       for (int t = 0; t < MB_NT; t++) {
         if (t >= cnt) break;
@@ -117,7 +144,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
       }
     }
     __syncwarp(); // stage s is refilled
-    issue(w + 2, s);
+    f.issue(rows_of, w + 2, s);
   }
 }
 
@@ -125,19 +152,13 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
 // item; one output row a pair (ypair, stored, no atomics).
 template <int T, bool Q8>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
-  using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   constexpr int R = dn_rows(T, Q8);
-  const int ff = a.down.ne0, n = a.down.ne1, nt = a.ntok;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), xb = x8_bytes(ff);
-  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
-  uint8_t *ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * ff * sizeof(float)) + (size_t)warp * 2 * R * slot;
-  cu_pdl_entry();
-  const int cpt = (n + R * MV_WARPS - 1) / (R * MV_WARPS);
-  int w0, w1;
-  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
-  if (w0 >= w1) return; // the whole block
+  const int ff = a.down.ne0, n = a.down.ne1;
+  mb_frame<T, Q8, R> f;
+  f.begin(a, dyn_smem4, ff, n, R);
+  if (f.w0 >= f.w1) return; // the whole block
+  const int lane = f.lane, warp = f.warp, cpt = f.cpt;
   // the item's rows r0 + i * MV_WARPS (missing ones repeat r0); false when r0 is past the end
   auto rows_of = [&](int w, const uint8_t *(&src)[R], int &r0) {
     const int tile = w / cpt;
@@ -151,26 +172,16 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
     }
     return true;
   };
-  auto issue = [&](int w, int s) {
-    const uint8_t *src[R];
-    int r0;
-    if (w < w1 && rows_of(w, src, r0))
-#pragma unroll
-      for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
-    cp_async_commit();
-  };
-  issue(w0, 0);
-  issue(w0 + 1, 1);
+  f.issue(rows_of, f.w0, 0);
+  f.issue(rows_of, f.w0 + 1, 1);
   int cur = -1, p0 = 0, cnt = 0;
-  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+  for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
     const int tile = w / cpt;
     if (tile != cur) {
-      const int4 tl = __ldcg(a.tiles + tile);
-      p0 = tl.y;
-      cnt = tl.z < MB_NT ? tl.z : MB_NT;
+      tile_pairs(a, tile, p0, cnt);
       __syncthreads(); // the previous tile's rows are read
-      if constexpr (Q8) stage_rows_q8(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, act);
-      else stage_rows_f(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, reinterpret_cast<float *>(act));
+      if constexpr (Q8) stage_rows_q8(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, f.act);
+      else stage_rows_f(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, reinterpret_cast<float *>(f.act));
       cur = tile;
     }
     cp_async_wait_group1();
@@ -180,14 +191,11 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
     if (rows_of(w, src, r0)) {
       const uint8_t *rp[R];
 #pragma unroll
-      for (int k = 0; k < R; k++) rp[k] = slot_of(ws + (size_t)s * R * slot, slot, k, src[k]);
+      for (int k = 0; k < R; k++) rp[k] = f.row(s, k, src[k]);
       float acc[R][MB_NT];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
-      if constexpr (Q8) dot_q8<T, R>(rp, act, xb, ff, cnt, acc, lane);
-      else dot_f<T, R>(rp, reinterpret_cast<const float *>(act), ff, cnt, acc, lane);
+      mb_zero(acc);
+      if constexpr (Q8) dot_q8<T, R>(rp, f.act, f.xb, ff, cnt, acc, lane);
+      else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), ff, cnt, acc, lane);
 #pragma unroll
       for (int t = 0; t < MB_NT; t++) {
         if (t >= cnt) break;
@@ -203,7 +211,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
       }
     }
     __syncwarp(); // stage s is refilled
-    issue(w + 2, s);
+    f.issue(rows_of, w + 2, s);
   }
 }
 
@@ -272,26 +280,10 @@ __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int
 
 // ---- host side ----
 
-static bool mb_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
-
-static bool mb_has_kernel(int t) {
-  switch (t) {
-#define C(T) \
-  case T: return true;
-    CU_TYPE_CASES(C)
-#undef C
-    default: return false;
-  }
-}
-
 // BLOOMERY_CUDA_MOE_BATCH=0 sends decode batches to the per-pair kernels (moe_dec.cu).
 static bool mb_enabled() {
   static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("BLOOMERY_CUDA_MOE_BATCH");
-    on = (v && v[0] == '0') ? 0 : 1;
-  }
-  return on == 1;
+  return mb_switch_on("BLOOMERY_CUDA_MOE_BATCH", &on);
 }
 
 struct mb_plan {
@@ -299,22 +291,23 @@ struct mb_plan {
   size_t smem_gu, smem_dn;
 };
 
-static void (*gu_kernel(int type, bool q8))(moe_batch_args) {
-  if (q8) return type == T_Q4_K ? k_mb_gu<T_Q4_K, true> : type == T_Q6_K ? k_mb_gu<T_Q6_K, true> : nullptr;
-  switch (type) {
-#define C(T) \
-  case T: return k_mb_gu<T, false>;
-    CU_TYPE_CASES(C)
-#undef C
-    default: return nullptr;
-  }
-}
+typedef void (*mb_kernel)(moe_batch_args);
+struct gu_of {
+  template <int T, bool Q8>
+  static mb_kernel of() { return k_mb_gu<T, Q8>; }
+};
+struct down_of {
+  template <int T, bool Q8>
+  static mb_kernel of() { return k_mb_down<T, Q8>; }
+};
 
-static void (*down_kernel(int type, bool q8))(moe_batch_args) {
-  if (q8) return type == T_Q4_K ? k_mb_down<T_Q4_K, true> : type == T_Q6_K ? k_mb_down<T_Q6_K, true> : nullptr;
+// The kernel K::of<type, q8>: int8 activations for Q4_K / Q6_K rows, f32 for any type; or null.
+template <class K>
+static mb_kernel mb_kernel_of(int type, bool q8) {
+  if (q8) return type == T_Q4_K ? K::template of<T_Q4_K, true>() : type == T_Q6_K ? K::template of<T_Q6_K, true>() : nullptr;
   switch (type) {
 #define C(T) \
-  case T: return k_mb_down<T, false>;
+  case T: return K::template of<T, false>();
     CU_TYPE_CASES(C)
 #undef C
     default: return nullptr;
@@ -327,7 +320,7 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   if (K < 1 || K > ROUTER_MAX_K || X < 1 || !a.sel || !a.selw) return false;
   if (a.up.type != a.gate.type || a.up.ne0 != n || a.up.ne1 != ff || a.down.ne0 != ff || a.down.ne1 != n) return false;
   if (a.gate.ne2 < X || a.up.ne2 < X || a.down.ne2 < X) return false;
-  if (!mb_has_kernel(a.gate.type) || !mb_has_kernel(a.down.type)) return false;
+  if (!mb_kernel_of<gu_of>(a.gate.type, false) || !mb_kernel_of<down_of>(a.down.type, false)) return false;
   cu_type_geom gg, gd;
   if (!cu_type_geom_of(a.gate.type, &gg) || !cu_type_geom_of(a.down.type, &gd) || n % gg.be || ff % gd.be || n % 4 || ff % 4) return false;
   const int pairs = ntok * K;
@@ -336,8 +329,8 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   if (most > a.max_tiles) return false;
   if (a.ldy < n || a.ldact < ff || a.ldh < n || a.ldx < n) return false;
   const bool q8 = a.q8 && (cu_fast & FAST_Q8);
-  p.q8_gu = q8 && mb_d8(a.gate.type) && n % 32 == 0;
-  p.q8_dn = q8 && mb_d8(a.down.type) && ff % 32 == 0;
+  p.q8_gu = q8 && d8_type(a.gate.type) && n % 32 == 0;
+  p.q8_dn = q8 && d8_type(a.down.type) && ff % 32 == 0;
   // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
   p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
   p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
@@ -377,7 +370,7 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
     s.n_tiles = a.n_tiles;
     CU_OK(cu_moe_sort(st, s));
   }
-  void (*kg)(moe_batch_args) = gu_kernel(a.gate.type, p.q8_gu), (*kd)(moe_batch_args) = down_kernel(a.down.type, p.q8_dn);
+  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = mb_kernel_of<down_of>(a.down.type, p.q8_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
   CU_OK(resident_blocks(kg, p.smem_gu, &grid_gu));

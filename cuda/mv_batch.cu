@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "quants.cuh"
 #include "route.cuh"
+#include "rows.cuh"
 
 static_assert(MB_NT == 8, "the warp reduction below splits 8 token sums over the lanes");
 
@@ -119,31 +120,7 @@ __device__ __forceinline__ void stage_q8(const mvb_args &a, const float *scl, ui
       va = x_at(a, scl, t, 8 * g + 2 * part);
       vb = x_at(a, scl, t, 8 * g + 2 * part + 1);
     }
-    float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
-    float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int v0 = __float2int_rn(va.x * inv), v1 = __float2int_rn(va.y * inv), v2 = __float2int_rn(va.z * inv), v3 = __float2int_rn(va.w * inv);
-    const int v4 = __float2int_rn(vb.x * inv), v5 = __float2int_rn(vb.y * inv), v6 = __float2int_rn(vb.z * inv), v7 = __float2int_rn(vb.w * inv);
-    int hs = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
-    hs += __shfl_xor_sync(0xffffffffu, hs, 1); // parts 0+1: the first 16, parts 2+3: the second
-    if (ok) {
-      uint8_t *dst = xq + (size_t)t * xb;
-      int8_t *q = reinterpret_cast<int8_t *>(dst);
-      float *d = reinterpret_cast<float *>(dst + a.n), *s = d + ng;
-      int *h = reinterpret_cast<int *>(s + ng);
-      const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
-      const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
-      reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
-      if (part == 0) {
-        d[g] = amax / 127.0f;
-        s[g] = sum;
-      }
-      if ((part & 1) == 0) h[2 * g + (part >> 1)] = hs;
-    }
+    q8_group(va, vb, ok, xq + (size_t)t * xb, a.n, g, part);
   }
   __syncthreads();
 }
@@ -197,10 +174,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
     // a missing second row repeats the first (its sums dropped)
     const uint8_t *const rp[2] = {jb.m.d + (size_t)r0 * jb.m.nb1, jb.m.d + (size_t)(has1 ? r1 : r0) * jb.m.nb1};
     float acc[2][MB_NT];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-      for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+    mb_zero(acc);
     if constexpr (Q8) {
       if (TA == TB || ta) dot_q8<TA, 2>(rp, xq, xb, n, nt, acc, lane);
       else dot_q8<TB, 2>(rp, xq, xb, n, nt, acc, lane);
@@ -244,40 +218,27 @@ __global__ void __launch_bounds__(32) k_route_pick(const float *logits, int X, i
 // BLOOMERY_CUDA_MV_BATCH=0 sends decode batches' dense products back to cu_matvec.
 static bool mvb_enabled() {
   static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("BLOOMERY_CUDA_MV_BATCH");
-    on = (v && v[0] == '0') ? 0 : 1;
-  }
-  return on == 1;
+  return mb_switch_on("BLOOMERY_CUDA_MV_BATCH", &on);
 }
-
-// Types whose rows take int8 activations: those the one-token kernels give them (fastdec.cu), so a
-// batch computes a token as its one-token step does; Q8_0 rows keep f32 activations there (the
-// int8 kernel of Q8_0 stays built for a later switch of both).
-static bool mvb_d8(int t) { return t == T_Q4_K || t == T_Q6_K; }
-static bool mvb_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
 
 typedef void (*mvb_kernel)(mvb_args);
 
-// The kernel for types (ta, tb) (ta == tb: one type), int8 or f32 activations, or null.
+// The kernels of types A, B with f32 activations (rows.cuh's pair_kernel_f).
+struct mvb_f32 {
+  template <int A, int B>
+  static mvb_kernel of() { return k_mvb<A, B, false>; }
+};
+
+// The kernel for types (ta, tb) (ta == tb: one type), int8 or f32 activations, or null. Types
+// whose rows take int8 activations: those the one-token kernels give them (fastdec.cu, d8_type),
+// so a batch computes a token as its one-token step does; Q8_0 rows keep f32 activations there
+// (the int8 kernel of Q8_0 stays built for a later switch of both).
 static mvb_kernel mvb_kernel_of(int ta, int tb, bool q8) {
   if (q8) {
     if (ta == tb) return ta == T_Q4_K ? k_mvb<T_Q4_K, T_Q4_K, true> : ta == T_Q6_K ? k_mvb<T_Q6_K, T_Q6_K, true> : ta == T_Q8_0 ? k_mvb<T_Q8_0, T_Q8_0, true> : nullptr;
-    return mvb_pair(ta, tb, T_Q4_K, T_Q6_K) ? k_mvb<T_Q4_K, T_Q6_K, true> : nullptr;
+    return type_pair(ta, tb, T_Q4_K, T_Q6_K) ? k_mvb<T_Q4_K, T_Q6_K, true> : nullptr;
   }
-  if (ta == tb) {
-    switch (ta) {
-#define C(T) \
-  case T: return k_mvb<T, T, false>;
-      CU_TYPE_CASES(C)
-#undef C
-      default: return nullptr;
-    }
-  }
-  if (mvb_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_mvb<T_Q4_K, T_Q6_K, false>;
-  if (mvb_pair(ta, tb, T_Q5_K, T_Q6_K)) return k_mvb<T_Q5_K, T_Q6_K, false>;
-  if (mvb_pair(ta, tb, T_Q4_K, T_Q5_K)) return k_mvb<T_Q4_K, T_Q5_K, false>;
-  return nullptr;
+  return pair_kernel_f<mvb_f32>(ta, tb);
 }
 
 // Blocks of a kernel resident on an SM at once (a host computation, no device call).
@@ -304,7 +265,7 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
     cu_type_geom g;
     if (m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0) return BL_OK;
   }
-  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && mvb_d8(ta) && mvb_d8(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
+  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
   const mvb_kernel k = mvb_kernel_of(ta, tb, q8);
   if (!k) return BL_OK;
   const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);

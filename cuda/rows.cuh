@@ -62,3 +62,26 @@ __device__ __forceinline__ void mv_row2(const uint8_t *ra, const uint8_t *rb, co
     });
   }
 }
+
+// Whether types (a, b) are the pair (x, y) in either order.
+__host__ __device__ constexpr bool type_pair(int a, int b, int x, int y) { return (a == x && b == y) || (a == y && b == x); }
+
+// A decode product's kernel with f32 activations for weight types (ta, tb): one type (ta == tb,
+// any of CU_TYPE_CASES) or one of the pairs a launch takes (Q4_K/Q6_K, Q5_K/Q6_K, Q4_K/Q5_K);
+// null otherwise. K::of<A, B>() names the kernel of types A and B.
+template <class K>
+static inline auto pair_kernel_f(int ta, int tb) -> decltype(K::template of<T_F32, T_F32>()) {
+  if (ta == tb) {
+    switch (ta) {
+#define PK_CASE(T) \
+  case T: return K::template of<T, T>();
+      CU_TYPE_CASES(PK_CASE)
+#undef PK_CASE
+      default: return nullptr;
+    }
+  }
+  if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return K::template of<T_Q4_K, T_Q6_K>();
+  if (type_pair(ta, tb, T_Q5_K, T_Q6_K)) return K::template of<T_Q5_K, T_Q6_K>();
+  if (type_pair(ta, tb, T_Q4_K, T_Q5_K)) return K::template of<T_Q4_K, T_Q5_K>();
+  return nullptr;
+}

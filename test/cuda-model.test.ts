@@ -382,6 +382,28 @@ gpu("CUDA backend behaviour", () => {
   });
 });
 
+// The two models of a decode-batch test: the CPU exact path and the card (every layer), S slots
+// each, slot s fed prompt(s, V) on both; len: each slot's next position. Closes both on a failure.
+function batchModels(file: string, S: number, prompt: (s: number, V: number) => number[]): { cpu: Model; m: Model; be: CudaBackend; V: number; len: number[] } {
+  const cpu = Model.load(file, { nCtx: 64, nSlots: S, exact: true, nThreads: 8 });
+  const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+  try {
+    const V = m.hp.nVocab;
+    const len: number[] = [];
+    for (let s = 0; s < S; s++) {
+      const p = prompt(s, V);
+      cpu.evalSequence(p, 0, s);
+      m.evalSequence(p, 0, s);
+      len.push(p.length);
+    }
+    return { cpu, m, be: m.backend as CudaBackend, V, len };
+  } catch (e) {
+    cpu.close();
+    m.close();
+    throw e;
+  }
+}
+
 // Decode batches of 2..8 sequences (one token each, different slots and positions) take the
 // experts grouped by expert (cuda/moe_batch.cu). Each token's logits against its sequence's
 // one-token step alone and against the CPU exact path. Bounds: with f32 activations everywhere
@@ -410,19 +432,9 @@ gpu("decode batches grouped by expert against one-token steps and the CPU exact 
         await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 5 });
       }
       const S = 8;
-      const cpu = Model.load(file, { nCtx: 64, nSlots: S, exact: true, nThreads: 8 });
-      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+      // a prompt of a different length in each slot
+      const { cpu, m, be, V, len } = batchModels(file, S, (s, V) => Array.from({ length: 6 + 3 * s }, (_, i) => (i * 7919 + 31 * s + 13) % V));
       try {
-        const be = m.backend as CudaBackend;
-        const V = m.hp.nVocab;
-        // a prompt of a different length in each slot
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          const prompt = Array.from({ length: 6 + 3 * s }, (_, i) => (i * 7919 + 31 * s + 13) % V);
-          cpu.evalSequence(prompt, 0, s);
-          m.evalSequence(prompt, 0, s);
-          len.push(prompt.length);
-        }
         const F = CudaFast;
         const worst = { f32Single: 0, f32Cpu: 0, f32Excess: 0, i8Single: 0, i8Cpu: 0, i8Excess: 0 };
         let round = 0;
@@ -501,18 +513,8 @@ gpu("decode batches' dense products read each weight row once, against the gener
       const file = join(tmp, `mvb-${c.model}-${c.quant}.gguf`);
       await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 7 });
       const S = 8;
-      const cpu = Model.load(file, { nCtx: 64, nSlots: S, exact: true, nThreads: 8 });
-      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+      const { cpu, m, be, V, len } = batchModels(file, S, (s, V) => Array.from({ length: 5 + 2 * s }, (_, i) => (i * 4099 + 37 * s + 11) % V));
       try {
-        const be = m.backend as CudaBackend;
-        const V = m.hp.nVocab;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          const prompt = Array.from({ length: 5 + 2 * s }, (_, i) => (i * 4099 + 37 * s + 11) % V);
-          cpu.evalSequence(prompt, 0, s);
-          m.evalSequence(prompt, 0, s);
-          len.push(prompt.length);
-        }
         const F = CudaFast;
         const worst = { f32General: 0, f32Single: 0, f32Cpu: 0, i8General: 0, i8Single: 0, i8Cpu: 0 };
         let round = 0;
