@@ -136,8 +136,9 @@ describe("Anthropic Messages API (@anthropic-ai/sdk)", () => {
       { role: "assistant", content: first.content },
       { role: "user", content: [{ type: "tool_result", tool_use_id: use.id, content: "cold" }, { type: "text", text: "Summarize." }] },
     ];
-    // greedy: with sampling the demo model may open another tool call or a think block in 8 tokens
-    const second = await client.messages.create({ model: "m", max_tokens: 8, messages: followUp, tools, temperature: 0 });
+    // greedy (temperature is not in this SDK version's types, but the server reads it): with
+    // sampling the demo model may open another tool call or a think block in 8 tokens
+    const second = await client.messages.create({ model: "m", max_tokens: 8, messages: followUp, tools, ...({ temperature: 0 } as object) });
     expect(second.content.some((b) => b.type === "text")).toBe(true);
     expect(["end_turn", "max_tokens"]).toContain(second.stop_reason!);
     const count = await client.messages.countTokens({ model: "m", messages: followUp, tools });
