@@ -28,15 +28,14 @@ export interface Backend {
    * A slot's first n positions saved in the backend's own memory (the card), or undefined when
    * it has no such memory or no room for them; the prompt cache then keeps them in host RAM.
    */
-  kvStash?(slot: number, n: number): DeviceKv | undefined;
+  kvStash?(slot: number, n: number): SavedKv | undefined;
   close(): void;
 }
 
-/** A saved KV state held in a backend's memory (kvStash). */
-export interface DeviceKv {
-  /** positions it holds */
-  readonly n: number;
+/** A saved KV state (the prompt cache's entries); any prefix of it restores (the saved layout is position-major). */
+export interface SavedKv {
   readonly bytes: number;
+  readonly where: "card" | "host";
   /** its first n positions into a slot */
   restore(slot: number, n: number): void;
   free(): void;

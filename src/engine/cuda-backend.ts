@@ -5,7 +5,7 @@ import { ptr } from "bun:ffi";
 import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
 import type { HParams } from "../models/types.ts";
-import type { Backend, Batch, DeviceKv } from "./backend.ts";
+import type { Backend, Batch, SavedKv } from "./backend.ts";
 import type { EncodedProgram } from "./program.ts";
 
 export interface CudaBackendOptions {
@@ -180,7 +180,7 @@ export class CudaBackend implements Backend {
   /** Saved states stay on the card while it keeps this much free beside them. */
   static readonly STASH_MARGIN = 2 * 1024 ** 3;
 
-  kvStash(slot: number, n: number): DeviceKv | undefined {
+  kvStash(slot: number, n: number): SavedKv | undefined {
     const bytes = n * this.kvPosBytes();
     const free = new BigInt64Array(1);
     checkCuda(cuda().bl_cuda_free_bytes(this.ctx, ptr(free)), "reading the card's free memory");
@@ -190,7 +190,7 @@ export class CudaBackend implements Backend {
     const handle = out[0], owner = this;
     let live = true;
     return {
-      n, bytes,
+      bytes, where: "card",
       restore(to: number, m: number) {
         if (!live) throw new Error("internal: restoring a freed KV state");
         checkCuda(cuda().bl_cuda_kv_unstash(owner.ctx, handle, to, m), "restoring KV on the card");

@@ -3,13 +3,9 @@
 // card while it has room (restored at device-memory speed), else in host RAM. A new request
 // restores the longest saved prefix, even after other requests used the slot it came from.
 
-/** A saved KV state; any prefix of it restores (the saved layout is position-major). */
-export interface SavedKv {
-  readonly bytes: number;
-  readonly where: "card" | "host";
-  restore(slot: number, n: number): void;
-  free(): void;
-}
+import type { SavedKv } from "./backend.ts";
+
+export type { SavedKv };
 
 export interface CachedPrompt {
   tokens: number[];

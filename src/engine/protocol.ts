@@ -1,5 +1,6 @@
 // bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
 import type { PlacementFlags } from "./plan.ts";
+import type { ExpertStats } from "./expert-store.ts";
 import type { SamplingParams } from "../sampling/index.ts";
 
 export type { SamplingParams };
@@ -121,7 +122,7 @@ export interface EngineStats {
   nDecode: number;
   busySlotsDecoded: number;
   /** the routed experts' RAM cache (the disk tier), when the model has one */
-  experts?: { lookups: number; hits: number; misses: number; bytesRead: number; evictions: number; resident: number; slots: number };
+  experts?: ExpertStats;
 }
 
 export interface EngineOptions {

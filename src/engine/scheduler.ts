@@ -59,17 +59,12 @@ export class Scheduler {
       cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded,
-      experts: this.expertStats(),
+      experts: this.model.expertStats(),
     };
   }
 
   private nDecode = 0;
   private busySlotsDecoded = 0;
-
-  private expertStats(): EngineStats["experts"] {
-    const e = this.model.expertStats();
-    return e && { lookups: e.lookups, hits: e.hits, misses: e.misses, bytesRead: e.bytesRead, evictions: e.evictions, resident: e.resident, slots: e.slots };
-  }
 
   private idleSlot(id: number): Slot {
     const s = this.slots[id];
@@ -119,7 +114,7 @@ export class Scheduler {
   private stash(s: Slot): SavedKv {
     const be = this.model.backend, n = s.tokens.length;
     const dev = be.kvStash?.(s.id, n);
-    if (dev) return { bytes: dev.bytes, where: "card", restore: (slot, m) => dev.restore(slot, m), free: () => dev.free() };
+    if (dev) return dev;
     const posBytes = be.kvPosBytes();
     const buf = new Uint8Array(n * posBytes);
     be.kvSave(s.id, n, buf);
