@@ -114,6 +114,20 @@ static inline void bl_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t
   }
 }
 
+/* Q3_K's sixteen 6-bit scales, still biased by 32, as bytes: scales 0..7 in *lo, 8..15 in *hi
+ * (byte g of each word; the low 4 bits from the first 8 bytes, the high 2 from the last 4). */
+static inline void bl_q3k_scale_bytes(const uint8_t *scales, uint64_t *lo, uint64_t *hi) {
+  uint64_t a64;
+  uint32_t b32;
+  memcpy(&a64, scales, 8);
+  memcpy(&b32, scales + 8, 4);
+  const uint64_t m2 = 0x03030303u, m4 = 0x0f0f0f0f0f0f0f0full;
+  const uint64_t hi01 = (b32 & m2) | (((b32 >> 2) & m2) << 32);
+  const uint64_t hi23 = ((b32 >> 4) & m2) | (((b32 >> 6) & m2) << 32);
+  *lo = (a64 & m4) | (hi01 << 4);
+  *hi = ((a64 >> 4) & m4) | (hi23 << 4);
+}
+
 /* ---- per-type functions (n is a multiple of the block; checked by the callers) ---- */
 #define BL_DECL_TYPE(t)                                                \
   void bl_to_float_##t(const void *src, float *dst, int64_t n);        \

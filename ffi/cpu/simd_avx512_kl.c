@@ -148,14 +148,8 @@ INLINE void unpack_q2_K(const uint8_t *p, kblk *k) {
 
 INLINE void unpack_q3_K(const uint8_t *p, kblk *k) {
   const bl_block_q3_K *b = (const bl_block_q3_K *)p;
-  uint64_t a64;
-  uint32_t b32;
-  memcpy(&a64, b->scales, 8);
-  memcpy(&b32, b->scales + 8, 4);
-  const uint64_t m2 = 0x03030303u, m4 = 0x0f0f0f0f0f0f0f0full;
-  const uint64_t hi01 = (b32 & m2) | (((b32 >> 2) & m2) << 32);
-  const uint64_t hi23 = ((b32 >> 4) & m2) | (((b32 >> 6) & m2) << 32);
-  const uint64_t s_lo = (a64 & m4) | (hi01 << 4), s_hi = ((a64 >> 4) & m4) | (hi23 << 4);
+  uint64_t s_lo, s_hi;
+  bl_q3k_scale_bytes(b->scales, &s_lo, &s_hi);
   const __m512 sc = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_set_epi64x((long long)s_hi, (long long)s_lo)),
                                                        _mm512_set1_epi32(32)));
   const float d = h2f(b->d);
