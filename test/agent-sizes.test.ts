@@ -176,7 +176,8 @@ describe("recommend", () => {
     expect(rec.n_ctx).toBeGreaterThanOrEqual(4096);
     expect(rec.command).toBe(`bloomery-serve -hf unsloth/Qwen3-235B-A22B-Instruct-2507-GGUF:Q4_K_M -ngl all -c ${rec.n_ctx}`);
     const small = byName(r, "Qwen3-30B-A3B-Instruct-2507").recommended!;
-    expect(small).toMatchObject({ quant: "Q4_K_M", placement: "cuda:0", n_ctx: 262144, n_slots: 4 });
+    // -np auto: each slot the whole -c, as many slots as fit beside the weights (5 of 24 GiB each)
+    expect(small).toMatchObject({ quant: "Q4_K_M", placement: "cuda:0", n_ctx: 262144, n_slots: 5 });
     expect(small.command).toBe("bloomery-serve -hf unsloth/Qwen3-30B-A3B-Instruct-2507-GGUF:Q4_K_M -ngl all -c 262144");
     expect(r.models.every((m) => m.fits)).toBe(true);
     expect(r.not_implemented.experts_in_host_ram).toContain("not implemented");
@@ -244,7 +245,8 @@ describe("the start plan", () => {
   test("fits: the context left to the model is its training context", () => {
     const r = plan(["-m", DEMO], 64 * GiB);
     expect(r.refusal).toBeUndefined();
-    expect(r.event.context).toMatchObject({ n_ctx: 32768, n_slots: 4, n_ctx_slot: 8192, fitted: false });
+    // -np auto: every slot gets the training context; 8 slots (the most) fit 64 GiB
+    expect(r.event.context).toMatchObject({ n_ctx: 8 * 32768, n_slots: 8, n_ctx_slot: 32768, fitted: false });
     expect(r.event.memory).toMatchObject({ where: "host", fits: true });
     expect(r.event.memory.total_bytes).toBe(r.event.memory.weights_bytes + r.event.memory.kv_bytes! + r.event.memory.work_bytes!);
     expect(r.event.backend.kind).toBe("cpu");

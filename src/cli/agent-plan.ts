@@ -8,13 +8,14 @@ import type { HfPlan } from "../hf/index.ts";
 import type { HParams } from "../models/types.ts";
 import { chooseBackend, PlacementError } from "../engine/placement.ts";
 import { cudaStatus } from "../../ffi/cuda.ts";
-import { EngineOptionError, planEngine, type EnginePlan } from "../server/engine-options.ts";
+import { EngineOptionError, planEngine, type AutoSlots, type EnginePlan } from "../server/engine-options.ts";
+import type { SlotFit } from "../engine/slot-fit.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
 import { EXPERTS_IN_RAM_NOTE, recommend } from "./agent-recommend.ts";
 import type { ModelSource } from "./agent-resolve.ts";
 import {
-  cardNeed, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type Geometry, type MemoryNeed,
+  autoSlotFit, cardNeed, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
 } from "./agent-sizes.ts";
 
 export interface PlanEvent {
@@ -105,6 +106,7 @@ export interface StartPlan {
 }
 
 const CTX_FLAGS = { "-c": true, "--ctx-size": true };
+const SLOT_CTX_FLAGS = { "-c": true, "--ctx-size": true, "--slot-ctx": true };
 const NGL_FLAGS = { "-ngl": true, "--gpu-layers": true, "--n-gpu-layers": true };
 
 /** argv with the flags of `drop` replaced by `add`. */
@@ -116,9 +118,12 @@ function settingsOf(ep: EnginePlan): ContextSettings {
   return { nSlots: ep.engine.nSlots, nCtxSlot: ep.engine.nCtx, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads };
 }
 
-function engineFor(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number, nCtx?: number): EnginePlan {
+/** -np auto before the placement is known: one slot (the plan counts them where the model runs). */
+const ONE_SLOT: AutoSlots = () => ({ nSlots: 1, line: "-np auto: 1 slot until the placement is known" });
+
+function engineFor(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number, auto: AutoSlots, nCtx?: number): EnginePlan {
   try {
-    return planEngine(nCtx === undefined ? o : { ...o, ctxSize: nCtx }, explicit, nCtxTrain);
+    return planEngine(nCtx === undefined ? o : { ...o, ctxSize: nCtx }, explicit, nCtxTrain, auto);
   } catch (e) {
     if (e instanceof EngineOptionError) throw new AgentError("E_USAGE", `${e.flag}: ${e.message}`, "bloomery-serve --help");
     throw e;
@@ -169,6 +174,13 @@ function modelPart(inp: PlanInput, g: Geometry | undefined): PlanEvent["model"] 
   };
 }
 
+/** Context and slots known from the flags alone (before the model's shape is). */
+function knownSlots(o: ServerOptions): { n_ctx: number | null; n_slots: number | null; n_ctx_slot: number | null } {
+  const n = o.nParallel > 0 ? o.nParallel : null;
+  const slot = o.slotCtx > 0 ? o.slotCtx : n === null ? (o.ctxSize > 0 ? o.ctxSize : null) : o.ctxSize > 0 ? Math.floor(o.ctxSize / n) : null;
+  return { n_ctx: n !== null && slot !== null ? n * slot : null, n_slots: n, n_ctx_slot: slot };
+}
+
 /** The plan of a start with these options on this machine; a refusal when it would not run. */
 export function planStart(inp: PlanInput): StartPlan {
   const { o, explicit, argv, machine, geometry: g } = inp;
@@ -177,7 +189,8 @@ export function planStart(inp: PlanInput): StartPlan {
   const base = (): Omit<PlanEvent, "backend" | "context" | "memory"> => ({
     event: "plan", dry_run: inp.dryRun, model: modelPart(inp, g), notes, not_implemented: { experts_in_host_ram: EXPERTS_IN_RAM_NOTE }, command,
   });
-  const ctxExplicit = explicit.has("ctxSize");
+  const ctxExplicit = explicit.has("ctxSize") || o.slotCtx > 0;
+  const auto = o.nParallel <= 0;
   /** The need as the refusal states it: at the smallest context a fit would take when the context was left to the model. */
   const shortOf = (geo: Geometry, place: "card" | "host", n: MemoryNeed, e: EnginePlan): string => {
     if (ctxExplicit || !o.fit) return describeNeed(n, settingsOf(e));
@@ -185,6 +198,9 @@ export function planStart(inp: PlanInput): StartPlan {
     const f = needAt(geo, place, least, fitOpts(e, exact));
     return `even with -c ${least}, ${describeNeed(f.need, { ...settingsOf(e), nSlots: f.nSlots, nCtxSlot: Math.floor(least / f.nSlots) })}`;
   };
+  /** The command with the smaller context a fit found: --slot-ctx when the flags gave it, else -c. */
+  const smallerCtx = (f: FittedContext): string =>
+    o.slotCtx > 0 ? replaced(argv, SLOT_CTX_FLAGS, ["--slot-ctx", String(f.nCtxSlot)]) : replaced(argv, CTX_FLAGS, ["-c", String(f.nCtx)]);
   const fitOpts = (ep: EnginePlan, exact: boolean): FitOptions => ({ nParallel: o.nParallel, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads, exact });
 
   if (!g) {
@@ -197,7 +213,7 @@ export function planStart(inp: PlanInput): StartPlan {
     const event: PlanEvent = {
       ...base(),
       backend: { kind: choice.kind, device: card ? card.index : null, device_name: card?.name ?? "CPU", reason: choice.note },
-      context: { n_ctx: o.ctxSize > 0 ? o.ctxSize : null, n_slots: o.nParallel > 0 ? o.nParallel : null, n_ctx_slot: null, fitted: false, n_ubatch: Math.min(o.ubatchSize, o.batchSize), n_threads: o.threads > 0 ? o.threads : machine.cpu.cores },
+      context: { ...knownSlots(o), fitted: false, n_ubatch: Math.min(o.ubatchSize, o.batchSize), n_threads: o.threads > 0 ? o.threads : machine.cpu.cores },
       memory: {
         where: card ? "card" : "host", weights_bytes: inp.hfPlan?.bytesTotal ?? 0, kv_bytes: null, work_bytes: null, total_bytes: null,
         available_bytes: card ? card.free_bytes : machine.ram.usable_bytes, margin_bytes: card ? CARD_MARGIN : HOST_MARGIN, fits: null, exact: false,
@@ -207,7 +223,7 @@ export function planStart(inp: PlanInput): StartPlan {
   }
 
   const hp = g.hp;
-  let ep = engineFor(o, explicit, hp.nCtxTrain);
+  let ep = engineFor(o, explicit, hp.nCtxTrain, ONE_SLOT);
   let fitted = false;
   let choice: { kind: "cpu" | "cuda"; note: string };
   try {
@@ -224,13 +240,38 @@ export function planStart(inp: PlanInput): StartPlan {
   let deviceName = "CPU";
   let device: number | null = null;
   let exact = false;
+  /** -np auto's last count, and whether it was measured against the memory itself (not a budget) */
+  let autoFit: { fit: SlotFit; plain: boolean } | undefined;
+
+  /** -np auto's count on `place` (the budget flags, when smaller, stand for the memory there). */
+  const slotsOn = (place: "card" | "host", name: string, avail: number, ex: boolean): AutoSlots => (nCtxSlot) => {
+    const budgetMiB = place === "card" ? o.cardBudgetMiB : o.hostBudgetMiB;
+    const budget = budgetMiB > 0 ? budgetMiB * 1024 * 1024 : Infinity;
+    const binds = budget < avail;
+    const fit = autoSlotFit(g, place, nCtxSlot, {
+      available: binds ? budget : avail,
+      // as the plan at load: a host budget is all the room there is; the card keeps its margin
+      margin: place === "card" ? CARD_MARGIN : binds ? 0 : HOST_MARGIN,
+      where: name,
+      availableText: binds ? (place === "card" ? "--card-budget" : "--host-budget") : place === "card" ? "free" : "usable",
+      loadPlanBuffers: binds,
+    }, fitOpts(ep, ex));
+    autoFit = { fit, plain: !binds };
+    if (fit.nSlots >= 1) return { nSlots: fit.nSlots, line: fit.line };
+    // the memory itself: the start is refused with every term (autoRefusal); a budget: the plan at load decides
+    return { nSlots: 1, line: `${binds ? (fit.refusal ?? fit.line) : fit.line}; trying 1 slot` };
+  };
+  /** The refusal of an auto count that fit nothing in the memory itself (every term of its sum), else undefined. */
+  const autoShort = (): boolean => auto && autoFit?.plain === true && autoFit.fit.nSlots === 0;
+  const autoRefusal = (): string | undefined => (ctxExplicit && autoShort() ? autoFit?.fit.refusal : undefined);
 
   const refit = (place: "card" | "host", avail: number, ex: boolean): boolean => {
     if (ctxExplicit || !o.fit) return false;
     const f = fitContext(g, place, avail, fitOpts(ep, ex));
     if (!f) return false;
-    if (f.nCtx !== (ep.nCtxTotal)) {
-      ep = engineFor(o, explicit, hp.nCtxTrain, f.nCtx);
+    const asked = ep.nCtxAsked;
+    ep = engineFor(o, explicit, hp.nCtxTrain, () => ({ nSlots: f.nSlots, line: f.line ?? "" }), f.nCtx);
+    if (f.nCtx !== asked) {
       fitted = true;
       notes.push(`fit: the training context of ${hp.nCtxTrain} tokens does not fit; using -c ${f.nCtx}`);
     }
@@ -247,11 +288,12 @@ export function planStart(inp: PlanInput): StartPlan {
     deviceName = card.name;
     device = dev;
     exact = cudaStatus().ok && g.gguf !== undefined;
+    if (auto) ep = engineFor(o, explicit, hp.nCtxTrain, slotsOn("card", card.name, available, exact));
     need = cardNeed(g, settingsOf(ep), exact);
-    if (!fitsIn(need, available, "card") && !refit("card", available, exact)) {
+    if ((!fitsIn(need, available, "card") || autoShort()) && !refit("card", available, exact)) {
       const msg = need.refused
         ? `the model cannot run on ${card.name} with ${settingsOf(ep).nSlots} slot(s) of ${settingsOf(ep).nCtxSlot} positions: ${need.refused}`
-        : `the model does not fit ${card.name}: ${shortOf(g, "card", need, ep)} need more than the ${gib(available)} free of ${gib(card.total_bytes)} (${gib(CARD_MARGIN)} kept free)`;
+        : (autoRefusal() ?? `the model does not fit ${card.name}: ${shortOf(g, "card", need, ep)} need more than the ${gib(available)} free of ${gib(card.total_bytes)} (${gib(CARD_MARGIN)} kept free)`);
       if (ep.engine.nGpuLayers === "auto") {
         reason = `placement: ${msg}; every layer runs on the CPU`;
         ep = { ...ep, engine: { ...ep.engine, nGpuLayers: 0 } };
@@ -259,7 +301,7 @@ export function planStart(inp: PlanInput): StartPlan {
       } else {
         const smaller = fitContext(g, "card", available, fitOpts(ep, exact));
         const next = smaller
-          ? replaced(argv, CTX_FLAGS, ["-c", String(smaller.nCtx)])
+          ? smallerCtx(smaller)
           : (fittingAlternative(inp, ep) ?? replaced(argv, NGL_FLAGS, ["-ngl", "0"]) + "   # on the CPU");
         refusal = new AgentError("E_DOES_NOT_FIT", msg, next);
       }
@@ -271,11 +313,15 @@ export function planStart(inp: PlanInput): StartPlan {
     deviceName = "CPU";
     device = null;
     exact = false;
+    if (auto) {
+      autoFit = undefined;
+      ep = engineFor(o, explicit, hp.nCtxTrain, slotsOn("host", "host RAM", available, false));
+    }
     need = hostNeed(g, settingsOf(ep));
-    if (!fitsIn(need, available, "host") && !refit("host", available, false)) {
+    if ((!fitsIn(need, available, "host") || autoShort()) && !refit("host", available, false)) {
       const smaller = fitContext(g, "host", available, fitOpts(ep, false));
-      const next = smaller ? replaced(argv, CTX_FLAGS, ["-c", String(smaller.nCtx)]) : (fittingAlternative(inp, ep) ?? RECOMMEND);
-      refusal = new AgentError("E_DOES_NOT_FIT", `the model does not fit this machine's memory: ${shortOf(g, "host", need, ep)} need more than the ${gib(available)} of RAM usable (${gib(HOST_MARGIN)} kept free)`, next);
+      const next = smaller ? smallerCtx(smaller) : (fittingAlternative(inp, ep) ?? RECOMMEND);
+      refusal = new AgentError("E_DOES_NOT_FIT", autoRefusal() ?? `the model does not fit this machine's memory: ${shortOf(g, "host", need, ep)} need more than the ${gib(available)} of RAM usable (${gib(HOST_MARGIN)} kept free)`, next);
     }
   }
   notes.push(...ep.notes.map((n) => n.replace(/^srv\s+load_model:\s*/, "")));

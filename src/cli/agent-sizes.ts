@@ -11,7 +11,8 @@ import { cudaPlanBytes } from "../engine/cuda-backend.ts";
 import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
-import { autoSlots } from "../server/engine-options.ts";
+import { cpuContextBytes } from "../engine/plan.ts";
+import { fitSlots, kvBytesPerToken, type SlotFit } from "../engine/slot-fit.ts";
 import { expertBytes, knownShape, tokenEmbdBytes, shapeHParams, type KnownModel, type KnownQuant } from "./known-models.ts";
 
 /** Memory kept free on a card (as placement.ts keeps it). */
@@ -164,7 +165,7 @@ export function contextLadder(nCtxTrain: number): number[] {
 }
 
 export interface FitOptions {
-  /** -np; -1 or 0 = auto (as the server splits) */
+  /** -np; -1 or 0 = auto (each slot gets the whole context, as many slots as fit) */
   nParallel: number;
   maxTokens: number;
   nThreads: number;
@@ -173,30 +174,76 @@ export interface FitOptions {
 }
 
 export interface FittedContext {
+  /** the -c that gives this: with -np N the whole context, with -np auto each slot's */
   nCtx: number;
   nSlots: number;
+  nCtxSlot: number;
   need: MemoryNeed;
+  /** -np auto: the slot-fit line (the count and why) */
+  line?: string;
 }
 
-/** Slots the server uses for a context (-np, or auto). */
-export function slotsFor(nCtx: number, nParallel: number): number {
-  return nParallel > 0 ? nParallel : autoSlots(nCtx);
+/** Where -np auto's count is measured, when not the plain card or host (a budget). */
+export interface SlotRoom {
+  /** bytes there (default: the `available` given) */
+  available: number;
+  /** kept free (default: CARD_MARGIN or HOST_MARGIN) */
+  margin?: number;
+  /** the card's name, or "host RAM" */
+  where?: string;
+  /** "free", "usable", "--host-budget" */
+  availableText?: string;
+  /** on the host, count the buffers as the plan at load does (src/engine/plan.ts) where they are more: for a --host-budget, which that plan enforces */
+  loadPlanBuffers?: boolean;
 }
 
-/** The need at context `nCtx` (split over the slots as the server splits it). */
+/**
+ * -np auto's count at `nCtxSlot` tokens a slot (src/engine/slot-fit.ts) with the weights and
+ * buffers this model needs where it runs. A context the CUDA library refuses fits no slot.
+ */
+export function autoSlotFit(g: Geometry, where: "card" | "host", nCtxSlot: number, room: SlotRoom, o: FitOptions): SlotFit {
+  const s = { nSlots: 1, nCtxSlot, maxTokens: o.maxTokens, nThreads: o.nThreads };
+  const one = where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s);
+  // under a --host-budget the plan at load (src/engine/plan.ts) is the judge, with its own estimate
+  // of the buffers: the larger one, so the load does not refuse a count chosen here
+  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - one.kv) : one.work;
+  const fit = fitSlots({
+    nCtxSlot, kvBytesPerToken: kvBytesPerToken(g.hp), weightBytes: one.weights, workBytes: work,
+    availableBytes: room.available, marginBytes: room.margin ?? (where === "card" ? CARD_MARGIN : HOST_MARGIN),
+    where: room.where ?? (where === "card" ? "the card" : "host RAM"), availableText: room.availableText ?? (where === "card" ? "free" : "usable"),
+  });
+  if (one.refused === undefined) return fit;
+  const why = `-np auto: the model cannot run on ${room.where ?? "the card"} with even 1 slot of ${nCtxSlot} tokens: ${one.refused}`;
+  return { ...fit, nSlots: 0, kvBytes: 0, line: why, refusal: why };
+}
+
+/** The need at context `nCtx`: split over -np N as the server splits it; with -np auto one slot of nCtx (the least such a start takes). */
 export function needAt(g: Geometry, where: "card" | "host", nCtx: number, o: FitOptions): FittedContext {
-  const nSlots = slotsFor(nCtx, o.nParallel);
-  const s = { nSlots, nCtxSlot: Math.floor(nCtx / nSlots), maxTokens: o.maxTokens, nThreads: o.nThreads };
-  return { nCtx, nSlots, need: where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s) };
+  const nSlots = o.nParallel > 0 ? o.nParallel : 1;
+  const nCtxSlot = o.nParallel > 0 ? Math.floor(nCtx / nSlots) : nCtx;
+  const s = { nSlots, nCtxSlot, maxTokens: o.maxTokens, nThreads: o.nThreads };
+  return { nCtx, nSlots, nCtxSlot, need: where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s) };
 }
 
-/** The largest context of the ladder (at least MIN_FIT_CTX, or the training context if smaller) that fits; undefined if none. */
+/**
+ * The largest context of the ladder (at least MIN_FIT_CTX, or the training context if smaller)
+ * that fits; undefined if none. With -np auto the ladder is each slot's context, and the slots
+ * are as many as fit there.
+ */
 export function fitContext(g: Geometry, where: "card" | "host", available: number, o: FitOptions): FittedContext | undefined {
   const floor = Math.min(MIN_FIT_CTX, g.hp.nCtxTrain);
   for (const nCtx of contextLadder(g.hp.nCtxTrain)) {
     if (nCtx < floor) break;
-    const f = needAt(g, where, nCtx, o);
-    if (fitsIn(f.need, available, where)) return f;
+    if (o.nParallel > 0) {
+      const f = needAt(g, where, nCtx, o);
+      if (fitsIn(f.need, available, where)) return f;
+      continue;
+    }
+    const a = autoSlotFit(g, where, nCtx, { available }, o);
+    if (a.nSlots < 1) continue;
+    const s = { nSlots: a.nSlots, nCtxSlot: nCtx, maxTokens: o.maxTokens, nThreads: o.nThreads };
+    const need = where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s);
+    if (fitsIn(need, available, where)) return { nCtx, nSlots: a.nSlots, nCtxSlot: nCtx, need, line: a.line };
   }
   return undefined;
 }

@@ -50,7 +50,16 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
   {
     names: ["-np", "--parallel"], value: { type: "int", min: -1, keywords: { auto: -1 } }, hint: "N", env: "LLAMA_ARG_N_PARALLEL",
     key: "nParallel", default: -1, defaultText: "-1, auto", check: notZero,
-    help: "number of slots, requests served at once; each gets the context divided by N (-1 or auto chooses)", group: G, support: "supported",
+    help: "number of slots, requests served at once. With N, each slot gets -c divided by N (as llama-server splits it). With auto (-1), " +
+      "each slot gets --slot-ctx, else the whole -c (else the model's training context), and the count is the most slots, up to 8, " +
+      "whose f16 KV cache fits beside the weights in the card's free memory (or the host's usable RAM)",
+    group: G, support: "supported",
+  },
+  {
+    names: ["--slot-ctx"], value: { type: "int", min: 0 }, hint: "N", env: "BLOOMERY_SLOT_CTX", key: "slotCtx", default: 0, defaultText: "0, from -c",
+    help: "bloomery's own: tokens each slot holds; the whole context is N x slots. With -np N, a -c given too must equal N x slots; " +
+      "with -np auto, a -c given too must equal N (both then give each slot's context); otherwise the start is refused",
+    group: G, support: "supported",
   },
   {
     names: ["-cb", "--cont-batching"], negNames: ["-nocb", "--no-cont-batching"], value: { type: "bool" }, env: "LLAMA_ARG_CONT_BATCHING",

@@ -42,6 +42,8 @@ export interface ServerOptions {
   readonly ctxSize: number;
   /** -np: slots; -1 = auto. */
   readonly nParallel: number;
+  /** --slot-ctx: tokens per slot (0 = from -c: split over -np N, or each slot's with -np auto). */
+  readonly slotCtx: number;
   /** -n: default generation limit; -1 = none. */
   readonly nPredict: number;
   /** -t: 0 or less = one per core. */
@@ -226,6 +228,7 @@ function buildOptions(v: Values): ServerOptions {
     loadMode: oneOf(v, "loadMode", ["auto", "none", "mmap"] as const),
     ctxSize: num(v, "ctxSize"),
     nParallel: num(v, "nParallel"),
+    slotCtx: num(v, "slotCtx"),
     nPredict: num(v, "nPredict"),
     threads: num(v, "threads"),
     threadsBatch: num(v, "threadsBatch"),
@@ -297,6 +300,13 @@ function buildOptions(v: Values): ServerOptions {
 function validate(o: ServerOptions): void {
   if (o.chatTemplate !== undefined && o.chatTemplateFile !== undefined) {
     throw new FlagError("--chat-template-file", "--chat-template and --chat-template-file both give the chat template; use one");
+  }
+  if (o.slotCtx > 0 && o.ctxSize > 0) {
+    const n = o.nParallel, c = o.ctxSize, s = o.slotCtx;
+    if (n > 0 && c !== n * s)
+      throw new FlagError("--slot-ctx", `-c ${c} and --slot-ctx ${s} disagree: -np ${n} slots of ${s} tokens make a context of ${n * s}; give -c ${n * s}, or only one of -c and --slot-ctx`);
+    if (n <= 0 && c !== s)
+      throw new FlagError("--slot-ctx", `-c ${c} and --slot-ctx ${s} disagree: with -np auto both give each slot's context; give only one of them (or a fixed -np N with -c N x ${s})`);
   }
   if (o.hfFile !== undefined && o.hfRepo === undefined) {
     throw new FlagError("--hf-file", "--hf-file names a file of the --hf-repo repository, but no --hf-repo is given");

@@ -1,13 +1,13 @@
-// bloomery server: the engine settings a server's flags ask for (context split over the slots as
-// llama-server splits it, -np auto, threads, batches), and one log line for each flag that
-// parses but the CPU engine cannot honour, saying what happens instead.
+// bloomery server: the engine settings a server's flags ask for (the context per slot: -c split over
+// -np N as llama-server splits it, --slot-ctx, or -np auto's count from the memory the caller
+// measured; threads, batches), and one log line for each flag that parses but the CPU engine
+// cannot honour, saying what happens instead.
 import { availableParallelism } from "node:os";
 import type { ServerOptionKey, ServerOptions } from "../cli/flags.ts";
 import type { EngineOptions } from "../engine/protocol.ts";
 
-/** -np auto: llama-server's count (4), fewer when a slot would get under this many tokens. */
-export const AUTO_SLOTS = 4;
-export const AUTO_MIN_SLOT_CTX = 4096;
+/** Fewest tokens a slot may hold. */
+export const MIN_SLOT_CTX = 16;
 
 export class EngineOptionError extends Error {
   override readonly name = "EngineOptionError";
@@ -21,28 +21,53 @@ export class EngineOptionError extends Error {
 
 export interface EnginePlan {
   engine: EngineOptions;
-  /** the whole context (-c, or the model's training context) */
+  /** the whole context: slots x tokens per slot */
   nCtxTotal: number;
+  /** the -c this plan stands for: with -np N the whole context (-c, or the model's training context), with -np auto each slot's */
+  nCtxAsked: number;
   /** lines worth logging at start */
   notes: string[];
 }
 
-/** Slots for -np auto: 4, unless that leaves a slot less than AUTO_MIN_SLOT_CTX tokens (never under 1). */
-export function autoSlots(nCtxTotal: number): number {
-  return Math.max(1, Math.min(AUTO_SLOTS, Math.floor(nCtxTotal / AUTO_MIN_SLOT_CTX)));
+/**
+ * -np auto's count for slots of `nCtxSlot` tokens, from the memory where the model runs
+ * (agent-plan.ts, with src/engine/slot-fit.ts); `line` says the count and why.
+ */
+export type AutoSlots = (nCtxSlot: number) => { nSlots: number; line: string };
+
+/** The slots and tokens per slot the flags ask for (auto's count from `auto`). */
+export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots): { nSlots: number; nCtxSlot: number; nCtxAsked: number; note?: string } {
+  const flag = o.slotCtx > 0 ? "--slot-ctx" : o.nParallel > 0 ? "--parallel" : "--ctx-size";
+  let nSlots: number, nCtxSlot: number, nCtxAsked: number, note: string | undefined;
+  if (o.nParallel > 0 && o.slotCtx <= 0) {
+    // llama-server's split: -c is the whole context
+    nCtxAsked = o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
+    if (nCtxAsked <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N");
+    nSlots = o.nParallel;
+    nCtxSlot = Math.floor(nCtxAsked / nSlots);
+    if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError("--parallel", `-c ${nCtxAsked} split over ${nSlots} slots leaves ${nCtxSlot} tokens per slot; give a larger -c or a smaller -np`);
+  } else {
+    // --slot-ctx, or -np auto: each slot gets what was asked (-c with auto: llama-server's auto
+    // shares one cache in which a slot can grow to all of -c; here every slot has the whole -c)
+    nCtxSlot = o.slotCtx > 0 ? o.slotCtx : o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
+    if (nCtxSlot <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N or --slot-ctx N");
+    if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError(flag, `${flag === "--slot-ctx" ? "--slot-ctx" : "-c"} ${nCtxSlot} gives each slot ${nCtxSlot} tokens; a slot holds at least ${MIN_SLOT_CTX}`);
+    if (o.nParallel > 0) nSlots = o.nParallel;
+    else {
+      const a = auto(nCtxSlot);
+      if (!Number.isInteger(a.nSlots) || a.nSlots < 1) throw new EngineOptionError("--parallel", `-np auto chose ${a.nSlots} slots; at least 1 is needed`);
+      nSlots = a.nSlots;
+      note = `srv  load_model: ${a.line}`;
+    }
+    nCtxAsked = o.nParallel > 0 ? nSlots * nCtxSlot : nCtxSlot;
+  }
+  return { nSlots, nCtxSlot, nCtxAsked, note };
 }
 
-export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number): EnginePlan {
+export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number, auto: AutoSlots): EnginePlan {
   const notes: string[] = [];
-  const nCtxTotal = o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
-  if (nCtxTotal <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N");
-  let nSlots = o.nParallel;
-  if (nSlots <= 0) {
-    nSlots = autoSlots(nCtxTotal);
-    notes.push(`srv  load_model: -np auto: ${nSlots} slots of ${Math.floor(nCtxTotal / nSlots)} tokens each (context ${nCtxTotal})`);
-  }
-  const nCtxSlot = Math.floor(nCtxTotal / nSlots);
-  if (nCtxSlot < 16) throw new EngineOptionError("--parallel", `-c ${nCtxTotal} split over ${nSlots} slots leaves ${nCtxSlot} tokens per slot; give a larger -c or a smaller -np`);
+  const { nSlots, nCtxSlot, nCtxAsked, note } = slotLayout(o, nCtxTrain, auto);
+  if (note) notes.push(note);
   const cores = Math.max(1, availableParallelism());
   const nThreads = o.threads > 0 ? o.threads : cores;
   const nThreadsBatch = o.threadsBatch > 0 ? o.threadsBatch : nThreads;
@@ -91,7 +116,8 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
         cardBudgetBytes: o.cardBudgetMiB > 0 ? o.cardBudgetMiB * 1024 * 1024 : undefined,
       },
     },
-    nCtxTotal,
+    nCtxTotal: nSlots * nCtxSlot,
+    nCtxAsked,
     notes,
   };
 }

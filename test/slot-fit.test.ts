@@ -1,0 +1,272 @@
+// -np auto and --slot-ctx: the slot-fit arithmetic (src/engine/slot-fit.ts) on a card and on the
+// host, the cap of 8 and the refusal naming every term; --slot-ctx's parsing and its agreement with
+// -c; the slot layout planEngine makes; and the start plan (agent-plan.ts) counting slots against the
+// memory described (CPU-only, so the machine described and chooseBackend agree on any machine; the
+// card case through planStart runs where CUDA is usable).
+import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { FlagError, parseArgs, type ServerOptions } from "../src/cli/flags.ts";
+import type { Machine } from "../src/cli/agent-machine.ts";
+import { planStart } from "../src/cli/agent-plan.ts";
+import { autoSlotFit, fitContext, geometryFromGguf, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, type Geometry } from "../src/cli/agent-sizes.ts";
+import { fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, SlotFitError, type SlotFitInput } from "../src/engine/slot-fit.ts";
+import { EngineOptionError, planEngine, slotLayout, type AutoSlots } from "../src/server/engine-options.ts";
+import { GgufFile } from "../src/gguf/index.ts";
+import { cudaStatus } from "../ffi/cuda.ts";
+import { FIXTURES } from "./paths.ts";
+
+const MiB = 1024 ** 2;
+const GiB = 1024 ** 3;
+const DEMO = join(FIXTURES, "demo-model", "bloomery-demo-q8_0.gguf");
+
+// Qwen3-30B-A3B: 48 attention layers, 4 KV heads of 128
+const QWEN30B = { kvLayers: 48, nHeadKv: 4, headDim: 128 };
+
+function input(over: Partial<SlotFitInput>): SlotFitInput {
+  return {
+    nCtxSlot: 262144, kvBytesPerToken: kvBytesPerToken(QWEN30B), weightBytes: 17 * GiB, workBytes: 0.5 * GiB,
+    availableBytes: 139 * GiB, marginBytes: 0.5 * GiB, where: "NVIDIA H200", availableText: "free", ...over,
+  };
+}
+
+describe("slot fit (pure)", () => {
+  test("KV bytes per position: K and V, f16, every attention layer", () => {
+    expect(kvBytesPerToken(QWEN30B)).toBe(48 * 4 * 128 * 2 * 2); // 96 KiB
+    expect(kvBytesPerToken({ kvLayers: 4, nHeadKv: 2, headDim: 64 })).toBe(2048);
+  });
+
+  test("a card: as many 256k slots as its free memory holds beside the weights, buffers and margin", () => {
+    const f = fitSlots(input({}));
+    // 24 GiB a slot; 139 - 17 - 0.5 - 0.5 = 121 GiB of room: 5 slots (120 GiB), a 6th needs 23 GiB more
+    expect(f.kvSlotBytes).toBe(24 * GiB);
+    expect(f.nSlots).toBe(5);
+    expect(f.kvBytes).toBe(120 * GiB);
+    expect(f.roomBytes).toBe(121 * GiB);
+    expect(f.refusal).toBeUndefined();
+    expect(f.line).toBe("-np auto: 5 slots of 262144 tokens (KV 120.00 GiB of 121.00 GiB left on NVIDIA H200 after weights 17.00 GiB, " +
+      "buffers 512.0 MiB and 512.0 MiB kept free, of 139.00 GiB free; a 6th would need 23.00 GiB more)");
+  });
+
+  test("the host: its usable RAM less the weights; at a smaller context the cap of 8 binds", () => {
+    const host = { availableBytes: 64 * GiB, marginBytes: HOST_MARGIN, where: "host RAM", availableText: "usable" };
+    // 64 - 17 - 0.5 - 1 = 45.5 GiB; 24 GiB a slot: 1
+    expect(fitSlots(input({ ...host })).nSlots).toBe(1);
+    expect(fitSlots(input({ ...host })).line).toContain("a 2nd would need 2.50 GiB more");
+    // 32768 tokens: 3 GiB a slot: 15 would fit, 8 is the most
+    const f = fitSlots(input({ ...host, nCtxSlot: 32768 }));
+    expect(f.nSlots).toBe(MAX_AUTO_SLOTS);
+    expect(f.kvBytes).toBe(24 * GiB);
+    expect(f.line).toContain("-np auto: 8 slots of 32768 tokens (KV 24.00 GiB of 45.50 GiB left on host RAM");
+    expect(f.line).toContain("8 is the most -np auto gives");
+    expect(fitSlots(input({ ...host, nCtxSlot: 32768, maxSlots: 3 })).nSlots).toBe(3);
+  });
+
+  test("the boundary: room of exactly n slots gives n; a byte less gives n - 1", () => {
+    const kv = 2048, ctx = 512, slot = kv * ctx;
+    const base = { nCtxSlot: ctx, kvBytesPerToken: kv, weightBytes: 10 * MiB, workBytes: 3 * MiB, marginBytes: 0 };
+    const exact = fitSlots(input({ ...base, availableBytes: 13 * MiB + 3 * slot }));
+    expect(exact.nSlots).toBe(3);
+    expect(fitSlots(input({ ...base, availableBytes: 13 * MiB + 3 * slot - 1 })).nSlots).toBe(2);
+    expect(fitSlots(input({ ...base, availableBytes: 13 * MiB + 3 * slot - 1 })).line).toContain("a 3rd would need 0.0 MiB more");
+    expect(fitSlots(input({ ...base, availableBytes: 13 * MiB + slot })).nSlots).toBe(1);
+  });
+
+  test("not even one slot: nSlots 0 and a refusal naming every term of the sum", () => {
+    const f = fitSlots(input({ availableBytes: 40 * GiB }));
+    expect(f.nSlots).toBe(0);
+    expect(f.kvBytes).toBe(0);
+    expect(f.refusal).toBe("-np auto: the model does not fit NVIDIA H200 with even 1 slot of 262144 tokens: weights 17.00 GiB + KV cache 24.00 GiB " +
+      "(262144 positions of 98304 bytes) + buffers 512.0 MiB + 512.0 MiB kept free = 42.00 GiB > 40.00 GiB free; give a smaller context (--slot-ctx or -c)");
+    // weights alone past the memory
+    expect(fitSlots(input({ availableBytes: 10 * GiB })).nSlots).toBe(0);
+  });
+
+  test("bad numbers are a SlotFitError naming the field", () => {
+    expect(() => fitSlots(input({ nCtxSlot: 0 }))).toThrow(SlotFitError);
+    expect(() => fitSlots(input({ nCtxSlot: 1.5 }))).toThrow(/per-slot context/);
+    expect(() => fitSlots(input({ availableBytes: Number.NaN }))).toThrow(/availableBytes/);
+    expect(() => fitSlots(input({ weightBytes: -1 }))).toThrow(/weightBytes/);
+    expect(() => fitSlots(input({ maxSlots: 0 }))).toThrow(/most slots/);
+  });
+});
+
+function opts(argv: string[], env: Record<string, string> = {}): ServerOptions {
+  const r = parseArgs(argv, env);
+  if (r.action !== "serve") throw new Error(`expected serve, got ${r.action}`);
+  return r.options;
+}
+
+function flagError(fn: () => unknown): FlagError {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof FlagError) return e;
+    throw e;
+  }
+  throw new Error("expected a FlagError");
+}
+
+describe("--slot-ctx flag", () => {
+  test("parses, with its environment twin; 0 (the default) leaves the context to -c", () => {
+    expect(opts([]).slotCtx).toBe(0);
+    expect(opts(["--slot-ctx", "4096"]).slotCtx).toBe(4096);
+    expect(opts(["--slot-ctx=2048"]).slotCtx).toBe(2048);
+    expect(opts([], { BLOOMERY_SLOT_CTX: "1024" }).slotCtx).toBe(1024);
+    expect(opts(["--slot-ctx", "512"], { BLOOMERY_SLOT_CTX: "1024" }).slotCtx).toBe(512);
+    expect(flagError(() => parseArgs(["--slot-ctx", "-5"], {})).flag).toBe("--slot-ctx");
+    expect(flagError(() => parseArgs(["--slot-ctx", "lots"], {})).flag).toBe("--slot-ctx");
+  });
+
+  test("-c must agree: N x slots with -np N, the same number with -np auto; the refusal names both flags", () => {
+    expect(opts(["-np", "4", "--slot-ctx", "2048", "-c", "8192"]).ctxSize).toBe(8192);
+    const e = flagError(() => parseArgs(["-np", "4", "--slot-ctx", "2048", "-c", "4096"], {}));
+    expect(e.flag).toBe("--slot-ctx");
+    expect(e.message).toBe("-c 4096 and --slot-ctx 2048 disagree: -np 4 slots of 2048 tokens make a context of 8192; give -c 8192, or only one of -c and --slot-ctx");
+    expect(opts(["--slot-ctx", "2048", "-c", "2048"]).slotCtx).toBe(2048);
+    const a = flagError(() => parseArgs(["-np", "auto", "--slot-ctx", "2048", "-c", "8192"], {}));
+    expect(a.message).toContain("-c 8192 and --slot-ctx 2048 disagree: with -np auto both give each slot's context");
+    // from the environment too
+    expect(flagError(() => parseArgs(["-np", "2", "-c", "100"], { BLOOMERY_SLOT_CTX: "64" })).message).toContain("-c 100 and --slot-ctx 64 disagree");
+    // -c 0 is "from the model": no conflict
+    expect(opts(["-c", "0", "--slot-ctx", "512"]).slotCtx).toBe(512);
+  });
+});
+
+describe("slot layout (planEngine)", () => {
+  const layout = (argv: string[], auto: AutoSlots = () => ({ nSlots: 5, line: "five" }), train = 32768) => slotLayout(opts(argv), train, auto);
+
+  test("-np N splits -c (or the training context) as llama-server does", () => {
+    expect(layout(["-np", "3", "-c", "3072"])).toEqual({ nSlots: 3, nCtxSlot: 1024, nCtxAsked: 3072, note: undefined });
+    expect(layout(["-np", "4"])).toMatchObject({ nSlots: 4, nCtxSlot: 8192, nCtxAsked: 32768 });
+  });
+
+  test("--slot-ctx: each slot gets it; with -np N the whole context is N x it", () => {
+    expect(layout(["-np", "3", "--slot-ctx", "512"])).toMatchObject({ nSlots: 3, nCtxSlot: 512, nCtxAsked: 1536 });
+    const asked: number[] = [];
+    expect(layout(["--slot-ctx", "512"], (n) => (asked.push(n), { nSlots: 7, line: "seven" }))).toEqual({ nSlots: 7, nCtxSlot: 512, nCtxAsked: 512, note: "srv  load_model: seven" });
+    expect(asked).toEqual([512]);
+  });
+
+  test("-np auto: each slot gets the whole -c (or the training context); the count is the memory's", () => {
+    const asked: number[] = [];
+    const auto: AutoSlots = (n) => (asked.push(n), { nSlots: 2, line: "two" });
+    expect(layout(["-c", "8192"], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 8192, nCtxAsked: 8192 });
+    expect(layout([], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 32768 });
+    expect(asked).toEqual([8192, 32768]);
+    const p = planEngine(opts(["-c", "8192"]), new Set(), 32768, auto);
+    expect(p.engine).toMatchObject({ nSlots: 2, nCtx: 8192 });
+    expect(p.nCtxTotal).toBe(16384);
+    expect(p.notes).toContain("srv  load_model: two");
+  });
+
+  test("a slot under 16 tokens, or an auto count under 1, is an EngineOptionError naming the flag", () => {
+    const e = (() => {
+      try {
+        layout(["--slot-ctx", "8"]);
+      } catch (x) {
+        return x;
+      }
+    })();
+    expect(e).toBeInstanceOf(EngineOptionError);
+    expect((e as EngineOptionError).flag).toBe("--slot-ctx");
+    expect(() => layout(["-np", "8", "-c", "64"])).toThrow(/leaves 8 tokens per slot/);
+    expect(() => layout(["-c", "1024"], () => ({ nSlots: 0, line: "" }))).toThrow(/at least 1/);
+  });
+});
+
+function machine(ram: number, cards: { name: string; free: number }[] = []): Machine {
+  return {
+    os: "linux", arch: "x64",
+    cuda: { usable: cards.length > 0, reason: cards.length ? "" : "no NVIDIA driver", devices: cards.length, driver_version: 0 },
+    cards: cards.map((c, i) => ({ index: i, name: c.name, compute_capability: "9.0", sm_count: 132, total_bytes: c.free, free_bytes: c.free, supported: true })),
+    ram: { total_bytes: ram, available_bytes: ram, cgroup_limit_bytes: null, cgroup_available_bytes: null, usable_bytes: ram },
+    cpu: { model: "test", cores: 2, logical_cpus: 2, avx2: true, avx512: false, kernel_path: "avx2" },
+  };
+}
+
+describe("the start plan counts the slots where the model runs", () => {
+  const demo = (): Geometry => geometryFromGguf(GgufFile.open(DEMO));
+  const FIT = { nParallel: -1, maxTokens: 64, nThreads: 2, exact: false };
+  const plan = (args: string[], ram: number, m = machine(ram)) => {
+    const argv = ["-m", DEMO, "-t", "2", "-ub", "64", "-b", "64", ...args];
+    const p = parseArgs(argv, {});
+    if (p.action !== "serve") throw new Error("not a start");
+    return planStart({ o: p.options, explicit: p.explicit, argv, source: { kind: "file", path: DEMO, byName: false }, machine: m, dryRun: true, geometry: demo(), path: DEMO });
+  };
+
+  test("the host: the slots of --slot-ctx that fit its usable RAM, at most 8; the line says why", () => {
+    const g = demo();
+    const slot = 4096 * kvBytesPerToken(g.hp);
+    // weights + buffers + margin, then room for 3 slots and a half
+    const a = autoSlotFit(g, "host", 4096, { available: 1e15 }, FIT);
+    const fixed = 1e15 - a.roomBytes;
+    expect(fixed).toBeGreaterThanOrEqual(hostNeed(g, { nSlots: 1, nCtxSlot: 4096, maxTokens: 64, nThreads: 2 }).weights + HOST_MARGIN);
+    const r = plan(["-ngl", "0", "--slot-ctx", "4096"], fixed + 3.5 * slot);
+    expect(r.refusal).toBeUndefined();
+    expect(r.event.context).toMatchObject({ n_ctx: 3 * 4096, n_slots: 3, n_ctx_slot: 4096, fitted: false });
+    expect(r.engine!.engine).toMatchObject({ nSlots: 3, nCtx: 4096 });
+    expect(r.event.notes.find((n) => n.startsWith("-np auto:"))).toMatch(/^-np auto: 3 slots of 4096 tokens \(KV 24\.0 MiB of 28\.0 MiB left on host RAM .*; a 4th would need 4\.0 MiB more\)$/);
+    // plenty of memory: the cap
+    expect(plan(["-ngl", "0", "--slot-ctx", "4096"], 64 * GiB).event.context).toMatchObject({ n_slots: 8, n_ctx_slot: 4096, n_ctx: 8 * 4096 });
+    // -c with auto: each slot gets all of it
+    expect(plan(["-ngl", "0", "-c", "4096"], 64 * GiB).event.context).toMatchObject({ n_slots: 8, n_ctx_slot: 4096 });
+    // a fixed -np is not counted
+    expect(plan(["-ngl", "0", "-np", "2", "--slot-ctx", "4096"], fixed + 3.5 * slot).event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096, n_ctx: 8192 });
+  });
+
+  test("--host-budget stands for the host's memory in the count (no margin, as the plan at load)", () => {
+    const g = demo();
+    const a = autoSlotFit(g, "host", 512, { available: 1e15, margin: 0, loadPlanBuffers: true }, FIT);
+    const fixed = 1e15 - a.roomBytes; // weights and the plan at load's buffers (64 MiB and more: the larger estimate here)
+    expect(fixed).toBeGreaterThan(hostNeed(g, { nSlots: 1, nCtxSlot: 512, maxTokens: 64, nThreads: 2 }).weights + 64 * MiB);
+    const budgetMiB = Math.ceil(fixed / MiB) + 3; // room for 3 slots of 1 MiB and less than a 4th
+    const r = plan(["-ngl", "0", "--slot-ctx", "512", "--host-budget", String(budgetMiB)], 64 * GiB);
+    expect(r.event.context).toMatchObject({ n_slots: 3, n_ctx_slot: 512 });
+    expect(r.event.notes.join("\n")).toContain(`of ${budgetMiB.toFixed(1)} MiB --host-budget`);
+    // a budget that holds no slot: one slot, the plan at load decides (the disk tier), the line says so
+    const tight = plan(["-ngl", "0", "--slot-ctx", "512", "--host-budget", "1"], 64 * GiB);
+    expect(tight.refusal).toBeUndefined();
+    expect(tight.event.context.n_slots).toBe(1);
+    expect(tight.event.notes.join("\n")).toContain("-np auto: the model does not fit host RAM with even 1 slot of 512 tokens: weights");
+  });
+
+  test("not even one slot of the context asked: refused (E_DOES_NOT_FIT) with every term, and a --slot-ctx that fits", () => {
+    const g = demo();
+    const r = plan(["-ngl", "0", "--slot-ctx", "32768"], 2 * GiB);
+    expect(r.refusal).toBeUndefined(); // 64 MiB a slot: 8 fit in 2 GiB less the margin
+    // a byte short of one slot of 32768 tokens
+    const small = needAt(g, "host", 32768, FIT).need.total + HOST_MARGIN - 1;
+    expect(small).toBe(1e15 - autoSlotFit(g, "host", 32768, { available: 1e15 }, FIT).roomBytes + 32768 * kvBytesPerToken(g.hp) - 1);
+    const no = plan(["-ngl", "0", "--slot-ctx", "32768"], small);
+    expect(no.refusal?.code).toBe("E_DOES_NOT_FIT");
+    expect(no.refusal?.message).toMatch(/^-np auto: the model does not fit host RAM with even 1 slot of 32768 tokens: weights \S+ MiB \+ KV cache 64\.0 MiB \(32768 positions of 2048 bytes\) \+ buffers \S+ MiB \+ 1\.00 GiB kept free = \S+ GiB > \S+ GiB usable/);
+    const fits = fitContext(g, "host", small, FIT)!;
+    expect(no.refusal?.next).toBe(`bloomery-serve -m ${DEMO} -t 2 -ub 64 -b 64 -ngl 0 --slot-ctx ${fits.nCtxSlot}`);
+    expect(fits.nCtxSlot).toBeLessThan(32768);
+    // -c left to the model: the ladder shrinks each slot's context until one fits
+    const fitted = plan(["-ngl", "0"], small);
+    expect(fitted.refusal).toBeUndefined();
+    expect(fitted.event.context.fitted).toBe(true);
+    expect(fitted.event.context.n_ctx_slot).toBe(fits.nCtxSlot);
+    expect(fitted.event.context.n_slots).toBe(fits.nSlots);
+  });
+
+  test("a card: the slots that fit its free memory beside the weights (the CUDA library's sizes)", () => {
+    const st = cudaStatus();
+    if (!st.ok) {
+      console.log(`skip: no usable CUDA device (${st.reason}); the card's count through the start plan runs on the GPU machine`);
+      return;
+    }
+    const g = demo();
+    const ex = { ...FIT, exact: true };
+    const a = autoSlotFit(g, "card", 4096, { available: 1e15 }, ex);
+    const fixed = 1e15 - a.roomBytes; // weights + buffers + margin
+    const slot = 4096 * kvBytesPerToken(g.hp);
+    const r = plan(["-ngl", "all", "--slot-ctx", "4096"], 64 * GiB, machine(64 * GiB, [{ name: "Test card", free: fixed + 2.5 * slot }]));
+    expect(r.event.backend.kind).toBe("cuda");
+    expect(r.event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096 });
+    expect(r.event.memory.total_bytes! + CARD_MARGIN).toBeLessThanOrEqual(fixed + 2.5 * slot);
+    expect(r.event.notes.join("\n")).toContain("-np auto: 2 slots of 4096 tokens");
+    expect(r.event.notes.join("\n")).toContain("left on Test card");
+  });
+});
