@@ -71,7 +71,7 @@ struct cu_plan {
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi, int64_t role, int64_t kind) {
+static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi, int64_t role, int64_t kind, bool place = true) {
   if (vec) {
     if (t.type != T_F32 && t.type != T_F16 && t.type != T_BF16)
       return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: vector of type %s (F32, F16 or BF16 expected)", (long long)bi,
@@ -88,6 +88,7 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
       return cu_fail(BL_E_INVAL, "block %lld (%s) tensor %lld: slab stride %lld is smaller than a slab", (long long)bi, kind_name(kind),
                      (long long)role, (long long)t.nb2);
   }
+  if (!place) return BL_OK; // validated only: host experts (hybrid.cu)
   const uint64_t key = t.data | (vec ? 1u : 0u);
   if (pl.index.count(key)) return BL_OK;
   plan_item it;
@@ -102,6 +103,10 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
   pl.items.push_back(it);
   return BL_OK;
 }
+
+// The bytes of a matrix (all its slabs).
+static size_t host_bytes(const bl_tensor &t) { return t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]; }
+static bool is_expert_role(int r) { return r >= BL_MOE_GATE && r <= BL_MOE_DOWN; }
 
 static int64_t need(const bl_tensor &t, int64_t bi, const char *what) {
   if (!t.data) return cu_fail(BL_E_INVAL, "block %lld: %s is missing", (long long)bi, what);
@@ -200,8 +205,15 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
         break;
       default: return cu_fail(BL_E_INVAL, "block %lld has unknown kind %lld", (long long)i, (long long)b.kind);
     }
+    const bool host = b.kind == BL_BLOCK_MOE && b.host_experts;
+    if (host) {
+      int64_t lb = 0;
+      for (int r = BL_MOE_GATE; r <= BL_MOE_DOWN; r++) lb += (int64_t)align256(host_bytes(b.t[r]));
+      if (lb > d.host_layer_bytes) d.host_layer_bytes = lb;
+      d.n_host++;
+    }
     for (int r = 0; r < BL_BLOCK_TENSORS; r++)
-      if (b.t[r].data) CU_OK(add_tensor(pl, b.t[r], vector_role((int)b.kind, r), i, r, b.kind));
+      if (b.t[r].data) CU_OK(add_tensor(pl, b.t[r], vector_role((int)b.kind, r), i, r, b.kind, !(host && is_expert_role(r))));
   }
   return BL_OK;
 }
@@ -235,6 +247,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
       {(void **)&c->kc, kv}, {(void **)&c->vc, kv},
+      {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
   };
   return v;
 }
@@ -278,6 +291,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (!c) return BL_OK;
   (void)cudaSetDevice(c->dev);
   if (c->st) (void)cudaStreamSynchronize(c->st);
+  cu_hybrid_free(c);
   cu_profile_print(c);
   cu_drop_graphs(c);
   for (const buf_req &b : buffer_list(c))
@@ -339,6 +353,7 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
   const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
   uint8_t *base = static_cast<uint8_t *>(c->arena);
   c->blocks.resize((size_t)prog->n_blocks);
+  int n_host = 0;
   for (int64_t i = 0; i < prog->n_blocks; i++) {
     const bl_block &b = bl[i];
     cu_blk &o = c->blocks[(size_t)i];
@@ -355,10 +370,26 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
     o.attn_scale = b.attn_scale > 0 ? (float)b.attn_scale : (b.head_dim > 0 ? 1.0f / sqrtf((float)b.head_dim) : 1.0f);
     o.w_scale = (float)b.expert_weights_scale;
     rope_of(b, o.rope);
+    o.src = &bl[i];
+    if (b.kind == BL_BLOCK_MOE && b.host_experts) o.host_j = n_host++, o.host = 1;
     for (int r = 0; r < BL_BLOCK_TENSORS; r++) {
       const bl_tensor &t = b.t[r];
       if (!t.data) continue;
       const bool vec = vector_role((int)b.kind, r);
+      if (b.kind == BL_BLOCK_MOE && b.host_experts && is_expert_role(r)) {
+        // stays in host memory: the geometry, no device copy (hybrid.cu)
+        dmat &m = o.t[r];
+        m.d = nullptr;
+        m.type = (int32_t)t.type;
+        m.ne0 = (int32_t)t.ne[0];
+        m.ne1 = (int32_t)t.ne[1];
+        m.ne2 = (int32_t)(t.ne[2] > 0 ? t.ne[2] : 1);
+        m.nb1 = t.nb1;
+        m.nb2 = t.ne[2] > 1 ? t.nb2 : t.nb1 * t.ne[1];
+        o.hx[r - BL_MOE_GATE] = reinterpret_cast<const uint8_t *>(t.data);
+        o.hbytes[r - BL_MOE_GATE] = host_bytes(t);
+        continue;
+      }
       const plan_item &it = pl.items[pl.index.at(t.data | (vec ? 1u : 0u))];
       if (vec) {
         o.vec[r] = reinterpret_cast<const float *>(base + it.off);
@@ -439,6 +470,7 @@ extern "C" int64_t bl_cuda_weights_free(uint64_t h) {
   cu_weights *w = reinterpret_cast<cu_weights *>(h);
   if (!w) return BL_OK;
   (void)cudaSetDevice(w->dev);
+  cu_host_unregister(w);
   if (w->arena) (void)cudaFree(w->arena);
   (void)cudaGetLastError();
   delete w;
@@ -472,6 +504,7 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
   w->arena_bytes = pl.total;
   CU_OK(upload(w, pl));
   CU_OK(build_blocks(w, prog, pl));
+  CU_OK(cu_host_register(w));
   CU_TRY(cudaDeviceSynchronize(), "finishing the upload");
   return BL_OK;
 }
@@ -504,6 +537,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->min_chunk = 64;
   c->use_graphs = 1;
   c->prefill_min = MV_MAX_NT + 1;
+  c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
@@ -580,6 +614,9 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
     case CU_OPT_INVARIANT:
       c->invariant = value != 0;
       cu_drop_graphs(c);
+      return BL_OK;
+    case CU_OPT_UPLOAD_MIN:
+      c->upload_min = value <= 0 ? (1 << 30) : (int)(value < c->prefill_min ? c->prefill_min : (value > (1 << 30) ? (1 << 30) : value));
       return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;

@@ -14,6 +14,13 @@ struct cu_blk {
   rope_params rope;
   dmat t[BL_BLOCK_TENSORS];               // matrices (d == null when absent)
   const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
+  // MoE blocks whose routed experts stay in host memory (hybrid.cu): gate/up/down's t[].d are null,
+  // their host bytes at hx[] (hbytes[] each); the program's block for the host hook; the block's
+  // index among the host blocks
+  int host, host_j;
+  const uint8_t *hx[3];
+  size_t hbytes[3];
+  const bl_block *src;
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):
@@ -22,7 +29,9 @@ struct cu_blk {
 // drop the context's captured graphs.
 // CU_OPT_INVARIANT: the context's batch-invariant mode (its forward passes run with the fast bits
 // off and without the grouped decode-batch experts, so each token is computed as it is alone).
-enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19 };
+// CU_OPT_UPLOAD_MIN: batches of at least this many tokens upload their host experts (0: never;
+// never below the graphed sizes; the cost model of bl_cuda_set_host sets it).
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -37,6 +46,8 @@ struct cu_dims {
   int64_t max_nh, max_nkv;
   int64_t kv_width;  // KV width of every attention block (0: none)
   int64_t kv_layers; // 1 + the largest KV layer (0: none)
+  int64_t host_layer_bytes; // the largest host-expert block's gate + up + down (256-aligned each; 0: none)
+  int64_t n_host;           // blocks whose experts stay in host memory
 };
 
 // The program's tensors on one card (shared by the contexts made from it).
@@ -48,6 +59,16 @@ struct cu_weights {
   size_t arena_bytes;
   char device_name[96];
   int smem_optin, sm_count;
+  // host experts' page ranges registered with the driver (hybrid.cu); pinned: all of them were
+  std::vector<std::pair<void *, size_t>> registered;
+  int host_pinned;
+};
+
+// A host block's call to the hook for one batch size (kept for the graphs that capture it).
+struct cu_host_call {
+  struct cu_ctx *c;
+  const bl_block *b;
+  int ntok, pairs;
 };
 
 struct cu_ctx {
@@ -91,6 +112,20 @@ struct cu_ctx {
   std::vector<int> ev_sec;
   double prof_ms[2][CU_SECTIONS];
   int64_t prof_steps[2];
+  // host experts (hybrid.cu): the hook, pinned residual rows it works on, its calls; the staging
+  // buffers of uploaded experts (two layers in flight on the copy stream), the step's state
+  bl_block_rows_fn host_fn;
+  uint64_t host_cpu;
+  float *hx;
+  std::vector<cu_host_call *> host_calls;
+  volatile int64_t host_err;
+  char host_msg[512];
+  void *stage[2];
+  cudaStream_t cs;
+  cudaEvent_t up_ev[2], done_ev[2], sync_ev;
+  int upload_step, upload_j, upload_min;
+  double pcie_bps, pair_us;
+  int64_t n_hook, n_uploaded, up_bytes, hook_us;
 };
 
 void cu_mark(cu_ctx *c, int section);
@@ -106,7 +141,16 @@ static inline int32_t *in_out(const cu_ctx *c) { return c->d_in + 3 * c->dm.maxT
 static inline int4 *in_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(c->d_in + 4 * c->dm.maxT); }
 static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_slots * c->p.kv_ctx * c->p.kv_k_dim; }
 
+// hybrid.cu
+int64_t cu_host_register(cu_weights *w);
+void cu_host_unregister(cu_weights *w);
+void cu_hybrid_free(cu_ctx *c);
+int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
+int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big);
+int64_t cu_hybrid_wait(cu_ctx *c, const char *what);           // the step's end, then the hook's error
+
 // forward.cu
+int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles);
 void cu_drop_graphs(cu_ctx *c);
 int64_t cu_ensure_logits(cu_ctx *c, int64_t rows);

@@ -374,7 +374,7 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   return mb;
 }
 
-static int64_t ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
+int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   const bool moe = b.kind == BL_BLOCK_MOE;
   if (routed) {
     // the picks were selected by the fused attention output + router (froute.cu)
@@ -565,13 +565,15 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
     switch (b.kind) {
       case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
       case BL_BLOCK_ATTN: {
-        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE ? &bl[i + 1] : nullptr;
+        // (a block whose experts stay in host memory takes its router apart)
+        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE && !bl[i + 1].host ? &bl[i + 1] : nullptr;
         CU_OK(attn_block(c, b, ntok, big, n_fa_tiles, moe, &routed));
         break;
       }
       case BL_BLOCK_MOE:
       case BL_BLOCK_FFN:
-        CU_OK(ffn_block(c, b, ntok, big, routed));
+        if (b.host) CU_OK(cu_host_block(c, b, ntok, big));
+        else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;
       case BL_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
@@ -611,6 +613,7 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;
+  CU_OK(cu_hybrid_begin(c, ntok, graph));
   if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);
   for (const cu_graph &g : c->graphs)
     if (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls) {
@@ -669,7 +672,7 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
       int32_t *hi = reinterpret_cast<int32_t *>(c->h_out + nout * topk);
       CU_TRY(cudaMemcpyAsync(hv, c->topv, (size_t)nout * topk * 4, cudaMemcpyDeviceToHost, c->st), "copying candidates");
       CU_TRY(cudaMemcpyAsync(hi, c->topi, (size_t)nout * topk * 4, cudaMemcpyDeviceToHost, c->st), "copying candidates");
-      CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+      CU_OK(cu_hybrid_wait(c, "running the step"));
       memcpy(vals, hv, (size_t)nout * topk * 4);
       memcpy(ids, hi, (size_t)nout * topk * 4);
     } else {
@@ -677,15 +680,15 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
       float *dst = reinterpret_cast<float *>(batch->logits);
       if ((int64_t)bytes <= c->h_out_bytes) {
         CU_TRY(cudaMemcpyAsync(c->h_out, c->logits, bytes, cudaMemcpyDeviceToHost, c->st), "copying logits");
-        CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+        CU_OK(cu_hybrid_wait(c, "running the step"));
         memcpy(dst, c->h_out, bytes);
       } else {
-        CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+        CU_OK(cu_hybrid_wait(c, "running the step"));
         CU_TRY(cudaMemcpy(dst, c->logits, bytes, cudaMemcpyDeviceToHost), "copying logits");
       }
     }
   } else {
-    CU_TRY(cudaStreamSynchronize(c->st), "running the step");
+    CU_OK(cu_hybrid_wait(c, "running the step"));
   }
   cu_profile_collect(c, n < c->prefill_min);
   return BL_OK;

@@ -86,7 +86,8 @@ typedef struct bl_block {
   double expert_weights_scale;
   uint64_t expert_store;  /* MoE blocks: a bl_expert_store_new handle holding the routed experts (0: the tensors' data) */
   int64_t expert_layer;   /* MoE blocks: the layer of that store */
-  double reserved[1];
+  int64_t host_experts;   /* MoE blocks run by a card: 1 = the routed experts stay in host memory (the
+                           * card's step hands the block to the CPU hook, or uploads them for a batch) */
   bl_tensor t[BL_BLOCK_TENSORS]; /* by role; data == 0 when absent */
 } bl_block; /* 24 + 12*8 = 120 slots */
 
@@ -120,6 +121,15 @@ typedef struct bl_ctx_params {
 /* BL_CTX_EXACT: activations stay f32 and weights are dequantized for every product (a slow
  * reference path, to tell numerics from bugs); the default converts activations as ggml does. */
 enum { BL_CTX_EXACT = 1 };
+
+/* ---- the host hook: a card's step runs one block on the CPU ----
+ * x: n_tok residual rows (n_embd floats each, host memory) of the block's input; the block's
+ * output is added to them (rmsnorm, router and experts as bl_cpu_forward computes them). The
+ * context needs max_tokens >= n_tok (its KV cache is not used). err: a message on failure. */
+typedef int64_t (*bl_block_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
+int64_t bl_cpu_block_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
+/* *out = the address of bl_cpu_block_rows (handed to bl_cuda_set_host). */
+int64_t bl_cpu_block_rows_fn(uint64_t *out);
 
 /* ---- CPU kernel paths, threads and probes (CPU library) ----
  * The kernels run on one path: "scalar" (the reference), "avx2" (AVX2+FMA+F16C) or "avx512"
@@ -303,6 +313,15 @@ int64_t bl_cuda_free_bytes(uint64_t ctx, int64_t *out);
  * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */
 enum { BL_CUDA_OPT_GRAPHS = 1, BL_CUDA_OPT_PREFILL_MIN = 2, BL_CUDA_OPT_MAX_SPLITS = 3 };
 int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
+/* The host hook for the program's blocks with host_experts (bl_block_rows_fn of the CPU library and
+ * its context, max_tokens at least the card context's). Without it a step over such a block fails.
+ * Batches of at least the upload threshold take the card's kernels on the block's experts copied
+ * over PCIe for the step (two layers in flight); smaller ones call the hook. */
+int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx);
+/* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
+ * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
+ * measured nanoseconds a (token, expert) pair. */
+int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* Tests: y[i][r] = W row r . x row i (n_x rows of n floats) on device dev, W `rows` rows of type

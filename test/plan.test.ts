@@ -82,13 +82,27 @@ describe("plan with a card (llama's flags)", () => {
     return "";
   };
 
-  test("--cpu-moe, --n-cpu-moe, -ot =CPU and a partial -ngl keep tensors on the host: refused as not implemented, with the plan", () => {
-    expect(refusal({ cpuMoe: true })).toMatch(/host: dense 0\.00 GiB \+ 32 experts 0\.35 GiB[\s\S]*keep 12 tensors .*not implemented yet/);
-    expect(refusal({ nCpuMoe: 2 })).toContain("keep 6 tensors");
-    expect(refusal({ overrides: [{ pattern: "blk\\.3\\.ffn_.*_exps", buffer: "CPU" }] })).toContain("keep 3 tensors");
+  test("--cpu-moe, --n-cpu-moe and -ot =CPU keep routed experts in host memory beside the card; the line says so", () => {
+    const all = planLoad(hp, tensors(), "cuda", { cpuMoe: true }, card, ctx);
+    expect(all.host.experts).toBe(experts);
+    expect(all.card.experts).toBe(0);
+    expect(all.where.get("blk.0.ffn_up_exps.weight")).toBe("host");
+    expect(all.where.get("blk.0.ffn_gate_inp.weight")).toBe("card");
+    expect(all.line).toMatch(/^placement: card Test GPU: dense .* \+ 0 experts 0\.00 GiB; host: dense 0\.00 GiB \+ 32 experts 0\.35 GiB = 0\.35 GiB of /);
+    const half = planLoad(hp, tensors(), "cuda", { nCpuMoe: 2 }, card, ctx);
+    expect([0, 1, 2, 3].map((l) => half.where.get(`blk.${l}.ffn_down_exps.weight`))).toEqual(["host", "host", "card", "card"]);
+    expect(half.card.nExperts).toBe(16);
+    const ot = planLoad(hp, tensors(), "cuda", { overrides: [{ pattern: "blk\\.3\\.ffn_.*_exps", buffer: "CPU" }] }, card, ctx);
+    expect(ot.host.nExperts).toBe(8);
+  });
+
+  test("dense tensors on the host, a layer's experts split across tiers, host experts past the budget: refused with the plan", () => {
     // -ngl 2 of 4 layers: llama's first layer on the card is 4 + 1 - 2 = 3; token_embd stays where the card path puts it
-    expect(refusal({ nGpuLayers: 2 })).toContain(`keep ${3 * 8} tensors`);
+    expect(refusal({ nGpuLayers: 2 })).toMatch(/keep 15 dense tensors .*not implemented yet/);
+    expect(refusal({ overrides: [{ pattern: "blk\\.0\\.attn_q", buffer: "CPU" }] })).toMatch(/keep 1 dense tensors/);
     expect(refusal({ nGpuLayers: 5 })).toBe("");
+    expect(refusal({ overrides: [{ pattern: "blk\\.1\\.ffn_down_exps", buffer: "CPU" }] })).toMatch(/layer 1 has some of its routed-expert tensors on the host/);
+    expect(refusal({ cpuMoe: true, hostBudgetBytes: 100 * MiB })).toMatch(/host experts 0\.35 GiB > the host budget 0\.10 GiB \(--host-budget 100 MiB\)/);
   });
 
   test("-ot: the first matching override wins; CUDA0 keeps a tensor on the card; bad patterns and buffers are refused", () => {

@@ -20,6 +20,8 @@ export interface BenchInstance {
   noKvOffload: boolean;
   flashAttn: string;
   overrides: string;
+  /** -ot's pairs (placement on a card) */
+  overrideList?: { pattern: string; buffer: string }[];
   noOpOffload: boolean;
   noHost: boolean;
 }
@@ -87,18 +89,28 @@ export class BenchRunner {
   /** expertRamBytes: routed experts read on demand into a RAM cache of this size (--expert-ram) */
   constructor(private readonly expertRamBytes?: number) {}
 
-  /** The model of a path, loaded once for all of its tests (its own context kept minimal). */
-  modelFor(path: string): Model {
-    if (this.model && this.model.gguf.path === path) return this.model;
+  private modelKey = "";
+
+  /**
+   * The model of a test, loaded once for the tests that share its file and placement (its own
+   * context kept minimal). On a card, --cpu-moe / -ncmoe / -ot keep routed experts in host memory
+   * (plan.ts; the card's program marks them), so each placement is its own load.
+   */
+  modelFor(inst: Pick<BenchInstance, "model" | "nGpuLayers" | "nCpuMoe" | "overrideList">): Model {
+    const hybrid = inst.nGpuLayers !== 0 && (inst.nCpuMoe !== 0 || (inst.overrideList?.length ?? 0) > 0);
+    const key = JSON.stringify([inst.model, hybrid ? [inst.nGpuLayers, inst.nCpuMoe, inst.overrideList] : null]);
+    if (this.model && this.modelKey === key) return this.model;
     this.model?.close();
     this.model = undefined;
-    this.model = Model.load(path, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes });
+    const placement = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
+    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement });
+    this.modelKey = key;
     return this.model;
   }
 
   /** Runs one test `reps` times; the wall time of each run in nanoseconds. */
   run(inst: BenchInstance, reps: number, warmup: boolean): number[] {
-    const m = this.modelFor(inst.model);
+    const m = this.modelFor(inst);
     const nCtx = Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth);
     if (nCtx > m.hp.nCtxTrain) process.stderr.write(`bench: note: ${nCtx} positions is more than the model's training context ${m.hp.nCtxTrain}\n`);
     // -ngl picks the backend (placement.ts: 0 the CPU; the card when present otherwise); the

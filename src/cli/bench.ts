@@ -41,7 +41,7 @@ export function benchInstances(p: BenchParams): BenchInstance[] {
                         for (const flashAttn of p.flashAttn)
                           for (const nThreads of p.nThreads)
                             for (const nDepth of p.nDepth) {
-                              const base = { model, nDepth, nBatch, nUbatch, nThreads, nGpuLayers, nCpuMoe, splitMode, mainGpu, noKvOffload, flashAttn, overrides: ot.text, noOpOffload, noHost };
+                              const base = { model, nDepth, nBatch, nUbatch, nThreads, nGpuLayers, nCpuMoe, splitMode, mainGpu, noKvOffload, flashAttn, overrides: ot.text, overrideList: ot.list.map((o) => ({ pattern: o.source, buffer: o.buffer })), noOpOffload, noHost };
                               for (const n of p.nPrompt) if (n > 0) out.push({ ...base, nPrompt: n, nGen: 0 });
                               for (const n of p.nGen) if (n > 0) out.push({ ...base, nPrompt: 0, nGen: n });
                               for (const [pp, tg] of p.pg) if (pp > 0 || tg > 0) out.push({ ...base, nPrompt: pp, nGen: tg });

@@ -6,7 +6,8 @@ import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch, SavedKv } from "./backend.ts";
-import type { EncodedProgram } from "./program.ts";
+import { HostHook } from "./host-hook.ts";
+import { hostExpertBlocks, type EncodedProgram } from "./program.ts";
 
 export interface CudaBackendOptions {
   nSlots: number;
@@ -20,6 +21,27 @@ export interface CudaBackendOptions {
    * or batched with others (slower: no one-token fast kernels, no tensor-core prefill).
    */
   batchInvariant?: boolean;
+  /** CPU threads of the host experts (blocks whose routed experts stay in host memory) */
+  hostThreads?: number;
+}
+
+/** What the host experts beside the card did (bl_cuda_host_stats). */
+export interface HostExpertStats {
+  /** MoE blocks whose experts stay in host memory */
+  blocks: number;
+  /** block runs on the CPU (the hook), block runs from experts uploaded for a batch */
+  hookRuns: number;
+  uploadRuns: number;
+  uploadBytes: number;
+  hookUs: number;
+  /** batches of at least this many tokens upload (the cost model) */
+  uploadMin: number;
+  /** PCIe host-to-card bytes a second, measured */
+  pcieBytesPerSec: number;
+  /** the host experts' pages are pinned (uploads without a staging copy) */
+  pinned: boolean;
+  /** the hook's measured microseconds a (token, expert) pair */
+  pairUs: number;
 }
 
 /** The largest batch of the batch-invariant mode (the decode kernels' MV_MAX_NT). */
@@ -80,6 +102,8 @@ export class CudaBackend implements Backend {
   readonly maxTokens: number;
   readonly nSlots: number;
   readonly nCtxSlot: number;
+  private hook: HostHook | undefined;
+  private hostBlocks: number;
 
   constructor(
     private hp: HParams,
@@ -95,6 +119,16 @@ export class CudaBackend implements Backend {
     } catch (e) {
       weights.release();
       throw e;
+    }
+    this.hostBlocks = hostExpertBlocks(weights.prog);
+    if (this.hostBlocks > 0) {
+      try {
+        this.hook = new HostHook(hp, o.maxTokens, Math.max(1, o.hostThreads ?? 1));
+        checkCuda(cuda().bl_cuda_set_host(this.ctx, this.hook.fn, this.hook.ctx), "connecting the host experts");
+      } catch (e) {
+        this.close();
+        throw e;
+      }
     }
     if (o.graphs === false) this.setOption(CudaOption.graphs, 0);
     if (o.batchInvariant) this.setOption(CudaOption.invariant, 1);
@@ -159,6 +193,16 @@ export class CudaBackend implements Backend {
     return { gpuUs: o[0], launchUs: o[1], syncedUs: o[2] };
   }
 
+  /** The host experts' counters; undefined when every expert is on the card. */
+  hostStats(): HostExpertStats | undefined {
+    if (!this.hostBlocks) return undefined;
+    const o = new BigInt64Array(8);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 8), "reading the host experts' counters");
+    const n = (i: number) => Number(o[i]);
+    return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
+      pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000 };
+  }
+
   kvPosBytes(): number {
     return Number(cuda().bl_cuda_kv_pos_bytes(this.ctx));
   }
@@ -206,6 +250,7 @@ export class CudaBackend implements Backend {
     if (!this.ctx) return;
     cuda().bl_cuda_ctx_free(this.ctx);
     this.ctx = 0n;
+    this.hook?.close(); // after the context: its graphs call into it
     this.weights.release();
   }
 }

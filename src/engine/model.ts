@@ -5,7 +5,7 @@ import { GgufFile } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
-import { encodeProgram, type EncodedProgram } from "./program.ts";
+import { encodeProgram, markHostExperts, type EncodedProgram } from "./program.ts";
 import { BackendFactory, chooseBackend, type GpuLayers } from "./placement.ts";
 import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
 import { readRam } from "../cli/agent-machine.ts";
@@ -69,6 +69,9 @@ export class Model {
     const routed = expertRam === undefined ? undefined : routedExpertTensors(specs);
     this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
+    // with a card: the routed experts the plan keeps in host memory run beside it (cuda/hybrid.cu)
+    const plan = this.plan;
+    if (plan?.backend === "cuda") markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host");
     try {
       this.experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam);
     } catch (e) {

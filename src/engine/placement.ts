@@ -97,7 +97,13 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
-    return new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant });
+    const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads: cpu.nThreads });
+    const hs = be.hostStats();
+    if (hs)
+      log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${cpu.nThreads} CPU threads ` +
+        `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
+        `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}`);
+    return be;
   }
 
   close(): void {

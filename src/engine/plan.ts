@@ -56,7 +56,7 @@ export interface LoadPlan {
   disk: TierBytes;
   /** the RAM the NVMe tier's expert cache gets (set only when some experts are on disk) */
   expertRamBytes?: number;
-  /** the tier of every tensor */
+  /** the tier of every tensor (with a card: routed experts may be "host", run by the CPU beside the card) */
   where: Map<string, Tier>;
   line: string;
 }
@@ -151,18 +151,29 @@ export function planLoad(
   const budgetText = f.hostBudgetBytes !== undefined ? `--host-budget ${Math.round(f.hostBudgetBytes / MiB)} MiB` : `${gib(m.hostAvailableBytes)} available less ${gib(HOST_RESERVE)} kept free`;
 
   if (backend === "cuda") {
-    const onHost: string[] = [];
+    const denseHost: string[] = [];
+    const expertTier = new Map<number, Set<Tier>>(); // a layer's expert tensors share one tier
     for (const t of tensors) {
       const tier = flagTier(t.name, hp, f, compiled) === "host" ? "host" : "card";
       where.set(t.name, tier);
       add(tier === "card" ? card : host, t.name, t.bytes, hp.nExpert);
-      if (tier === "host") onHost.push(t.name);
+      const el = expertLayer(t.name);
+      if (el !== null) expertTier.set(el, (expertTier.get(el) ?? new Set<Tier>()).add(tier));
+      else if (tier === "host") denseHost.push(t.name);
     }
     const plan: LoadPlan = { backend, card, host: { ...host, context: 0, budget: hostBudget }, disk, where, line: "" };
     plan.line = planLine(plan, m);
-    if (onHost.length > 0)
-      throw new PlanError(`${plan.line}\nthe flags keep ${onHost.length} tensors (${gib(host.dense + host.experts)}, e.g. ${onHost[0]}) in host memory beside the card; ` +
-        "computing host tensors beside the card is not implemented yet: drop --cpu-moe/--n-cpu-moe/-ot and use -ngl all to put the whole model on the card, or -ngl 0 to run it all on the CPU");
+    if (denseHost.length > 0)
+      throw new PlanError(`${plan.line}\nthe flags keep ${denseHost.length} dense tensors (${gib(host.dense)}, e.g. ${denseHost[0]}) in host memory beside the card; ` +
+        "computing dense tensors on the host beside the card is not implemented yet (routed experts may stay there: --cpu-moe, --n-cpu-moe, -ot ...exps=CPU): " +
+        "use -ngl all to put the dense weights on the card, or -ngl 0 to run it all on the CPU");
+    const split = [...expertTier.entries()].filter(([, s]) => s.size > 1).map(([l]) => l);
+    if (split.length > 0)
+      throw new PlanError(`${plan.line}\nlayer ${split[0]} has some of its routed-expert tensors on the host and some on the card; ` +
+        "bloomery keeps a layer's gate, up and down experts together: place them with one -ot pattern (e.g. blk\\.N\\.ffn_.*_exps=CPU)");
+    if (host.experts > hostBudget)
+      throw new PlanError(`${plan.line}\nthe host experts ${gib(host.experts)} > the host budget ${gib(hostBudget)} (${budgetText}); ` +
+        "reading experts from disk beside a card is not implemented yet: keep fewer experts on the host (--n-cpu-moe N) or give a larger --host-budget");
     return plan;
   }
 

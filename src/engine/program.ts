@@ -2,7 +2,7 @@
 // each tensor name resolved by the placement (mapped host memory now; device memory later).
 import { ptr } from "bun:ffi";
 import { BLOCK_SLOTS, BLOCK_TENSOR_BASE, BLOCK_TENSORS, BlockSlot, PROGRAM_SLOTS, Slots, TENSOR_SLOTS, type FloatField, type IntField, type NativeTensor } from "../../ffi/layout.ts";
-import type { BlockSpec } from "../models/blocks.ts";
+import { BlockKind, type BlockSpec } from "../models/blocks.ts";
 
 export interface EncodedProgram {
   /** bl_program struct; pass ptr(program.i) */
@@ -30,4 +30,30 @@ export function encodeProgram(specs: BlockSpec[], resolve: (name: string) => Nat
   program.setInt(2, nEmbd);
   program.setInt(3, nVocab);
   return { program, blocks, nBlocks: specs.length };
+}
+
+/** The roles of a MoE block's routed-expert tensors: gate, up, down (bloomery.h BL_MOE_*). */
+const EXPERT_ROLES = [2, 3, 4];
+
+/**
+ * Marks the MoE blocks whose routed experts `isHost` keeps in host memory (bl_block.host_experts):
+ * a card runs those through the CPU hook or uploads them (cuda/hybrid.cu). Returns how many.
+ */
+export function markHostExperts(specs: BlockSpec[], prog: EncodedProgram, isHost: (name: string) => boolean): number {
+  let n = 0;
+  specs.forEach((b, bi) => {
+    if (b.kind !== BlockKind.Moe) return;
+    const names = EXPERT_ROLES.map((r) => b.tensors[r]).filter((x): x is string => !!x);
+    if (names.length === 0 || !names.every(isHost)) return;
+    prog.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.host_experts, 1);
+    n++;
+  });
+  return n;
+}
+
+/** Blocks marked by markHostExperts. */
+export function hostExpertBlocks(prog: EncodedProgram): number {
+  let n = 0;
+  for (let bi = 0; bi < prog.nBlocks; bi++) if (prog.blocks.i[bi * BLOCK_SLOTS + BlockSlot.host_experts] !== 0n) n++;
+  return n;
 }

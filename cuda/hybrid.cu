@@ -1,0 +1,271 @@
+// bloomery CUDA library: MoE blocks whose routed experts stay in host memory (issue 6's hybrid
+// placement). A step hands such a block to the CPU library's hook through a stream callback (the
+// residual rows copied to pinned memory and back; captured in the decode graphs like any other
+// node), or - for batches past the cost model's threshold - copies the layer's experts into one of
+// two staging buffers on a copy stream, two layers ahead, and runs the card's kernels on them.
+// The host experts' pages (the mapped GGUF) are registered with the driver so uploads run at PCIe
+// speed without a second copy in RAM.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "ctx.h"
+
+static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// ---- pinning the host experts ----
+int64_t cu_host_register(cu_weights *w) {
+  w->host_pinned = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> r;
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (const cu_blk &b : w->blocks)
+    if (b.host)
+      for (int k = 0; k < 3; k++) {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(b.hx[k]);
+        r.push_back({a & ~(pg - 1), (a + b.hbytes[k] + pg - 1) & ~(pg - 1)});
+      }
+  if (r.empty()) return BL_OK;
+  const char *env = getenv("BLOOMERY_HOST_PIN");
+  if (env && env[0] == '0') return BL_OK;
+  std::sort(r.begin(), r.end());
+  std::vector<std::pair<uintptr_t, uintptr_t>> m;
+  for (const auto &x : r) {
+    if (!m.empty() && x.first <= m.back().second) m.back().second = std::max(m.back().second, x.second);
+    else m.push_back(x);
+  }
+  int ro = 0;
+  (void)cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, w->dev);
+  const unsigned flags = cudaHostRegisterPortable | (ro ? cudaHostRegisterReadOnly : 0);
+  for (const auto &x : m) {
+    void *p = reinterpret_cast<void *>(x.first);
+    const cudaError_t e = cudaHostRegister(p, x.second - x.first, flags);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fprintf(stderr, "bloomery: the host experts' pages could not be pinned (%s); uploads go through pageable copies\n", cudaGetErrorString(e));
+      cu_host_unregister(w);
+      return BL_OK;
+    }
+    w->registered.push_back({p, x.second - x.first});
+  }
+  w->host_pinned = 1;
+  return BL_OK;
+}
+
+void cu_host_unregister(cu_weights *w) {
+  for (const auto &x : w->registered) (void)cudaHostUnregister(x.first);
+  w->registered.clear();
+  w->host_pinned = 0;
+  (void)cudaGetLastError();
+}
+
+// ---- the hook ----
+static void CUDART_CB host_cb(void *p) {
+  cu_host_call *call = static_cast<cu_host_call *>(p);
+  cu_ctx *c = call->c;
+  if (c->host_err) return; // the step failed earlier: its result is not used
+  const auto t0 = std::chrono::steady_clock::now();
+  char msg[sizeof c->host_msg];
+  msg[0] = 0;
+  const int64_t s = c->host_fn(c->host_cpu, call->b, call->ntok, c->hx, msg, sizeof msg);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  c->n_hook++;
+  c->hook_us += (int64_t)us;
+  if (s != BL_OK) {
+    snprintf(c->host_msg, sizeof c->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
+    c->host_err = s;
+  }
+}
+
+static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok) {
+  for (cu_host_call *h : c->host_calls)
+    if (h->b == b.src && h->ntok == ntok) return h;
+  cu_host_call *h = new (std::nothrow) cu_host_call();
+  if (!h) return nullptr;
+  h->c = c;
+  h->b = b.src;
+  h->ntok = ntok;
+  h->pairs = ntok * (b.n_used > 0 ? b.n_used : 1);
+  c->host_calls.push_back(h);
+  return h;
+}
+
+static const cu_blk *host_block_at(const cu_ctx *c, int j) {
+  for (const cu_blk &b : c->w->blocks)
+    if (b.host && b.host_j == j) return &b;
+  return nullptr;
+}
+
+// Copies host block j's experts into staging buffer j % 2 on the copy stream (after the step's
+// kernels are done with what that buffer held).
+static int64_t issue_upload(cu_ctx *c, int j) {
+  const cu_blk *b = host_block_at(c, j);
+  if (!b) return BL_OK;
+  const int s = j % 2;
+  if (j >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+  uint8_t *dst = static_cast<uint8_t *>(c->stage[s]);
+  for (int k = 0; k < 3; k++) {
+    CU_TRY(cudaMemcpyAsync(dst, b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
+    dst += al256(b->hbytes[k]);
+    c->up_bytes += (int64_t)b->hbytes[k];
+  }
+  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
+  return BL_OK;
+}
+
+int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
+  c->host_err = 0;
+  c->host_msg[0] = 0;
+  c->upload_step = 0;
+  if (c->dm.n_host == 0) return BL_OK;
+  if (!c->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
+  c->upload_j = 0;
+  c->upload_step = !graphed && ntok >= c->upload_min;
+  if (c->upload_step) {
+    CU_OK(issue_upload(c, 0));
+    CU_OK(issue_upload(c, 1));
+  }
+  return BL_OK;
+}
+
+int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  const int E = (int)c->dm.E;
+  if (c->upload_step) {
+    const int j = c->upload_j++, s = j % 2;
+    if (j != b.host_j) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
+    CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
+    cu_blk v = b;
+    v.host = 0;
+    uint8_t *src = static_cast<uint8_t *>(c->stage[s]);
+    for (int k = 0; k < 3; k++) {
+      v.t[BL_MOE_GATE + k].d = src;
+      src += al256(b.hbytes[k]);
+    }
+    CU_OK(cu_ffn_block(c, v, ntok, big, false));
+    CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
+    c->n_uploaded++;
+    return issue_upload(c, j + 2);
+  }
+  cu_host_call *call = host_call(c, b, ntok);
+  if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  cu_mark(c, S_EXPERTS);
+  const size_t bytes = (size_t)ntok * E * sizeof(float);
+  CU_TRY(cudaMemcpyAsync(c->hx, c->x, bytes, cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+  CU_TRY(cudaLaunchHostFunc(c->st, host_cb, call), "calling the host experts");
+  CU_TRY(cudaMemcpyAsync(c->x, c->hx, bytes, cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  return BL_OK;
+}
+
+int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
+  if (c->dm.n_host > 0 && c->sync_ev) {
+    // a blocking wait: the host experts' threads need the cores a spinning wait would take
+    CU_TRY(cudaEventRecord(c->sync_ev, c->st), what);
+    CU_TRY(cudaEventSynchronize(c->sync_ev), what);
+  } else {
+    CU_TRY(cudaStreamSynchronize(c->st), what);
+  }
+  if (c->host_err) {
+    const int64_t s = c->host_err;
+    c->host_err = 0;
+    return cu_fail(s, "%s", c->host_msg);
+  }
+  return BL_OK;
+}
+
+void cu_hybrid_free(cu_ctx *c) {
+  if (c->cs) (void)cudaStreamSynchronize(c->cs);
+  for (int i = 0; i < 2; i++) {
+    if (c->up_ev[i]) (void)cudaEventDestroy(c->up_ev[i]);
+    if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
+  }
+  if (c->sync_ev) (void)cudaEventDestroy(c->sync_ev);
+  if (c->cs) (void)cudaStreamDestroy(c->cs);
+  if (c->hx) (void)cudaFreeHost(c->hx);
+  for (cu_host_call *h : c->host_calls) delete h;
+  c->host_calls.clear();
+  (void)cudaGetLastError();
+}
+
+// ---- the cost model ----
+// PCIe: one host block's gate tensor copied into a staging buffer, timed. The hook: the first host
+// block on 64 rows of pseudo-random values (about 64 x K distinct (token, expert) pairs), timed.
+// Batches upload when the hook's time for them would pass a layer's upload time.
+static int64_t measure(cu_ctx *c) {
+  const cu_blk *b = host_block_at(c, 0);
+  if (!b) return BL_OK;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CU_TRY(cudaEventCreate(&e0), "measuring PCIe");
+  if (cudaEventCreate(&e1) != cudaSuccess) {
+    (void)cudaEventDestroy(e0);
+    return cu_fail(BL_E_DEVICE, "measuring PCIe");
+  }
+  const size_t n = b->hbytes[0];
+  float ms = 0;
+  (void)cudaMemcpyAsync(c->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->cs); // warm
+  (void)cudaEventRecord(e0, c->cs);
+  (void)cudaMemcpyAsync(c->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->cs);
+  (void)cudaEventRecord(e1, c->cs);
+  const cudaError_t e = cudaEventSynchronize(e1);
+  if (e == cudaSuccess) (void)cudaEventElapsedTime(&ms, e0, e1);
+  (void)cudaEventDestroy(e0);
+  (void)cudaEventDestroy(e1);
+  if (e != cudaSuccess) return cu_fail_cuda(e, "measuring PCIe");
+  c->pcie_bps = ms > 0 ? n / (ms * 1e-3) : 25e9;
+  const int rows = (int)std::min<int64_t>(64, c->dm.maxT);
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < (int64_t)rows * c->dm.E; i++) {
+    s = s * 1664525u + 1013904223u;
+    c->hx[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+  char msg[512];
+  msg[0] = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t st = c->host_fn(c->host_cpu, b->src, rows, c->hx, msg, sizeof msg);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (st != BL_OK) return cu_fail(st, "host experts: %s", msg);
+  c->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
+  const double layer = (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]);
+  const double upload_us = 1e6 * layer / c->pcie_bps;
+  const int64_t k = b->n_used > 0 ? b->n_used : 1;
+  int64_t need = (int64_t)(upload_us / (c->pair_us * (double)k)) + 1;
+  if (need < c->prefill_min) need = c->prefill_min; // graphed steps call the hook
+  c->upload_min = (int)std::min<int64_t>(need, 1 << 30);
+  const char *env = getenv("BLOOMERY_HYBRID_UPLOAD_MIN"); // batches of at least this many tokens upload (0: never)
+  if (env && env[0]) {
+    const int v = atoi(env);
+    c->upload_min = v <= 0 ? (1 << 30) : std::max(v, c->prefill_min);
+  }
+  return BL_OK;
+}
+
+extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !fn || !cpu_ctx) return cu_fail(BL_E_INVAL, "set_host: null argument");
+  if (c->dm.n_host == 0) return cu_fail(BL_E_INVAL, "set_host: the program keeps no experts in host memory");
+  CU_TRY(cudaSetDevice(c->dev), "selecting the device");
+  CU_TRY(cudaStreamSynchronize(c->st), "set_host");
+  cu_drop_graphs(c);
+  cu_hybrid_free(c);
+  c->host_fn = reinterpret_cast<bl_block_rows_fn>(fn);
+  c->host_cpu = cpu_ctx;
+  CU_TRY(cudaMallocHost(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float)), "allocating pinned rows for the host experts");
+  CU_TRY(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "creating the upload stream");
+  for (int i = 0; i < 2; i++) {
+    CU_TRY(cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming), "creating events");
+    CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
+  }
+  CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
+  return measure(c);
+}
+
+extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
+  const int64_t v[8] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+                        (int64_t)(c->pair_us * 1000.0)};
+  for (int64_t i = 0; i < n && i < 8; i++) out[i] = v[i];
+  return BL_OK;
+}

@@ -1,0 +1,32 @@
+// bloomery engine: the CPU side of a card's host experts - a CPU context (workspace and thread
+// pool, no KV cache) that the CUDA step calls through the CPU library's hook for the MoE blocks
+// whose routed experts stay in host memory (cuda/hybrid.cu, ffi/cpu/hook.c).
+import { ptr } from "bun:ffi";
+import { check, cpu } from "../../ffi/cpu.ts";
+import { CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import type { HParams } from "../models/types.ts";
+
+export class HostHook {
+  /** the CPU context's handle */
+  ctx: bigint;
+  /** the address of bl_cpu_block_rows */
+  readonly fn: bigint;
+
+  constructor(hp: HParams, maxTokens: number, nThreads: number) {
+    const p = new Slots(CTX_PARAM_SLOTS);
+    // no KV cache: one slot of one position on no layers
+    const vals = [hp.nEmbd, hp.nVocab, maxTokens, nThreads, 0, 1, 1,
+      hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, 0];
+    vals.forEach((v, i) => p.setInt(i, v));
+    const out = new BigUint64Array(1);
+    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
+    this.ctx = out[0];
+    check(cpu().bl_cpu_block_rows_fn(ptr(out)), "finding the host hook");
+    this.fn = out[0];
+  }
+
+  close(): void {
+    if (this.ctx) cpu().bl_cpu_ctx_free(this.ctx);
+    this.ctx = 0n;
+  }
+}

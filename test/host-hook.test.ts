@@ -1,0 +1,81 @@
+// The host hook (ffi/cpu/hook.c): a card's step hands a MoE block whose experts stay in host
+// memory to the CPU library, which runs it on residual rows the caller owns. Checked on the demo
+// model without a card: rows at once are the same bits as rows one at a time (each row as the
+// one-row kernels compute it), the block changes them, and bad calls fail with a message.
+import { afterAll, describe, expect, test } from "bun:test";
+import { ptr } from "bun:ffi";
+import { join } from "node:path";
+import { cpu } from "../ffi/cpu.ts";
+import { BLOCK_SLOTS } from "../ffi/layout.ts";
+import { HostHook } from "../src/engine/host-hook.ts";
+import { Model } from "../src/engine/model.ts";
+import { BlockKind } from "../src/models/blocks.ts";
+import { FIXTURES } from "./paths.ts";
+
+const file = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
+const m = Model.load(file, { nCtx: 64, nThreads: 2, maxTokens: 16 });
+const hook = new HostHook(m.hp, 8, 2);
+afterAll(() => {
+  hook.close();
+  m.close();
+});
+
+const specs = m.family.program(m.gguf, m.hp);
+const blockAddr = (bi: number) => BigInt(ptr(m.program.blocks.i)) + BigInt(bi * BLOCK_SLOTS * 8);
+const moeBlocks = specs.map((b, i) => (b.kind === BlockKind.Moe ? i : -1)).filter((i) => i >= 0);
+const attnBlock = specs.findIndex((b) => b.kind === BlockKind.Attention);
+
+function rows(n: number, seed: number): Float32Array {
+  const x = new Float32Array(n * m.hp.nEmbd);
+  let s = seed >>> 0;
+  for (let i = 0; i < x.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    x[i] = ((s >>> 8) & 0xffff) / 32768 - 1;
+  }
+  return x;
+}
+
+function run(bi: number, x: Float32Array, n: number): { status: number; msg: string } {
+  const err = new Uint8Array(512);
+  const status = Number(cpu().bl_cpu_block_rows(hook.ctx, blockAddr(bi), n, ptr(x), ptr(err), err.length));
+  const end = err.indexOf(0);
+  return { status, msg: new TextDecoder().decode(err.subarray(0, end < 0 ? err.length : end)) };
+}
+
+describe("the host hook on the CPU", () => {
+  test("the hook's address is the library's", () => {
+    expect(hook.fn).not.toBe(0n);
+    expect(hook.ctx).not.toBe(0n);
+  });
+
+  test("a MoE block on 6 rows: the same bits as each row alone, and the rows change", () => {
+    expect(moeBlocks.length).toBeGreaterThan(0);
+    const E = m.hp.nEmbd, n = 6;
+    for (const bi of [moeBlocks[0], moeBlocks[moeBlocks.length - 1]]) {
+      const x0 = rows(n, 7 + bi), all = x0.slice();
+      expect(run(bi, all, n)).toEqual({ status: 0, msg: "" });
+      let changed = 0;
+      for (let i = 0; i < all.length; i++) {
+        expect(Number.isFinite(all[i])).toBe(true);
+        if (all[i] !== x0[i]) changed++;
+      }
+      expect(changed).toBeGreaterThan(all.length / 2);
+      for (let r = 0; r < n; r++) {
+        const one = x0.slice(r * E, (r + 1) * E);
+        expect(run(bi, one, 1).status).toBe(0);
+        expect(Buffer.from(one.buffer).equals(Buffer.from(all.buffer, r * E * 4, E * 4))).toBe(true);
+      }
+    }
+  });
+
+  test("bad calls fail with a message and leave the rows alone", () => {
+    const x = rows(9, 1), keep = x.slice();
+    const big = run(moeBlocks[0], x, 9);
+    expect(big.status).not.toBe(0);
+    expect(big.msg).toMatch(/9 rows \(the context takes 1\.\.8\)/);
+    const attn = run(attnBlock, x, 2);
+    expect(attn.status).not.toBe(0);
+    expect(attn.msg).toMatch(/not an FFN block/);
+    expect(Buffer.from(x.buffer).equals(Buffer.from(keep.buffer))).toBe(true);
+  });
+});
