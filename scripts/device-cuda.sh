@@ -3,7 +3,9 @@
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
 # Usage: scripts/device-cuda.sh [clocks] [check] [tests] [launch] [probe] [profile] [bench-quick|bench|tg] [nopdl] [carveout]
-#        [cpuhost] [server] [sanitize] [ncu]
+#        [cpuhost] [server] [sanitize] [ncu] [hybrid] [bench-hybrid]
+# hybrid: test/cuda-hybrid.test.ts (experts in host memory beside the card); bench-hybrid: the
+# cpu-moe and half (--n-cpu-moe 24) cells on 16 threads (HYBRID_ARGS overrides the bench arguments).
 # check: the new one-token kernels' logits against the round-1 kernels' (fast 15) on the synthetic
 # model; where some differ, BLOOMERY_CUDA_FAST is set to the agreeing set for the verbs after it
 # (so a failing new kernel does not cost the bench). ncu: per-kernel times of a few decode steps
@@ -98,6 +100,16 @@ for what in "$@"; do
       model
       echo "== server on the card"
       BUN_BE_BUN=1 timeout 300 $BS scripts/device-server-check.ts /tmp/bl/q.gguf "$OUT/server.log" 2>&1 | tee "$OUT/server-check.log" ;;
+    hybrid)
+      echo "== test/cuda-hybrid.test.ts"
+      BUN_BE_BUN=1 timeout ${TEST_TIMEOUT:-240} $BS test test/cuda-hybrid.test.ts > "$OUT/cuda-hybrid.log" 2>&1 || echo "== cuda-hybrid failed"
+      grep -E "^\(fail\)| pass$| fail$|max \||error|Error|expect" "$OUT/cuda-hybrid.log" | head -40 ;;
+    bench-hybrid)
+      model
+      for pl in "-cmoe" "-ncmoe 24"; do
+        echo "== bench $pl ${HYBRID_ARGS:--p 512 -n 64 -r 2}"
+        timeout ${HYBRID_TIMEOUT:-200} $CLI bench -m /tmp/bl/q.gguf $pl -t $(nproc) ${HYBRID_ARGS:--p 512 -n 64 -r 2} 2>&1 | tee -a "$OUT/bench-hybrid.log" | grep -vE "^\{"
+      done ;;
     tg)
       model
       echo "== tg128"
