@@ -57,8 +57,8 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
   },
   {
     names: ["--slot-ctx"], value: { type: "int", min: 0 }, hint: "N", env: "BLOOMERY_SLOT_CTX", key: "slotCtx", default: 0, defaultText: "0, from -c",
-    help: "bloomery's own: tokens each slot holds; the whole context is N x slots. With -np N, a -c given too must equal N x slots; " +
-      "with -np auto, a -c given too must equal N (both then give each slot's context); otherwise the start is refused",
+    help: "bloomery's own: tokens each slot holds; the whole context is N x the slots. A -c given too must agree: with -np K it must be " +
+      "K x N, with -np auto it must be N (both then give each slot's context); otherwise the start is refused naming both",
     group: G, support: "supported",
   },
   {

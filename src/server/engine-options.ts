@@ -51,7 +51,7 @@ export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots)
     // shares one cache in which a slot can grow to all of -c; here every slot has the whole -c)
     nCtxSlot = o.slotCtx > 0 ? o.slotCtx : o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
     if (nCtxSlot <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N or --slot-ctx N");
-    if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError(flag, `${flag === "--slot-ctx" ? "--slot-ctx" : "-c"} ${nCtxSlot} gives each slot ${nCtxSlot} tokens; a slot holds at least ${MIN_SLOT_CTX}`);
+    if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError(flag, `${nCtxSlot} tokens a slot: a slot holds at least ${MIN_SLOT_CTX}`);
     if (o.nParallel > 0) nSlots = o.nParallel;
     else {
       const a = auto(nCtxSlot);
