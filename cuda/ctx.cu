@@ -618,6 +618,11 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
     case CU_OPT_UPLOAD_MIN:
       c->upload_min = value <= 0 ? (1 << 30) : (int)(value < c->prefill_min ? c->prefill_min : (value > (1 << 30) ? (1 << 30) : value));
       return BL_OK;
+    case CU_OPT_CARD_SHARE:
+      if (value < 0 || value > 64) return cu_fail(BL_E_INVAL, "set_option: card share %lld (0..64 picks)", (long long)value);
+      c->card_share = (int)value;
+      cu_drop_graphs(c);
+      return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);

@@ -19,6 +19,7 @@ struct cu_blk {
   // index among the host blocks
   int host, host_j;
   const uint8_t *hx[3];
+  const uint8_t *hxd[3]; // the same bytes as the card addresses them over PCIe (null: not pinned)
   size_t hbytes[3];
   const bl_block *src;
 };
@@ -31,7 +32,9 @@ struct cu_blk {
 // off and without the grouped decode-batch experts, so each token is computed as it is alone).
 // CU_OPT_UPLOAD_MIN: batches of at least this many tokens upload their host experts (0: never;
 // never below the graphed sizes; the cost model of bl_cuda_set_host sets it).
-enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20 };
+// CU_OPT_CARD_SHARE: of a token's picks in a host-expert layer, how many the card computes reading
+// the experts from host memory (one-token steps; 0: the CPU computes them all).
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -69,6 +72,7 @@ struct cu_host_call {
   struct cu_ctx *c;
   const bl_block *b;
   int ntok, pairs;
+  int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
 };
 
 struct cu_ctx {
@@ -115,8 +119,16 @@ struct cu_ctx {
   // host experts (hybrid.cu): the hook, pinned residual rows it works on, its calls; the staging
   // buffers of uploaded experts (two layers in flight on the copy stream), the step's state
   bl_block_rows_fn host_fn;
+  bl_expert_rows_fn expert_fn;
   uint64_t host_cpu;
   float *hx;
+  // one-token split (CU_OPT_CARD_SHARE picks of a token read by the card from host memory over PCIe
+  // on the side stream cs2, the rest on the CPU): the picks and the CPU's sum, pinned; its sum on the card
+  int card_share;
+  int32_t *hsel;
+  float *hselw, *hout, *dout;
+  cudaStream_t cs2;
+  cudaEvent_t fork_ev, join_ev;
   std::vector<cu_host_call *> host_calls;
   volatile int64_t host_err;
   char host_msg[512];
@@ -146,10 +158,12 @@ int64_t cu_host_register(cu_weights *w);
 void cu_host_unregister(cu_weights *w);
 void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
-int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big);
+int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
+bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what);           // the step's end, then the hook's error
 
 // forward.cu
+bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm); // the one-token experts on the fused router's picks
 int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles);
 void cu_drop_graphs(cu_ctx *c);

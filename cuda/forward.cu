@@ -140,7 +140,7 @@ static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const 
 
 // The one-token experts kernels' arguments for MoE block b reading the picks the fused router
 // wrote (froute.cu): gate/up normalise x themselves. False when the shapes do not take them.
-static bool routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
+bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
   memset(&fm, 0, sizeof fm);
   const int rg = BL_MOE_GATE;
   fm.gate = b.t[rg];
@@ -189,7 +189,7 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   f.selw = c->selw;
   f.q8 = 1;
   fmoe_args fm;
-  return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && routed_experts(c, m, fm);
+  return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && cu_routed_experts(c, m, fm);
 }
 
 // Products of the residual rows RMS-normalised on the way in (normw, eps); jobs and the rest zero.
@@ -379,7 +379,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   if (routed) {
     // the picks were selected by the fused attention output + router (froute.cu)
     fmoe_args fm;
-    if (!moe || ntok != 1 || big || !routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
+    if (!moe || ntok != 1 || big || !cu_routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
     bool done = false;
     CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done));
@@ -566,13 +566,13 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
       case BL_BLOCK_ATTN: {
         // (a block whose experts stay in host memory takes its router apart)
-        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE && !bl[i + 1].host ? &bl[i + 1] : nullptr;
+        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE && (!bl[i + 1].host || cu_host_split(c, bl[i + 1], ntok, big)) ? &bl[i + 1] : nullptr;
         CU_OK(attn_block(c, b, ntok, big, n_fa_tiles, moe, &routed));
         break;
       }
       case BL_BLOCK_MOE:
       case BL_BLOCK_FFN:
-        if (b.host) CU_OK(cu_host_block(c, b, ntok, big));
+        if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;

@@ -17,6 +17,9 @@
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+// Of a token's picks in a host-expert layer, how many the card computes by default (one-token steps).
+#define HYBRID_CARD_SHARE 3
+
 // ---- pinning the host experts ----
 int64_t cu_host_register(cu_weights *w) {
   w->host_pinned = 0;
@@ -39,7 +42,7 @@ int64_t cu_host_register(cu_weights *w) {
   }
   int ro = 0;
   (void)cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, w->dev);
-  const unsigned flags = cudaHostRegisterPortable | (ro ? cudaHostRegisterReadOnly : 0);
+  const unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0);
   for (const auto &x : m) {
     void *p = reinterpret_cast<void *>(x.first);
     const cudaError_t e = cudaHostRegister(p, x.second - x.first, flags);
@@ -52,10 +55,20 @@ int64_t cu_host_register(cu_weights *w) {
     w->registered.push_back({p, x.second - x.first});
   }
   w->host_pinned = 1;
+  // the addresses the card reads them at (one-token splits: the card's share of a token's picks)
+  for (cu_blk &b : w->blocks)
+    if (b.host)
+      for (int k = 0; k < 3; k++) {
+        void *d = nullptr;
+        if (cudaHostGetDevicePointer(&d, const_cast<uint8_t *>(b.hx[k]), 0) == cudaSuccess) b.hxd[k] = static_cast<const uint8_t *>(d);
+        else (void)cudaGetLastError();
+      }
   return BL_OK;
 }
 
 void cu_host_unregister(cu_weights *w) {
+  for (cu_blk &b : w->blocks)
+    for (int k = 0; k < 3; k++) b.hxd[k] = nullptr;
   for (const auto &x : w->registered) (void)cudaHostUnregister(x.first);
   w->registered.clear();
   w->host_pinned = 0;
@@ -80,15 +93,41 @@ static void CUDART_CB host_cb(void *p) {
   }
 }
 
-static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok) {
+// The CPU's share of a one-token split: its picks' weighted sum into hout.
+static void CUDART_CB split_cb(void *p) {
+  cu_host_call *call = static_cast<cu_host_call *>(p);
+  cu_ctx *c = call->c;
+  if (c->host_err) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  char msg[sizeof c->host_msg];
+  msg[0] = 0;
+  const int64_t s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, c->hsel, c->hselw, call->k, c->hout, msg, sizeof msg);
+  c->n_hook++;
+  c->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (s != BL_OK) {
+    snprintf(c->host_msg, sizeof c->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
+    c->host_err = s;
+  }
+}
+
+__global__ void k_add_rows(float *x, const float *y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
+}
+
+bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  return b.host && ntok == 1 && !big && c->card_share > 0 && c->expert_fn && b.hxd[0] && b.hxd[1] && b.hxd[2];
+}
+
+static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) {
   for (cu_host_call *h : c->host_calls)
-    if (h->b == b.src && h->ntok == ntok) return h;
+    if (h->b == b.src && h->ntok == ntok && h->k == k) return h;
   cu_host_call *h = new (std::nothrow) cu_host_call();
   if (!h) return nullptr;
   h->c = c;
   h->b = b.src;
   h->ntok = ntok;
   h->pairs = ntok * (b.n_used > 0 ? b.n_used : 1);
+  h->k = k;
   c->host_calls.push_back(h);
   return h;
 }
@@ -131,8 +170,52 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   return BL_OK;
 }
 
-int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+// One token whose picks the fused router made: the card computes the last card_share of them,
+// reading those experts from host memory, on the side stream, while the CPU computes the others.
+static int64_t split_block(cu_ctx *c, const cu_blk &b) {
+  const int E = (int)c->dm.E, K = b.n_used, ck = c->card_share < K ? c->card_share : K, hk = K - ck;
+  cu_mark(c, S_EXPERTS);
+  CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+  if (hk > 0) {
+    CU_TRY(cudaMemcpyAsync(c->hsel, c->sel, (size_t)hk * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+    CU_TRY(cudaMemcpyAsync(c->hselw, c->selw, (size_t)hk * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+  }
+  if (ck > 0) {
+    fmoe_args fm;
+    if (!cu_routed_experts(c, b, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the card's share");
+    fm.gate.d = b.hxd[0];
+    fm.up.d = b.hxd[1];
+    fm.down.d = b.hxd[2];
+    fm.sel = c->sel + hk;
+    fm.selw = c->selw + hk;
+    fm.k = ck;
+    CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
+    CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
+    bool done = false;
+    CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
+    if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
+    CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+  }
+  if (hk > 0) {
+    cu_host_call *call = host_call(c, b, 1, hk);
+    if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+    CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
+    CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  }
+  if (ck > 0) CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
+  if (hk > 0) {
+    k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
+    CU_TRY(cudaGetLastError(), "adding the host's share");
+  }
+  return BL_OK;
+}
+
+int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   const int E = (int)c->dm.E;
+  if (routed) {
+    if (!cu_host_split(c, b, ntok, big)) return cu_fail(BL_E_INVAL, "internal: a routed host block that does not split");
+    return split_block(c, b);
+  }
   if (c->upload_step) {
     const int j = c->upload_j++, s = j % 2;
     if (j != b.host_j) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
@@ -182,8 +265,20 @@ void cu_hybrid_free(cu_ctx *c) {
     if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
   }
   if (c->sync_ev) (void)cudaEventDestroy(c->sync_ev);
+  if (c->cs2) (void)cudaStreamSynchronize(c->cs2);
+  if (c->fork_ev) (void)cudaEventDestroy(c->fork_ev);
+  if (c->join_ev) (void)cudaEventDestroy(c->join_ev);
+  if (c->cs2) (void)cudaStreamDestroy(c->cs2);
   if (c->cs) (void)cudaStreamDestroy(c->cs);
   if (c->hx) (void)cudaFreeHost(c->hx);
+  if (c->hsel) (void)cudaFreeHost(c->hsel);
+  if (c->hselw) (void)cudaFreeHost(c->hselw);
+  if (c->hout) (void)cudaFreeHost(c->hout);
+  if (c->dout) (void)cudaFree(c->dout);
+  c->cs = c->cs2 = nullptr;
+  c->fork_ev = c->join_ev = c->sync_ev = c->up_ev[0] = c->up_ev[1] = c->done_ev[0] = c->done_ev[1] = nullptr;
+  c->hx = c->hselw = c->hout = c->dout = nullptr;
+  c->hsel = nullptr;
   for (cu_host_call *h : c->host_calls) delete h;
   c->host_calls.clear();
   (void)cudaGetLastError();
@@ -241,18 +336,29 @@ static int64_t measure(cu_ctx *c) {
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx) {
+extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
-  if (!c || !fn || !cpu_ctx) return cu_fail(BL_E_INVAL, "set_host: null argument");
+  if (!c || !fn || !cpu_ctx || !expert_fn) return cu_fail(BL_E_INVAL, "set_host: null argument");
   if (c->dm.n_host == 0) return cu_fail(BL_E_INVAL, "set_host: the program keeps no experts in host memory");
   CU_TRY(cudaSetDevice(c->dev), "selecting the device");
   CU_TRY(cudaStreamSynchronize(c->st), "set_host");
   cu_drop_graphs(c);
   cu_hybrid_free(c);
   c->host_fn = reinterpret_cast<bl_block_rows_fn>(fn);
+  c->expert_fn = reinterpret_cast<bl_expert_rows_fn>(expert_fn);
   c->host_cpu = cpu_ctx;
+  const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
+  c->card_share = env && env[0] ? atoi(env) : HYBRID_CARD_SHARE;
+  if (c->card_share < 0) c->card_share = 0;
   CU_TRY(cudaMallocHost(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float)), "allocating pinned rows for the host experts");
+  CU_TRY(cudaMallocHost(&c->hout, (size_t)c->dm.E * sizeof(float)), "allocating pinned rows for the host experts");
+  CU_TRY(cudaMallocHost(&c->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
+  CU_TRY(cudaMallocHost(&c->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
+  CU_TRY(cudaMalloc(&c->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
   CU_TRY(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "creating the upload stream");
+  CU_TRY(cudaStreamCreateWithFlags(&c->cs2, cudaStreamNonBlocking), "creating the card-share stream");
+  CU_TRY(cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming), "creating events");
+  CU_TRY(cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming), "creating events");
   for (int i = 0; i < 2; i++) {
     CU_TRY(cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming), "creating events");
     CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
@@ -264,8 +370,8 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx) {
 extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
-  const int64_t v[8] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
-                        (int64_t)(c->pair_us * 1000.0)};
-  for (int64_t i = 0; i < n && i < 8; i++) out[i] = v[i];
+  const int64_t v[9] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+                        (int64_t)(c->pair_us * 1000.0), c->card_share};
+  for (int64_t i = 0; i < n && i < 9; i++) out[i] = v[i];
   return BL_OK;
 }

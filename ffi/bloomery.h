@@ -128,7 +128,13 @@ enum { BL_CTX_EXACT = 1 };
  * context needs max_tokens >= n_tok (its KV cache is not used). err: a message on failure. */
 typedef int64_t (*bl_block_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
 int64_t bl_cpu_block_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
-/* *out = the address of bl_cpu_block_rows (handed to bl_cuda_set_host). */
+/* The experts of a MoE block for picks the caller made: k of a token (sel / selw, n_tok x k, the
+ * weights as given); out[n_tok x n_embd] = their weighted sum on rmsnorm(x) (x is not changed). */
+typedef int64_t (*bl_expert_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel,
+                                     const float *selw, int64_t k, float *out, char *err, int64_t err_len);
+int64_t bl_cpu_expert_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel, const float *selw,
+                           int64_t k, float *out, char *err, int64_t err_len);
+/* out[0] = the address of bl_cpu_block_rows, out[1] that of bl_cpu_expert_rows (for bl_cuda_set_host). */
 int64_t bl_cpu_block_rows_fn(uint64_t *out);
 
 /* ---- CPU kernel paths, threads and probes (CPU library) ----
@@ -313,14 +319,16 @@ int64_t bl_cuda_free_bytes(uint64_t ctx, int64_t *out);
  * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */
 enum { BL_CUDA_OPT_GRAPHS = 1, BL_CUDA_OPT_PREFILL_MIN = 2, BL_CUDA_OPT_MAX_SPLITS = 3 };
 int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
-/* The host hook for the program's blocks with host_experts (bl_block_rows_fn of the CPU library and
- * its context, max_tokens at least the card context's). Without it a step over such a block fails.
- * Batches of at least the upload threshold take the card's kernels on the block's experts copied
- * over PCIe for the step (two layers in flight); smaller ones call the hook. */
-int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx);
+/* The host hook for the program's blocks with host_experts (bl_block_rows_fn and bl_expert_rows_fn of
+ * the CPU library and its context, max_tokens at least the card context's). Without it a step over
+ * such a block fails. Batches of at least the upload threshold take the card's kernels on the block's
+ * experts copied over PCIe for the step (two layers in flight); smaller ones call the hook. One-token
+ * steps may split a token's picks: the card reads its share of the experts from host memory over
+ * PCIe while the CPU computes the rest (BL_CUDA_OPT card share, cuda/ctx.h CU_OPT_CARD_SHARE). */
+int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn);
 /* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
  * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
- * measured nanoseconds a (token, expert) pair. */
+ * measured nanoseconds a (token, expert) pair, the card's share of a token's picks. */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);

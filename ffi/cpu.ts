@@ -21,6 +21,7 @@ export const cpuSymbols = {
   bl_cpu_ctx_free: { args: [u64], returns: i64 },
   bl_cpu_block_rows_fn: { args: [ptr], returns: i64 },
   bl_cpu_block_rows: { args: [u64, u64, i64, ptr, ptr, i64], returns: i64 },
+  bl_cpu_expert_rows: { args: [u64, u64, i64, ptr, ptr, ptr, i64, ptr, ptr, i64], returns: i64 },
   bl_cpu_forward: { args: [u64, ptr, ptr], returns: i64 },
   bl_cpu_kv_clear: { args: [u64, i64, i64], returns: i64 },
   bl_cpu_kv_copy: { args: [u64, i64, i64, i64], returns: i64 },

@@ -31,7 +31,7 @@ export const cudaSymbols = {
   bl_cuda_kv_stash_free: { args: [u64, u64], returns: i64 },
   bl_cuda_free_bytes: { args: [u64, p], returns: i64 },
   bl_cuda_set_option: { args: [u64, i64, i64], returns: i64 },
-  bl_cuda_set_host: { args: [u64, u64, u64], returns: i64 },
+  bl_cuda_set_host: { args: [u64, u64, u64, u64], returns: i64 },
   bl_cuda_host_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_ctx_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
@@ -45,11 +45,12 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
 
 /**
  * Option keys of bl_cuda_set_option (cuda/ctx.h); uploadMin: batches of at least this many tokens
- * upload their host experts (cuda/hybrid.cu; 0 never; the cost model sets it). carveout (percent of L1/shared memory every
+ * upload their host experts (cuda/hybrid.cu; 0 never; the cost model sets it); cardShare: of a token's
+ * picks in a host-expert layer, how many the card computes reading them from host memory (one-token steps). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts

@@ -68,6 +68,33 @@ describe("the host hook on the CPU", () => {
     }
   });
 
+  test("a MoE block's experts on the caller's picks: order does not matter, a split adds up, bad picks are refused", () => {
+    const E = m.hp.nEmbd, K = m.hp.nExpertUsed, X = m.hp.nExpert, bi = moeBlocks[0];
+    const x = rows(1, 3);
+    const sel = Int32Array.from({ length: K }, (_, i) => (i * 5 + 1) % X);
+    const selw = Float32Array.from({ length: K }, (_, i) => 1 / (i + 2));
+    const experts = (s: Int32Array, w: Float32Array, k: number) => {
+      const out = new Float32Array(E), err = new Uint8Array(512);
+      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), 1, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
+      return { st, out, msg: new TextDecoder().decode(err.subarray(0, Math.max(0, err.indexOf(0)))) };
+    };
+    const all = experts(sel, selw, K);
+    expect(all.st).toBe(0);
+    expect(all.out.some((v) => v !== 0)).toBe(true);
+    const rev = experts(sel.slice().reverse(), selw.slice().reverse(), K);
+    expect(Buffer.from(rev.out.buffer).equals(Buffer.from(all.out.buffer))).toBe(true); // summed in ascending expert order
+    const h = K >> 1;
+    const a = experts(sel.slice(0, h), selw.slice(0, h), h), b = experts(sel.slice(h), selw.slice(h), K - h);
+    let d = 0, mx = 0;
+    for (let i = 0; i < E; i++) {
+      d = Math.max(d, Math.abs(a.out[i] + b.out[i] - all.out[i]));
+      mx = Math.max(mx, Math.abs(all.out[i]));
+    }
+    expect(d).toBeLessThan(1e-5 * Math.max(1, mx));
+    expect(experts(Int32Array.of(X, 0), selw, 2).msg).toMatch(/pick \d+ outside the \d+ experts/);
+    expect(experts(sel, selw, K + 1).msg).toMatch(/picks a token/);
+  });
+
   test("bad calls fail with a message and leave the rows alone", () => {
     const x = rows(9, 1), keep = x.slice();
     const big = run(moeBlocks[0], x, 9);

@@ -99,6 +99,9 @@ int64_t bl_weight_f32(const bl_tensor *w, float *dst, int64_t n);
 int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
 int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
 int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
+/* The MoE block's experts for picks the caller put in c->sel / c->selw (k a token, weights as
+ * given): x rows += their weighted sum, which is also left in c->moe_out. */
+int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int64_t k);
 
 static inline const uint8_t *bl_tensor_row(const bl_tensor *t, int64_t slab, int64_t row) {
   return (const uint8_t *)(uintptr_t)t->data + slab * t->nb2 + row * t->nb1;

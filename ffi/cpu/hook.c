@@ -1,4 +1,5 @@
-/* bloomery CPU library: the host hook - one MoE (or FFN) block on residual rows a caller owns,
+/* bloomery CPU library: the host hooks - one MoE (or FFN) block on residual rows a caller owns, or
+ * a MoE block's experts for picks the caller made (the rest of them computed elsewhere),
  * for a card's step whose block keeps its experts in host memory (cuda/hybrid.cu calls it from a
  * stream callback). The rows are computed as bl_cpu_forward computes that block. */
 #include "ctx.h"
@@ -30,9 +31,42 @@ int64_t bl_cpu_block_rows(uint64_t h, const bl_block *b, int64_t n_tok, float *x
   return s;
 }
 
+int64_t bl_cpu_expert_rows(uint64_t h, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel, const float *selw, int64_t k,
+                           float *out, char *err, int64_t err_len) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = BL_OK;
+  if (!c || !b || !x || !sel || !selw || !out) s = bl_fail(BL_E_INVAL, "host experts: null argument");
+  else if (n_tok <= 0 || n_tok > c->p.max_tokens)
+    s = bl_fail(BL_E_INVAL, "host experts: %lld rows (the context takes 1..%lld)", (long long)n_tok, (long long)c->p.max_tokens);
+  else if (b->kind != BL_BLOCK_MOE) s = bl_fail(BL_E_INVAL, "host experts: kind %lld is not a MoE block", (long long)b->kind);
+  else if (k <= 0 || k > b->n_expert_used) s = bl_fail(BL_E_INVAL, "host experts: %lld picks a token (the block uses %lld)", (long long)k, (long long)b->n_expert_used);
+  if (s == BL_OK)
+    for (int64_t i = 0; i < n_tok * k; i++)
+      if (sel[i] < 0 || sel[i] >= b->n_expert) {
+        s = bl_fail(BL_E_INVAL, "host experts: pick %d outside the %lld experts", sel[i], (long long)b->n_expert);
+        break;
+      }
+  if (s == BL_OK) {
+    const size_t bytes = (size_t)n_tok * (size_t)c->p.n_embd * sizeof(float);
+    memcpy(c->x, x, bytes);
+    memcpy(c->sel, sel, sizeof(int32_t) * (size_t)(n_tok * k));
+    memcpy(c->selw, selw, sizeof(float) * (size_t)(n_tok * k));
+    s = bl_cpu_begin(c, n_tok);
+    if (s == BL_OK) {
+      s = bl_moe_picked(c, b, n_tok, k);
+      bl_cpu_end(c);
+    }
+    if (s == BL_OK) memcpy(out, c->moe_out, bytes);
+  }
+  if (s != BL_OK && err && err_len > 0) snprintf(err, (size_t)err_len, "%s", bl_last_error());
+  return s;
+}
+
 int64_t bl_cpu_block_rows_fn(uint64_t *out) {
   if (!out) return bl_fail(BL_E_INVAL, "block_rows_fn: null argument");
   bl_block_rows_fn f = bl_cpu_block_rows;
-  *out = (uint64_t)(uintptr_t)f;
+  bl_expert_rows_fn g = bl_cpu_expert_rows;
+  out[0] = (uint64_t)(uintptr_t)f;
+  out[1] = (uint64_t)(uintptr_t)g;
   return BL_OK;
 }

@@ -17,6 +17,7 @@ typedef struct {
   const bl_block *b;
   int64_t n_tok, E, ff, ne, k;
   int dense;
+  int given;          /* the picks are the caller's (c->sel / c->selw, k a token): no router */
   const bl_tensor *gate, *up, *down, *gate_inp;
   const float *normw;
   float eps;
@@ -241,7 +242,7 @@ static void moe_task(void *a, int ith, int nth) {
   const int exact = bl_exact(c);
   bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
   bl_pool_barrier_ith(c->pool, ith);
-  if (!j->dense) {
+  if (!j->dense && !j->given) {
     /* router logits (f32 weights against f32 rows) */
     const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
     float **yp = j->yp + (int64_t)ith * j->n_pairs;
@@ -254,7 +255,7 @@ static void moe_task(void *a, int ith, int nth) {
   }
   if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, j->lanes, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
   bl_pool_barrier_ith(c->pool, ith);
-  if (!j->dense) {
+  if (!j->dense && !j->given) {
     for (int64_t t; (t = bl_claim(&j->c_route, 1)) < j->n_tok;) route_token(j, t);
     bl_pool_barrier_ith(c->pool, ith);
   }
@@ -351,12 +352,14 @@ static int64_t moe_alloc(moe_job *j, int nth, int with_store) {
   return BL_OK;
 }
 
-static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, int dense) {
+/* given > 0: a MoE block on the caller's picks, `given` a token, already in c->sel / c->selw. */
+static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int dense, int64_t given) {
   moe_job j;
   memset(&j, 0, sizeof j);
   j.c = c;
   j.b = b;
-  j.n_tok = batch->n_tokens;
+  j.n_tok = n_tok;
+  j.given = given > 0;
   j.E = c->p.n_embd;
   j.dense = dense;
   j.eps = (float)b->eps;
@@ -375,7 +378,7 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, 
     j.down = &b->t[BL_MOE_DOWN];
     j.gate_inp = &b->t[BL_MOE_GATE_INP];
     j.ne = b->n_expert;
-    j.k = b->n_expert_used;
+    j.k = given > 0 ? given : b->n_expert_used;
     if (j.ne <= 0 || j.k <= 0 || j.k > j.ne || j.ne > c->p.max_experts || j.k > 64)
       return bl_fail(BL_E_INVAL, "moe: %lld experts, %lld used", (long long)j.ne, (long long)j.k);
   }
@@ -424,6 +427,11 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch, 
   return BL_OK;
 }
 
-int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch, 0); }
+int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch->n_tokens, 0, 0); }
 
-int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch, 1); }
+int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch->n_tokens, 1, 0); }
+
+int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int64_t k) {
+  if (k <= 0) return bl_fail(BL_E_INVAL, "moe: %lld picks a token", (long long)k);
+  return run_ffn(c, b, n_tok, 0, k);
+}

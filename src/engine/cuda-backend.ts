@@ -42,6 +42,8 @@ export interface HostExpertStats {
   pinned: boolean;
   /** the hook's measured microseconds a (token, expert) pair */
   pairUs: number;
+  /** of a token's picks in a host layer, how many the card computes reading them from host memory (one-token steps) */
+  cardShare: number;
 }
 
 /** The largest batch of the batch-invariant mode (the decode kernels' MV_MAX_NT). */
@@ -124,7 +126,7 @@ export class CudaBackend implements Backend {
     if (this.hostBlocks > 0) {
       try {
         this.hook = new HostHook(hp, o.maxTokens, Math.max(1, o.hostThreads ?? 1));
-        checkCuda(cuda().bl_cuda_set_host(this.ctx, this.hook.fn, this.hook.ctx), "connecting the host experts");
+        checkCuda(cuda().bl_cuda_set_host(this.ctx, this.hook.fn, this.hook.ctx, this.hook.expertFn), "connecting the host experts");
       } catch (e) {
         this.close();
         throw e;
@@ -196,11 +198,11 @@ export class CudaBackend implements Backend {
   /** The host experts' counters; undefined when every expert is on the card. */
   hostStats(): HostExpertStats | undefined {
     if (!this.hostBlocks) return undefined;
-    const o = new BigInt64Array(8);
-    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 8), "reading the host experts' counters");
+    const o = new BigInt64Array(9);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 9), "reading the host experts' counters");
     const n = (i: number) => Number(o[i]);
     return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
-      pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000 };
+      pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8) };
   }
 
   kvPosBytes(): number {

@@ -9,8 +9,9 @@ import type { HParams } from "../models/types.ts";
 export class HostHook {
   /** the CPU context's handle */
   ctx: bigint;
-  /** the address of bl_cpu_block_rows */
+  /** the addresses of bl_cpu_block_rows and bl_cpu_expert_rows */
   readonly fn: bigint;
+  readonly expertFn: bigint;
 
   constructor(hp: HParams, maxTokens: number, nThreads: number) {
     const p = new Slots(CTX_PARAM_SLOTS);
@@ -21,8 +22,10 @@ export class HostHook {
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
-    check(cpu().bl_cpu_block_rows_fn(ptr(out)), "finding the host hook");
-    this.fn = out[0];
+    const fns = new BigUint64Array(2);
+    check(cpu().bl_cpu_block_rows_fn(ptr(fns)), "finding the host hook");
+    this.fn = fns[0];
+    this.expertFn = fns[1];
   }
 
   close(): void {

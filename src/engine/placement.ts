@@ -102,7 +102,8 @@ export class BackendFactory {
     if (hs)
       log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${cpu.nThreads} CPU threads ` +
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
-        `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}`);
+        `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
+        `${hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card reads ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` : ""}`);
     return be;
   }
 
