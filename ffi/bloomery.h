@@ -134,6 +134,9 @@ typedef int64_t (*bl_expert_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_
                                      const float *selw, int64_t k, float *out, char *err, int64_t err_len);
 int64_t bl_cpu_expert_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel, const float *selw,
                            int64_t k, float *out, char *err, int64_t err_len);
+/* on: the threads that call the context's forwards and hooks stay pinned to its first core between
+ * calls (a card's callback thread: no affinity change per call); off: pinned during a call only. */
+int64_t bl_cpu_ctx_keep_pin(uint64_t ctx, int64_t on);
 /* out[0] = the address of bl_cpu_block_rows, out[1] that of bl_cpu_expert_rows (for bl_cuda_set_host). */
 int64_t bl_cpu_block_rows_fn(uint64_t *out);
 

@@ -20,6 +20,7 @@ export const cpuSymbols = {
   bl_cpu_ctx_new: { args: [ptr, ptr], returns: i64 },
   bl_cpu_ctx_free: { args: [u64], returns: i64 },
   bl_cpu_block_rows_fn: { args: [ptr], returns: i64 },
+  bl_cpu_ctx_keep_pin: { args: [u64, i64], returns: i64 },
   bl_cpu_block_rows: { args: [u64, u64, i64, ptr, ptr, i64], returns: i64 },
   bl_cpu_expert_rows: { args: [u64, u64, i64, ptr, ptr, ptr, i64, ptr, ptr, i64], returns: i64 },
   bl_cpu_forward: { args: [u64, ptr, ptr], returns: i64 },

@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "pool.h"
 #include "quants.h"
+#include <pthread.h>
 #include <stddef.h>
 
 enum { BL_PROF_PARTS_MAX = 4 };
@@ -32,6 +33,10 @@ typedef struct bl_cpu_ctx {
   uint8_t *scratch;    /* growable: MoE pair rows and attention partials */
   size_t scratch_cap;
   const bl_kernels *kern; /* the path of the current forward */
+  /* the host hook's callers (a card's callback thread) stay pinned to worker 0's core between calls
+   * (hook.c): no affinity change per call */
+  int stay_pinned, pinned_set;
+  pthread_t pinned_thread;
   int prof;                /* BLOOMERY_PROF: wall time per part, printed when the context is freed */
   int64_t prof_ns[BL_PROF_PARTS_MAX], prof_forwards, prof_tokens, prof_t0;
 } bl_cpu_ctx;

@@ -62,6 +62,14 @@ int64_t bl_cpu_expert_rows(uint64_t h, const bl_block *b, int64_t n_tok, const f
   return s;
 }
 
+int64_t bl_cpu_ctx_keep_pin(uint64_t h, int64_t on) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c) return bl_fail(BL_E_INVAL, "keep_pin: null context");
+  c->stay_pinned = on != 0;
+  c->pinned_set = 0;
+  return BL_OK;
+}
+
 int64_t bl_cpu_block_rows_fn(uint64_t *out) {
   if (!out) return bl_fail(BL_E_INVAL, "block_rows_fn: null argument");
   bl_block_rows_fn f = bl_cpu_block_rows;

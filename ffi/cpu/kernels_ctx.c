@@ -77,7 +77,12 @@ int64_t bl_cpu_begin(bl_cpu_ctx *c, int64_t n_tok) {
   if (s != BL_OK) return s;
   c->kern = bl_kern();
   bl_pool_set_active(c->pool, (int)(n_tok > 1 ? c->n_threads_batch : c->n_threads));
-  bl_pool_enter(c->pool);
+  if (!c->stay_pinned) bl_pool_enter(c->pool);
+  else if (!c->pinned_set || !pthread_equal(c->pinned_thread, pthread_self())) {
+    bl_pool_pin_caller(c->pool);
+    c->pinned_thread = pthread_self();
+    c->pinned_set = 1;
+  }
   if (c->prof) {
     c->prof_t0 = bl_prof_now();
     c->prof_forwards++;
@@ -88,7 +93,7 @@ int64_t bl_cpu_begin(bl_cpu_ctx *c, int64_t n_tok) {
 
 void bl_cpu_end(bl_cpu_ctx *c) {
   bl_prof_add(c, BL_PROF_FORWARD, c->prof_t0);
-  bl_pool_leave(c->pool);
+  if (!c->stay_pinned) bl_pool_leave(c->pool);
 }
 
 int64_t bl_cpu_ctx_set_threads(uint64_t h, int64_t n_threads, int64_t n_threads_batch) {

@@ -258,6 +258,10 @@ void bl_pool_enter(bl_pool *p) {
   }
 }
 
+void bl_pool_pin_caller(bl_pool *p) {
+  if (p->pin && p->n >= 2) pin_self(p->cpu[0]);
+}
+
 void bl_pool_leave(bl_pool *p) {
   if (p->saved_ok) pthread_setaffinity_np(pthread_self(), sizeof p->saved, &p->saved);
   p->saved_ok = 0;

@@ -29,6 +29,8 @@ void bl_pool_wait_ns(const bl_pool *p, int64_t *out, int n);
 /* Pin the calling thread to worker 0's core for a run of jobs, and restore its mask after. */
 void bl_pool_enter(bl_pool *p);
 void bl_pool_leave(bl_pool *p);
+/* Pin the calling thread to worker 0's core for good (a thread that only ever runs this pool's jobs). */
+void bl_pool_pin_caller(bl_pool *p);
 /* The usable cores: allowed CPUs of this process, capped by the cgroup quota. */
 int bl_usable_cores(void);
 

@@ -3,6 +3,7 @@
 // generation tests one token per forward, a depth processed once before the timed runs.
 
 import type { Backend } from "../engine/backend.ts";
+import { CudaBackend } from "../engine/cuda-backend.ts";
 import { Model } from "../engine/model.ts";
 
 export interface BenchInstance {
@@ -132,11 +133,20 @@ export class BenchRunner {
       if (inst.nDepth > 0) ctx.prompt(inst.nDepth, 0); // positions below the test's are never rewritten
       const samples: number[] = [];
       const xs0 = m.expertStats();
+      const hs0 = be instanceof CudaBackend ? be.hostStats() : undefined;
       for (let r = 0; r < reps; r++) {
         const t0 = performance.now();
         if (inst.nPrompt > 0) ctx.prompt(inst.nPrompt, inst.nDepth);
         if (inst.nGen > 0) ctx.generate(inst.nGen, inst.nDepth + inst.nPrompt);
         samples.push(Math.round((performance.now() - t0) * 1e6));
+      }
+      const hs1 = be instanceof CudaBackend ? be.hostStats() : undefined;
+      if (hs0 && hs1) {
+        const calls = hs1.hookRuns - hs0.hookRuns, toks = reps * (inst.nPrompt + inst.nGen);
+        const test = inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`;
+        process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
+          `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, toks)).toFixed(2)} ms a token), ` +
+          `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB)\n`);
       }
       const xs1 = m.expertStats();
       if (xs0 && xs1) {

@@ -22,6 +22,8 @@ export class HostHook {
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
+    // the card's callback thread calls it: pinned once, not at every call
+    check(cpu().bl_cpu_ctx_keep_pin(this.ctx, 1), "pinning the host experts' caller");
     const fns = new BigUint64Array(2);
     check(cpu().bl_cpu_block_rows_fn(ptr(fns)), "finding the host hook");
     this.fn = fns[0];
