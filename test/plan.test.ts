@@ -3,7 +3,7 @@
 // naming every term of its sum.
 import { describe, expect, test } from "bun:test";
 import type { HParams } from "../src/models/types.ts";
-import { HOST_RESERVE, PlanError, compileOverrides, cpuContextBytes, planLoad, type PlanTensor } from "../src/engine/plan.ts";
+import { CARD_MARGIN, HOST_RESERVE, PlanError, cardContextBytes, compileOverrides, cpuContextBytes, planLoad, type PlanTensor } from "../src/engine/plan.ts";
 
 const MiB = 1024 ** 2, GiB = 1024 ** 3;
 const hp: HParams = {
@@ -103,6 +103,24 @@ describe("plan with a card (llama's flags)", () => {
     expect(refusal({ nGpuLayers: 5 })).toBe("");
     expect(refusal({ overrides: [{ pattern: "blk\\.1\\.ffn_down_exps", buffer: "CPU" }] })).toMatch(/layer 1 has some of its routed-expert tensors on the host/);
     expect(refusal({ cpuMoe: true, hostBudgetBytes: 100 * MiB })).toMatch(/host experts 0\.35 GiB > the host budget 0\.10 GiB \(--host-budget 100 MiB\)/);
+  });
+
+  test("a card budget below the model: the fewest first layers' experts move to host memory, the line says why; too small is refused", () => {
+    const layer = 3 * EXP;
+    // a byte short of everything: two layers' experts off the card free no room (the staging of
+    // uploaded experts takes two layers), three do
+    const budget = dense + 4 * layer + cardContextBytes(hp, ctx) + CARD_MARGIN - 1;
+    const p = planLoad(hp, tensors(), "cuda", { cardBudgetBytes: budget }, card, ctx);
+    expect(p.autoHostLayers).toBe(3);
+    expect([0, 1, 2, 3].map((l) => p.where.get(`blk.${l}.ffn_gate_exps.weight`))).toEqual(["host", "host", "host", "card"]);
+    expect(p.line).toContain("the first 3 layers' experts stay in host memory");
+    // the machine's own free memory counts the same way
+    const small = { card: { name: "Small GPU", freeBytes: budget }, hostAvailableBytes: 64 * GiB };
+    expect(planLoad(hp, tensors(), "cuda", {}, small, ctx).autoHostLayers).toBe(3);
+    // flags that place experts are kept as they are
+    expect(planLoad(hp, tensors(), "cuda", { cardBudgetBytes: budget, nCpuMoe: 1 }, card, ctx).autoHostLayers).toBeUndefined();
+    expect(planLoad(hp, tensors(), "cuda", {}, card, ctx).autoHostLayers).toBeUndefined();
+    expect(refusal({ cardBudgetBytes: 10 * MiB })).toMatch(/dense weights do not fit the card even with every routed expert in host memory: dense .* \+ KV cache and buffers .* > the --card-budget of 0\.01 GiB/);
   });
 
   test("-ot: the first matching override wins; CUDA0 keeps a tensor on the card; bad patterns and buffers are refused", () => {

@@ -56,6 +56,8 @@ export interface LoadPlan {
   disk: TierBytes;
   /** the RAM the NVMe tier's expert cache gets (set only when some experts are on disk) */
   expertRamBytes?: number;
+  /** with a card: the first N layers' routed experts the plan moved to host memory so the rest fits the card */
+  autoHostLayers?: number;
   /** the tier of every tensor (with a card: routed experts may be "host", run by the CPU beside the card) */
   where: Map<string, Tier>;
   line: string;
@@ -91,6 +93,50 @@ export function cpuContextBytes(hp: HParams, c: PlanContext): number {
   const kv = hp.kvLayers * c.nSlots * c.nCtxSlot * kvRow;
   const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
   return kv + c.maxTokens * perTok + 64 * MiB;
+}
+
+/** The card's bytes beside the weights (an estimate of cuda/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */
+export function cardContextBytes(hp: HParams, c: PlanContext): number {
+  const kv = hp.kvLayers * c.nSlots * c.nCtxSlot * hp.nHeadKv * hp.headDim * 2 * 2;
+  const pairs = c.maxTokens * Math.max(1, hp.nExpertUsed);
+  const perTok = (5 * hp.nEmbd + 3 * hp.nHead * hp.headDim + hp.nExpert) * 4;
+  return kv + c.maxTokens * perTok + pairs * (hp.nFf + hp.nEmbd) * 4 + 8 * hp.nVocab * 4 + 64 * MiB;
+}
+
+/** What the card keeps free beside the plan (the driver, graphs, the prompt cache's first states). */
+export const CARD_MARGIN = 512 * MiB;
+
+/**
+ * With a card and no flag that places routed experts: when the whole model and its context do not
+ * fit the card's free memory (or --card-budget), the fewest first layers whose routed experts move
+ * to host memory (as --n-cpu-moe N would) so the rest fits, with the staging buffers of uploaded
+ * experts (two layers) counted on the card. nLayers 0: it fits, or flags decide.
+ */
+function autoHostLayers(hp: HParams, tensors: readonly PlanTensor[], f: PlacementFlags, compiled: { re: RegExp; host: boolean }[], m: PlanMachine, c: PlanContext): { nLayers: number; note: string } {
+  if (!m.card || f.cpuMoe || (f.nCpuMoe ?? 0) > 0) return { nLayers: 0, note: "" };
+  if (tensors.some((t) => expertLayer(t.name) !== null && compiled.some((o) => o.re.test(t.name)))) return { nLayers: 0, note: "" };
+  const budget = Math.min(m.card.freeBytes, f.cardBudgetBytes ?? Infinity);
+  const layerExperts = new Array<number>(hp.nLayer).fill(0);
+  let dense = 0;
+  for (const t of tensors) {
+    const el = expertLayer(t.name);
+    if (el !== null && el < hp.nLayer) layerExperts[el] += t.bytes;
+    else dense += t.bytes;
+  }
+  const ctx = cardContextBytes(hp, c);
+  const total = (n: number) => {
+    let e = 0, stage = 0;
+    for (let l = n; l < hp.nLayer; l++) e += layerExperts[l];
+    for (let l = 0; l < n; l++) stage = Math.max(stage, layerExperts[l]);
+    return dense + e + ctx + 2 * stage + CARD_MARGIN;
+  };
+  if (total(0) <= budget) return { nLayers: 0, note: "" };
+  for (let n = 1; n <= hp.nLayer; n++)
+    if (total(n) <= budget)
+      return { nLayers: n, note: ` (the card's ${gib(budget)} hold the experts of ${hp.nLayer - n} layers beside the dense weights and the context: the first ${n} layers' experts stay in host memory)` };
+  throw new PlanError(`the model's dense weights do not fit the card even with every routed expert in host memory: dense ${gib(dense)} + KV cache and buffers ${gib(ctx)} ` +
+    `(${c.nSlots} slot(s) of ${c.nCtxSlot} positions) + two layers of staged experts ${gib(2 * Math.max(...layerExperts))} + ${gib(CARD_MARGIN)} kept free = ${gib(total(hp.nLayer))} ` +
+    `> ${f.cardBudgetBytes !== undefined && f.cardBudgetBytes < m.card.freeBytes ? `the --card-budget of ${gib(budget)}` : `the card's ${gib(budget)} free`}; give a smaller context (-c) or run on the CPU (-ngl 0)`);
 }
 
 /** Where llama's flags put a tensor when a card runs the model (null: no flag decides; the card). */
@@ -141,8 +187,9 @@ function add(t: TierBytes, name: string, bytes: number, nExpert: number): void {
  * `cardContextBytes` is the card's KV cache and buffers when the card runs it.
  */
 export function planLoad(
-  hp: HParams, tensors: readonly PlanTensor[], backend: "cpu" | "cuda", f: PlacementFlags, m: PlanMachine, c: PlanContext,
+  hp: HParams, tensors: readonly PlanTensor[], backend: "cpu" | "cuda", flags: PlacementFlags, m: PlanMachine, c: PlanContext,
 ): LoadPlan {
+  let f = flags;
   const where = new Map<string, Tier>();
   const card = emptyTier(), host = emptyTier(), disk = emptyTier();
   const compiled = compileOverrides(f.overrides ?? []);
@@ -151,6 +198,8 @@ export function planLoad(
   const budgetText = f.hostBudgetBytes !== undefined ? `--host-budget ${Math.round(f.hostBudgetBytes / MiB)} MiB` : `${gib(m.hostAvailableBytes)} available less ${gib(HOST_RESERVE)} kept free`;
 
   if (backend === "cuda") {
+    const auto = autoHostLayers(hp, tensors, f, compiled, m, c);
+    if (auto.nLayers > 0) f = { ...f, nCpuMoe: auto.nLayers };
     const denseHost: string[] = [];
     const expertTier = new Map<number, Set<Tier>>(); // a layer's expert tensors share one tier
     for (const t of tensors) {
@@ -161,8 +210,8 @@ export function planLoad(
       if (el !== null) expertTier.set(el, (expertTier.get(el) ?? new Set<Tier>()).add(tier));
       else if (tier === "host") denseHost.push(t.name);
     }
-    const plan: LoadPlan = { backend, card, host: { ...host, context: 0, budget: hostBudget }, disk, where, line: "" };
-    plan.line = planLine(plan, m);
+    const plan: LoadPlan = { backend, card, host: { ...host, context: 0, budget: hostBudget }, disk, where, line: "", autoHostLayers: auto.nLayers || undefined };
+    plan.line = planLine(plan, m) + auto.note;
     if (denseHost.length > 0)
       throw new PlanError(`${plan.line}\nthe flags keep ${denseHost.length} dense tensors (${gib(host.dense)}, e.g. ${denseHost[0]}) in host memory beside the card; ` +
         "computing dense tensors on the host beside the card is not implemented yet (routed experts may stay there: --cpu-moe, --n-cpu-moe, -ot ...exps=CPU): " +
