@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { cpu } from "../ffi/cpu.ts";
 import { BLOCK_SLOTS } from "../ffi/layout.ts";
 import { HostHook } from "../src/engine/host-hook.ts";
+import { hostExpertThreads } from "../src/engine/placement.ts";
 import { Model } from "../src/engine/model.ts";
 import { BlockKind } from "../src/models/blocks.ts";
 import { FIXTURES } from "./paths.ts";
@@ -44,6 +45,15 @@ function run(bi: number, x: Float32Array, n: number): { status: number; msg: str
 }
 
 describe("the host hook on the CPU", () => {
+  test("its pool leaves two of 6+ cores to the rest of the process", () => {
+    expect(hostExpertThreads(16, 16)).toBe(14);
+    expect(hostExpertThreads(12, 16)).toBe(12);
+    expect(hostExpertThreads(8, 8)).toBe(6);
+    expect(hostExpertThreads(4, 4)).toBe(4);
+    expect(hostExpertThreads(2, 2)).toBe(2);
+    expect(hostExpertThreads(0, 2)).toBe(1);
+  });
+
   test("the hook's address is the library's", () => {
     expect(hook.fn).not.toBe(0n);
     expect(hook.ctx).not.toBe(0n);

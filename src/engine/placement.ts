@@ -9,6 +9,7 @@ import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
 import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
 import type { EncodedProgram } from "./program.ts";
 import { cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
+import { usableCores } from "../../ffi/cpu-kernels.ts";
 
 export type GpuLayers = number | "auto" | "all";
 
@@ -58,6 +59,19 @@ export function chooseBackend(hp: HParams, o: PlacementOptions): { kind: Backend
  * Makes backends for one model program: the CPU backend, or CUDA contexts sharing one upload
  * of the weights. Close it after the backends it made.
  */
+/** Cores the host experts' pool leaves to the rest of the process when -t asks for (nearly) all of them. */
+export const HOST_SPARE_CORES = 2;
+
+/**
+ * Threads of the host experts' pool: -t, but never the last HOST_SPARE_CORES of 6 or more usable
+ * cores - its workers are pinned one a core and meet at barriers, so one core taken by the HTTP
+ * thread or a client stalls every layer (measured on the H200 host: 23 tok/s at -t 16 of 16, 45 at 14).
+ */
+export function hostExpertThreads(nThreads: number, cores: number): number {
+  if (cores < 6) return Math.max(1, nThreads);
+  return Math.max(1, Math.min(nThreads, cores - HOST_SPARE_CORES));
+}
+
 export class BackendFactory {
   private weights: CudaWeights | undefined;
   private said = new Set<string>();
@@ -97,10 +111,12 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
-    const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads: cpu.nThreads });
+    const hostThreads = hostExpertThreads(cpu.nThreads, usableCores());
+    const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
     const hs = be.hostStats();
     if (hs)
-      log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${cpu.nThreads} CPU threads ` +
+      log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${hostThreads} CPU threads ` +
+        `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${HOST_SPARE_CORES} cores are left to the card's callbacks, the server and its clients) ` : ""}` +
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
         `${hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card reads ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` : ""}`);
