@@ -349,6 +349,19 @@ static int64_t upload(cu_weights *c, const cu_plan &pl) {
   return BL_OK;
 }
 
+// A matrix's geometry from its tensor, its bytes at d (null: not on the card).
+static dmat dmat_of(const bl_tensor &t, const uint8_t *d) {
+  dmat m;
+  m.d = d;
+  m.type = (int32_t)t.type;
+  m.ne0 = (int32_t)t.ne[0];
+  m.ne1 = (int32_t)t.ne[1];
+  m.ne2 = (int32_t)(t.ne[2] > 0 ? t.ne[2] : 1);
+  m.nb1 = t.nb1;
+  m.nb2 = t.ne[2] > 1 ? t.nb2 : t.nb1 * t.ne[1];
+  return m;
+}
+
 static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan &pl) {
   const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
   uint8_t *base = static_cast<uint8_t *>(c->arena);
@@ -378,14 +391,7 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
       const bool vec = vector_role((int)b.kind, r);
       if (b.kind == BL_BLOCK_MOE && b.host_experts && is_expert_role(r)) {
         // stays in host memory: the geometry, no device copy (hybrid.cu)
-        dmat &m = o.t[r];
-        m.d = nullptr;
-        m.type = (int32_t)t.type;
-        m.ne0 = (int32_t)t.ne[0];
-        m.ne1 = (int32_t)t.ne[1];
-        m.ne2 = (int32_t)(t.ne[2] > 0 ? t.ne[2] : 1);
-        m.nb1 = t.nb1;
-        m.nb2 = t.ne[2] > 1 ? t.nb2 : t.nb1 * t.ne[1];
+        o.t[r] = dmat_of(t, nullptr);
         o.hx[r - BL_MOE_GATE] = reinterpret_cast<const uint8_t *>(t.data);
         o.hbytes[r - BL_MOE_GATE] = host_bytes(t);
         continue;
@@ -394,14 +400,7 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
       if (vec) {
         o.vec[r] = reinterpret_cast<const float *>(base + it.off);
       } else {
-        dmat &m = o.t[r];
-        m.d = base + it.off;
-        m.type = (int32_t)t.type;
-        m.ne0 = (int32_t)t.ne[0];
-        m.ne1 = (int32_t)t.ne[1];
-        m.ne2 = (int32_t)(t.ne[2] > 0 ? t.ne[2] : 1);
-        m.nb1 = t.nb1;
-        m.nb2 = t.ne[2] > 1 ? t.nb2 : t.nb1 * t.ne[1];
+        o.t[r] = dmat_of(t, base + it.off);
       }
     }
   }

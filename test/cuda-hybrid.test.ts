@@ -14,6 +14,7 @@ import type { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model, type LoadOptions } from "../src/engine/model.ts";
 import type { PlacementFlags } from "../src/engine/plan.ts";
 import { synth } from "../src/cli/synth.ts";
+import { maxAbs, std } from "./logit-math.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-hybrid: GPU tests skipped (${st.reason})`);
@@ -21,17 +22,6 @@ const gpu = st.ok ? describe : describe.skip;
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-hybrid-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let d = 0;
-  for (let i = 0; i < b.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
-  return d;
-}
-function std(a: ArrayLike<number>): number {
-  let s = 0, s2 = 0;
-  for (let i = 0; i < a.length; i++) { s += a[i]; s2 += a[i] * a[i]; }
-  const m = s / a.length;
-  return Math.sqrt(Math.max(s2 / a.length - m * m, 1e-30));
-}
 function top2(v: ArrayLike<number>): { id: number; gap: number } {
   let a = 0, b = -1;
   for (let i = 1; i < v.length; i++) {

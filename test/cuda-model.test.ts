@@ -14,6 +14,7 @@ import { Model } from "../src/engine/model.ts";
 import { chooseBackend, PlacementError } from "../src/engine/placement.ts";
 import { synth } from "../src/cli/synth.ts";
 import { FIXTURES } from "./paths.ts";
+import { maxAbs, std } from "./logit-math.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-model: GPU tests skipped (${st.reason})`);
@@ -25,17 +26,6 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 interface TinyRef { prompt: number[]; greedy: number[]; margins: number[]; last_logits: number[] }
 
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let d = 0;
-  for (let i = 0; i < b.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
-  return d;
-}
-function std(a: ArrayLike<number>): number {
-  let s = 0, s2 = 0;
-  for (let i = 0; i < a.length; i++) { s += a[i]; s2 += a[i] * a[i]; }
-  const m = s / a.length;
-  return Math.sqrt(Math.max(s2 / a.length - m * m, 1e-30));
-}
 function argmax(v: ArrayLike<number>): number {
   let b = 0;
   for (let i = 1; i < v.length; i++) if (v[i] > v[b]) b = i;
