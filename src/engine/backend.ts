@@ -2,6 +2,8 @@
 // batched forward pass over all busy slots, and the slot KV operations the scheduler needs.
 
 /** One forward pass: tokens with their positions and slots; logits wanted for outRows. */
+import type { HostExpertStats } from "./cuda-backend.ts";
+
 export interface Batch {
   tokens: Int32Array;
   pos: Int32Array;
@@ -29,6 +31,8 @@ export interface Backend {
    * it has no such memory or no room for them; the prompt cache then keeps them in host RAM.
    */
   kvStash?(slot: number, n: number): SavedKv | undefined;
+  /** what the routed experts kept in host RAM beside a card did (undefined: none are) */
+  hostStats?(): HostExpertStats | undefined;
   close(): void;
 }
 

@@ -1,6 +1,7 @@
 // bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
 import type { PlacementFlags } from "./plan.ts";
 import type { ExpertStats } from "./expert-store.ts";
+import type { HostExpertStats } from "./cuda-backend.ts";
 import type { SamplingParams } from "../sampling/index.ts";
 
 export type { SamplingParams };
@@ -123,6 +124,8 @@ export interface EngineStats {
   busySlotsDecoded: number;
   /** the routed experts' RAM cache (the disk tier), when the model has one */
   experts?: ExpertStats;
+  /** the routed experts kept in host RAM beside a card, when some are */
+  hostExperts?: HostExpertStats;
 }
 
 export interface EngineOptions {

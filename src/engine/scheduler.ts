@@ -60,6 +60,7 @@ export class Scheduler {
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded,
       experts: this.model.expertStats(),
+      hostExperts: this.model.backend.hostStats?.(),
     };
   }
 

@@ -83,6 +83,18 @@ export class Metrics {
         ["expert_cache_slots", "gauge", "Experts the RAM cache holds at most", ex.slots],
       );
     }
+    const hx = st.hostExperts;
+    if (hx) {
+      cache.push(
+        ["host_expert_layers", "gauge", "Layers whose routed experts stay in host RAM beside the card", hx.blocks],
+        ["host_expert_cpu_calls_total", "counter", "Host-expert layers run on the CPU (whole, or a token's share of the picks)", hx.hookRuns],
+        ["host_expert_cpu_seconds_total", "counter", "Time those CPU runs took", hx.hookUs / 1e6],
+        ["host_expert_uploads_total", "counter", "Host-expert layers uploaded to the card for a prompt batch", hx.uploadRuns],
+        ["host_expert_upload_bytes_total", "counter", "Bytes of host experts uploaded", hx.uploadBytes],
+        ["host_expert_upload_min_tokens", "gauge", "Batches of at least this many tokens upload (the cost model)", hx.uploadMin],
+        ["host_expert_card_share", "gauge", "Of a token's picks in a host layer, how many the card reads from host RAM", hx.cardShare],
+      );
+    }
     for (const [name, type, help, v] of cache) out += `# HELP bloomery:${name} ${help}\n# TYPE bloomery:${name} ${type}\nbloomery:${name} ${formatValue(v)}\n`;
     return out;
   }
