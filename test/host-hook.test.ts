@@ -16,7 +16,6 @@ import { FIXTURES } from "./paths.ts";
 const file = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
 const m = Model.load(file, { nCtx: 64, nThreads: 2, maxTokens: 16 });
 const hook = new HostHook(m.hp, 8, 2);
-cpu().bl_cpu_ctx_keep_pin(hook.ctx, 0); // this test's thread is not a card's callback thread
 afterAll(() => {
   hook.close();
   m.close();
@@ -52,6 +51,14 @@ describe("the host hook on the CPU", () => {
     expect(hostExpertThreads(4, 4)).toBe(4);
     expect(hostExpertThreads(2, 2)).toBe(2);
     expect(hostExpertThreads(0, 2)).toBe(1);
+  });
+
+  test("the hook's thread keeps its cores: a pool made after a call sees every usable core", async () => {
+    const { usableCores } = await import("../ffi/cpu-kernels.ts");
+    const before = usableCores();
+    const x = rows(1, 5);
+    expect(run(moeBlocks[0], x, 1).status).toBe(0);
+    expect(usableCores()).toBe(before);
   });
 
   test("the hook's address is the library's", () => {

@@ -127,6 +127,7 @@ export class CudaBackend implements Backend {
       try {
         this.hook = new HostHook(hp, o.maxTokens, Math.max(1, o.hostThreads ?? 1));
         checkCuda(cuda().bl_cuda_set_host(this.ctx, this.hook.fn, this.hook.ctx, this.hook.expertFn), "connecting the host experts");
+        this.hook.keepPin(); // after set_host's measurement on this thread
       } catch (e) {
         this.close();
         throw e;

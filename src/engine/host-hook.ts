@@ -22,12 +22,19 @@ export class HostHook {
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
-    // the card's callback thread calls it: pinned once, not at every call
-    check(cpu().bl_cpu_ctx_keep_pin(this.ctx, 1), "pinning the host experts' caller");
     const fns = new BigUint64Array(2);
     check(cpu().bl_cpu_block_rows_fn(ptr(fns)), "finding the host hook");
     this.fn = fns[0];
     this.expertFn = fns[1];
+  }
+
+  /**
+   * From now on its callers stay pinned to the pool's first core between calls (the card's callback
+   * thread: no affinity change a call). Call it after the card's set-up ran the hook on this thread:
+   * a thread left pinned to one core would make later pools on it see one usable core.
+   */
+  keepPin(): void {
+    check(cpu().bl_cpu_ctx_keep_pin(this.ctx, 1), "pinning the host experts' caller");
   }
 
   close(): void {
