@@ -622,6 +622,7 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       c->card_share = (int)value;
       cu_drop_graphs(c);
       return BL_OK;
+    case CU_OPT_PROMOTE_SLOTS: return cu_set_promote_slots(c, value);
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);

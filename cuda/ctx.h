@@ -34,7 +34,9 @@ struct cu_blk {
 // never below the graphed sizes; the cost model of bl_cuda_set_host sets it).
 // CU_OPT_CARD_SHARE: of a token's picks in a host-expert layer, how many the card computes reading
 // the experts from host memory (one-token steps; 0: the CPU computes them all).
-enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21 };
+// CU_OPT_PROMOTE_SLOTS: card slots a host layer for promoted experts (0: off; at least the picks a token).
+enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
+       CU_OPT_PROMOTE_SLOTS = 22 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -138,6 +140,23 @@ struct cu_ctx {
   int upload_step, upload_j, upload_min;
   double pcie_bps, pair_us;
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
+  // promotion (hybrid.cu): slots on the card for the hottest experts of each host layer, used by
+  // one-token steps (the card computes a token's resident picks, the CPU the rest)
+  int promote_slots;              // slots a host layer (0: off)
+  uint8_t *slot_pool;             // [n_host][gate P slabs | up P slabs | down P slabs]
+  size_t slot_layer_bytes, slot_off[3];
+  int32_t *res_d;                 // [n_host][X]: an expert's slot, -1 in host memory
+  uint32_t *cnt_d;                // [n_host][X]: picks since the last pass
+  uint32_t *hits_d;               // picks found resident, all picks (one-token split steps)
+  int32_t *part_i;                // a step's partition: card slots [K], host picks [K], host count
+  float *part_f;                  // card weights [K], host weights [K]
+  int32_t *hn_h;                  // pinned: the host picks [K] and their count
+  std::vector<int32_t> res_h, slot_of; // mirrors: [n_host][X], [n_host][P] (expert or -1)
+  std::vector<float> heat;        // [n_host][X]
+  std::vector<int> pending;       // (host layer, expert, slot) triples copied, not yet published
+  cudaEvent_t promote_ev, evict_ev;
+  int steps_since_pass;
+  int64_t n_moves;
 };
 
 void cu_mark(cu_ctx *c, int section);
@@ -160,6 +179,13 @@ void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
+// promote.cu
+int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots);
+void cu_promote_free(cu_ctx *c);
+void cu_slot_dmats(const cu_ctx *c, const cu_blk &b, dmat out[3]);
+int64_t cu_partition(cu_ctx *c, const cu_blk &b);
+int64_t cu_promote_pass(cu_ctx *c);
+void cu_promote_hits(const cu_ctx *c, int64_t *resident, int64_t *all);
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what);           // the step's end, then the hook's error
 
 // forward.cu

@@ -101,7 +101,12 @@ static void CUDART_CB split_cb(void *p) {
   const auto t0 = std::chrono::steady_clock::now();
   char msg[sizeof c->host_msg];
   msg[0] = 0;
-  const int64_t s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, c->hsel, c->hselw, call->k, c->hout, msg, sizeof msg);
+  // k < 0: the picks the card's partition left to the host (promote.cu), their count after them
+  const int K = (int)call->b->n_expert_used, k = call->k >= 0 ? call->k : c->hn_h[K];
+  const int32_t *sel = call->k >= 0 ? c->hsel : c->hn_h;
+  int64_t s = BL_OK;
+  if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, sel, c->hselw, k, c->hout, msg, sizeof msg);
+  else memset(c->hout, 0, (size_t)c->dm.E * sizeof(float));
   c->n_hook++;
   c->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (s != BL_OK) {
@@ -114,11 +119,50 @@ __global__ void k_add_rows(float *x, const float *y, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
 }
 
+// The hook call of a block for a batch size (kept for the graphs; k: the split's host picks, -1 the partition's, 0 the whole block).
+static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0);
+
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
-  return b.host && ntok == 1 && !big && c->card_share > 0 && c->expert_fn && b.hxd[0] && b.hxd[1] && b.hxd[2];
+  if (!b.host || ntok != 1 || big || !c->expert_fn) return false;
+  return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
-static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) {
+// One token with promotion on: the card's partition of the picks, the resident ones from the slots
+// on the side stream, the rest on the CPU.
+static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
+  const int E = (int)c->dm.E, K = b.n_used;
+  cu_mark(c, S_EXPERTS);
+  CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+  CU_OK(cu_partition(c, b));
+  fmoe_args fm;
+  if (!cu_routed_experts(c, b, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
+  dmat sd[3];
+  cu_slot_dmats(c, b, sd);
+  fm.gate = sd[0];
+  fm.up = sd[1];
+  fm.down = sd[2];
+  fm.n_expert = c->promote_slots;
+  fm.sel = c->part_i;
+  fm.selw = c->part_f;
+  fm.k = K;
+  if (!cu_fmoe_fits(fm, c->smem_limit)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
+  CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
+  CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
+  bool done = false;
+  CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
+  if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the promoted experts");
+  CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+  cu_host_call *call = host_call(c, b, 1, -1);
+  if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
+  CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
+  k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
+  CU_TRY(cudaGetLastError(), "adding the host's share");
+  return BL_OK;
+}
+
+static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
   for (cu_host_call *h : c->host_calls)
     if (h->b == b.src && h->ntok == ntok && h->k == k) return h;
   cu_host_call *h = new (std::nothrow) cu_host_call();
@@ -161,6 +205,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->upload_step = 0;
   if (c->dm.n_host == 0) return BL_OK;
   if (!c->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
+  CU_OK(cu_promote_pass(c));
   c->upload_j = 0;
   c->upload_step = !graphed && ntok >= c->upload_min;
   if (c->upload_step) {
@@ -173,6 +218,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
 // One token whose picks the fused router made: the card computes the last card_share of them,
 // reading those experts from host memory, on the side stream, while the CPU computes the others.
 static int64_t split_block(cu_ctx *c, const cu_blk &b) {
+  if (c->promote_slots > 0) return promoted_block(c, b);
   const int E = (int)c->dm.E, K = b.n_used, ck = c->card_share < K ? c->card_share : K, hk = K - ck;
   cu_mark(c, S_EXPERTS);
   CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
@@ -260,6 +306,7 @@ int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
 
 void cu_hybrid_free(cu_ctx *c) {
   if (c->cs) (void)cudaStreamSynchronize(c->cs);
+  cu_promote_free(c);
   for (int i = 0; i < 2; i++) {
     if (c->up_ev[i]) (void)cudaEventDestroy(c->up_ev[i]);
     if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
@@ -364,14 +411,19 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
     CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
   }
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
-  return measure(c);
+  CU_OK(measure(c));
+  env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
+  if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
+  return BL_OK;
 }
 
 extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
-  const int64_t v[9] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
-                        (int64_t)(c->pair_us * 1000.0), c->card_share};
-  for (int64_t i = 0; i < n && i < 9; i++) out[i] = v[i];
+  int64_t resident = 0, all = 0;
+  if (n > 10) cu_promote_hits(c, &resident, &all);
+  const int64_t v[13] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+                         (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all};
+  for (int64_t i = 0; i < n && i < 13; i++) out[i] = v[i];
   return BL_OK;
 }

@@ -331,7 +331,8 @@ int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
 int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn);
 /* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
  * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
- * measured nanoseconds a (token, expert) pair, the card's share of a token's picks. */
+ * measured nanoseconds a (token, expert) pair, the card's share of a token's picks, promotion's slots a
+ * layer, experts moved, picks found resident and all picks of the promoted one-token steps. */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);

@@ -122,4 +122,36 @@ gpu("experts in host memory beside the card", () => {
       }
     }, 600_000);
   }
+
+  test("promotion: the hottest experts of a skewed router move into card slots; logits stay within the bound", async () => {
+    const file = join(tmp, "qwen3-skew.gguf");
+    await synth({ model: "qwen3-30b-a3b", quant: "Q4_K_M", out: file, layers: 4, seed: 13, skew: 4 });
+    const base: LoadOptions = { nCtx: 256, nSlots: 1, maxTokens: 16, nThreads: 8, nGpuLayers: "all", log: () => {} };
+    const ref = Model.load(file, { ...base, placement: {} });
+    const m = Model.load(file, { ...base, placement: { cpuMoe: true } });
+    try {
+      const be = m.backend as CudaBackend;
+      const K = m.hp.nExpertUsed, V = m.hp.nVocab;
+      be.setOption(CudaOption.promoteSlots, 2 * K);
+      const toks = Array.from({ length: 48 }, (_, i) => (i * 4099 + 7) % V);
+      let d = 0;
+      for (let i = 0; i < toks.length; i++) {
+        const r = ref.evalSequence([toks[i]], i), y = m.evalSequence([toks[i]], i);
+        d = Math.max(d, maxAbs(y, r) / std(r));
+      }
+      const hs = be.hostStats()!;
+      console.log(`promotion (${hs.promoteSlots} slots a layer, skew 4): ${hs.promoted} experts moved, ${hs.residentPicks} of ${hs.picks} picks on the card; max |dlogit| / std ${d.toExponential(2)}`);
+      expect(hs.promoted).toBeGreaterThan(0);
+      expect(hs.residentPicks).toBeGreaterThan(0);
+      expect(hs.picks).toBe(toks.length * m.hp.nLayer * K);
+      expect(d).toBeLessThan(1e-1);
+      // off again: every pick back on the CPU and the card's zero-copy share
+      be.setOption(CudaOption.promoteSlots, 0);
+      const y = m.evalSequence([toks[0]], toks.length), r = ref.evalSequence([toks[0]], toks.length);
+      expect(maxAbs(y, r) / std(r)).toBeLessThan(1e-1);
+    } finally {
+      m.close();
+      ref.close();
+    }
+  }, 600_000);
 });

@@ -146,7 +146,9 @@ export class BenchRunner {
         const test = inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`;
         process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
           `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, toks)).toFixed(2)} ms a token), ` +
-          `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB)\n`);
+          `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB)` +
+          `${hs1.promoteSlots ? `; promotion (${hs1.promoteSlots} slots a layer): ${hs1.promoted - hs0.promoted} experts moved, ` +
+            `${hs1.residentPicks - hs0.residentPicks} of ${hs1.picks - hs0.picks} picks on the card` : ""}\n`);
       }
       const xs1 = m.expertStats();
       if (xs0 && xs1) {

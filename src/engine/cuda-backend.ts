@@ -44,6 +44,11 @@ export interface HostExpertStats {
   pairUs: number;
   /** of a token's picks in a host layer, how many the card computes reading them from host memory (one-token steps) */
   cardShare: number;
+  /** promotion: card slots a host layer (0: off), experts moved into them, one-token picks found resident of all picks */
+  promoteSlots: number;
+  promoted: number;
+  residentPicks: number;
+  picks: number;
 }
 
 /** The largest batch of the batch-invariant mode (the decode kernels' MV_MAX_NT). */
@@ -199,11 +204,12 @@ export class CudaBackend implements Backend {
   /** The host experts' counters; undefined when every expert is on the card. */
   hostStats(): HostExpertStats | undefined {
     if (!this.hostBlocks) return undefined;
-    const o = new BigInt64Array(9);
-    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 9), "reading the host experts' counters");
+    const o = new BigInt64Array(13);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 13), "reading the host experts' counters");
     const n = (i: number) => Number(o[i]);
     return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
-      pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8) };
+      pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8),
+      promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12) };
   }
 
   kvPosBytes(): number {

@@ -93,6 +93,10 @@ export class Metrics {
         ["host_expert_upload_bytes_total", "counter", "Bytes of host experts uploaded", hx.uploadBytes],
         ["host_expert_upload_min_tokens", "gauge", "Batches of at least this many tokens upload (the cost model)", hx.uploadMin],
         ["host_expert_card_share", "gauge", "Of a token's picks in a host layer, how many the card reads from host RAM", hx.cardShare],
+        ["host_expert_promote_slots", "gauge", "Card slots a host layer for promoted experts (0: promotion off)", hx.promoteSlots],
+        ["host_expert_promoted_total", "counter", "Experts moved into card slots", hx.promoted],
+        ["host_expert_resident_picks_total", "counter", "One-token picks found in card slots", hx.residentPicks],
+        ["host_expert_picks_total", "counter", "One-token picks of host layers while promotion is on", hx.picks],
       );
     }
     for (const [name, type, help, v] of cache) out += `# HELP bloomery:${name} ${help}\n# TYPE bloomery:${name} ${type}\nbloomery:${name} ${formatValue(v)}\n`;

@@ -1,0 +1,243 @@
+// bloomery CUDA library: run-time promotion of host experts (issue 6). Each layer whose routed
+// experts stay in host memory gets P card slots; one-token steps count every pick on the card, and
+// a pass between steps moves the hottest experts of each such layer into its slots (copies on the
+// copy stream, published to the steps only once they are complete, so no step waits for them) and
+// evicts cold ones. A step's picks are partitioned on the card: resident ones are computed by the
+// card's one-token kernels from the slots, the rest by the CPU (hybrid.cu).
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "ctx.h"
+
+// Steps between passes, the counts' decay a pass, moves a pass, and how much hotter a candidate must
+// be than the slot's expert it replaces.
+#define PROMOTE_EVERY 8
+#define PROMOTE_DECAY 0.75f
+#define PROMOTE_MAX_MOVES 24
+#define PROMOTE_MARGIN 1.25f
+
+static size_t al256p(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static const cu_blk *host_block(const cu_ctx *c, int j) {
+  for (const cu_blk &b : c->w->blocks)
+    if (b.host && b.host_j == j) return &b;
+  return nullptr;
+}
+
+static void free_slots(cu_ctx *c) {
+  if (c->slot_pool) (void)cudaFree(c->slot_pool);
+  if (c->res_d) (void)cudaFree(c->res_d);
+  if (c->cnt_d) (void)cudaFree(c->cnt_d);
+  if (c->hits_d) (void)cudaFree(c->hits_d);
+  if (c->part_i) (void)cudaFree(c->part_i);
+  if (c->part_f) (void)cudaFree(c->part_f);
+  if (c->hn_h) (void)cudaFreeHost(c->hn_h);
+  if (c->promote_ev) (void)cudaEventDestroy(c->promote_ev);
+  if (c->evict_ev) (void)cudaEventDestroy(c->evict_ev);
+  c->slot_pool = nullptr;
+  c->res_d = c->part_i = c->hn_h = nullptr;
+  c->cnt_d = c->hits_d = nullptr;
+  c->part_f = nullptr;
+  c->promote_ev = c->evict_ev = nullptr;
+  c->res_h.clear();
+  c->slot_of.clear();
+  c->heat.clear();
+  c->pending.clear();
+  c->promote_slots = 0;
+  (void)cudaGetLastError();
+}
+
+void cu_promote_free(cu_ctx *c) { free_slots(c); }
+
+int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
+  const int64_t X = c->dm.X, K = c->dm.K, H = c->dm.n_host;
+  if (slots < 0 || slots > X) return cu_fail(BL_E_INVAL, "promotion: %lld slots a layer (0..%lld)", (long long)slots, (long long)X);
+  if (slots > 0 && slots < K) return cu_fail(BL_E_INVAL, "promotion: %lld slots a layer, fewer than a token's %lld picks", (long long)slots, (long long)K);
+  if (slots > 0 && H == 0) return cu_fail(BL_E_INVAL, "promotion: no experts stay in host memory");
+  if (slots > 0 && !c->host_fn) return cu_fail(BL_E_INVAL, "promotion: the host hook is not set");
+  CU_TRY(cudaStreamSynchronize(c->st), "promotion");
+  if (c->cs) CU_TRY(cudaStreamSynchronize(c->cs), "promotion");
+  cu_drop_graphs(c);
+  free_slots(c);
+  if (slots == 0) return BL_OK;
+  const cu_blk *b0 = host_block(c, 0);
+  if (!b0) return cu_fail(BL_E_INVAL, "promotion: no host block");
+  // every host layer has the same expert geometry in the models bloomery runs; slots are sized by the largest
+  size_t per[3] = {0, 0, 0};
+  for (const cu_blk &b : c->w->blocks)
+    if (b.host)
+      for (int k = 0; k < 3; k++) per[k] = std::max(per[k], (size_t)b.t[BL_MOE_GATE + k].nb2);
+  c->slot_off[0] = 0;
+  c->slot_off[1] = al256p(per[0] * slots);
+  c->slot_off[2] = c->slot_off[1] + al256p(per[1] * slots);
+  c->slot_layer_bytes = c->slot_off[2] + al256p(per[2] * slots);
+  const size_t pool = c->slot_layer_bytes * (size_t)H;
+  size_t fr = 0, tot = 0;
+  CU_TRY(cudaMemGetInfo(&fr, &tot), "promotion: reading the device memory");
+  if (pool + ((size_t)512 << 20) > fr)
+    return cu_fail(BL_E_NOMEM, "promotion: %lld slots for %lld layers need %.2f GiB, %.2f GiB free", (long long)slots, (long long)H, pool / 1073741824.0, fr / 1073741824.0);
+  CU_TRY(cudaMalloc(&c->slot_pool, pool), "promotion: allocating the slots");
+  CU_TRY(cudaMemset(c->slot_pool, 0, pool), "promotion: clearing the slots");
+  CU_TRY(cudaMalloc(&c->res_d, (size_t)H * X * sizeof(int32_t)), "promotion: allocating tables");
+  CU_TRY(cudaMemset(c->res_d, 0xff, (size_t)H * X * sizeof(int32_t)), "promotion: clearing tables");
+  CU_TRY(cudaMalloc(&c->cnt_d, (size_t)H * X * sizeof(uint32_t)), "promotion: allocating tables");
+  CU_TRY(cudaMemset(c->cnt_d, 0, (size_t)H * X * sizeof(uint32_t)), "promotion: clearing tables");
+  CU_TRY(cudaMalloc(&c->hits_d, 2 * sizeof(uint32_t) * 2), "promotion: allocating tables");
+  CU_TRY(cudaMemset(c->hits_d, 0, 2 * sizeof(uint32_t) * 2), "promotion: clearing tables");
+  CU_TRY(cudaMalloc(&c->part_i, (size_t)(2 * K + 1) * sizeof(int32_t)), "promotion: allocating tables");
+  CU_TRY(cudaMalloc(&c->part_f, (size_t)(2 * K) * sizeof(float)), "promotion: allocating tables");
+  CU_TRY(cudaMallocHost(&c->hn_h, (size_t)(K + 1) * sizeof(int32_t)), "promotion: allocating tables");
+  CU_TRY(cudaEventCreateWithFlags(&c->promote_ev, cudaEventDisableTiming), "promotion: events");
+  CU_TRY(cudaEventCreateWithFlags(&c->evict_ev, cudaEventDisableTiming), "promotion: events");
+  c->res_h.assign((size_t)H * X, -1);
+  c->slot_of.assign((size_t)H * slots, -1);
+  c->heat.assign((size_t)H * X, 0.0f);
+  c->promote_slots = (int)slots;
+  c->steps_since_pass = 0;
+  return BL_OK;
+}
+
+// The slots of host layer j as the one-token kernels read them (expert index = slot).
+void cu_slot_dmats(const cu_ctx *c, const cu_blk &b, dmat out[3]) {
+  uint8_t *base = c->slot_pool + (size_t)b.host_j * c->slot_layer_bytes;
+  for (int k = 0; k < 3; k++) {
+    out[k] = b.t[BL_MOE_GATE + k];
+    out[k].d = base + c->slot_off[k];
+    out[k].ne2 = c->promote_slots;
+  }
+}
+
+// One token's K picks: counted; resident ones to the card's list (slots, weights; padded with slot
+// 0 at weight 0 so the kernels always walk K), the rest to the host's (experts, weights, count).
+__global__ void k_partition(const int32_t *sel, const float *selw, int K, const int32_t *res, uint32_t *cnt, int32_t *csel, float *cw,
+                            int32_t *hsel, float *hw, int32_t *hn, uint32_t *hits) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int nc = 0, nh = 0;
+  for (int i = 0; i < K; i++) {
+    const int e = sel[i];
+    const float w = selw[i];
+    cnt[e]++;
+    const int s = res[e];
+    if (s >= 0) {
+      csel[nc] = s;
+      cw[nc++] = w;
+    } else {
+      hsel[nh] = e;
+      hw[nh++] = w;
+    }
+  }
+  for (int i = nc; i < K; i++) {
+    csel[i] = 0;
+    cw[i] = 0.0f;
+  }
+  *hn = nh;
+  hits[0] += (uint32_t)nc;
+  hits[1] += (uint32_t)K;
+}
+
+int64_t cu_partition(cu_ctx *c, const cu_blk &b) {
+  const int K = b.n_used, X = (int)c->dm.X;
+  k_partition<<<1, 32, 0, c->st>>>(c->sel, c->selw, K, c->res_d + (size_t)b.host_j * X, c->cnt_d + (size_t)b.host_j * X, c->part_i, c->part_f,
+                                   c->part_i + K, c->part_f + K, c->part_i + 2 * K, c->hits_d);
+  CU_TRY(cudaGetLastError(), "partitioning the picks");
+  // the host's picks and their count, then its weights (pinned: hn_h, hselw)
+  CU_TRY(cudaMemcpyAsync(c->hn_h, c->part_i + K, (size_t)(K + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+  CU_TRY(cudaMemcpyAsync(c->hselw, c->part_f + K, (size_t)K * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+  return BL_OK;
+}
+
+// Between steps (the stream idle): publish finished moves; every PROMOTE_EVERY steps, read the
+// counts, decay the heat and start the next moves (evictions published at once, copies on the
+// copy stream after them).
+int64_t cu_promote_pass(cu_ctx *c) {
+  if (c->promote_slots == 0) return BL_OK;
+  const int X = (int)c->dm.X, P = c->promote_slots, H = (int)c->dm.n_host;
+  if (!c->pending.empty()) {
+    const cudaError_t q = cudaEventQuery(c->promote_ev);
+    if (q == cudaErrorNotReady) return BL_OK;
+    if (q != cudaSuccess) return cu_fail_cuda(q, "promotion: copying experts");
+    for (size_t i = 0; i + 2 < c->pending.size(); i += 3) {
+      const int j = c->pending[i], e = c->pending[i + 1], s = c->pending[i + 2];
+      c->res_h[(size_t)j * X + e] = s;
+      c->slot_of[(size_t)j * P + s] = e;
+    }
+    c->n_moves += (int64_t)(c->pending.size() / 3);
+    c->pending.clear();
+    CU_TRY(cudaMemcpyAsync(c->res_d, c->res_h.data(), c->res_h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, c->st), "promotion: publishing");
+    CU_TRY(cudaStreamSynchronize(c->st), "promotion: publishing"); // res_h is pageable
+  }
+  if (++c->steps_since_pass < PROMOTE_EVERY) return BL_OK;
+  c->steps_since_pass = 0;
+  std::vector<uint32_t> cnt((size_t)H * X);
+  CU_TRY(cudaMemcpyAsync(cnt.data(), c->cnt_d, cnt.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, c->st), "promotion: reading counts");
+  CU_TRY(cudaMemsetAsync(c->cnt_d, 0, cnt.size() * sizeof(uint32_t), c->st), "promotion: reading counts");
+  CU_TRY(cudaStreamSynchronize(c->st), "promotion: reading counts");
+  for (size_t i = 0; i < cnt.size(); i++) c->heat[i] = c->heat[i] * PROMOTE_DECAY + (float)cnt[i];
+  int moves = 0;
+  std::vector<int> order(X);
+  for (int j = 0; j < H && moves < PROMOTE_MAX_MOVES; j++) {
+    const cu_blk *b = host_block(c, j);
+    if (!b) continue;
+    const float *heat = &c->heat[(size_t)j * X];
+    int32_t *res = &c->res_h[(size_t)j * X], *slots = &c->slot_of[(size_t)j * P];
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b2) { return heat[a] > heat[b2]; });
+    for (int r = 0; r < P && moves < PROMOTE_MAX_MOVES; r++) {
+      const int e = order[r];
+      if (res[e] >= 0 || heat[e] <= 0) continue;
+      // the victim: an empty slot, else the coldest resident expert outside the top P
+      int s = -1;
+      float cold = 0;
+      for (int q = 0; q < P; q++) {
+        if (slots[q] < 0) {
+          s = q;
+          cold = -1;
+          break;
+        }
+        if (s < 0 || heat[slots[q]] < cold) {
+          s = q;
+          cold = heat[slots[q]];
+        }
+      }
+      if (s < 0 || (cold >= 0 && heat[e] < cold * PROMOTE_MARGIN)) continue;
+      if (slots[s] >= 0) res[slots[s]] = -1; // evicted now; the slot is refilled below
+      slots[s] = -1;
+      c->pending.insert(c->pending.end(), {j, e, s});
+      moves++;
+    }
+  }
+  if (moves == 0) return BL_OK;
+  // evictions first (the steps stop reading those slots), then the copies on the copy stream
+  CU_TRY(cudaMemcpyAsync(c->res_d, c->res_h.data(), c->res_h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, c->st), "promotion: evicting");
+  CU_TRY(cudaEventRecord(c->evict_ev, c->st), "promotion: evicting");
+  CU_TRY(cudaStreamWaitEvent(c->cs, c->evict_ev, 0), "promotion: evicting");
+  for (size_t i = 0; i + 2 < c->pending.size(); i += 3) {
+    const int j = c->pending[i], e = c->pending[i + 1], s = c->pending[i + 2];
+    const cu_blk *b = host_block(c, j);
+    uint8_t *base = c->slot_pool + (size_t)j * c->slot_layer_bytes;
+    for (int k = 0; k < 3; k++) {
+      const size_t nb2 = (size_t)b->t[BL_MOE_GATE + k].nb2;
+      CU_TRY(cudaMemcpyAsync(base + c->slot_off[k] + (size_t)s * nb2, b->hx[k] + (size_t)e * nb2, nb2, cudaMemcpyHostToDevice, c->cs), "promotion: copying experts");
+      c->up_bytes += (int64_t)nb2;
+    }
+  }
+  CU_TRY(cudaEventRecord(c->promote_ev, c->cs), "promotion: copying experts");
+  CU_TRY(cudaStreamSynchronize(c->st), "promotion: evicting"); // res_h is pageable: the copy above reads it now
+  return BL_OK;
+}
+
+// Picks found resident and all picks of the split one-token steps.
+void cu_promote_hits(const cu_ctx *c, int64_t *resident, int64_t *all) {
+  *resident = *all = 0;
+  if (!c->hits_d) return;
+  uint32_t h[2] = {0, 0};
+  if (cudaMemcpy(h, c->hits_d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  *resident = h[0];
+  *all = h[1];
+}
