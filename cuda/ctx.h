@@ -151,7 +151,7 @@ struct cu_ctx {
   int32_t *part_i;                // a step's partition: card slots [K], host picks [K], host count
   float *part_f;                  // card weights [K], host weights [K]
   int32_t *hn_h;                  // pinned: the host picks [K] and their count
-  std::vector<int32_t> res_h, slot_of; // mirrors: [n_host][X], [n_host][P] (expert or -1)
+  std::vector<int32_t> res_h, slot_of; // mirrors: [n_host][X], [n_host][P] (expert, -1 empty, -2 being refilled)
   std::vector<float> heat;        // [n_host][X]
   std::vector<int> pending;       // (host layer, expert, slot) triples copied, not yet published
   cudaEvent_t promote_ev, evict_ev;

@@ -14,9 +14,9 @@
 
 // Steps between passes, the counts' decay a pass, moves a pass, and how much hotter a candidate must
 // be than the slot's expert it replaces.
-#define PROMOTE_EVERY 8
+#define PROMOTE_EVERY 4
 #define PROMOTE_DECAY 0.75f
-#define PROMOTE_MAX_MOVES 24
+#define PROMOTE_MAX_MOVES 192
 #define PROMOTE_MARGIN 1.25f
 
 static size_t al256p(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -188,11 +188,12 @@ int64_t cu_promote_pass(cu_ctx *c) {
     for (int r = 0; r < P && moves < PROMOTE_MAX_MOVES; r++) {
       const int e = order[r];
       if (res[e] >= 0 || heat[e] <= 0) continue;
-      // the victim: an empty slot, else the coldest resident expert outside the top P
+      // the victim: an empty slot, else the coldest resident expert (-2: a slot this pass refills)
       int s = -1;
       float cold = 0;
       for (int q = 0; q < P; q++) {
-        if (slots[q] < 0) {
+        if (slots[q] == -2) continue;
+        if (slots[q] == -1) {
           s = q;
           cold = -1;
           break;
@@ -204,7 +205,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
       }
       if (s < 0 || (cold >= 0 && heat[e] < cold * PROMOTE_MARGIN)) continue;
       if (slots[s] >= 0) res[slots[s]] = -1; // evicted now; the slot is refilled below
-      slots[s] = -1;
+      slots[s] = -2;
       c->pending.insert(c->pending.end(), {j, e, s});
       moves++;
     }
