@@ -127,6 +127,27 @@ bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
+// The card's share of a token's picks on the side stream (forked from the step's stream; joined
+// by the caller before the sum).
+static int64_t card_share(cu_ctx *c, const fmoe_args &fm) {
+  CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
+  CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
+  bool done = false;
+  CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
+  if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
+  CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+  return BL_OK;
+}
+
+// The CPU's share (k picks, -1: the partition's) by the hook, its sum copied to the card (dout).
+static int64_t host_share(cu_ctx *c, const cu_blk &b, int k) {
+  cu_host_call *call = host_call(c, b, 1, k);
+  if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
+  CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)c->dm.E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  return BL_OK;
+}
+
 // One token with promotion on: the card's partition of the picks, the resident ones from the slots
 // on the side stream, the rest on the CPU.
 static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
@@ -146,16 +167,8 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
   fm.selw = c->part_f;
   fm.k = K;
   if (!cu_fmoe_fits(fm, c->smem_limit)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
-  CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
-  CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
-  bool done = false;
-  CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
-  if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the promoted experts");
-  CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
-  cu_host_call *call = host_call(c, b, 1, -1);
-  if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
-  CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
-  CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  CU_OK(card_share(c, fm));
+  CU_OK(host_share(c, b, -1));
   CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
   k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
   CU_TRY(cudaGetLastError(), "adding the host's share");
@@ -235,19 +248,9 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
     fm.sel = c->sel + hk;
     fm.selw = c->selw + hk;
     fm.k = ck;
-    CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
-    CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
-    bool done = false;
-    CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
-    if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
-    CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+    CU_OK(card_share(c, fm));
   }
-  if (hk > 0) {
-    cu_host_call *call = host_call(c, b, 1, hk);
-    if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
-    CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
-    CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
-  }
+  if (hk > 0) CU_OK(host_share(c, b, hk));
   if (ck > 0) CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
   if (hk > 0) {
     k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
