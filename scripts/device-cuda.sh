@@ -50,7 +50,7 @@ for what in "$@"; do
       CLK=$! ;;
     tests)
       fails=0
-      for f in test/cuda-kernels.test.ts test/cuda-model.test.ts; do
+      for f in test/cuda-kernels.test.ts test/cuda-model.test.ts test/cuda-hybrid.test.ts; do
         echo "== $f"
         BUN_BE_BUN=1 timeout ${TEST_TIMEOUT:-240} $BS test "$f" > "$OUT/$(basename "$f" .test.ts).log" 2>&1 || fails=1
         grep -E "^\(fail\)| pass$| fail$|max \||greedy|steps|long context|error|int8|one-token|1100 positions" "$OUT/$(basename "$f" .test.ts).log" | head -60
