@@ -1,6 +1,7 @@
 // The server's engine settings when routed experts stay in host RAM beside a card: a prompt batch
 // uploads every host layer's experts once, so -ub grows to HYBRID_UBATCH unless -ub (or a smaller
-// -b) is given, and a line says so; nothing changes on the CPU or with every expert on the card.
+// -b) is given, and a line says so; nothing changes on the CPU or with every expert on the card;
+// --promote-slots reaches the engine.
 import { describe, expect, test } from "bun:test";
 import { parseArgs, type ServerOptionKey, type ServerOptions } from "../src/cli/flags.ts";
 import { HYBRID_UBATCH, planEngine, type AutoSlots } from "../src/server/engine-options.ts";
@@ -27,5 +28,12 @@ describe("-ub with experts in host RAM beside a card", () => {
     expect(plan(["-ngl", "0", "--cpu-moe"]).engine.ubatchSize).toBe(512);
     expect(plan(["-ngl", "99"]).engine.ubatchSize).toBe(512);
     expect(plan(["-ngl", "99", "-ot", "exps=CUDA0"]).engine.ubatchSize).toBe(512);
+  });
+
+  test("--promote-slots (and its environment twin) reaches the engine; negative counts are refused", () => {
+    expect(plan(["-ngl", "99", "--cpu-moe", "--promote-slots", "43"]).engine.promoteSlots).toBe(43);
+    const r = parseArgs(["-m", "x.gguf"], { BLOOMERY_PROMOTE_SLOTS: "8" });
+    expect(r.action === "serve" && r.options.promoteSlots).toBe(8);
+    expect(() => parseArgs(["-m", "x.gguf", "--promote-slots", "-1"], {})).toThrow(/--promote-slots/);
   });
 });

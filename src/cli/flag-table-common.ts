@@ -184,6 +184,11 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     group: G, support: "supported",
   },
   {
+    names: ["--promote-slots"], hint: "N", env: "BLOOMERY_PROMOTE_SLOTS", key: "promoteSlots", default: 0, value: { type: "int", min: 0 },
+    help: "on a card with routed experts in host RAM: N card slots a host layer that the most used experts move into while serving (0 = off; at least the experts a token uses)",
+    group: G, support: "supported",
+  },
+  {
     names: ["--batch-invariant"], value: { type: "none" }, env: "BLOOMERY_BATCH_INVARIANT", key: "batchInvariant", default: false,
     help: "on a card, compute every token as it would be computed alone, so a request's output does not depend on the others batched with it (slower; the CPU path always is)",
     group: G, support: "supported",

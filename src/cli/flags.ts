@@ -86,6 +86,8 @@ export interface ServerOptions {
   readonly hostBudgetMiB: number;
   /** --card-budget: plan as if the card had at most this many MiB free (0 = what it has). */
   readonly cardBudgetMiB: number;
+  /** --promote-slots: card slots a host-expert layer for promoted experts (0 = off). */
+  readonly promoteSlots: number;
   /** --batch-invariant: the card's exact mode (the CPU always is). */
   readonly batchInvariant: boolean;
 
@@ -255,6 +257,7 @@ function buildOptions(v: Values): ServerOptions {
     fitTargetMiB: list(v, "fitTargetMiB", isNumber),
     hostBudgetMiB: num(v, "hostBudgetMiB"),
     cardBudgetMiB: num(v, "cardBudgetMiB"),
+    promoteSlots: num(v, "promoteSlots"),
     batchInvariant: bool(v, "batchInvariant"),
     jinja: bool(v, "jinja"),
     chatTemplate: optStr(v, "chatTemplate"),

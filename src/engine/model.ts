@@ -33,6 +33,8 @@ export interface LoadOptions {
   placement?: PlacementFlags;
   /** the card's batch-invariant mode (the CPU path always is): a sequence's logits the same bits alone or batched */
   batchInvariant?: boolean;
+  /** card slots a host-expert layer for promoted experts (0 = off; cuda/promote.cu) */
+  promoteSlots?: number;
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
   /**
@@ -86,7 +88,7 @@ export class Model {
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
       nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
-    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant });
+    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots });
   }
 
   /** The plan of this load (tiers of the weights), when LoadOptions.placement asked for one. */

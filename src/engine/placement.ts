@@ -8,7 +8,7 @@ import type { Backend } from "./backend.ts";
 import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
 import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
 import type { EncodedProgram } from "./program.ts";
-import { cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
+import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
 
 export type GpuLayers = number | "auto" | "all";
@@ -24,6 +24,8 @@ export interface PlacementOptions {
   graphs?: boolean;
   /** the card's batch-invariant mode (CudaBackendOptions.batchInvariant); the CPU always is */
   batchInvariant?: boolean;
+  /** card slots a host-expert layer for promoted experts (--promote-slots; 0 = off) */
+  promoteSlots?: number;
   /** plan as if the card had at most this many bytes free (--card-budget) */
   cardBudgetBytes?: number;
   /** where placement notes go (default stderr) */
@@ -113,13 +115,25 @@ export class BackendFactory {
     }
     const hostThreads = hostExpertThreads(cpu.nThreads, usableCores());
     const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
-    const hs = be.hostStats();
+    let hs = be.hostStats();
+    const slots = o.promoteSlots ?? 0;
+    if (slots > 0 && !hs) log("placement: --promote-slots: every routed expert is on the card; nothing to promote");
+    if (hs && slots !== hs.promoteSlots) {
+      try {
+        be.setOption(CudaOption.promoteSlots, slots);
+      } catch (e) {
+        be.close();
+        throw e;
+      }
+      hs = be.hostStats();
+    }
     if (hs)
       log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${hostThreads} CPU threads ` +
         `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${HOST_SPARE_CORES} cores are left to the card's callbacks, the server and its clients) ` : ""}` +
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
-        `${hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card reads ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` : ""}`);
+        `${hs.promoteSlots > 0 ? `; promotion: ${hs.promoteSlots} card slots a layer for the most used experts` :
+          hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card reads ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` : ""}`);
     return be;
   }
 

@@ -145,6 +145,8 @@ export interface EngineOptions {
   placement?: PlacementFlags;
   /** --batch-invariant: the card's exact mode */
   batchInvariant?: boolean;
+  /** --promote-slots: card slots a host-expert layer (0 = off) */
+  promoteSlots?: number;
 }
 
 export interface SlotInfo {

@@ -19,7 +19,7 @@ function load(path: string, o: EngineOptions): void {
   try {
     const m = Model.load(path, {
       nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact,
-      nGpuLayers: o.nGpuLayers, device: o.device, placement: o.placement, batchInvariant: o.batchInvariant,
+      nGpuLayers: o.nGpuLayers, device: o.device, placement: o.placement, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots,
     });
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;

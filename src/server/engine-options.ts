@@ -124,6 +124,7 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       nGpuLayers,
       device,
       batchInvariant: o.batchInvariant,
+      promoteSlots: o.promoteSlots,
       placement: {
         nGpuLayers, cpuMoe: o.cpuMoe, nCpuMoe: o.nCpuMoe, overrides: o.overrideTensor.map((t) => ({ pattern: t.pattern, buffer: t.buffer })),
         hostBudgetBytes: o.hostBudgetMiB > 0 ? o.hostBudgetMiB * 1024 * 1024 : undefined,
