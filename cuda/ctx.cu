@@ -69,7 +69,6 @@ struct cu_plan {
   cu_dims dm = {};
 };
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi, int64_t role, int64_t kind, bool place = true) {
   if (vec) {
@@ -98,7 +97,7 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
   it.n = t.ne[0];
   it.bytes = vec ? (size_t)t.ne[0] * 4 : (t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]);
   it.off = pl.total;
-  pl.total += align256(it.bytes);
+  pl.total += cu_align256(it.bytes);
   pl.index[key] = pl.items.size();
   pl.items.push_back(it);
   return BL_OK;
@@ -208,7 +207,7 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
     const bool host = b.kind == BL_BLOCK_MOE && b.host_experts;
     if (host) {
       int64_t lb = 0;
-      for (int r = BL_MOE_GATE; r <= BL_MOE_DOWN; r++) lb += (int64_t)align256(host_bytes(b.t[r]));
+      for (int r = BL_MOE_GATE; r <= BL_MOE_DOWN; r++) lb += (int64_t)cu_align256(host_bytes(b.t[r]));
       if (lb > d.host_layer_bytes) d.host_layer_bytes = lb;
       d.n_host++;
     }
@@ -254,7 +253,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
 
 static size_t ctx_bytes(cu_ctx *c) {
   size_t s = 0;
-  for (const buf_req &b : buffer_list(c)) s += align256(b.bytes);
+  for (const buf_req &b : buffer_list(c)) s += cu_align256(b.bytes);
   return s + (size_t)MV_MAX_NT * c->dm.V * sizeof(float); // first logits rows
 }
 
@@ -366,7 +365,7 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
   const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
   uint8_t *base = static_cast<uint8_t *>(c->arena);
   c->blocks.resize((size_t)prog->n_blocks);
-  int n_host = 0;
+  c->host_blocks.clear();
   for (int64_t i = 0; i < prog->n_blocks; i++) {
     const bl_block &b = bl[i];
     cu_blk &o = c->blocks[(size_t)i];
@@ -384,7 +383,11 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
     o.w_scale = (float)b.expert_weights_scale;
     rope_of(b, o.rope);
     o.src = &bl[i];
-    if (b.kind == BL_BLOCK_MOE && b.host_experts) o.host_j = n_host++, o.host = 1;
+    if (b.kind == BL_BLOCK_MOE && b.host_experts) {
+      o.host = 1;
+      o.host_j = (int)c->host_blocks.size();
+      c->host_blocks.push_back((int)i);
+    }
     for (int r = 0; r < BL_BLOCK_TENSORS; r++) {
       const bl_tensor &t = b.t[r];
       if (!t.data) continue;

@@ -67,13 +67,16 @@ struct cu_weights {
   // host experts' page ranges registered with the driver (hybrid.cu); pinned: all of them were
   std::vector<std::pair<void *, size_t>> registered;
   int host_pinned;
+  std::vector<int> host_blocks; // blocks[host_blocks[j]] is host block j (cu_blk.host_j == j)
 };
+
+static inline size_t cu_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // A host block's call to the hook for one batch size (kept for the graphs that capture it).
 struct cu_host_call {
   struct cu_ctx *c;
   const bl_block *b;
-  int ntok, pairs;
+  int ntok;
   int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
 };
 
@@ -163,6 +166,11 @@ void cu_mark(cu_ctx *c, int section);
 void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
+
+// Host block j of the context's weights (null past the last).
+static inline const cu_blk *cu_host_block_at(const cu_ctx *c, int j) {
+  return j >= 0 && j < (int)c->w->host_blocks.size() ? &c->w->blocks[(size_t)c->w->host_blocks[(size_t)j]] : nullptr;
+}
 
 // Input pointers into d_in.
 static inline int32_t *in_tok(const cu_ctx *c) { return c->d_in; }

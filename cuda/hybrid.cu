@@ -15,7 +15,6 @@
 
 #include "ctx.h"
 
-static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // Of a token's picks in a host-expert layer, how many the card computes by default (one-token steps).
 #define HYBRID_CARD_SHARE 3
@@ -76,37 +75,25 @@ void cu_host_unregister(cu_weights *w) {
 }
 
 // ---- the hook ----
-static void CUDART_CB host_cb(void *p) {
+// A block's CPU part: k == 0 the whole block on the rows in hx; k > 0 the split's first k picks
+// (hsel); k < 0 the picks the card's partition left to the host (promote.cu: hn_h, their count
+// after them). A failure is kept for the step's end; a later call of a failed step does nothing.
+static void CUDART_CB hook_cb(void *p) {
   cu_host_call *call = static_cast<cu_host_call *>(p);
   cu_ctx *c = call->c;
   if (c->host_err) return; // the step failed earlier: its result is not used
   const auto t0 = std::chrono::steady_clock::now();
   char msg[sizeof c->host_msg];
   msg[0] = 0;
-  const int64_t s = c->host_fn(c->host_cpu, call->b, call->ntok, c->hx, msg, sizeof msg);
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  c->n_hook++;
-  c->hook_us += (int64_t)us;
-  if (s != BL_OK) {
-    snprintf(c->host_msg, sizeof c->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
-    c->host_err = s;
-  }
-}
-
-// The CPU's share of a one-token split: its picks' weighted sum into hout.
-static void CUDART_CB split_cb(void *p) {
-  cu_host_call *call = static_cast<cu_host_call *>(p);
-  cu_ctx *c = call->c;
-  if (c->host_err) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  char msg[sizeof c->host_msg];
-  msg[0] = 0;
-  // k < 0: the picks the card's partition left to the host (promote.cu), their count after them
-  const int K = (int)call->b->n_expert_used, k = call->k >= 0 ? call->k : c->hn_h[K];
-  const int32_t *sel = call->k >= 0 ? c->hsel : c->hn_h;
   int64_t s = BL_OK;
-  if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, sel, c->hselw, k, c->hout, msg, sizeof msg);
-  else memset(c->hout, 0, (size_t)c->dm.E * sizeof(float));
+  if (call->k == 0) {
+    s = c->host_fn(c->host_cpu, call->b, call->ntok, c->hx, msg, sizeof msg);
+  } else {
+    const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : c->hn_h[K];
+    const int32_t *sel = call->k > 0 ? c->hsel : c->hn_h;
+    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, sel, c->hselw, k, c->hout, msg, sizeof msg);
+    else memset(c->hout, 0, (size_t)c->dm.E * sizeof(float));
+  }
   c->n_hook++;
   c->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (s != BL_OK) {
@@ -143,7 +130,7 @@ static int64_t card_share(cu_ctx *c, const fmoe_args &fm) {
 static int64_t host_share(cu_ctx *c, const cu_blk &b, int k) {
   cu_host_call *call = host_call(c, b, 1, k);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
-  CU_TRY(cudaLaunchHostFunc(c->st, split_cb, call), "calling the host experts");
+  CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
   CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)c->dm.E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
 }
@@ -183,29 +170,27 @@ static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
   h->c = c;
   h->b = b.src;
   h->ntok = ntok;
-  h->pairs = ntok * (b.n_used > 0 ? b.n_used : 1);
   h->k = k;
   c->host_calls.push_back(h);
   return h;
 }
 
-static const cu_blk *host_block_at(const cu_ctx *c, int j) {
-  for (const cu_blk &b : c->w->blocks)
-    if (b.host && b.host_j == j) return &b;
-  return nullptr;
+// Where role k (gate, up, down) of a host block's experts lies in staging buffer s.
+static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
+  uint8_t *p = static_cast<uint8_t *>(c->stage[s]);
+  for (int q = 0; q < k; q++) p += cu_align256(b.hbytes[q]);
+  return p;
 }
 
 // Copies host block j's experts into staging buffer j % 2 on the copy stream (after the step's
 // kernels are done with what that buffer held).
 static int64_t issue_upload(cu_ctx *c, int j) {
-  const cu_blk *b = host_block_at(c, j);
+  const cu_blk *b = cu_host_block_at(c, j);
   if (!b) return BL_OK;
   const int s = j % 2;
   if (j >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
-  uint8_t *dst = static_cast<uint8_t *>(c->stage[s]);
   for (int k = 0; k < 3; k++) {
-    CU_TRY(cudaMemcpyAsync(dst, b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
-    dst += al256(b->hbytes[k]);
+    CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k), b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
     c->up_bytes += (int64_t)b->hbytes[k];
   }
   CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
@@ -271,11 +256,7 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
     CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
-    uint8_t *src = static_cast<uint8_t *>(c->stage[s]);
-    for (int k = 0; k < 3; k++) {
-      v.t[BL_MOE_GATE + k].d = src;
-      src += al256(b.hbytes[k]);
-    }
+    for (int k = 0; k < 3; k++) v.t[BL_MOE_GATE + k].d = staged(c, s, b, k);
     CU_OK(cu_ffn_block(c, v, ntok, big, false));
     CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
     c->n_uploaded++;
@@ -286,7 +267,7 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
   cu_mark(c, S_EXPERTS);
   const size_t bytes = (size_t)ntok * E * sizeof(float);
   CU_TRY(cudaMemcpyAsync(c->hx, c->x, bytes, cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
-  CU_TRY(cudaLaunchHostFunc(c->st, host_cb, call), "calling the host experts");
+  CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
   CU_TRY(cudaMemcpyAsync(c->x, c->hx, bytes, cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
 }
@@ -339,7 +320,7 @@ void cu_hybrid_free(cu_ctx *c) {
 // block on 64 rows of pseudo-random values (about 64 x K distinct (token, expert) pairs), timed.
 // Batches upload when the hook's time for them would pass a layer's upload time.
 static int64_t measure(cu_ctx *c) {
-  const cu_blk *b = host_block_at(c, 0);
+  const cu_blk *b = cu_host_block_at(c, 0);
   if (!b) return BL_OK;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   CU_TRY(cudaEventCreate(&e0), "measuring PCIe");

@@ -19,13 +19,6 @@
 #define PROMOTE_MAX_MOVES 192
 #define PROMOTE_MARGIN 1.25f
 
-static size_t al256p(size_t n) { return (n + 255) & ~(size_t)255; }
-
-static const cu_blk *host_block(const cu_ctx *c, int j) {
-  for (const cu_blk &b : c->w->blocks)
-    if (b.host && b.host_j == j) return &b;
-  return nullptr;
-}
 
 static void free_slots(cu_ctx *c) {
   if (c->slot_pool) (void)cudaFree(c->slot_pool);
@@ -63,7 +56,7 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
   cu_drop_graphs(c);
   free_slots(c);
   if (slots == 0) return BL_OK;
-  const cu_blk *b0 = host_block(c, 0);
+  const cu_blk *b0 = cu_host_block_at(c, 0);
   if (!b0) return cu_fail(BL_E_INVAL, "promotion: no host block");
   // every host layer has the same expert geometry in the models bloomery runs; slots are sized by the largest
   size_t per[3] = {0, 0, 0};
@@ -71,9 +64,9 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
     if (b.host)
       for (int k = 0; k < 3; k++) per[k] = std::max(per[k], (size_t)b.t[BL_MOE_GATE + k].nb2);
   c->slot_off[0] = 0;
-  c->slot_off[1] = al256p(per[0] * slots);
-  c->slot_off[2] = c->slot_off[1] + al256p(per[1] * slots);
-  c->slot_layer_bytes = c->slot_off[2] + al256p(per[2] * slots);
+  c->slot_off[1] = cu_align256(per[0] * slots);
+  c->slot_off[2] = c->slot_off[1] + cu_align256(per[1] * slots);
+  c->slot_layer_bytes = c->slot_off[2] + cu_align256(per[2] * slots);
   const size_t pool = c->slot_layer_bytes * (size_t)H;
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "promotion: reading the device memory");
@@ -179,7 +172,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
   int moves = 0;
   std::vector<int> order(X);
   for (int j = 0; j < H && moves < PROMOTE_MAX_MOVES; j++) {
-    const cu_blk *b = host_block(c, j);
+    const cu_blk *b = cu_host_block_at(c, j);
     if (!b) continue;
     const float *heat = &c->heat[(size_t)j * X];
     int32_t *res = &c->res_h[(size_t)j * X], *slots = &c->slot_of[(size_t)j * P];
@@ -217,7 +210,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
   CU_TRY(cudaStreamWaitEvent(c->cs, c->evict_ev, 0), "promotion: evicting");
   for (size_t i = 0; i + 2 < c->pending.size(); i += 3) {
     const int j = c->pending[i], e = c->pending[i + 1], s = c->pending[i + 2];
-    const cu_blk *b = host_block(c, j);
+    const cu_blk *b = cu_host_block_at(c, j);
     uint8_t *base = c->slot_pool + (size_t)j * c->slot_layer_bytes;
     for (int k = 0; k < 3; k++) {
       const size_t nb2 = (size_t)b->t[BL_MOE_GATE + k].nb2;

@@ -3,7 +3,8 @@
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { ctxThreads, setCtxThreads } from "../../ffi/cpu-kernels.ts";
-import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
+import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
 import type { EncodedProgram } from "./program.ts";
@@ -32,10 +33,7 @@ export class CpuBackend implements Backend {
     private prog: EncodedProgram,
     o: CpuBackendOptions,
   ) {
-    const p = new Slots(CTX_PARAM_SLOTS);
-    const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, o.nThreads, hp.kvLayers, o.nSlots, o.nCtxSlot,
-      hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, o.exact ? 1 : 0];
-    vals.forEach((v, i) => p.setInt(i, v));
+    const p = ctxParams(hp, o);
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context");
     this.ctx = out[0];

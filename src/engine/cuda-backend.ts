@@ -3,7 +3,8 @@
 // decode graphs) that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
 import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
-import { BATCH_SLOTS, CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
+import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch, SavedKv } from "./backend.ts";
 import { HostHook } from "./host-hook.ts";
@@ -84,15 +85,6 @@ export class CudaWeights {
     cuda().bl_cuda_weights_free(this.handle);
     this.handle = 0n;
   }
-}
-
-/** Context parameters in bl_ctx_params' slot order (the same struct as the CPU backend's). */
-export function ctxParams(hp: HParams, o: { nSlots: number; nCtxSlot: number; maxTokens: number }): Slots {
-  const p = new Slots(CTX_PARAM_SLOTS);
-  const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, 1, hp.kvLayers, o.nSlots, o.nCtxSlot,
-    hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, 0];
-  vals.forEach((v, i) => p.setInt(i, v));
-  return p;
 }
 
 /** Bytes the weights and a context of these options take on the card (no device needed). */

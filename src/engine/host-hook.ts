@@ -3,7 +3,7 @@
 // whose routed experts stay in host memory (cuda/hybrid.cu, ffi/cpu/hook.c).
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
-import { CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
+import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
 
 export class HostHook {
@@ -14,11 +14,8 @@ export class HostHook {
   readonly expertFn: bigint;
 
   constructor(hp: HParams, maxTokens: number, nThreads: number) {
-    const p = new Slots(CTX_PARAM_SLOTS);
     // no KV cache: one slot of one position on no layers
-    const vals = [hp.nEmbd, hp.nVocab, maxTokens, nThreads, 0, 1, 1,
-      hp.nHeadKv * hp.headDim, hp.nHeadKv * hp.headDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, 0];
-    vals.forEach((v, i) => p.setInt(i, v));
+    const p = ctxParams(hp, { nSlots: 1, nCtxSlot: 1, maxTokens, nThreads, kvLayers: 0 });
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
