@@ -77,6 +77,7 @@ struct cu_host_call {
   struct cu_ctx *c;
   const bl_block *b;
   int ntok;
+  int idx; // its place in cu_ctx.host_calls (the mailbox names calls by it)
   int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
 };
 
@@ -143,6 +144,12 @@ struct cu_ctx {
   int upload_step, upload_j, upload_min;
   double pcie_bps, pair_us;
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
+  // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
+  // card addresses them, the card's sequence counter, the host thread that answers
+  struct cu_mailbox *mb, *mb_d;
+  float *hx_d, *hout_d;
+  uint32_t *mb_seq;
+  struct cu_runner *runner;
   // promotion (hybrid.cu): slots on the card for the hottest experts of each host layer, used by
   // one-token steps (the card computes a token's resident picks, the CPU the rest)
   int promote_slots;              // slots a host layer (0: off)
@@ -195,6 +202,16 @@ int64_t cu_partition(cu_ctx *c, const cu_blk &b);
 int64_t cu_promote_pass(cu_ctx *c);
 void cu_promote_hits(const cu_ctx *c, int64_t *resident, int64_t *all);
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what);           // the step's end, then the hook's error
+void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, float *out); // a call's CPU work (any thread)
+// mailbox.cu
+int64_t cu_mailbox_start(cu_ctx *c);
+void cu_mailbox_stop(cu_ctx *c);
+void cu_mailbox_arm(cu_ctx *c);    // a step starts: the host thread polls
+int64_t cu_mailbox_check(cu_ctx *c); // after a step: did the host thread answer every call
+int cu_mailbox_max_calls();
+// posts call (rows x[0..n) and ni/nf picks) / waits for its answer, then x += hout (add) or x = hx
+int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int n, const int32_t *si, int ni, const float *sf, int nf);
+int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add);
 
 // forward.cu
 bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm); // the one-token experts on the fused router's picks

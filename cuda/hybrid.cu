@@ -75,11 +75,11 @@ void cu_host_unregister(cu_weights *w) {
 }
 
 // ---- the hook ----
-// A block's CPU part: k == 0 the whole block on the rows in hx; k > 0 the split's first k picks
-// (hsel); k < 0 the picks the card's partition left to the host (promote.cu: hn_h, their count
-// after them). A failure is kept for the step's end; a later call of a failed step does nothing.
-static void CUDART_CB hook_cb(void *p) {
-  cu_host_call *call = static_cast<cu_host_call *>(p);
+// A call's CPU part: k == 0 the whole block on the rows in hx; k > 0 the split's first k picks
+// (ints, flts); k < 0 the picks the card's partition left to the host (promote.cu: their count at
+// ints[K]); the sum into out. A failure is kept for the step's end; a later call of a failed step
+// does nothing. Runs on the stream's callback thread or on the mailbox's host thread.
+void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, float *out) {
   cu_ctx *c = call->c;
   if (c->host_err) return; // the step failed earlier: its result is not used
   const auto t0 = std::chrono::steady_clock::now();
@@ -89,10 +89,9 @@ static void CUDART_CB hook_cb(void *p) {
   if (call->k == 0) {
     s = c->host_fn(c->host_cpu, call->b, call->ntok, c->hx, msg, sizeof msg);
   } else {
-    const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : c->hn_h[K];
-    const int32_t *sel = call->k > 0 ? c->hsel : c->hn_h;
-    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, sel, c->hselw, k, c->hout, msg, sizeof msg);
-    else memset(c->hout, 0, (size_t)c->dm.E * sizeof(float));
+    const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : ints[K];
+    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
+    else memset(out, 0, (size_t)c->dm.E * sizeof(float));
   }
   c->n_hook++;
   c->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -100,6 +99,12 @@ static void CUDART_CB hook_cb(void *p) {
     snprintf(c->host_msg, sizeof c->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
     c->host_err = s;
   }
+}
+
+static void CUDART_CB hook_cb(void *p) {
+  cu_host_call *call = static_cast<cu_host_call *>(p);
+  cu_ctx *c = call->c;
+  cu_host_run(call, call->k > 0 ? c->hsel : c->hn_h, c->hselw, c->hout);
 }
 
 __global__ void k_add_rows(float *x, const float *y, int n) {
@@ -114,33 +119,52 @@ bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
-// The card's share of a token's picks on the side stream (forked from the step's stream; joined
-// by the caller before the sum).
-static int64_t card_share(cu_ctx *c, const fmoe_args &fm) {
-  CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
-  CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
+// One token's picks split between the card (fm: its share, null for none) and the host (call k,
+// with ni picks si and nf weights sf on the card; k == 0: none), the host's sum added to x. With
+// the mailbox both run from the step's stream; with callbacks the card's share runs on the side
+// stream while the callback holds the step's stream.
+static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k, const int32_t *si, int ni, const float *sf, int nf) {
+  const int E = (int)c->dm.E;
+  cu_host_call *call = nullptr;
+  if (k != 0 && !(call = host_call(c, b, 1, k))) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   bool done = false;
-  CU_OK(cu_fmoe(c->cs2, fm, c->smem_limit, &done));
-  if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
-  CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
-  return BL_OK;
-}
-
-// The CPU's share (k picks, -1: the partition's) by the hook, its sum copied to the card (dout).
-static int64_t host_share(cu_ctx *c, const cu_blk &b, int k) {
-  cu_host_call *call = host_call(c, b, 1, k);
-  if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
-  CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
-  CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)c->dm.E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  if (c->mb) {
+    if (call) CU_OK(cu_mailbox_post(c, call, E, si, ni, sf, nf));
+    if (fm) {
+      CU_OK(cu_fmoe(c->st, *fm, c->smem_limit, &done));
+      if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
+    }
+    return call ? cu_mailbox_wait(c, E, true) : BL_OK;
+  }
+  if (call) {
+    CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+    CU_TRY(cudaMemcpyAsync(k > 0 ? c->hsel : c->hn_h, si, (size_t)ni * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+    CU_TRY(cudaMemcpyAsync(c->hselw, sf, (size_t)nf * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+  }
+  if (fm) {
+    CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
+    CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
+    CU_OK(cu_fmoe(c->cs2, *fm, c->smem_limit, &done));
+    if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
+    CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+  }
+  if (call) {
+    CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
+    CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  }
+  if (fm) CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
+  if (call) {
+    k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
+    CU_TRY(cudaGetLastError(), "adding the host's share");
+  }
   return BL_OK;
 }
 
 // One token with promotion on: the card's partition of the picks, the resident ones from the slots
-// on the side stream, the rest on the CPU.
+// by the card, the rest on the CPU.
 static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
-  const int E = (int)c->dm.E, K = b.n_used;
+  const int K = b.n_used;
   cu_mark(c, S_EXPERTS);
-  CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
   CU_OK(cu_partition(c, b));
   fmoe_args fm;
   if (!cu_routed_experts(c, b, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
@@ -154,19 +178,17 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
   fm.selw = c->part_f;
   fm.k = K;
   if (!cu_fmoe_fits(fm, c->smem_limit)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
-  CU_OK(card_share(c, fm));
-  CU_OK(host_share(c, b, -1));
-  CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
-  k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
-  CU_TRY(cudaGetLastError(), "adding the host's share");
-  return BL_OK;
+  // the host's picks and their count, then its weights
+  return split_run(c, b, &fm, -1, c->part_i + K, K + 1, c->part_f + K, K);
 }
 
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
   for (cu_host_call *h : c->host_calls)
     if (h->b == b.src && h->ntok == ntok && h->k == k) return h;
+  if (c->mb && (int)c->host_calls.size() >= cu_mailbox_max_calls()) return nullptr; // the host thread reads the list: no reallocation
   cu_host_call *h = new (std::nothrow) cu_host_call();
   if (!h) return nullptr;
+  h->idx = (int)c->host_calls.size();
   h->c = c;
   h->b = b.src;
   h->ntok = ntok;
@@ -202,6 +224,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->host_msg[0] = 0;
   c->upload_step = 0;
   if (c->dm.n_host == 0) return BL_OK;
+  cu_mailbox_arm(c);
   if (!c->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
   CU_OK(cu_promote_pass(c));
   c->upload_j = 0;
@@ -214,18 +237,13 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
 }
 
 // One token whose picks the fused router made: the card computes the last card_share of them,
-// reading those experts from host memory, on the side stream, while the CPU computes the others.
+// reading those experts from host memory, while the CPU computes the others.
 static int64_t split_block(cu_ctx *c, const cu_blk &b) {
   if (c->promote_slots > 0) return promoted_block(c, b);
-  const int E = (int)c->dm.E, K = b.n_used, ck = c->card_share < K ? c->card_share : K, hk = K - ck;
+  const int K = b.n_used, ck = c->card_share < K ? c->card_share : K, hk = K - ck;
   cu_mark(c, S_EXPERTS);
-  CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
-  if (hk > 0) {
-    CU_TRY(cudaMemcpyAsync(c->hsel, c->sel, (size_t)hk * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
-    CU_TRY(cudaMemcpyAsync(c->hselw, c->selw, (size_t)hk * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
-  }
+  fmoe_args fm;
   if (ck > 0) {
-    fmoe_args fm;
     if (!cu_routed_experts(c, b, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the card's share");
     fm.gate.d = b.hxd[0];
     fm.up.d = b.hxd[1];
@@ -233,15 +251,8 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
     fm.sel = c->sel + hk;
     fm.selw = c->selw + hk;
     fm.k = ck;
-    CU_OK(card_share(c, fm));
   }
-  if (hk > 0) CU_OK(host_share(c, b, hk));
-  if (ck > 0) CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
-  if (hk > 0) {
-    k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
-    CU_TRY(cudaGetLastError(), "adding the host's share");
-  }
-  return BL_OK;
+  return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk);
 }
 
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
@@ -265,6 +276,10 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
   cu_host_call *call = host_call(c, b, ntok);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   cu_mark(c, S_EXPERTS);
+  if (c->mb) {
+    CU_OK(cu_mailbox_post(c, call, ntok * E, nullptr, 0, nullptr, 0));
+    return cu_mailbox_wait(c, ntok * E, false);
+  }
   const size_t bytes = (size_t)ntok * E * sizeof(float);
   CU_TRY(cudaMemcpyAsync(c->hx, c->x, bytes, cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
   CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
@@ -280,6 +295,7 @@ int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
   } else {
     CU_TRY(cudaStreamSynchronize(c->st), what);
   }
+  CU_OK(cu_mailbox_check(c));
   if (c->host_err) {
     const int64_t s = c->host_err;
     c->host_err = 0;
@@ -289,6 +305,8 @@ int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
 }
 
 void cu_hybrid_free(cu_ctx *c) {
+  if (c->mb) (void)cudaStreamSynchronize(c->st);
+  cu_mailbox_stop(c);
   if (c->cs) (void)cudaStreamSynchronize(c->cs);
   cu_promote_free(c);
   for (int i = 0; i < 2; i++) {
@@ -381,8 +399,9 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
   const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
   c->card_share = env && env[0] ? atoi(env) : HYBRID_CARD_SHARE;
   if (c->card_share < 0) c->card_share = 0;
-  CU_TRY(cudaMallocHost(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float)), "allocating pinned rows for the host experts");
-  CU_TRY(cudaMallocHost(&c->hout, (size_t)c->dm.E * sizeof(float)), "allocating pinned rows for the host experts");
+  const unsigned mapped = cudaHostAllocMapped | cudaHostAllocPortable;
+  CU_TRY(cudaHostAlloc(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
+  CU_TRY(cudaHostAlloc(&c->hout, (size_t)c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
   CU_TRY(cudaMallocHost(&c->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
   CU_TRY(cudaMallocHost(&c->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
   CU_TRY(cudaMalloc(&c->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
@@ -396,6 +415,7 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
   }
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
   CU_OK(measure(c));
+  CU_OK(cu_mailbox_start(c));
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
   return BL_OK;

@@ -136,9 +136,6 @@ int64_t cu_partition(cu_ctx *c, const cu_blk &b) {
   k_partition<<<1, 32, 0, c->st>>>(c->sel, c->selw, K, c->res_d + (size_t)b.host_j * X, c->cnt_d + (size_t)b.host_j * X, c->part_i, c->part_f,
                                    c->part_i + K, c->part_f + K, c->part_i + 2 * K, c->hits_d);
   CU_TRY(cudaGetLastError(), "partitioning the picks");
-  // the host's picks and their count, then its weights (pinned: hn_h, hselw)
-  CU_TRY(cudaMemcpyAsync(c->hn_h, c->part_i + K, (size_t)(K + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
-  CU_TRY(cudaMemcpyAsync(c->hselw, c->part_f + K, (size_t)K * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
   return BL_OK;
 }
 

@@ -1,0 +1,202 @@
+// bloomery CUDA library: the mapped-memory hand-off between a card's step and the host experts'
+// CPU work (issue 6, "no host round trip per layer"). A host thread (the runner) polls a mailbox in
+// pinned, mapped memory; a host layer's step posts its call with one small kernel (the rows and the
+// picks written straight into host memory, then a sequence number) and, after its own share of the
+// layer, a second kernel spins on the runner's answer and adds (or copies back) the CPU's rows. No
+// stream callback, no copy nodes, and the stream stays free for the card's share meanwhile.
+// BLOOMERY_HYBRID_MAILBOX=0 keeps the stream callbacks (hybrid.cu) instead.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "ctx.h"
+
+// A runner idle this long after a step's start or its last call sleeps (woken by the next step,
+// or after MB_NAP_US at the latest); a card waits this long for an answer before it gives up.
+#define MB_SPIN_MS 50
+#define MB_NAP_US 1000
+#define MB_TIMEOUT_NS 20000000000ull
+// the most distinct calls (host block x batch size x kind) the graphs may capture
+#define MB_MAX_CALLS 8192
+// the most picks a token the mailbox carries (more: the stream callbacks)
+#define MB_MAX_PICKS 32
+
+struct cu_mailbox {
+  volatile uint32_t req;  // the card: the call's sequence number
+  volatile uint32_t done; // the runner: the last sequence it answered
+  volatile int32_t call;  // the call's index in host_calls
+  volatile int32_t timeout;
+  int32_t ints[2 * MB_MAX_PICKS + 1]; // the host's picks (and, for a partition, their count at [K])
+  float flts[MB_MAX_PICKS];           // their weights
+};
+
+struct cu_runner {
+  std::thread th;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> armed_ns{0};
+};
+
+static int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- the card's side ----
+// Writes rows x[0..n) into the host's buffer and the picks into the mailbox, then posts the call.
+__global__ void k_mb_post(const float *x, float *hx, int n, const int32_t *si, int ni, const float *sf, int nf, cu_mailbox *mb, uint32_t *seq,
+                          int call) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) hx[i] = x[i];
+  if ((int)threadIdx.x < ni) mb->ints[threadIdx.x] = si[threadIdx.x];
+  if ((int)threadIdx.x < nf) mb->flts[threadIdx.x] = sf[threadIdx.x];
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t s = *seq + 1;
+    *seq = s;
+    mb->call = call;
+    __threadfence_system();
+    mb->req = s;
+  }
+}
+
+// Waits for the runner's answer to the last call (each block on its own), then x += src (add) or
+// x = src, for n floats read from host memory.
+__global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const float *src, int n, int add) {
+  if (threadIdx.x == 0) {
+    const uint32_t s = *seq;
+    uint64_t t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (mb->done != s) {
+      uint64_t t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if (t - t0 > MB_TIMEOUT_NS) {
+        mb->timeout = 1;
+        break;
+      }
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float v = __ldcv(src + i);
+    x[i] = add ? x[i] + v : v;
+  }
+}
+
+int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int n, const int32_t *si, int ni, const float *sf, int nf) {
+  if (ni > 2 * MB_MAX_PICKS + 1 || nf > MB_MAX_PICKS) return cu_fail(BL_E_INVAL, "host experts: %d picks do not fit the mailbox", ni);
+  k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hx_d, n, si, ni, sf, nf, c->mb_d, c->mb_seq, call->idx);
+  CU_TRY(cudaGetLastError(), "posting to the host experts");
+  return BL_OK;
+}
+
+int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add) {
+  const int blocks = std::min(32, std::max(1, n / 2048));
+  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, n, add ? 1 : 0);
+  CU_TRY(cudaGetLastError(), "waiting for the host experts");
+  return BL_OK;
+}
+
+// ---- the runner ----
+static void serve(cu_ctx *c, uint32_t r) {
+  cu_mailbox *mb = c->mb;
+  const int idx = mb->call;
+  if (idx >= 0 && idx < (int)c->host_calls.size()) {
+    cu_host_call *call = c->host_calls[(size_t)idx];
+    cu_host_run(call, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
+  } else {
+    snprintf(c->host_msg, sizeof c->host_msg, "host experts: internal: call %d of %zu", idx, c->host_calls.size());
+    c->host_err = BL_E_INVAL;
+  }
+  __atomic_store_n(&mb->done, r, __ATOMIC_RELEASE);
+}
+
+static void run(cu_ctx *c) {
+  cu_runner *R = c->runner;
+  uint32_t last = c->mb->done;
+  int64_t idle_from = now_ns();
+  while (!R->stop.load(std::memory_order_acquire)) {
+    const uint32_t r = __atomic_load_n(&c->mb->req, __ATOMIC_ACQUIRE);
+    if (r != last) {
+      serve(c, r);
+      last = r;
+      idle_from = now_ns();
+      continue;
+    }
+    __builtin_ia32_pause();
+    const int64_t t = now_ns(), a = R->armed_ns.load(std::memory_order_relaxed);
+    if (t - std::max(idle_from, a) < (int64_t)MB_SPIN_MS * 1000000) continue;
+    std::unique_lock<std::mutex> lk(R->mu);
+    R->cv.wait_for(lk, std::chrono::microseconds(MB_NAP_US));
+  }
+}
+
+void cu_mailbox_arm(cu_ctx *c) {
+  if (!c->runner) return;
+  c->runner->armed_ns.store(now_ns(), std::memory_order_relaxed);
+  c->runner->cv.notify_one();
+}
+
+int64_t cu_mailbox_check(cu_ctx *c) {
+  if (c->mb && c->mb->timeout) {
+    c->mb->timeout = 0;
+    return cu_fail(BL_E_DEVICE, "host experts: the host thread did not answer within %llu s", (unsigned long long)(MB_TIMEOUT_NS / 1000000000ull));
+  }
+  return BL_OK;
+}
+
+void cu_mailbox_stop(cu_ctx *c) {
+  if (c->runner) {
+    c->runner->stop.store(true, std::memory_order_release);
+    c->runner->cv.notify_one();
+    if (c->runner->th.joinable()) c->runner->th.join();
+    delete c->runner;
+  }
+  if (c->mb) (void)cudaFreeHost(c->mb);
+  if (c->mb_seq) (void)cudaFree(c->mb_seq);
+  c->runner = nullptr;
+  c->mb = c->mb_d = nullptr;
+  c->mb_seq = nullptr;
+  c->hx_d = c->hout_d = nullptr;
+  (void)cudaGetLastError();
+}
+
+// After hx and hout are allocated (pinned): the mailbox, its device views and the runner.
+int64_t cu_mailbox_start(cu_ctx *c) {
+  const char *env = getenv("BLOOMERY_HYBRID_MAILBOX"); // 0: stream callbacks instead
+  if ((env && env[0] == '0') || c->dm.K > MB_MAX_PICKS) return BL_OK;
+  c->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
+  void *p = nullptr;
+  CU_TRY(cudaHostAlloc(&p, sizeof(cu_mailbox), cudaHostAllocMapped | cudaHostAllocPortable), "allocating the host experts' mailbox");
+  c->mb = static_cast<cu_mailbox *>(p);
+  memset(p, 0, sizeof(cu_mailbox));
+  void *d = nullptr;
+  CU_TRY(cudaHostGetDevicePointer(&d, p, 0), "mapping the host experts' mailbox");
+  c->mb_d = static_cast<cu_mailbox *>(d);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hx, 0), "mapping the host experts' rows");
+  c->hx_d = static_cast<float *>(d);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hout, 0), "mapping the host experts' rows");
+  c->hout_d = static_cast<float *>(d);
+  CU_TRY(cudaMalloc(&c->mb_seq, sizeof(uint32_t)), "allocating the host experts' mailbox");
+  CU_TRY(cudaMemset(c->mb_seq, 0, sizeof(uint32_t)), "allocating the host experts' mailbox");
+  c->runner = new (std::nothrow) cu_runner();
+  if (!c->runner) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  try {
+    c->runner->th = std::thread(run, c);
+  } catch (...) {
+    delete c->runner;
+    c->runner = nullptr;
+    return cu_fail(BL_E_NOMEM, "host experts: the host thread could not start");
+  }
+  return BL_OK;
+}
+
+int cu_mailbox_max_calls() { return MB_MAX_CALLS; }
