@@ -3,7 +3,9 @@
 # (carried, git-ignored): bloomery-serve.xz (the executable, built with BLOOMERY_CUDA_ARCH=sm_90),
 # build.tar.xz (build/libbloomery_{cpu,cuda}.so for the tests) and fixtures/. Writes logs to $OUT.
 # Usage: scripts/device-cuda.sh [clocks] [check] [tests] [launch] [probe] [profile] [bench-quick|bench|tg] [nopdl] [carveout]
-#        [cpuhost] [server] [sanitize] [ncu] [hybrid] [bench-hybrid]
+#        [cpuhost] [server] [sanitize] [ncu] [hybrid] [bench-hybrid] [npl]
+# npl: batched decode (bench -npl 1,2,4,8 -p 128 -n 128 -r 2; NPL_ARGS overrides), then the card's
+# per-section profile of its batched steps at -npl 8 -r 1 (NPL_PROFILE_ARGS overrides); $OUT/npl.log.
 # hybrid: test/cuda-hybrid.test.ts (experts in host memory beside the card); bench-hybrid: the
 # cpu-moe and half (--n-cpu-moe 24) cells on 16 threads (HYBRID_ARGS overrides the bench arguments).
 # check: the new one-token kernels' logits against the round-1 kernels' (fast 15) on the synthetic
@@ -110,6 +112,12 @@ for what in "$@"; do
         echo "== bench $pl ${HYBRID_ARGS:--p 512 -n 64 -r 2}"
         timeout ${HYBRID_TIMEOUT:-200} $CLI bench -m /tmp/bl/q.gguf $pl -t $(nproc) ${HYBRID_ARGS:--p 512 -n 64 -r 2} 2>&1 | tee -a "$OUT/bench-hybrid.log" | grep -vE "^\{"
       done ;;
+    npl)
+      model
+      echo "== bench ${NPL_ARGS:--npl 1,2,4,8 -p 128 -n 128 -r 2}" | tee "$OUT/npl.log"
+      timeout ${NPL_TIMEOUT:-300} $CLI bench -m /tmp/bl/q.gguf ${NPL_ARGS:--npl 1,2,4,8 -p 128 -n 128 -r 2} 2>&1 | tee -a "$OUT/npl.log"
+      echo "== profile of the batched steps (BLOOMERY_CUDA_PROFILE=1: graphs off, an event per section) ${NPL_PROFILE_ARGS:--npl 8 -p 128 -n 128 -r 1}" | tee -a "$OUT/npl.log"
+      BLOOMERY_CUDA_PROFILE=1 timeout ${NPL_TIMEOUT:-300} $CLI bench -m /tmp/bl/q.gguf ${NPL_PROFILE_ARGS:--npl 8 -p 128 -n 128 -r 1} 2>&1 | grep -E "profile|^\|" | tee -a "$OUT/npl.log" ;;
     tg)
       model
       echo "== tg128"

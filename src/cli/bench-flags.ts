@@ -1,5 +1,6 @@
 // `bloomery-serve bench`: llama-bench's command line (tools/llama-bench) as a flag table, and the
-// parsed parameters: every test parameter takes comma lists and repeats (each value a test).
+// parsed parameters: every test parameter takes comma lists and repeats (each value a test);
+// -npl (llama-batched-bench's flag) turns the tests into batched decode of several sequences.
 
 import { ON_OFF_AUTO, refuse } from "./flag-define.ts";
 import { parseWithTable, type Env } from "./flag-parse.ts";
@@ -36,8 +37,11 @@ export const BENCH_FLAG_TABLE: FlagTable = {
     refuse(O, ["--numa"], "NUMA strategies are not supported yet", "numa mode", { hint: "<distribute|isolate|numactl>" }),
     { names: ["--prio"], value: { type: "int", min: -1, max: 3 }, hint: "<-1|0|1|2|3>", key: "prio", default: 0, help: "process/thread priority (only 0 here)", group: O, support: "supported", check: (v) => (v === 0 ? undefined : "0 (priorities are not supported)") },
     { names: ["-m", "--model"], value: { type: "list", of: { type: "string", nonEmpty: true }, split: "," }, hint: "<filename>", key: "model", default: [], repeat: "append", help: "model file(s)", group: P, support: "supported" },
-    range(["-p", "--n-prompt"], "nPrompt", [512], "prompt tokens (pp tests)"),
-    range(["-n", "--n-gen"], "nGen", [128], "generated tokens (tg tests)"),
+    range(["-p", "--n-prompt", "-npp"], "nPrompt", [512], "prompt tokens (pp tests; with -npl each sequence's prompt)"),
+    range(["-n", "--n-gen", "-ntg"], "nGen", [128], "generated tokens (tg tests; with -npl each sequence's decode steps)"),
+    range(["-npl", "--n-parallel"], "npl", [], "parallel sequences: batched decode tests as llama-batched-bench runs them (each sequence a -p prompt, then -n steps advancing all of them in one forward pass)"),
+    { names: ["-tgs"], value: { type: "none" }, key: "tgSeparate", default: false, help: "with -npl: generate for one sequence after another instead of all in one batch (llama-batched-bench's -tgs)", group: P, support: "supported" },
+    refuse(P, ["-pps"], "shared prompts are not implemented: with -npl each sequence gets its own prompt of -p tokens", "with -npl: one prompt shared by all sequences"),
     { names: ["-pg"], value: { type: "list", of: { type: "string" } }, hint: "<pp,tg>", key: "pg", default: [], repeat: "append", help: "prompt then generation tests", group: P, support: "supported" },
     range(["-d", "--n-depth"], "nDepth", [0], "tokens already in the context"),
     range(["-b", "--batch-size"], "nBatch", [2048], "logical batch size (prompt tokens per decode call)"),
@@ -100,6 +104,10 @@ export interface BenchParams {
   membw: boolean;
   /** --expert-ram: MiB of RAM for routed experts read on demand (0: every tensor mapped) */
   expertRamMiB: number;
+  /** -npl: numbers of parallel sequences (batched decode tests); empty: llama-bench's tests */
+  npl: number[];
+  /** -tgs: with -npl, generation one sequence after another */
+  tgSeparate: boolean;
   /** keys given with other values than llama-bench's defaults (they get table columns) */
   changed: Set<string>;
 }
@@ -128,6 +136,17 @@ export function parseOverrides(text: string): TensorOverrideSpec[] {
   return out;
 }
 
+/** Most parallel sequences -npl takes (each a slot of the test's context and a row of logits). */
+export const MAX_NPL = 1024;
+
+/** -npl's values and what they need from the other flags. */
+function checkNpl(npl: number[], nGen: number[], pg: [number, number][], membw: boolean): void {
+  const bad = npl.find((n) => n < 1 || n > MAX_NPL);
+  if (bad !== undefined) throw new FlagError("-npl", `invalid value for -npl: ${bad} (each number of parallel sequences must be 1..${MAX_NPL})`, { value: String(bad) });
+  if (nGen.some((n) => n < 1) || pg.some(([, tg]) => tg < 1)) throw new FlagError("-n", "with -npl every -n (and -pg generation) value must be at least 1: a batched decode test needs decode steps");
+  if (membw) throw new FlagError("--membw", "--membw measures one-sequence tg tests; it is not available with -npl");
+}
+
 /** Parses a bench command line; `help` set when -h was given. */
 export function parseBenchArgs(argv: readonly string[], env: Env, defaultThreads: number): { help: boolean; params?: BenchParams } {
   const r = parseWithTable(BENCH_FLAG_TABLE, argv, env);
@@ -149,6 +168,9 @@ export function parseBenchArgs(argv: readonly string[], env: Env, defaultThreads
     if (nums(v[key]).some((n) => n < 1)) throw new FlagError(flag, `invalid value for ${flag}: every value must be at least 1`);
   }
   const threads = nums(v.nThreads);
+  const npl = nums(v.npl);
+  if (npl.length) checkNpl(npl, nums(v.nGen), pg, v.membw === true);
+  else if (v.tgSeparate === true) throw new FlagError("-tgs", "-tgs needs -npl: it separates the generation of parallel sequences");
   return {
     help: false,
     params: {
@@ -179,6 +201,8 @@ export function parseBenchArgs(argv: readonly string[], env: Env, defaultThreads
       warmup: v.noWarmup !== true,
       membw: v.membw === true,
       expertRamMiB: Number(v.expertRamMiB ?? 0),
+      npl,
+      tgSeparate: v.tgSeparate === true,
       changed,
     },
   };

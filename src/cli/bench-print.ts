@@ -31,11 +31,11 @@ export interface BenchResult {
   gpuInfo?: string;
 }
 
-type Kind = "string" | "bool" | "int" | "float";
+export type Kind = "string" | "bool" | "int" | "float";
 
-const mean = (v: number[]): number => (v.length ? v.reduce((a, b) => a + b, 0) / v.length : 0);
+export const mean = (v: number[]): number => (v.length ? v.reduce((a, b) => a + b, 0) / v.length : 0);
 /** Sample standard deviation, as llama-bench computes it (0 for one sample). */
-const stdev = (v: number[]): number => {
+export const stdev = (v: number[]): number => {
   if (v.length <= 1) return 0;
   const m = mean(v);
   return Math.sqrt(v.reduce((a, b) => a + (b - m) * (b - m), 0) / (v.length - 1));
@@ -100,7 +100,7 @@ function fields(r: BenchResult): [string, Kind, string][] {
 }
 
 /** A number as a C++ stream prints a double by default (6 significant digits). */
-function g6(x: number): string {
+export function g6(x: number): string {
   if (!Number.isFinite(x)) return String(x);
   if (x === 0) return "0";
   const e = Math.floor(Math.log10(Math.abs(x)));
@@ -120,7 +120,7 @@ function escapeJson(s: string): string {
   return out;
 }
 
-function jsonValue(kind: Kind, value: string): string {
+export function jsonValue(kind: Kind, value: string): string {
   if (kind === "string") return `"${escapeJson(value)}"`;
   if (kind === "bool") return value === "0" ? "false" : "true";
   return value;

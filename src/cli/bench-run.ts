@@ -3,7 +3,8 @@
 // generation tests one token per forward, a depth processed once before the timed runs.
 
 import type { Backend } from "../engine/backend.ts";
-import { CudaBackend } from "../engine/cuda-backend.ts";
+import type { HostExpertStats } from "../engine/cuda-backend.ts";
+import type { ExpertStats } from "../engine/expert-store.ts";
 import { Model } from "../engine/model.ts";
 
 export interface BenchInstance {
@@ -27,8 +28,41 @@ export interface BenchInstance {
   noHost: boolean;
 }
 
+/** A test's parameters but its token counts (the prompt, generated tokens). */
+export type BenchBase = Omit<BenchInstance, "nPrompt" | "nGen">;
+
+/** The counters of a test's start: the expert cache's (--expert-ram) and the host experts' beside a card. */
+export interface CounterMarks {
+  xs: ExpertStats | undefined;
+  hs: HostExpertStats | undefined;
+}
+
+export function counterMarks(m: Model, be: Backend): CounterMarks {
+  return { xs: m.expertStats(), hs: be.hostStats?.() };
+}
+
+/** Prints what the expert cache and the host experts did since `before` (a line each, on stderr; nothing when neither is in use). */
+export function reportCounters(m: Model, be: Backend, before: CounterMarks, test: string, tokens: number): void {
+  const hs0 = before.hs, hs1 = be.hostStats?.();
+  if (hs0 && hs1) {
+    const calls = hs1.hookRuns - hs0.hookRuns;
+    process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
+      `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, tokens)).toFixed(2)} ms a token), ` +
+      `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB)` +
+      `${hs1.promoteSlots ? `; promotion (${hs1.promoteSlots} slots a layer): ${hs1.promoted - hs0.promoted} experts moved, ` +
+        `${hs1.residentPicks - hs0.residentPicks} of ${hs1.picks - hs0.picks} picks on the card` : ""}\n`);
+  }
+  const xs0 = before.xs, xs1 = m.expertStats();
+  if (xs0 && xs1) {
+    const d = (k: keyof typeof xs1) => xs1[k] - xs0[k];
+    process.stderr.write(`bench: expert cache (${xs1.slots} slots of ${(xs1.slotBytes / 2 ** 20).toFixed(2)} MiB), ${test}: ${d("lookups")} lookups, ` +
+      `${d("hits")} hits (${d("prefetchHits")} prefetched), ${d("misses")} misses, ${(d("bytesRead") / 2 ** 20).toFixed(0)} MiB read, ` +
+      `${d("prefetchReads")} prefetch reads (${(d("prefetchBytes") / 2 ** 20).toFixed(0)} MiB), ${d("evictions")} evictions\n`);
+  }
+}
+
 /** A small deterministic generator for token ids (llama-bench draws them with rand()). */
-function lcg(seed: number): () => number {
+export function lcg(seed: number): () => number {
   let s = seed >>> 0;
   return () => {
     s = (Math.imul(s, 1103515245) + 12345) >>> 0;
@@ -109,21 +143,28 @@ export class BenchRunner {
     return this.model;
   }
 
-  /** Runs one test `reps` times; the wall time of each run in nanoseconds. */
-  run(inst: BenchInstance, reps: number, warmup: boolean): number[] {
-    const m = this.modelFor(inst);
-    const nCtx = Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth);
+  /**
+   * A test's context: nSlots sequences of nCtx positions each, forwards of at most -ub (within -b)
+   * tokens. -ngl picks the backend (placement.ts: 0 the CPU; the card when present otherwise); the
+   * card's weights are uploaded once per model.
+   */
+  backendFor(m: Model, inst: Pick<BenchInstance, "nBatch" | "nUbatch" | "nThreads" | "nGpuLayers">, nSlots: number, nCtx: number): Backend {
     if (nCtx > m.hp.nCtxTrain) process.stderr.write(`bench: note: ${nCtx} positions is more than the model's training context ${m.hp.nCtxTrain}\n`);
-    // -ngl picks the backend (placement.ts: 0 the CPU; the card when present otherwise); the
-    // card's weights are uploaded once per model
     const be = m.backends.create({
-      nSlots: 1,
+      nSlots,
       nCtxSlot: nCtx,
       maxTokens: Math.min(inst.nUbatch, inst.nBatch),
       nThreads: inst.nThreads,
       nThreadsBatch: inst.nThreads,
     }, { nGpuLayers: inst.nGpuLayers });
     this.lastBackend = be.name;
+    return be;
+  }
+
+  /** Runs one test `reps` times; the wall time of each run in nanoseconds. */
+  run(inst: BenchInstance, reps: number, warmup: boolean): number[] {
+    const m = this.modelFor(inst);
+    const be = this.backendFor(m, inst, 1, Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth));
     try {
       const ctx = new TestContext(be, m.hp.nVocab, inst.nBatch, inst.nUbatch);
       if (warmup) {
@@ -132,32 +173,14 @@ export class BenchRunner {
       }
       if (inst.nDepth > 0) ctx.prompt(inst.nDepth, 0); // positions below the test's are never rewritten
       const samples: number[] = [];
-      const xs0 = m.expertStats();
-      const hs0 = be instanceof CudaBackend ? be.hostStats() : undefined;
+      const marks = counterMarks(m, be);
       for (let r = 0; r < reps; r++) {
         const t0 = performance.now();
         if (inst.nPrompt > 0) ctx.prompt(inst.nPrompt, inst.nDepth);
         if (inst.nGen > 0) ctx.generate(inst.nGen, inst.nDepth + inst.nPrompt);
         samples.push(Math.round((performance.now() - t0) * 1e6));
       }
-      const hs1 = be instanceof CudaBackend ? be.hostStats() : undefined;
-      if (hs0 && hs1) {
-        const calls = hs1.hookRuns - hs0.hookRuns, toks = reps * (inst.nPrompt + inst.nGen);
-        const test = inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`;
-        process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
-          `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, toks)).toFixed(2)} ms a token), ` +
-          `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB)` +
-          `${hs1.promoteSlots ? `; promotion (${hs1.promoteSlots} slots a layer): ${hs1.promoted - hs0.promoted} experts moved, ` +
-            `${hs1.residentPicks - hs0.residentPicks} of ${hs1.picks - hs0.picks} picks on the card` : ""}\n`);
-      }
-      const xs1 = m.expertStats();
-      if (xs0 && xs1) {
-        const d = (k: keyof typeof xs1) => xs1[k] - xs0[k];
-        const test = inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`;
-        process.stderr.write(`bench: expert cache (${xs1.slots} slots of ${(xs1.slotBytes / 2 ** 20).toFixed(2)} MiB), ${test}: ${d("lookups")} lookups, ` +
-          `${d("hits")} hits (${d("prefetchHits")} prefetched), ${d("misses")} misses, ${(d("bytesRead") / 2 ** 20).toFixed(0)} MiB read, ` +
-          `${d("prefetchReads")} prefetch reads (${(d("prefetchBytes") / 2 ** 20).toFixed(0)} MiB), ${d("evictions")} evictions\n`);
-      }
+      reportCounters(m, be, marks, inst.nPrompt > 0 ? `pp${inst.nPrompt}` : `tg${inst.nGen}`, reps * (inst.nPrompt + inst.nGen));
       return samples;
     } finally {
       be.close();

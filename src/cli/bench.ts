@@ -1,7 +1,8 @@
 // `bloomery-serve bench`: llama-bench on bloomery's engine - the same flags (comma lists and repeats
 // give several test values), the same tests (ppN, tgN, ppN+tgM, @ dD), mean and sample standard
 // deviation per test, the same markdown / CSV / JSON output; --membw adds the machine's memory
-// read bandwidth and the share of it each generation test reads.
+// read bandwidth and the share of it each generation test reads. -npl runs llama-batched-bench's
+// tests instead (bench-batched.ts).
 
 import { join } from "node:path";
 import { cpuPath, memoryBandwidth, usableCores } from "../../ffi/cpu-kernels.ts";
@@ -9,7 +10,8 @@ import { GgufFile } from "../gguf/index.ts";
 import { parseBenchArgs, type BenchParams } from "./bench-flags.ts";
 import { cpuInfo, modelInfo, type ModelInfo } from "./bench-info.ts";
 import { CsvPrinter, JsonlPrinter, JsonPrinter, MarkdownPrinter, avgTs, testName, type BenchResult, type OptionalColumn, type Printer } from "./bench-print.ts";
-import { BenchRunner, type BenchInstance } from "./bench-run.ts";
+import { BenchRunner, type BenchBase, type BenchInstance } from "./bench-run.ts";
+import { runBatchedBench } from "./bench-batched.ts";
 import { tableHelp } from "./flag-help.ts";
 import { BENCH_FLAG_TABLE } from "./bench-flags.ts";
 import { FlagError } from "./flag-types.ts";
@@ -23,9 +25,9 @@ function cudaName(): string {
   }
 }
 
-/** The instances in llama-bench's order (the model outermost, then the context parameters). */
-export function benchInstances(p: BenchParams): BenchInstance[] {
-  const out: BenchInstance[] = [];
+/** Every combination of the test parameters in llama-bench's order (the model outermost, then the context parameters, the depth innermost). */
+export function benchBases(p: BenchParams): BenchBase[] {
+  const out: BenchBase[] = [];
   const ncmoe = p.cpuMoe ? [-1] : p.nCpuMoe;
   for (const model of p.models)
     for (const nGpuLayers of p.nGpuLayers)
@@ -40,12 +42,19 @@ export function benchInstances(p: BenchParams): BenchInstance[] {
                       for (const noKvOffload of p.noKvOffload)
                         for (const flashAttn of p.flashAttn)
                           for (const nThreads of p.nThreads)
-                            for (const nDepth of p.nDepth) {
-                              const base = { model, nDepth, nBatch, nUbatch, nThreads, nGpuLayers, nCpuMoe, splitMode, mainGpu, noKvOffload, flashAttn, overrides: ot.text, overrideList: ot.list.map((o) => ({ pattern: o.source, buffer: o.buffer })), noOpOffload, noHost };
-                              for (const n of p.nPrompt) if (n > 0) out.push({ ...base, nPrompt: n, nGen: 0 });
-                              for (const n of p.nGen) if (n > 0) out.push({ ...base, nPrompt: 0, nGen: n });
-                              for (const [pp, tg] of p.pg) if (pp > 0 || tg > 0) out.push({ ...base, nPrompt: pp, nGen: tg });
-                            }
+                            for (const nDepth of p.nDepth)
+                              out.push({ model, nDepth, nBatch, nUbatch, nThreads, nGpuLayers, nCpuMoe, splitMode, mainGpu, noKvOffload, flashAttn, overrides: ot.text, overrideList: ot.list.map((o) => ({ pattern: o.source, buffer: o.buffer })), noOpOffload, noHost });
+  return out;
+}
+
+/** The instances in llama-bench's order (the model outermost, then the context parameters; pp, then tg, then pg tests). */
+export function benchInstances(p: BenchParams): BenchInstance[] {
+  const out: BenchInstance[] = [];
+  for (const base of benchBases(p)) {
+    for (const n of p.nPrompt) if (n > 0) out.push({ ...base, nPrompt: n, nGen: 0 });
+    for (const n of p.nGen) if (n > 0) out.push({ ...base, nPrompt: 0, nGen: n });
+    for (const [pp, tg] of p.pg) if (pp > 0 || tg > 0) out.push({ ...base, nPrompt: pp, nGen: tg });
+  }
   return out;
 }
 
@@ -140,6 +149,7 @@ export async function runBench(argv: string[]): Promise<number> {
         return 1;
       }
     }
+    if (params.npl.length) return await runBatchedBench(params, benchBases(params), { commit, cpu, infos, runner, gpuName: cudaName });
     if (params.membw) {
       for (const t of new Set(params.nThreads)) bandwidth.set(t, memoryBandwidth(t, 1 << 30, 5));
     }
