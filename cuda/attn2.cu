@@ -66,24 +66,27 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   __shared__ float s_m[GM], s_l[GM]; // the running max and sum per head, for indexing by a loop variable
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.G, HS = G / GM;
-  const int g = blockIdx.x / HS, hs = blockIdx.x - g * HS, si = blockIdx.y, h0 = g * G + hs * GM;
-  // the step's position and slot were copied in before the graph started
-  const int pos = a.pos[0], n = pos + 1;
+  const int g = blockIdx.x / HS, hs = blockIdx.x - g * HS, si = blockIdx.y, h0 = g * G + hs * GM, t = blockIdx.z;
+  const bool prepped = a.prepped != 0;
+  const float *aq = a.q + (size_t)t * a.ldq;
+  float *aout = a.out + (size_t)t * a.ldq, *apart = a.part + (size_t)t * a.nh * A2_MAX_SPLITS * STS;
+  // the step's positions and slots were copied in before the graph started
+  const int pos = a.pos[t], n = pos + 1, skip = prepped ? -1 : pos;
   int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
   if (splits > (int)gridDim.y) splits = (int)gridDim.y;
   if (si >= splits) return;
   const int chunk = (n + splits - 1) / splits;
   const int p0 = si * chunk, p1 = min(n, p0 + chunk);
-  const size_t base = (size_t)a.seq[0] * a.slot_stride + (size_t)g * HD;
+  const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
   const __half *kb = a.kc + base, *vb = a.vc + base;
-  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, min(p1, p0 + A2_WP), pos);
+  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, min(p1, p0 + A2_WP), skip);
   for (int d = tid; d < HD; d += A2_THREADS) {
     sqn[d] = a.qn ? __ldg(a.qn + d) : 1.0f;
     skn[d] = a.kn ? __ldg(a.kn + d) : 1.0f;
   }
   // rotation factors of this position (shared by every head)
   const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
-  for (int p = tid; p < r.n_rot / 2; p += A2_THREADS) {
+  for (int p = tid; !prepped && p < r.n_rot / 2; p += A2_THREADS) {
     float theta_extrap = (float)pos;
     for (int s = 0; s < p; s++) theta_extrap *= r.theta_scale;
     const float theta_interp = r.freq_scale * theta_extrap;
@@ -101,8 +104,13 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   {
     float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kv4 = qv;
     const bool hq = tid < GM * HD / 4;
-    if (hq) qv = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)h0 * HD) + tid);
-    if (tid < HD / 4) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.k + (size_t)g * HD) + tid);
+    if (hq) qv = __ldcg(reinterpret_cast<const float4 *>(aq + (size_t)h0 * HD) + tid);
+    if (prepped) {
+      qv.x *= a.scale;
+      qv.y *= a.scale;
+      qv.z *= a.scale;
+      qv.w *= a.scale;
+    } else if (tid < HD / 4) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.k + (size_t)g * HD) + tid);
     else if (tid < HD / 2) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.v + (size_t)g * HD) + tid - HD / 4);
     if (hq) reinterpret_cast<float4 *>(&sq[0][0])[tid] = qv;
     if (tid < HD / 4) reinterpret_cast<float4 *>(sk32)[tid] = kv4;
@@ -110,7 +118,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   }
   __syncthreads();
   // per-head RMSNorm and RoPE: a warp a head (the block's GM query heads, then the key head)
-  for (int hh = warp; hh <= GM; hh += NW) {
+  for (int hh = warp; !prepped && hh <= GM; hh += NW) {
     float *vec = hh < GM ? sq[hh] : sk32;
     const float *nw = hh < GM ? sqn : skn;
     if (hh < GM ? a.qn != nullptr : a.kn != nullptr) {
@@ -140,11 +148,11 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   }
   __syncthreads();
   const bool own = pos >= p0 && pos < p1;
-  for (int d = tid; d < HD; d += A2_THREADS) {
+  for (int d = tid; !prepped && d < HD; d += A2_THREADS) {
     const __half kh = __float2half_rn(sk32[d]), vh = __float2half_rn(sv32[d]);
     sk16[d] = kh;
     sv16[d] = vh;
-    if (own && hs == 0) { // one block of the slice writes the cache
+    if (own && hs == 0 && !prepped) { // one block of the slice writes the cache
       a.kc[base + (size_t)pos * a.kd + d] = kh;
       a.vc[base + (size_t)pos * a.kd + d] = vh;
     }
@@ -160,10 +168,10 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int dp = tid % HP, pg = tid / HP; // values: dimension pair, position group
   for (int ws = p0; ws < p1; ws += A2_WP) {
     const int we = min(p1, ws + A2_WP), cnt = we - ws, cnt4 = (cnt + 3) & ~3;
-    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, we, pos);
+    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, we, skip);
     cp_async_wait_all();
     __syncthreads(); // sk16 / sv16 written; the previous window's readers are done
-    if (pos >= ws && pos < we)
+    if (!prepped && pos >= ws && pos < we)
       for (int d = tid; d < HD; d += A2_THREADS) {
         reinterpret_cast<__half *>(sK + (size_t)(pos - ws) * RS)[d] = sk16[d];
         reinterpret_cast<__half *>(sV + (size_t)(pos - ws) * RS)[d] = sv16[d];
@@ -282,7 +290,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
 #pragma unroll
       for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
       const float lh = s_l[h];
-      a.out[(size_t)(h0 + h) * HD + d] = lh > 0.0f ? o / lh : 0.0f;
+      aout[(size_t)(h0 + h) * HD + d] = lh > 0.0f ? o / lh : 0.0f;
     }
     return;
   }
@@ -291,7 +299,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     float o = 0.0f;
 #pragma unroll
     for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
-    float *pp = a.part + ((size_t)(h0 + h) * A2_MAX_SPLITS + si) * STS;
+    float *pp = apart + ((size_t)(h0 + h) * A2_MAX_SPLITS + si) * STS;
     pp[4 + d] = o;
     if (d == 0) {
       pp[0] = s_m[h];
@@ -300,7 +308,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   }
   __threadfence();
   __syncthreads();
-  int *counter = a.counters + g * HS + hs;
+  int *counter = a.counters + (size_t)t * a.nh + g * HS + hs;
   if (tid == 0) s_last = atomicAdd(counter, 1) == splits - 1;
   __syncthreads();
   if (!s_last) return;
@@ -308,7 +316,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // the last slice's block merges its head group: the slices' factors (a warp a head)...
   if (warp < GM) {
     const int h = warp;
-    const float *ph = a.part + (size_t)(h0 + h) * A2_MAX_SPLITS * STS;
+    const float *ph = apart + (size_t)(h0 + h) * A2_MAX_SPLITS * STS;
     float mv = -INFINITY, lv = 0.0f;
     if (lane < splits) {
       mv = __ldcg(ph + (size_t)lane * STS);
@@ -325,7 +333,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // ...then the weighted sums, a thread a (head, 4 dimensions), float4 loads in flight
   for (int i = tid; i < GM * HD / 4; i += A2_THREADS) {
     const int h = i / (HD / 4), d4 = i - h * (HD / 4);
-    const float *pp = a.part + (size_t)(h0 + h) * A2_MAX_SPLITS * STS + 4 + 4 * d4;
+    const float *pp = apart + (size_t)(h0 + h) * A2_MAX_SPLITS * STS + 4 + 4 * d4;
     float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
     for (int s2 = 0; s2 < splits; s2++) {
@@ -337,7 +345,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       A.w += f * v.w;
     }
     const float L = s_L[h], inv = L > 0.0f ? 1.0f / L : 0.0f;
-    *reinterpret_cast<float4 *>(a.out + (size_t)(h0 + h) * HD + 4 * d4) = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
+    *reinterpret_cast<float4 *>(aout + (size_t)(h0 + h) * HD + 4 * d4) = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
   }
   if (tid == 0) *counter = 0;
 }
@@ -363,7 +371,7 @@ static int a2_splits(int cls, int max_splits) {
 
 template <int HD>
 static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits) {
-  const dim3 grid(a.nkv * (a.G / gm), splits), th(A2_THREADS);
+  const dim3 grid(a.nkv * (a.G / gm), splits, a.ntok > 1 ? a.ntok : 1), th(A2_THREADS);
   const size_t smem = a2_smem(HD);
   if (gm == 1) return cu_launch(k_attn2<HD, 1>, grid, th, smem, st, a);
   if (gm == 2) return cu_launch(k_attn2<HD, 2>, grid, th, smem, st, a);

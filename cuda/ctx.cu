@@ -229,7 +229,8 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const size_t pairs = T * d.K;
   c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
   c->router_groups = (int)T;
-  const size_t part = (size_t)MV_MAX_NT * c->max_splits * ((size_t)d.qd + 2 * d.max_nh);
+  // split attention's partials: a token's heads x slices x (hd + 4) (attn2.cu's stride; attn.cu takes less)
+  const size_t part = (size_t)MV_MAX_NT * c->max_splits * ((size_t)d.qd + 4 * d.max_nh);
   const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
   c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
   c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);
@@ -239,7 +240,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->sel, pairs * I}, {(void **)&c->selw, pairs * F}, {(void **)&c->act, pairs * d.ff * F},
       {(void **)&c->ypair, pairs * d.E * F}, {(void **)&c->pair_tok, pairs * I}, {(void **)&c->pair_of, pairs * I},
       {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
-      {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nkv * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
+      {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nh * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
       {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F},
       {(void **)&c->rpart, (size_t)d.X * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
@@ -559,7 +560,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   const size_t kvb = (size_t)c->p.kv_layers * kv_layer_elems(c) * 2;
   CU_TRY(cudaMemset(c->kc, 0, kvb), "clearing the KV cache");
   CU_TRY(cudaMemset(c->vc, 0, kvb), "clearing the KV cache");
-  CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nkv * sizeof(int)), "clearing counters");
+  CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nh * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_fo, 0, 64), "clearing counters");
   CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");

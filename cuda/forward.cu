@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "ctx.h"
@@ -307,6 +308,30 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     f.out = c->att;
     f.ldo = qd;
     CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles));
+  } else if (!big && ntok <= MV_MAX_NT && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+    // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
+    attn1_args a1;
+    memset(&a1, 0, sizeof a1);
+    a1.q = c->q;
+    a1.kc = qa.kc;
+    a1.vc = qa.vc;
+    a1.slot_stride = qa.slot_stride;
+    a1.kd = kd;
+    a1.pos = in_pos(c);
+    a1.seq = in_seq(c);
+    a1.scale = b.attn_scale;
+    a1.nh = nh;
+    a1.nkv = nkv;
+    a1.G = nh / nkv;
+    a1.part = c->part;
+    a1.counters = c->cnt_attn;
+    a1.max_splits = c->max_splits;
+    a1.min_chunk = c->min_chunk;
+    a1.out = c->att;
+    a1.ntok = ntok;
+    a1.ldq = qd;
+    a1.prepped = 1;
+    CU_OK(cu_attn2(c->st, a1, hd, c->acls));
   } else {
     for (int t0 = 0; t0 < ntok; t0 += MV_MAX_NT) {
       const int nt = ntok - t0 < MV_MAX_NT ? ntok - t0 : MV_MAX_NT;
@@ -608,8 +633,10 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
     n_fa = fa_tiles(pos, seq, ntok, reinterpret_cast<int4 *>(c->h_in + 4 * c->dm.maxT), c->fa_cap);
     if (n_fa > c->fa_cap) return cu_fail(BL_E_INVAL, "forward: %d attention tiles, room for %lld", n_fa, (long long)c->fa_cap);
   }
-  // one-token steps: the attention's context class (attn2.cu) is part of what a graph captures
-  c->acls = ntok == 1 ? cu_attn2_class(pos[0] + 1) : 0;
+  // decode steps: the attention's context class (attn2.cu; of the batch's last position) is part of what a graph captures
+  int maxpos = 0;
+  for (int i = 0; ntok <= MV_MAX_NT && i < ntok; i++) maxpos = std::max(maxpos, (int)pos[i]);
+  c->acls = ntok <= MV_MAX_NT ? cu_attn2_class(maxpos + 1) : 0;
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;

@@ -221,6 +221,10 @@ struct attn1_args {
   int *counters; // [nkv], zero between launches
   int max_splits, min_chunk;
   float *out;
+  // attn2.cu only - decode batches: ntok tokens (0: one) of any slots, each a block column z, their
+  // rows ldq floats apart; prepped: Q/K norm, RoPE and the cache write already done (cu_qk_prep),
+  // so every key and value comes from the cache and q is only scaled
+  int ntok, ldq, prepped;
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

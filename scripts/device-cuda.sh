@@ -11,7 +11,7 @@
 # check: the new one-token kernels' logits against the round-1 kernels' (fast 15) on the synthetic
 # model; where some differ, BLOOMERY_CUDA_FAST is set to the agreeing set for the verbs after it
 # (so a failing new kernel does not cost the bench). ncu: per-kernel times of a few decode steps
-# (Nsight Compute, graphs off, clocks left alone).
+# (Nsight Compute, graphs off, clocks left alone; NCU_ARGS: the bench's arguments, e.g. "-npl 8 -p 16 -n 32 -r 1").
 # env:NAME=VALUE: exported for the verbs after it; launch: the launch-cost probe (test/cuda-kernels.test.ts -t launch); probe: decode per configuration
 # (scripts/device-cuda-probe.ts); cpuhost: the CPU bench on all host cores with --membw; server: the
 # server on the card (scripts/device-server-check.ts).
@@ -78,7 +78,7 @@ for what in "$@"; do
       echo "== ncu: kernel times of decode steps (graphs off)"
       left=$((DEADLINE - SECONDS)); [ $left -gt ${NCU_TIMEOUT:-120} ] && left=${NCU_TIMEOUT:-120}
       BLOOMERY_CUDA_GRAPHS=0 timeout $left ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-        --print-units base --launch-skip ${NCU_SKIP:-1000} --launch-count ${NCU_COUNT:-500} --csv $CLI bench -m /tmp/bl/q.gguf -p 0 -n 32 -r 1 \
+        --print-units base --launch-skip ${NCU_SKIP:-1000} --launch-count ${NCU_COUNT:-500} --csv $CLI bench -m /tmp/bl/q.gguf ${NCU_ARGS:--p 0 -n 32 -r 1} \
         > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
       echo "ncu rc=$? lines $(wc -l < "$OUT/ncu.csv")"
       awk -F'","' 'NR>1 && $0 ~ /gpu__time_duration/ {k=$5; gsub(/\(.*/, "", k); v=$NF; gsub(/[",]/, "", v); s[k]+=v; n[k]++} END {for (k in s) printf "%9.2f us a launch, %5d launches: %s\n", s[k]/n[k]/1000, n[k], k}' "$OUT/ncu.csv" | sort -n -r | head -24 ;;
