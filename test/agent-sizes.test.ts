@@ -245,8 +245,8 @@ describe("the start plan", () => {
   test("fits: the context left to the model is its training context", () => {
     const r = plan(["-m", DEMO], 64 * GiB);
     expect(r.refusal).toBeUndefined();
-    // -np auto: every slot gets the training context; 8 slots (the most) fit 64 GiB
-    expect(r.event.context).toMatchObject({ n_ctx: 8 * 32768, n_slots: 8, n_ctx_slot: 32768, fitted: false });
+    // -np auto with -c 0: the slots share the training context (llama-server's -c 0), 8 of 4096
+    expect(r.event.context).toMatchObject({ n_ctx: 32768, n_slots: 8, n_ctx_slot: 4096, fitted: false });
     expect(r.event.memory).toMatchObject({ where: "host", fits: true });
     expect(r.event.memory.total_bytes).toBe(r.event.memory.weights_bytes + r.event.memory.kv_bytes! + r.event.memory.work_bytes!);
     expect(r.event.backend.kind).toBe("cpu");

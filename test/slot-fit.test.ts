@@ -9,8 +9,10 @@ import { FlagError, parseArgs, type ServerOptions } from "../src/cli/flags.ts";
 import type { Machine } from "../src/cli/agent-machine.ts";
 import { planStart } from "../src/cli/agent-plan.ts";
 import { autoSlotFit, fitContext, geometryFromGguf, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, type Geometry } from "../src/cli/agent-sizes.ts";
-import { fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, SlotFitError, type SlotFitInput } from "../src/engine/slot-fit.ts";
-import { EngineOptionError, planEngine, slotLayout, type AutoSlots } from "../src/server/engine-options.ts";
+import { cardSplit } from "../src/cli/agent-card-share.ts";
+import { cardContextBytes, CARD_MARGIN as PLAN_CARD_MARGIN } from "../src/engine/plan.ts";
+import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, MIN_SHARED_SLOT_CTX, SlotFitError, type SharedFit, type SharedFitInput, type SlotFitInput } from "../src/engine/slot-fit.ts";
+import { EngineOptionError, planEngine, slotLayout, type AutoAsk, type AutoSlots } from "../src/server/engine-options.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { cudaStatus } from "../ffi/cuda.ts";
 import { FIXTURES } from "./paths.ts";
@@ -88,6 +90,85 @@ describe("slot fit (pure)", () => {
     expect(() => fitSlots(input({ weightBytes: -1 }))).toThrow(/weightBytes/);
     expect(() => fitSlots(input({ maxSlots: 0 }))).toThrow(/most slots/);
   });
+
+  test("the host prompt cache (--cache-ram) is counted beside the weights; it yields only when not even 1 slot fits beside it", () => {
+    const host = { marginBytes: HOST_MARGIN, where: "host RAM", availableText: "usable", nCtxSlot: 32768 };
+    // 32 - 17 - 0.5 - 1 = 13.5 GiB: 4 slots of 3 GiB; with an 8 GiB prompt cache 5.5 GiB: 1
+    expect(fitSlots(input({ ...host, availableBytes: 32 * GiB })).nSlots).toBe(4);
+    const f = fitSlots(input({ ...host, availableBytes: 32 * GiB, cacheBytes: 8 * GiB }));
+    expect(f.nSlots).toBe(1);
+    expect(f.roomBytes).toBe(5.5 * GiB);
+    expect(f.cacheSqueezed).toBe(false);
+    expect(f.line).toBe("-np auto: 1 slot of 32768 tokens (KV 3.00 GiB of 5.50 GiB left on host RAM after weights 17.00 GiB, buffers 512.0 MiB, " +
+      "prompt cache 8.00 GiB (--cache-ram) and 1.00 GiB kept free, of 32.00 GiB usable; a 2nd would need 512.0 MiB more)");
+    // 24 GiB: 5.5 GiB before the cache: one slot, the cache gets what is left
+    const q = fitSlots(input({ ...host, availableBytes: 24 * GiB, cacheBytes: 8 * GiB }));
+    expect(q).toMatchObject({ nSlots: 1, cacheSqueezed: true, kvBytes: 3 * GiB });
+    expect(q.line).toBe("-np auto: 1 slot of 32768 tokens (KV 3.00 GiB of 5.50 GiB left on host RAM after weights 17.00 GiB, buffers 512.0 MiB and " +
+      "1.00 GiB kept free, of 24.00 GiB usable; the prompt cache's 8.00 GiB (--cache-ram) does not fit beside even 1 slot and gets what is left; lower --cache-ram)");
+    // 20 GiB: not even one slot without the cache: refused, the cache not among the terms
+    const no = fitSlots(input({ ...host, availableBytes: 20 * GiB, cacheBytes: 8 * GiB }));
+    expect(no.nSlots).toBe(0);
+    expect(no.refusal).toContain("weights 17.00 GiB + KV cache 3.00 GiB (32768 positions of 98304 bytes) + buffers 512.0 MiB + 1.00 GiB kept free = 21.50 GiB > 20.00 GiB usable");
+    expect(() => fitSlots(input({ cacheBytes: -1 }))).toThrow(/cacheBytes/);
+  });
+
+  test("-c 0: the slots share the training context, each at least 4096, up to 8 (Qwen3-30B-A3B on an H200: 8 x 32768, not 5 x 262144)", () => {
+    const shared = (over: Partial<SharedFitInput>) => fitSharedContext({ ...input({}), nCtxTotal: 262144, minSlotCtx: MIN_SHARED_SLOT_CTX, shrink: true, ...over });
+    const f = shared({});
+    expect(f).toMatchObject({ nSlots: 8, nCtxSlot: 32768, nCtxTotal: 262144, shrunk: false, kvBytes: 24 * GiB, roomBytes: 121 * GiB });
+    expect(f.line).toBe("-np auto: 8 slots of 32768 tokens share the training context of 262144 (KV 24.00 GiB of 121.00 GiB left on NVIDIA H200 after weights 17.00 GiB, " +
+      "buffers 512.0 MiB and 512.0 MiB kept free, of 139.00 GiB free; each slot holds at least 4096; 8 is the most -np auto gives)");
+    // a 40 GiB card: 22 GiB of room, 240298 positions: the slots share 8 x 29952 (multiples of 256)
+    const c = shared({ availableBytes: 40 * GiB });
+    expect(c).toMatchObject({ nSlots: 8, nCtxSlot: 29952, nCtxTotal: 8 * 29952, shrunk: true });
+    expect(c.kvBytes).toBeLessThanOrEqual(c.roomBytes);
+    expect(c.line).toContain("-np auto: 8 slots of 29952 tokens share 239616 (the training context of 262144 does not fit) (KV 21.94 GiB of 22.00 GiB");
+    // room for 10000 positions: 2 slots of 4864 (a 3rd would hold under 4096)
+    const small = shared({ availableBytes: 18 * GiB + 10000 * kvBytesPerToken(QWEN30B) });
+    expect(small).toMatchObject({ nSlots: 2, nCtxSlot: 4864, nCtxTotal: 9728, shrunk: true });
+    expect(small.line).toContain("a 3rd would leave a slot under 4096 tokens");
+    // a training context that fits, smaller than 8 x 4096: as many slots of 4096 as it holds
+    expect(shared({ nCtxTotal: 16384 })).toMatchObject({ nSlots: 4, nCtxSlot: 4096, shrunk: false });
+    expect(shared({ nCtxTotal: 20000 })).toMatchObject({ nSlots: 4, nCtxSlot: 5000, nCtxTotal: 20000 });
+    // a training context under 4096: one slot of all of it
+    expect(shared({ nCtxTotal: 2048, minSlotCtx: 2048 })).toMatchObject({ nSlots: 1, nCtxSlot: 2048 });
+    // not one slot of 4096: refused naming every term
+    const no = shared({ availableBytes: 18 * GiB + 4095 * kvBytesPerToken(QWEN30B) });
+    expect(no.nSlots).toBe(0);
+    expect(no.refusal).toBe("-np auto: the model does not fit NVIDIA H200 with even 1 slot of 4096 tokens: weights 17.00 GiB + KV cache 384.0 MiB " +
+      "(4096 positions of 98304 bytes) + buffers 512.0 MiB + 512.0 MiB kept free = 18.38 GiB > 18.37 GiB free; give a smaller context (-c or --slot-ctx)");
+    // --fit off: the training context is not shrunk
+    const off = shared({ availableBytes: 40 * GiB, shrink: false });
+    expect(off.nSlots).toBe(0);
+    expect(off.refusal).toContain("with even 1 slot of 262144 tokens");
+    expect(off.refusal).toContain("give a smaller context (-c), or leave -fit on");
+    expect(shared({ shrink: false }).nSlots).toBe(8);
+    // a cap below what the memory holds, and why
+    const cap = shared({ capTokens: 50000, capText: "the plan says so" });
+    expect(cap).toMatchObject({ nSlots: 8, nCtxSlot: 6144, shrunk: true });
+    expect(cap.line).toContain("share 49152 (the training context of 262144 is capped: the plan says so)");
+  });
+
+  test("-c 0 on the host: the prompt cache first, then the shared context; the cache yields only to one slot of 4096", () => {
+    const host = { marginBytes: HOST_MARGIN, where: "host RAM", availableText: "usable", nCtxTotal: 262144, minSlotCtx: MIN_SHARED_SLOT_CTX, shrink: true };
+    const kv = kvBytesPerToken(QWEN30B);
+    // 18.5 GiB fixed + 8 GiB cache + 20000 positions: 4 slots of 4864 (19456 of 20000, multiples of 256)
+    const f = fitSharedContext({ ...input({}), ...host, availableBytes: 26.5 * GiB + 20000 * kv, cacheBytes: 8 * GiB });
+    expect(f).toMatchObject({ nSlots: 4, nCtxSlot: 4864, cacheSqueezed: false, shrunk: true });
+    expect(f.line).toContain("prompt cache 8.00 GiB (--cache-ram)");
+    // room for 3000 positions beside the cache, 90000 without: one slot of 4096, the cache gets the rest
+    const q = fitSharedContext({ ...input({}), ...host, availableBytes: 18.5 * GiB + 90000 * kv, cacheBytes: 90000 * kv - 1000 * kv });
+    expect(q).toMatchObject({ nSlots: 1, nCtxSlot: 4096, cacheSqueezed: true });
+    expect(q.line).toContain("does not fit beside even 1 slot and gets what is left; lower --cache-ram");
+  });
+
+  test("shared-context input that cannot be is a SlotFitError", () => {
+    const base = { ...input({}), nCtxTotal: 8192, minSlotCtx: 4096, shrink: true };
+    expect(() => fitSharedContext({ ...base, nCtxTotal: 0 })).toThrow(/shared context/);
+    expect(() => fitSharedContext({ ...base, minSlotCtx: 16384 })).toThrow(SlotFitError);
+    expect(() => fitSharedContext({ ...base, capTokens: 0.5 })).toThrow(/cap/);
+  });
 });
 
 function opts(argv: string[], env: Record<string, string> = {}): ServerOptions {
@@ -143,20 +224,36 @@ describe("slot layout (planEngine)", () => {
   test("--slot-ctx: each slot gets it; with -np N the whole context is N x it", () => {
     expect(layout(["-np", "3", "--slot-ctx", "512"])).toMatchObject({ nSlots: 3, nCtxSlot: 512, nCtxAsked: 1536 });
     const asked: number[] = [];
-    expect(layout(["--slot-ctx", "512"], (n) => (asked.push(n), { nSlots: 7, line: "seven" }))).toEqual({ nSlots: 7, nCtxSlot: 512, nCtxAsked: 512, note: "srv  load_model: seven" });
+    expect(layout(["--slot-ctx", "512"], (a) => (asked.push(a.nCtxSlot ?? -1), { nSlots: 7, line: "seven" }))).toEqual({ nSlots: 7, nCtxSlot: 512, nCtxAsked: 512, note: "srv  load_model: seven" });
     expect(asked).toEqual([512]);
   });
 
-  test("-np auto: each slot gets the whole -c (or the training context); the count is the memory's", () => {
-    const asked: number[] = [];
-    const auto: AutoSlots = (n) => (asked.push(n), { nSlots: 2, line: "two" });
+  test("-np auto with -c N: each slot gets the whole -c; the count is the memory's", () => {
+    const asked: AutoAsk[] = [];
+    const auto: AutoSlots = (a) => (asked.push(a), { nSlots: 2, line: "two" });
     expect(layout(["-c", "8192"], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 8192, nCtxAsked: 8192 });
-    expect(layout([], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 32768 });
-    expect(asked).toEqual([8192, 32768]);
+    expect(asked).toEqual([{ nCtxSlot: 8192 }]);
     const p = planEngine(opts(["-c", "8192"]), new Set(), 32768, auto);
     expect(p.engine).toMatchObject({ nSlots: 2, nCtx: 8192 });
     expect(p.nCtxTotal).toBe(16384);
     expect(p.notes).toContain("srv  load_model: two");
+  });
+
+  test("-np auto with -c 0 (or no -c): the slots share the training context, each at least 4096 (llama-server's -c 0)", () => {
+    const asked: AutoAsk[] = [];
+    const auto: AutoSlots = (a) => (asked.push(a), { nSlots: 2, line: "two" });
+    // the count's own per-slot context, or the shared context split evenly
+    expect(layout([], auto)).toEqual({ nSlots: 2, nCtxSlot: 16384, nCtxAsked: 32768, note: "srv  load_model: two" });
+    expect(layout(["-c", "0"], () => ({ nSlots: 8, nCtxSlot: 3072, line: "eight" }))).toMatchObject({ nSlots: 8, nCtxSlot: 3072, nCtxAsked: 24576 });
+    expect(asked).toEqual([{ nCtxTotal: 32768, minSlotCtx: 4096 }]);
+    // a training context under 4096: a slot holds at least all of it
+    expect(slotLayout(opts([]), 2048, (a) => (asked.push(a), { nSlots: 1, line: "one" }))).toMatchObject({ nSlots: 1, nCtxSlot: 2048 });
+    expect(asked[1]).toEqual({ nCtxTotal: 2048, minSlotCtx: 2048 });
+    // --slot-ctx overrides the sharing
+    expect(layout(["--slot-ctx", "1024"], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 1024 });
+    expect(asked[2]).toEqual({ nCtxSlot: 1024 });
+    // a layout that overfills the training context is refused
+    expect(() => layout([], () => ({ nSlots: 4, nCtxSlot: 16384, line: "" }))).toThrow(/4 slots of 16384 tokens; the training context is 32768/);
   });
 
   test("a slot under 16 tokens, or an auto count under 1, is an EngineOptionError naming the flag", () => {
@@ -201,7 +298,7 @@ describe("the start plan counts the slots where the model runs", () => {
     const a = autoSlotFit(g, "host", 4096, { available: 1e15 }, FIT);
     const fixed = 1e15 - a.roomBytes;
     expect(fixed).toBeGreaterThanOrEqual(hostNeed(g, { nSlots: 1, nCtxSlot: 4096, maxTokens: 64, nThreads: 2 }).weights + HOST_MARGIN);
-    const r = plan(["-ngl", "0", "--slot-ctx", "4096"], fixed + 3.5 * slot);
+    const r = plan(["-ngl", "0", "--slot-ctx", "4096", "--cache-ram", "0"], fixed + 3.5 * slot);
     expect(r.refusal).toBeUndefined();
     expect(r.event.context).toMatchObject({ n_ctx: 3 * 4096, n_slots: 3, n_ctx_slot: 4096, fitted: false });
     expect(r.engine!.engine).toMatchObject({ nSlots: 3, nCtx: 4096 });
@@ -211,7 +308,7 @@ describe("the start plan counts the slots where the model runs", () => {
     // -c with auto: each slot gets all of it
     expect(plan(["-ngl", "0", "-c", "4096"], 64 * GiB).event.context).toMatchObject({ n_slots: 8, n_ctx_slot: 4096 });
     // a fixed -np is not counted
-    expect(plan(["-ngl", "0", "-np", "2", "--slot-ctx", "4096"], fixed + 3.5 * slot).event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096, n_ctx: 8192 });
+    expect(plan(["-ngl", "0", "-np", "2", "--slot-ctx", "4096", "--cache-ram", "0"], fixed + 3.5 * slot).event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096, n_ctx: 8192 });
   });
 
   test("--host-budget stands for the host's memory in the count (no margin, as the plan at load)", () => {
@@ -220,7 +317,7 @@ describe("the start plan counts the slots where the model runs", () => {
     const fixed = 1e15 - a.roomBytes; // weights and the plan at load's buffers (64 MiB and more: the larger estimate here)
     expect(fixed).toBeGreaterThan(hostNeed(g, { nSlots: 1, nCtxSlot: 512, maxTokens: 64, nThreads: 2 }).weights + 64 * MiB);
     const budgetMiB = Math.ceil(fixed / MiB) + 3; // room for 3 slots of 1 MiB and less than a 4th
-    const r = plan(["-ngl", "0", "--slot-ctx", "512", "--host-budget", String(budgetMiB)], 64 * GiB);
+    const r = plan(["-ngl", "0", "--slot-ctx", "512", "--host-budget", String(budgetMiB), "--cache-ram", "0"], 64 * GiB);
     expect(r.event.context).toMatchObject({ n_slots: 3, n_ctx_slot: 512 });
     expect(r.event.notes.join("\n")).toContain(`of ${budgetMiB.toFixed(1)} MiB --host-budget`);
     // a budget that holds no slot: one slot, the plan at load decides (the disk tier), the line says so
@@ -243,12 +340,103 @@ describe("the start plan counts the slots where the model runs", () => {
     const fits = fitContext(g, "host", small, FIT)!;
     expect(no.refusal?.next).toBe(`bloomery-serve -m ${DEMO} -t 2 -ub 64 -b 64 -ngl 0 --slot-ctx ${fits.nCtxSlot}`);
     expect(fits.nCtxSlot).toBeLessThan(32768);
-    // -c left to the model: the ladder shrinks each slot's context until one fits
-    const fitted = plan(["-ngl", "0"], small);
+    // -c left to the model: the slots share what fits of the training context (a byte short of all
+    // of it: 32512 tokens, a multiple of 256), 7 slots of at least 4096 (4608, a multiple of 256)
+    const fitted = plan(["-ngl", "0", "--cache-ram", "0"], small);
     expect(fitted.refusal).toBeUndefined();
-    expect(fitted.event.context.fitted).toBe(true);
-    expect(fitted.event.context.n_ctx_slot).toBe(fits.nCtxSlot);
-    expect(fitted.event.context.n_slots).toBe(fits.nSlots);
+    expect(fitted.event.context).toMatchObject({ fitted: true, n_slots: 7, n_ctx_slot: 4608, n_ctx: 7 * 4608 });
+    expect(fitted.event.notes).toContain("fit: the training context of 32768 tokens does not fit; the slots share 32256");
+    expect(fitted.event.notes.find((n) => n.startsWith("-np auto:"))).toMatch(
+      /^-np auto: 7 slots of 4608 tokens share 32256 \(the training context of 32768 does not fit\) \(KV 63\.0 MiB of 64\.0 MiB left on host RAM .*; each slot holds at least 4096; an 8th would leave a slot under 4096 tokens\)$/);
+  });
+
+  test("the host: the prompt cache's --cache-ram is counted beside the weights (-1, no limit, is not); it yields to one slot", () => {
+    const g = demo();
+    const slot = 4096 * kvBytesPerToken(g.hp);
+    const fixed = 1e15 - autoSlotFit(g, "host", 4096, { available: 1e15 }, FIT).roomBytes;
+    const ram = fixed + 64 * MiB + 3.5 * slot;
+    const r = plan(["-ngl", "0", "--slot-ctx", "4096", "--cache-ram", "64"], ram);
+    expect(r.refusal).toBeUndefined();
+    expect(r.event.context).toMatchObject({ n_slots: 3, n_ctx_slot: 4096 });
+    expect(r.event.notes.find((n) => n.startsWith("-np auto:"))).toMatch(/^-np auto: 3 slots of 4096 tokens \(KV 24\.0 MiB of 28\.0 MiB left on host RAM after weights \S+ MiB, buffers \S+ MiB, prompt cache 64\.0 MiB \(--cache-ram\) and 1\.00 GiB kept free, of \S+ GiB usable; a 4th would need 4\.0 MiB more\)$/);
+    // without the cache, or with no limit (not counted): 11 slots' room, 8 the most
+    expect(plan(["-ngl", "0", "--slot-ctx", "4096", "--cache-ram", "0"], ram).event.context.n_slots).toBe(8);
+    expect(plan(["-ngl", "0", "--slot-ctx", "4096", "--cache-ram", "-1"], ram).event.context.n_slots).toBe(8);
+    // the default 8192 MiB beside 1.5 slots: one slot; the cache gets what is left and the line says so
+    const q = plan(["-ngl", "0", "--slot-ctx", "4096"], fixed + 1.5 * slot);
+    expect(q.refusal).toBeUndefined();
+    expect(q.event.context.n_slots).toBe(1);
+    expect(q.event.notes.join("\n")).toContain("the prompt cache's 8.00 GiB (--cache-ram) does not fit beside even 1 slot and gets what is left; lower --cache-ram");
+    // -c 0: the cache first, then the shared context (its buffers counted at the widest slot)
+    const sharedFixed = 1e15 - autoSlotFit(g, "host", { nCtxTotal: 32768, minSlotCtx: 4096, shrink: true }, { available: 1e15 }, FIT).roomBytes;
+    const c0 = plan(["-ngl", "0", "--cache-ram", "64"], sharedFixed + 64 * MiB + 20000 * kvBytesPerToken(g.hp));
+    expect(c0.event.context).toMatchObject({ fitted: true, n_slots: 4, n_ctx_slot: 4864 });
+    expect(c0.event.notes.join("\n")).toContain("prompt cache 64.0 MiB (--cache-ram)");
+  });
+
+  test("a card with routed experts in host memory: the plan's card share is counted, with two staging layers", () => {
+    const g = demo();
+    const m = { card: { name: "Test card", freeBytes: 64 * GiB }, hostAvailableBytes: 64 * GiB };
+    const ctx = { nSlots: 1, nCtxSlot: 4096, maxTokens: 64 };
+    const a256 = (n: number) => Math.ceil(n / 256) * 256;
+    // from the file: every expert tensor off the card; the largest layer's experts staged twice
+    let experts = 0;
+    const layer = new Map<string, number>();
+    for (const t of g.gguf!.tensors.values()) {
+      const e = /^blk\.(\d+)\.ffn_(gate|up|down)_exps\./.exec(t.name);
+      if (!e) continue;
+      experts += a256(t.nbytes);
+      layer.set(e[1], (layer.get(e[1]) ?? 0) + a256(t.nbytes));
+    }
+    const stage = Math.max(...layer.values());
+    const split = cardSplit(g, { cpuMoe: true }, m);
+    const share = split(ctx)!;
+    expect(share).toMatchObject({ hostLayers: 4, autoHostLayers: 0, cardWeightBytes: g.cardWeightBytes - experts, stageBytes: stage });
+    expect(share.host.size).toBe(12);
+    const plain = autoSlotFit(g, "card", 4096, { available: 1e15 }, FIT);
+    const hybrid = autoSlotFit(g, "card", 4096, { available: 1e15 }, { ...FIT, split });
+    expect(hybrid.roomBytes - plain.roomBytes).toBe(experts - 2 * stage);
+    expect(needAt(g, "card", 4096, { ...FIT, split }).need).toMatchObject({ weights: g.cardWeightBytes - experts });
+    // --n-cpu-moe 1 and -ot of one layer's experts: one host layer each; nothing placed: no share
+    expect(cardSplit(g, { nCpuMoe: 1 }, m)(ctx)!.hostLayers).toBe(1);
+    expect(cardSplit(g, { overrides: [{ pattern: "blk\\.2\\.ffn_.*_exps", buffer: "CPU" }] }, m)(ctx)!.host.has("blk.2.ffn_up_exps.weight")).toBe(true);
+    expect(cardSplit(g, {}, m)(ctx)).toBeUndefined();
+    // a plan the load would refuse (the dense weights past a --card-budget): no slot, the plan's words
+    const refused = autoSlotFit(g, "card", 4096, { available: 1e15, where: "Test card" }, { ...FIT, split: cardSplit(g, { cardBudgetBytes: 1024 }, m) });
+    expect(refused.nSlots).toBe(0);
+    expect(refused.refusal).toContain("-np auto: the model cannot run on Test card with even 1 slot of 4096 tokens: the model's dense weights do not fit the card");
+  });
+
+  test("the plan's own host layers (a card too small): the slots never take the room of experts the plan keeps on the card", () => {
+    const g = demo();
+    const E = g.expertBytes / g.hp.nLayer; // one layer's experts (every layer alike in the demo)
+    const dense = g.weightBytes - g.expertBytes;
+    // the plan at one slot of 4096 keeps 1 layer's experts on the card (2 more staged), with half a layer to spare
+    // (the plan's sum: dense + experts on the card + context + two staged layers + its margin)
+    const budget = dense + E + cardContextBytes(g.hp, { nSlots: 1, nCtxSlot: 4096, maxTokens: 64 }) + 2 * E + PLAN_CARD_MARGIN + E / 2;
+    const m = { card: { name: "Test card", freeBytes: 64 * GiB }, hostAvailableBytes: 64 * GiB };
+    const split = cardSplit(g, { cardBudgetBytes: budget }, m);
+    const layersAt = (nSlots: number, nCtxSlot: number) => {
+      try {
+        return split({ nSlots, nCtxSlot, maxTokens: 64 })?.hostLayers ?? 0;
+      } catch {
+        return Infinity; // the plan refuses it
+      }
+    };
+    expect(split({ nSlots: 1, nCtxSlot: 4096, maxTokens: 64 })).toMatchObject({ hostLayers: 3, autoHostLayers: 3 });
+    expect(layersAt(2, 4096)).toBeGreaterThan(3);
+    const room = { available: budget, where: "Test card", availableText: "--card-budget" };
+    // the card's buffers as estimated leave room for 8 slots, but a 2nd slot of 4096 would move another layer to the host
+    const f = autoSlotFit(g, "card", 4096, room, { ...FIT, split });
+    expect(f.nSlots).toBe(1);
+    expect(f.line).toContain("more would move another layer's experts to host memory (the plan at load)");
+    // -c 0: the shared context stops where the plan would move another layer
+    const s = autoSlotFit(g, "card", { nCtxTotal: 32768, minSlotCtx: 4096, shrink: true }, room, { ...FIT, split }) as SharedFit;
+    expect(s.nSlots).toBe(1);
+    expect(s.nCtxSlot).toBeGreaterThanOrEqual(4096);
+    expect(layersAt(1, s.nCtxSlot)).toBe(3);
+    expect(layersAt(1, s.nCtxSlot + 256)).toBeGreaterThan(3);
+    expect(s.line).toContain(`share ${s.nCtxSlot} (the training context of 32768 is capped: more would move another layer's experts to host memory`);
   });
 
   test("a card: the slots that fit its free memory beside the weights (the CUDA library's sizes)", () => {

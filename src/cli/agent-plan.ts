@@ -9,13 +9,14 @@ import type { HParams } from "../models/types.ts";
 import { chooseBackend, PlacementError } from "../engine/placement.ts";
 import { cudaStatus } from "../../ffi/cuda.ts";
 import { EngineOptionError, planEngine, type AutoSlots, type EnginePlan } from "../server/engine-options.ts";
-import type { SlotFit } from "../engine/slot-fit.ts";
+import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
+import { cardSplit, type CardSplit } from "./agent-card-share.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
 import { EXPERTS_IN_RAM_NOTE, recommend } from "./agent-recommend.ts";
 import type { ModelSource } from "./agent-resolve.ts";
 import {
-  autoSlotFit, cardNeed, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
+  autoSlotFit, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, needOn, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
 } from "./agent-sizes.ts";
 
 export interface PlanEvent {
@@ -201,7 +202,9 @@ export function planStart(inp: PlanInput): StartPlan {
   /** The command with the smaller context a fit found: --slot-ctx when the flags gave it, else -c. */
   const smallerCtx = (f: FittedContext): string =>
     o.slotCtx > 0 ? replaced(argv, SLOT_CTX_FLAGS, ["--slot-ctx", String(f.nCtxSlot)]) : replaced(argv, CTX_FLAGS, ["-c", String(f.nCtx)]);
-  const fitOpts = (ep: EnginePlan, exact: boolean): FitOptions => ({ nParallel: o.nParallel, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads, exact });
+  /** on a card: the plan's share of the weights (routed experts the plan keeps in host memory are not on the card) */
+  let split: CardSplit | undefined;
+  const fitOpts = (ep: EnginePlan, exact: boolean): FitOptions => ({ nParallel: o.nParallel, maxTokens: ep.engine.ubatchSize, nThreads: ep.engine.nThreads, exact, split });
 
   if (!g) {
     // the shape is read from the GGUF after the download: only the file sizes are known now
@@ -241,26 +244,31 @@ export function planStart(inp: PlanInput): StartPlan {
   let device: number | null = null;
   let exact = false;
   /** -np auto's last count, and whether it was measured against the memory itself (not a budget) */
-  let autoFit: { fit: SlotFit; plain: boolean } | undefined;
+  let autoFit: { fit: SlotFit | SharedFit; plain: boolean } | undefined;
 
   /** -np auto's count on `place` (the budget flags, when smaller, stand for the memory there). */
-  const slotsOn = (place: "card" | "host", name: string, avail: number, ex: boolean): AutoSlots => (nCtxSlot) => {
+  const slotsOn = (place: "card" | "host", name: string, avail: number, ex: boolean): AutoSlots => (ask) => {
     const budgetMiB = place === "card" ? o.cardBudgetMiB : o.hostBudgetMiB;
     const budget = budgetMiB > 0 ? budgetMiB * 1024 * 1024 : Infinity;
     const binds = budget < avail;
-    const fit = autoSlotFit(g, place, nCtxSlot, {
+    const fit = autoSlotFit(g, place, ask.nCtxTotal === undefined ? ask.nCtxSlot : { nCtxTotal: ask.nCtxTotal, minSlotCtx: ask.minSlotCtx, shrink: o.fit }, {
       available: binds ? budget : avail,
       // as the plan at load: a host budget is all the room there is; the card keeps its margin
       margin: place === "card" ? CARD_MARGIN : binds ? 0 : HOST_MARGIN,
       where: name,
       availableText: binds ? (place === "card" ? "--card-budget" : "--host-budget") : place === "card" ? "free" : "usable",
       loadPlanBuffers: binds,
+      // the KV cache in host RAM: the prompt cache's budget lives there too
+      cacheBytes: place === "host" && o.cacheRamMiB > 0 ? o.cacheRamMiB * 1024 * 1024 : 0,
     }, fitOpts(ep, ex));
     autoFit = { fit, plain: !binds };
-    if (fit.nSlots >= 1) return { nSlots: fit.nSlots, line: fit.line };
+    if (fit.nSlots >= 1) return { nSlots: fit.nSlots, nCtxSlot: fit.nCtxSlot, line: fit.line };
     // the memory itself: the start is refused with every term (autoRefusal); a budget: the plan at load decides
-    return { nSlots: 1, line: `${binds ? (fit.refusal ?? fit.line) : fit.line}; trying 1 slot` };
+    const one = ask.nCtxTotal === undefined ? ask.nCtxSlot : ask.minSlotCtx;
+    return { nSlots: 1, nCtxSlot: one, line: `${binds ? (fit.refusal ?? fit.line) : fit.line}; trying 1 slot of ${one} tokens` };
   };
+  /** The shared context shrank to fit (-c 0 with -np auto): the plan is fitted. */
+  const autoShrunk = (): boolean => auto && autoFit !== undefined && autoFit.fit.nSlots >= 1 && "shrunk" in autoFit.fit && autoFit.fit.shrunk;
   /** The refusal of an auto count that fit nothing in the memory itself (every term of its sum), else undefined. */
   const autoShort = (): boolean => auto && autoFit?.plain === true && autoFit.fit.nSlots === 0;
   const autoRefusal = (): string | undefined => (ctxExplicit && autoShort() ? autoFit?.fit.refusal : undefined);
@@ -288,8 +296,9 @@ export function planStart(inp: PlanInput): StartPlan {
     deviceName = card.name;
     device = dev;
     exact = cudaStatus().ok && g.gguf !== undefined;
+    split = cardSplit(g, ep.engine.placement ?? {}, { card: { name: card.name, freeBytes: card.free_bytes }, hostAvailableBytes: machine.ram.usable_bytes });
     if (auto) ep = engineFor(o, explicit, hp.nCtxTrain, slotsOn("card", card.name, available, exact));
-    need = cardNeed(g, settingsOf(ep), exact);
+    need = needOn(g, "card", settingsOf(ep), fitOpts(ep, exact));
     if ((!fitsIn(need, available, "card") || autoShort()) && !refit("card", available, exact)) {
       const msg = need.refused
         ? `the model cannot run on ${card.name} with ${settingsOf(ep).nSlots} slot(s) of ${settingsOf(ep).nCtxSlot} positions: ${need.refused}`
@@ -313,6 +322,7 @@ export function planStart(inp: PlanInput): StartPlan {
     deviceName = "CPU";
     device = null;
     exact = false;
+    split = undefined;
     if (auto) {
       autoFit = undefined;
       ep = engineFor(o, explicit, hp.nCtxTrain, slotsOn("host", "host RAM", available, false));
@@ -323,6 +333,11 @@ export function planStart(inp: PlanInput): StartPlan {
       const next = smaller ? smallerCtx(smaller) : (fittingAlternative(inp, ep) ?? RECOMMEND);
       refusal = new AgentError("E_DOES_NOT_FIT", autoRefusal() ?? `the model does not fit this machine's memory: ${shortOf(g, "host", need, ep)} need more than the ${gib(available)} of RAM usable (${gib(HOST_MARGIN)} kept free)`, next);
     }
+  }
+  if (autoShrunk()) {
+    // -c 0 with -np auto: the slots share what fits
+    fitted = true;
+    notes.push(`fit: the training context of ${hp.nCtxTrain} tokens does not fit; the slots share ${ep.engine.nSlots * ep.engine.nCtx}`);
   }
   notes.push(...ep.notes.map((n) => n.replace(/^srv\s+load_model:\s*/, "")));
   // the plan decides: an engine told the CPU does not probe the card again

@@ -3,16 +3,18 @@
 // and work buffers for a context, whether that fits a card or the host, and the largest context
 // that does. On a card with the file at hand the sizes are the CUDA library's own
 // (cudaPlanBytes); otherwise the work buffers are estimated the way cuda/ctx.cu and
-// ffi/cpu/forward.c lay them out.
+// ffi/cpu/forward.c lay them out. On a card, routed experts the plan keeps in host memory
+// (agent-card-share.ts) count as the plan's card share, not the file's total.
 import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams } from "../models/types.ts";
 import { cudaPlanBytes } from "../engine/cuda-backend.ts";
 import { NativeError } from "../../ffi/cpu.ts";
-import { encodeProgram } from "../engine/program.ts";
+import { encodeProgram, markHostExperts } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
-import { cpuContextBytes } from "../engine/plan.ts";
-import { fitSlots, kvBytesPerToken, type SlotFit } from "../engine/slot-fit.ts";
+import { cpuContextBytes, PlanError } from "../engine/plan.ts";
+import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, type SharedFit, type SlotFit } from "../engine/slot-fit.ts";
+import type { CardShare, CardSplit } from "./agent-card-share.ts";
 import { expertBytes, knownShape, tokenEmbdBytes, shapeHParams, type KnownModel, type KnownQuant } from "./known-models.ts";
 
 /** Memory kept free on a card (as placement.ts keeps it). */
@@ -131,16 +133,23 @@ export function hostNeed(g: Geometry, s: ContextSettings): MemoryNeed {
   return { weights: g.weightBytes, kv, work, total: g.weightBytes + kv + work, exact: false };
 }
 
-/** What the model needs on a card: the CUDA library's sizes when `exact` and the file is open, else the estimate. */
-export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean): MemoryNeed {
+/**
+ * What the model needs on a card: the CUDA library's sizes when `exact` and the file is open, else
+ * the estimate. With `share` (routed experts the plan keeps in host memory) the weights are the
+ * card's share and the buffers include two staging layers.
+ */
+export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean, share?: CardShare): MemoryNeed {
   const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot);
-  const work = cudaWorkBytes(g.hp, s.maxTokens);
-  const estimate: MemoryNeed = { weights: g.cardWeightBytes, kv, work, total: g.cardWeightBytes + kv + work, exact: false };
+  const work = cudaWorkBytes(g.hp, s.maxTokens) + (share ? 2 * share.stageBytes : 0);
+  const weights = share ? share.cardWeightBytes : g.cardWeightBytes;
+  const estimate: MemoryNeed = { weights, kv, work, total: weights + kv + work, exact: false };
   if (exact && g.gguf) {
     const w = new MappedWeights(g.gguf, false);
     try {
       const fam = familyFor(g.gguf);
-      const prog = encodeProgram(fam.program(g.gguf, g.hp), (n) => w.tensor(n), g.hp.nEmbd, g.hp.nVocab);
+      const specs = fam.program(g.gguf, g.hp);
+      const prog = encodeProgram(specs, (n) => w.tensor(n), g.hp.nEmbd, g.hp.nVocab);
+      if (share) markHostExperts(specs, prog, (n) => share.host.has(n));
       const got = cudaPlanBytes(g.hp, prog, { nSlots: s.nSlots, nCtxSlot: s.nCtxSlot, maxTokens: s.maxTokens });
       return { weights: got.weights, kv, work: got.context - kv, total: got.weights + got.context, exact: true };
     } catch (e) {
@@ -171,6 +180,8 @@ export interface FitOptions {
   nThreads: number;
   /** card sizes from the CUDA library when possible */
   exact: boolean;
+  /** on a card: the plan's share of the weights at a context (agent-card-share.ts); absent: every tensor on the card */
+  split?: CardSplit;
 }
 
 export interface FittedContext {
@@ -195,26 +206,102 @@ export interface SlotRoom {
   availableText?: string;
   /** on the host, count the buffers as the plan at load does (src/engine/plan.ts) where they are more: for a --host-budget, which that plan enforces */
   loadPlanBuffers?: boolean;
+  /** on the host (the KV cache in host RAM): the prompt cache's budget, --cache-ram (0 off; -1, no limit, is not counted) */
+  cacheBytes?: number;
+}
+
+/** -np auto with the context left to the model: the training context shared by the slots, each holding at least `minSlotCtx`. */
+export interface SharedAsk {
+  nCtxTotal: number;
+  minSlotCtx: number;
+  /** --fit: a total that does not fit shrinks to what does */
+  shrink: boolean;
+}
+
+const MORE_HOST_LAYERS = "more would move another layer's experts to host memory (the plan at load)";
+
+/** The card's share at a context; a plan that refuses is the reason no slot fits. */
+function shareAt(o: FitOptions, s: ContextSettings): { share?: CardShare; refused?: string } {
+  if (!o.split) return {};
+  try {
+    return { share: o.split({ nSlots: s.nSlots, nCtxSlot: s.nCtxSlot, maxTokens: s.maxTokens }) };
+  } catch (e) {
+    if (e instanceof PlanError) return { refused: e.message };
+    throw e;
+  }
+}
+
+/** The layers whose experts the plan keeps in host memory at a context (Infinity: the plan refuses it). */
+function hostLayersAt(o: FitOptions, s: ContextSettings): number {
+  const a = shareAt(o, s);
+  return a.refused !== undefined ? Infinity : (a.share?.hostLayers ?? 0);
+}
+
+/** The largest n in [lo, hi] with ok(n), given ok(lo) and ok falling as n grows. */
+function largest(lo: number, hi: number, ok: (n: number) => boolean): number {
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (ok(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 /**
- * -np auto's count at `nCtxSlot` tokens a slot (src/engine/slot-fit.ts) with the weights and
- * buffers this model needs where it runs. A context the CUDA library refuses fits no slot.
+ * -np auto's count (src/engine/slot-fit.ts) with the weights and buffers this model needs where it
+ * runs: at `ask` tokens a slot, or sharing the training context (SharedAsk). On a card the weights
+ * are the plan's card share at the least context, and the slots never take the room of experts the
+ * plan would then keep on the card. A context the CUDA library or the plan refuses fits no slot.
  */
-export function autoSlotFit(g: Geometry, where: "card" | "host", nCtxSlot: number, room: SlotRoom, o: FitOptions): SlotFit {
-  const s = { nSlots: 1, nCtxSlot, maxTokens: o.maxTokens, nThreads: o.nThreads };
-  const one = where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s);
+export function autoSlotFit(g: Geometry, where: "card" | "host", ask: number | SharedAsk, room: SlotRoom, o: FitOptions): SlotFit | SharedFit {
+  const shared = typeof ask !== "number";
+  const least = shared ? ask.minSlotCtx : ask;
+  // the weights and the card's share are measured at one slot of the least context; the CPU's
+  // buffers grow with a slot's context, so they are counted at the widest
+  const s = { nSlots: 1, nCtxSlot: least, maxTokens: o.maxTokens, nThreads: o.nThreads };
+  const split = where === "card" ? shareAt(o, s) : {};
+  const one = where === "card" ? cardNeed(g, s, o.exact, split.share) : hostNeed(g, { ...s, nCtxSlot: shared ? ask.nCtxTotal : least });
   // under a --host-budget the plan at load (src/engine/plan.ts) is the judge, with its own estimate
   // of the buffers: the larger one, so the load does not refuse a count chosen here
-  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - one.kv) : one.work;
-  const fit = fitSlots({
-    nCtxSlot, kvBytesPerToken: kvBytesPerToken(g.hp), weightBytes: one.weights, workBytes: work,
+  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - kvBytes(g.hp, 1, least)) : one.work;
+  const base = {
+    kvBytesPerToken: kvBytesPerToken(g.hp), weightBytes: one.weights, workBytes: work,
+    cacheBytes: where === "host" ? Math.max(0, room.cacheBytes ?? 0) : 0,
     availableBytes: room.available, marginBytes: room.margin ?? (where === "card" ? CARD_MARGIN : HOST_MARGIN),
     where: room.where ?? (where === "card" ? "the card" : "host RAM"), availableText: room.availableText ?? (where === "card" ? "free" : "usable"),
-  });
-  if (one.refused === undefined) return fit;
-  const why = `-np auto: the model cannot run on ${room.where ?? "the card"} with even 1 slot of ${nCtxSlot} tokens: ${one.refused}`;
-  return { ...fit, nSlots: 0, kvBytes: 0, line: why, refusal: why };
+  };
+  const count = (cap?: number): SlotFit | SharedFit => shared
+    ? fitSharedContext({ ...base, nCtxTotal: ask.nCtxTotal, minSlotCtx: ask.minSlotCtx, shrink: ask.shrink, capTokens: cap, capText: cap === undefined ? undefined : MORE_HOST_LAYERS })
+    : fitSlots({ ...base, nCtxSlot: least, maxSlots: cap, maxSlotsText: cap === undefined ? undefined : MORE_HOST_LAYERS });
+  let fit = count();
+  const refused = one.refused ?? split.refused;
+  if (refused !== undefined) {
+    const why = `-np auto: the model cannot run on ${room.where ?? "the card"} with even 1 slot of ${least} tokens: ${refused}`;
+    return { ...fit, nSlots: 0, kvBytes: 0, line: why, refusal: why };
+  }
+  if (where === "card" && o.split && fit.nSlots >= 1) {
+    // the plan at load moves more layers' experts to host memory when the KV cache takes their room
+    const keep = split.share?.hostLayers ?? 0;
+    const at = (nSlots: number, nCtxSlot: number) => hostLayersAt(o, { ...s, nSlots, nCtxSlot }) <= keep;
+    if (!at(fit.nSlots, fit.nCtxSlot)) {
+      if (shared) {
+        const layout = (t: number) => {
+          const n = Math.max(1, Math.min(MAX_AUTO_SLOTS, Math.floor(t / ask.minSlotCtx)));
+          return at(n, Math.floor(t / n));
+        };
+        fit = count(largest(ask.minSlotCtx, (fit as SharedFit).nCtxTotal, layout));
+      } else fit = count(largest(1, fit.nSlots, (n) => at(n, least)));
+    }
+  }
+  return fit;
+}
+
+/** The need with these settings where the model runs (on a card, the plan's share of the weights; a plan that refuses them is `refused`). */
+export function needOn(g: Geometry, where: "card" | "host", s: ContextSettings, o: FitOptions): MemoryNeed {
+  if (where === "host") return hostNeed(g, s);
+  const a = shareAt(o, s);
+  const need = cardNeed(g, s, o.exact, a.share);
+  return a.refused === undefined ? need : { ...need, refused: a.refused };
 }
 
 /** The need at context `nCtx`: split over -np N as the server splits it; with -np auto one slot of nCtx (the least such a start takes). */
@@ -222,7 +309,7 @@ export function needAt(g: Geometry, where: "card" | "host", nCtx: number, o: Fit
   const nSlots = o.nParallel > 0 ? o.nParallel : 1;
   const nCtxSlot = o.nParallel > 0 ? Math.floor(nCtx / nSlots) : nCtx;
   const s = { nSlots, nCtxSlot, maxTokens: o.maxTokens, nThreads: o.nThreads };
-  return { nCtx, nSlots, nCtxSlot, need: where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s) };
+  return { nCtx, nSlots, nCtxSlot, need: needOn(g, where, s, o) };
 }
 
 /**
@@ -242,7 +329,7 @@ export function fitContext(g: Geometry, where: "card" | "host", available: numbe
     const a = autoSlotFit(g, where, nCtx, { available }, o);
     if (a.nSlots < 1) continue;
     const s = { nSlots: a.nSlots, nCtxSlot: nCtx, maxTokens: o.maxTokens, nThreads: o.nThreads };
-    const need = where === "card" ? cardNeed(g, s, o.exact) : hostNeed(g, s);
+    const need = needOn(g, where, s, o);
     if (fitsIn(need, available, where)) return { nCtx, nSlots: a.nSlots, nCtxSlot: nCtx, need, line: a.line };
   }
   return undefined;

@@ -184,8 +184,12 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     group: G, support: "supported",
   },
   {
-    names: ["--promote-slots"], hint: "N", env: "BLOOMERY_PROMOTE_SLOTS", key: "promoteSlots", default: 0, value: { type: "int", min: 0 },
-    help: "on a card with routed experts in host RAM: N card slots a host layer that the most used experts move into while serving (0 = off; at least the experts a token uses)",
+    names: ["--promote-slots"], hint: "N|auto", env: "BLOOMERY_PROMOTE_SLOTS", key: "promoteSlots", default: 0,
+    defaultText: "auto when the plan itself moves experts to host RAM because the card is too small, else 0",
+    value: { type: "int", min: 0, keywords: { auto: -1 } },
+    help: "on a card with routed experts in host RAM: N card slots a host layer that the most used experts move into while serving " +
+      "(0 = off; at least the experts a token uses). auto: the card memory left after the weights, the KV cache and buffers and 1 GiB " +
+      "(of --card-budget when given), divided among the host layers, at most a layer's experts; off when under the experts a token uses",
     group: G, support: "supported",
   },
   {

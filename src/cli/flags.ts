@@ -86,7 +86,7 @@ export interface ServerOptions {
   readonly hostBudgetMiB: number;
   /** --card-budget: plan as if the card had at most this many MiB free (0 = what it has). */
   readonly cardBudgetMiB: number;
-  /** --promote-slots: card slots a host-expert layer for promoted experts (0 = off). */
+  /** --promote-slots: card slots a host-expert layer for promoted experts (0 = off; -1 = auto, PROMOTE_AUTO: what the card has left). */
   readonly promoteSlots: number;
   /** --batch-invariant: the card's exact mode (the CPU always is). */
   readonly batchInvariant: boolean;

@@ -10,6 +10,7 @@ import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
 import type { EncodedProgram } from "./program.ts";
 import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
+import { fitPromoteSlots, hostExpertBytes, PROMOTE_AUTO } from "./promote-fit.ts";
 
 export type GpuLayers = number | "auto" | "all";
 
@@ -24,7 +25,7 @@ export interface PlacementOptions {
   graphs?: boolean;
   /** the card's batch-invariant mode (CudaBackendOptions.batchInvariant); the CPU always is */
   batchInvariant?: boolean;
-  /** card slots a host-expert layer for promoted experts (--promote-slots; 0 = off) */
+  /** card slots a host-expert layer for promoted experts (--promote-slots; 0 = off; PROMOTE_AUTO = what the card has left, promote-fit.ts) */
   promoteSlots?: number;
   /** plan as if the card had at most this many bytes free (--card-budget) */
   cardBudgetBytes?: number;
@@ -74,6 +75,17 @@ export function hostExpertThreads(nThreads: number, cores: number): number {
   return Math.max(1, Math.min(nThreads, cores - HOST_SPARE_CORES));
 }
 
+/** --promote-slots auto (promote-fit.ts): the card's room after the weights and this context (already made). */
+function autoPromoteSlots(hp: HParams, prog: EncodedProgram, ctx: { nSlots: number; nCtxSlot: number; maxTokens: number }, dev: number, cardBudget?: number) {
+  const need = cudaPlanBytes(hp, prog, ctx);
+  const info = cudaDeviceInfo(dev);
+  const budget = cardBudget !== undefined && cardBudget < info.freeBytes + need.weights + need.context;
+  return fitPromoteSlots({
+    ...hostExpertBytes(prog), availableBytes: budget ? cardBudget : info.freeBytes + need.weights + need.context, availableText: budget ? "--card-budget" : "free",
+    weightBytes: need.weights, contextBytes: need.context, freeNowBytes: info.freeBytes, nExpert: hp.nExpert, nExpertUsed: hp.nExpertUsed, where: info.name,
+  });
+}
+
 export class BackendFactory {
   private weights: CudaWeights | undefined;
   private said = new Set<string>();
@@ -116,7 +128,12 @@ export class BackendFactory {
     const hostThreads = hostExpertThreads(cpu.nThreads, usableCores());
     const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
     let hs = be.hostStats();
-    const slots = o.promoteSlots ?? 0;
+    let slots = o.promoteSlots ?? 0;
+    if (slots === PROMOTE_AUTO) {
+      const f = hs ? autoPromoteSlots(this.hp, this.prog, ctxOpts, dev, o.cardBudgetBytes) : undefined;
+      if (f) log(`placement: ${f.line}`);
+      slots = f?.slots ?? 0;
+    }
     if (slots > 0 && !hs) log("placement: --promote-slots: every routed expert is on the card; nothing to promote");
     if (hs && slots !== hs.promoteSlots) {
       try {

@@ -1,10 +1,19 @@
-// bloomery engine: -np auto's slot count: the most slots (up to 8) whose f16 KV cache at the per-slot
-// context asked for fits beside the model's resident weights and work buffers in the memory the
-// engine will use (a card's free memory, or the host's usable RAM), less the margin kept free there.
-// Pure arithmetic on numbers the caller gives; the log line and the refusal name every term.
+// bloomery engine: -np auto's slot count. With a per-slot context (--slot-ctx, -c N): the most slots
+// (up to 8) whose f16 KV cache fits beside the model's resident weights and work buffers in the
+// memory the engine will use (a card's free memory, or the host's usable RAM; there also the host
+// prompt cache's --cache-ram), less the margin kept free. With the context left to the model (-c 0):
+// llama-server's meaning, the training context (or what fits, whichever is smaller) shared by the
+// slots, each holding at least what a request needs. Pure arithmetic on numbers the caller gives;
+// the log line and the refusal name every term.
 
 /** The most slots -np auto gives. */
 export const MAX_AUTO_SLOTS = 8;
+
+/** The least a slot holds when -np auto shares the training context (or the training context, if smaller). */
+export const MIN_SHARED_SLOT_CTX = 4096;
+
+/** A shared context that had to shrink to fit is rounded down to a multiple of this (tokens). */
+export const SHARED_CTX_ALIGN = 256;
 
 /** What the KV cache's size follows from (HParams has these fields). */
 export interface KvShape {
@@ -19,15 +28,19 @@ export function kvBytesPerToken(s: KvShape): number {
   return s.kvLayers * s.nHeadKv * s.headDim * 2 * 2;
 }
 
-export interface SlotFitInput {
-  /** tokens each slot holds */
-  nCtxSlot: number;
+/** The memory -np auto counts in: what is there and what is already spoken for. */
+export interface SlotRoomInput {
   /** kvBytesPerToken of the model */
   kvBytesPerToken: number;
   /** the model's weights resident where it runs */
   weightBytes: number;
   /** the context's buffers other than the KV cache (they do not grow with the slot count) */
   workBytes: number;
+  /**
+   * the host prompt cache's budget (--cache-ram) when the KV cache lives in host RAM (the CPU
+   * backend); 0 or absent elsewhere. It yields only when not even one slot would fit beside it.
+   */
+  cacheBytes?: number;
   /** the memory there: the card's free bytes, or the host's usable RAM (or a budget that stands for it) */
   availableBytes: number;
   /** kept free beside everything else */
@@ -38,17 +51,28 @@ export interface SlotFitInput {
   availableText?: string;
   /** the most slots (default MAX_AUTO_SLOTS) */
   maxSlots?: number;
+  /** why `maxSlots` is the most, when the caller set it below MAX_AUTO_SLOTS (the line says it) */
+  maxSlotsText?: string;
+}
+
+export interface SlotFitInput extends SlotRoomInput {
+  /** tokens each slot holds */
+  nCtxSlot: number;
 }
 
 export interface SlotFit {
   /** slots that fit; 0 when not even one does */
   nSlots: number;
+  /** tokens each slot holds */
+  nCtxSlot: number;
   /** KV bytes of one slot */
   kvSlotBytes: number;
   /** KV bytes of the chosen slots */
   kvBytes: number;
-  /** what is left for the KV cache after the weights, buffers and margin (can be negative) */
+  /** what is left for the KV cache after the weights, buffers, prompt cache and margin (can be negative) */
   roomBytes: number;
+  /** the prompt cache does not fit beside even one slot: it gets what is left */
+  cacheSqueezed: boolean;
   /** one line for the log: the count and why */
   line: string;
   /** set when not even one slot fits: every term of the sum, and what to do */
@@ -73,42 +97,159 @@ function ordinal(n: number): string {
   return `${n}${["th", "st", "nd", "rd"][n % 10] ?? "th"}`;
 }
 
-function checkInput(i: SlotFitInput): void {
+/** "a 4th", "an 8th", "an 11th" */
+function aNth(n: number): string {
+  const o = ordinal(n);
+  return `${/^(8|11th|18th)/.test(o) ? "an" : "a"} ${o}`;
+}
+
+function positiveInt(what: string, v: number): void {
+  if (!Number.isInteger(v) || v < 1) throw new SlotFitError(`slot fit: ${what} must be a positive integer, got ${v}`);
+}
+
+function checkRoom(i: SlotRoomInput): void {
   const bad = (what: string, v: number) => new SlotFitError(`slot fit: ${what} must be a non-negative finite number, got ${v}`);
-  if (!Number.isInteger(i.nCtxSlot) || i.nCtxSlot < 1) throw new SlotFitError(`slot fit: the per-slot context must be a positive integer, got ${i.nCtxSlot}`);
-  for (const [what, v] of [["kvBytesPerToken", i.kvBytesPerToken], ["weightBytes", i.weightBytes], ["workBytes", i.workBytes], ["availableBytes", i.availableBytes], ["marginBytes", i.marginBytes]] as const)
+  for (const [what, v] of [["kvBytesPerToken", i.kvBytesPerToken], ["weightBytes", i.weightBytes], ["workBytes", i.workBytes],
+    ["cacheBytes", i.cacheBytes ?? 0], ["availableBytes", i.availableBytes], ["marginBytes", i.marginBytes]] as const)
     if (!Number.isFinite(v) || v < 0) throw bad(what, v);
-  const max = i.maxSlots ?? MAX_AUTO_SLOTS;
-  if (!Number.isInteger(max) || max < 1) throw new SlotFitError(`slot fit: the most slots must be a positive integer, got ${max}`);
+  positiveInt("the most slots", i.maxSlots ?? MAX_AUTO_SLOTS);
+}
+
+/** The room's arithmetic both counts share. */
+function roomOf(i: SlotRoomInput): { max: number; cache: number; room: number; avail: string; terms: (withCache: boolean) => string } {
+  const cache = i.cacheBytes ?? 0;
+  return {
+    max: i.maxSlots ?? MAX_AUTO_SLOTS,
+    cache,
+    // left for the KV cache and the prompt cache
+    room: i.availableBytes - i.weightBytes - i.workBytes - i.marginBytes,
+    avail: `${gib(i.availableBytes)} ${i.availableText ?? "available"}`,
+    terms: (withCache) => `weights ${gib(i.weightBytes)}, buffers ${gib(i.workBytes)}${withCache && cache > 0 ? `, prompt cache ${gib(cache)} (--cache-ram)` : ""} and ${gib(i.marginBytes)} kept free`,
+  };
+}
+
+/** "KV X of Y left on WHERE after ..., of Z": with the prompt cache squeezed, the room before it. */
+function roomText(i: SlotRoomInput, kv: number, room: number, cache: number, squeezed: boolean, r: ReturnType<typeof roomOf>): string {
+  const left = squeezed ? room : room - cache;
+  return `KV ${gib(kv)} of ${gib(Math.max(0, left))} left on ${i.where} after ${r.terms(!squeezed)}, of ${r.avail}`;
+}
+
+/** The refusal when one slot of `nCtxSlot` tokens does not fit even without the prompt cache. */
+function refusalOf(i: SlotRoomInput, nCtxSlot: number, kvSlot: number, avail: string, fix: string): string {
+  const total = i.weightBytes + i.workBytes + kvSlot + i.marginBytes;
+  return `-np auto: the model does not fit ${i.where} with even 1 slot of ${nCtxSlot} tokens: weights ${gib(i.weightBytes)} + KV cache ${gib(kvSlot)} ` +
+    `(${nCtxSlot} positions of ${i.kvBytesPerToken} bytes) + buffers ${gib(i.workBytes)} + ${gib(i.marginBytes)} kept free = ${gib(total)} ` +
+    `> ${avail}; ${fix}`;
+}
+
+const SQUEEZED = (cache: number) => `the prompt cache's ${gib(cache)} (--cache-ram) does not fit beside even 1 slot and gets what is left; lower --cache-ram`;
+
+/**
+ * The most slots, up to `maxSlots`, with weights + work + slots x KV per slot + prompt cache +
+ * margin <= available. The prompt cache yields when not even one slot fits beside it. Never throws
+ * for memory that is too small: nSlots is 0 and `refusal` says why.
+ */
+export function fitSlots(i: SlotFitInput): SlotFit {
+  positiveInt("the per-slot context", i.nCtxSlot);
+  checkRoom(i);
+  const r = roomOf(i);
+  const { max, cache, room, avail } = r;
+  const kvSlot = i.kvBytesPerToken * i.nCtxSlot;
+  const kvRoom = room - cache;
+  const byMemory = kvSlot > 0 ? Math.floor(kvRoom / kvSlot) : max;
+  let nSlots = Math.max(0, Math.min(max, byMemory));
+  const cacheSqueezed = nSlots === 0 && cache > 0 && room >= kvSlot;
+  if (cacheSqueezed) nSlots = 1;
+  if (nSlots === 0) {
+    const line = `-np auto: the model does not fit ${i.where} with even 1 slot of ${i.nCtxSlot} tokens`;
+    return {
+      nSlots: 0, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: 0, roomBytes: kvRoom, cacheSqueezed: false, line,
+      refusal: refusalOf(i, i.nCtxSlot, kvSlot, avail, "give a smaller context (--slot-ctx or -c)"),
+    };
+  }
+  const why = cacheSqueezed ? SQUEEZED(cache)
+    : nSlots === max ? (i.maxSlotsText ?? `${max} is the most -np auto gives`)
+    : `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * kvSlot - kvRoom)} more`;
+  return {
+    nSlots, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: kvRoom, cacheSqueezed,
+    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${i.nCtxSlot} tokens (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ${why})`,
+  };
+}
+
+export interface SharedFitInput extends SlotRoomInput {
+  /** the context the slots share: the model's training context */
+  nCtxTotal: number;
+  /** the least a slot holds (MIN_SHARED_SLOT_CTX, or the training context if smaller) */
+  minSlotCtx: number;
+  /** --fit: a total that does not fit shrinks to what does (else it is refused) */
+  shrink: boolean;
+  /** a cap on the shared tokens below what the memory allows, and why (the line says it) */
+  capTokens?: number;
+  capText?: string;
+}
+
+export interface SharedFit extends SlotFit {
+  /** the tokens the slots share: nSlots x nCtxSlot */
+  nCtxTotal: number;
+  /** the training context did not fit (or the cap bound): the total is smaller */
+  shrunk: boolean;
 }
 
 /**
- * The most slots, up to `maxSlots`, with weights + work + slots x KV per slot + margin <= available.
- * Never throws for memory that is too small: nSlots is 0 and `refusal` says why.
+ * -np auto with the context left to the model (-c 0): the training context, or what fits if less
+ * (with `shrink`), shared by the most slots (up to `maxSlots`) that each hold at least `minSlotCtx`
+ * tokens; llama-server's -c 0 is the whole context of all slots together. Never throws for memory
+ * that is too small: nSlots is 0 and `refusal` says why.
  */
-export function fitSlots(i: SlotFitInput): SlotFit {
-  checkInput(i);
-  const max = i.maxSlots ?? MAX_AUTO_SLOTS;
-  const kvSlot = i.kvBytesPerToken * i.nCtxSlot;
-  const room = i.availableBytes - i.weightBytes - i.workBytes - i.marginBytes;
-  const byMemory = kvSlot > 0 ? Math.floor(room / kvSlot) : max;
-  const nSlots = Math.max(0, Math.min(max, byMemory));
-  const avail = `${gib(i.availableBytes)} ${i.availableText ?? "available"}`;
-  const terms = `weights ${gib(i.weightBytes)}, buffers ${gib(i.workBytes)} and ${gib(i.marginBytes)} kept free`;
-  if (nSlots === 0) {
-    const total = i.weightBytes + i.workBytes + kvSlot + i.marginBytes;
-    return {
-      nSlots: 0, kvSlotBytes: kvSlot, kvBytes: 0, roomBytes: room,
-      line: `-np auto: the model does not fit ${i.where} with even 1 slot of ${i.nCtxSlot} tokens`,
-      refusal: `-np auto: the model does not fit ${i.where} with even 1 slot of ${i.nCtxSlot} tokens: weights ${gib(i.weightBytes)} + KV cache ${gib(kvSlot)} ` +
-        `(${i.nCtxSlot} positions of ${i.kvBytesPerToken} bytes) + buffers ${gib(i.workBytes)} + ${gib(i.marginBytes)} kept free = ${gib(total)} ` +
-        `> ${avail}; give a smaller context (--slot-ctx or -c)`,
-    };
+export function fitSharedContext(i: SharedFitInput): SharedFit {
+  positiveInt("the shared context", i.nCtxTotal);
+  positiveInt("the least context a slot holds", i.minSlotCtx);
+  if (i.minSlotCtx > i.nCtxTotal) throw new SlotFitError(`slot fit: the least context a slot holds (${i.minSlotCtx}) is more than the shared context (${i.nCtxTotal})`);
+  if (i.capTokens !== undefined) positiveInt("the cap on the shared context", i.capTokens);
+  checkRoom(i);
+  const r = roomOf(i);
+  const { max, cache, room, avail } = r;
+  const kvTok = i.kvBytesPerToken;
+  const tokensIn = (bytes: number) => (kvTok > 0 ? Math.floor(Math.max(0, bytes) / kvTok) : Number.MAX_SAFE_INTEGER);
+  const cap = Math.min(i.nCtxTotal, i.capTokens ?? i.nCtxTotal);
+  const kvRoom = room - cache;
+  let total = Math.min(cap, tokensIn(kvRoom));
+  let cacheSqueezed = false;
+  // the prompt cache yields to one slot of the least a request needs (or the whole context, without --fit)
+  const least = i.shrink ? i.minSlotCtx : cap;
+  if (total < least && cache > 0 && tokensIn(room) >= least) {
+    total = least;
+    cacheSqueezed = true;
   }
-  const why = nSlots === max ? `${max} is the most -np auto gives` : `a ${ordinal(nSlots + 1)} would need ${gib((nSlots + 1) * kvSlot - room)} more`;
+  const shrunk = total < i.nCtxTotal;
+  const fail = (nCtx: number, fix: string): SharedFit => ({
+    nSlots: 0, nCtxSlot: nCtx, nCtxTotal: 0, shrunk, kvSlotBytes: nCtx * kvTok, kvBytes: 0, roomBytes: kvRoom, cacheSqueezed: false,
+    line: `-np auto: the model does not fit ${i.where} with even 1 slot of ${nCtx} tokens`,
+    refusal: refusalOf(i, nCtx, nCtx * kvTok, avail, fix),
+  });
+  if (total < least)
+    return i.shrink ? fail(i.minSlotCtx, "give a smaller context (-c or --slot-ctx)") : fail(cap, "give a smaller context (-c), or leave -fit on");
+  if (shrunk && !cacheSqueezed) {
+    const aligned = Math.floor(total / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
+    if (aligned >= i.minSlotCtx) total = aligned;
+  }
+  const nSlots = Math.max(1, Math.min(max, Math.floor(total / i.minSlotCtx)));
+  let nCtxSlot = Math.floor(total / nSlots);
+  if (shrunk) {
+    const aligned = Math.floor(nCtxSlot / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
+    if (aligned >= i.minSlotCtx) nCtxSlot = aligned;
+  }
+  const kvSlot = nCtxSlot * kvTok;
+  const why = cacheSqueezed ? SQUEEZED(cache)
+    : nSlots === max ? (i.maxSlotsText ?? `${max} is the most -np auto gives`)
+    : `${aNth(nSlots + 1)} would leave a slot under ${i.minSlotCtx} tokens`;
+  const capped = cap < i.nCtxTotal && cap <= tokensIn(kvRoom) && !cacheSqueezed;
+  const share = !shrunk ? `share the training context of ${i.nCtxTotal}`
+    : capped ? `share ${nSlots * nCtxSlot} (the training context of ${i.nCtxTotal} is capped: ${i.capText ?? `at ${i.capTokens}`})`
+    : `share ${nSlots * nCtxSlot} (the training context of ${i.nCtxTotal} does not fit)`;
   return {
-    nSlots, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: room,
-    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${i.nCtxSlot} tokens (KV ${gib(nSlots * kvSlot)} of ${gib(room)} left on ${i.where} ` +
-      `after ${terms}, of ${avail}; ${why})`,
+    nSlots, nCtxSlot, nCtxTotal: nSlots * nCtxSlot, shrunk, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: kvRoom, cacheSqueezed,
+    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${nCtxSlot} tokens ${share} (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ` +
+      `each slot holds at least ${i.minSlotCtx}; ${why})`,
   };
 }

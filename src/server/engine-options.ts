@@ -5,6 +5,8 @@
 import { availableParallelism } from "node:os";
 import type { ServerOptionKey, ServerOptions } from "../cli/flags.ts";
 import type { EngineOptions } from "../engine/protocol.ts";
+import { MIN_SHARED_SLOT_CTX } from "../engine/slot-fit.ts";
+import { PROMOTE_AUTO } from "../engine/promote-fit.ts";
 
 /** Fewest tokens a slot may hold. */
 export const MIN_SLOT_CTX = 16;
@@ -33,10 +35,20 @@ export interface EnginePlan {
 }
 
 /**
- * -np auto's count for slots of `nCtxSlot` tokens, from the memory where the model runs
- * (agent-plan.ts, with src/engine/slot-fit.ts); `line` says the count and why.
+ * What -np auto is asked: slots of `nCtxSlot` tokens each (--slot-ctx, or -c N); or, with the
+ * context left to the model (-c 0), `nCtxTotal` tokens (the training context) shared by the slots,
+ * each holding at least `minSlotCtx` (llama-server's -c 0 is all slots' context together).
  */
-export type AutoSlots = (nCtxSlot: number) => { nSlots: number; line: string };
+export type AutoAsk =
+  | { nCtxSlot: number; nCtxTotal?: undefined; minSlotCtx?: undefined }
+  | { nCtxSlot?: undefined; nCtxTotal: number; minSlotCtx: number };
+
+/**
+ * -np auto's count from the memory where the model runs (agent-plan.ts, with src/engine/slot-fit.ts),
+ * and each slot's context when the slots share one (default: what was asked, or the shared context
+ * split evenly); `line` says the count and why.
+ */
+export type AutoSlots = (ask: AutoAsk) => { nSlots: number; nCtxSlot?: number; line: string };
 
 /** The slots and tokens per slot the flags ask for (auto's count from `auto`). */
 export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots): { nSlots: number; nCtxSlot: number; nCtxAsked: number; note?: string } {
@@ -49,15 +61,28 @@ export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots)
     nSlots = o.nParallel;
     nCtxSlot = Math.floor(nCtxAsked / nSlots);
     if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError("--parallel", `-c ${nCtxAsked} split over ${nSlots} slots leaves ${nCtxSlot} tokens per slot; give a larger -c or a smaller -np`);
+  } else if (o.nParallel <= 0 && o.slotCtx <= 0 && o.ctxSize <= 0) {
+    // -np auto with the context left to the model: llama-server's -c 0 is the training context for
+    // all slots together; they share it (or what fits), each holding at least what a request needs
+    if (nCtxTrain <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N or --slot-ctx N");
+    if (nCtxTrain < MIN_SLOT_CTX) throw new EngineOptionError("--ctx-size", `the model's training context of ${nCtxTrain} tokens is less than a slot holds (${MIN_SLOT_CTX}); give --slot-ctx N`);
+    const a = auto({ nCtxTotal: nCtxTrain, minSlotCtx: Math.min(MIN_SHARED_SLOT_CTX, nCtxTrain) });
+    if (!Number.isInteger(a.nSlots) || a.nSlots < 1) throw new EngineOptionError("--parallel", `-np auto chose ${a.nSlots} slots; at least 1 is needed`);
+    nSlots = a.nSlots;
+    nCtxSlot = a.nCtxSlot ?? Math.floor(nCtxTrain / nSlots);
+    if (!Number.isInteger(nCtxSlot) || nCtxSlot < MIN_SLOT_CTX || nSlots * nCtxSlot > nCtxTrain)
+      throw new EngineOptionError("--parallel", `-np auto chose ${nSlots} slots of ${nCtxSlot} tokens; the training context is ${nCtxTrain} and a slot holds at least ${MIN_SLOT_CTX}`);
+    nCtxAsked = nSlots * nCtxSlot;
+    note = `srv  load_model: ${a.line}`;
   } else {
-    // --slot-ctx, or -np auto: each slot gets what was asked (-c with auto: llama-server's auto
-    // shares one cache in which a slot can grow to all of -c; here every slot has the whole -c)
+    // --slot-ctx, or -np auto with -c N: each slot gets what was asked (llama-server's auto shares
+    // one cache in which a slot can grow to all of -c; here every slot has the whole -c)
     nCtxSlot = o.slotCtx > 0 ? o.slotCtx : o.ctxSize > 0 ? o.ctxSize : nCtxTrain;
     if (nCtxSlot <= 0) throw new EngineOptionError("--ctx-size", "the model does not say its training context; give -c N or --slot-ctx N");
     if (nCtxSlot < MIN_SLOT_CTX) throw new EngineOptionError(flag, `${nCtxSlot} tokens a slot: a slot holds at least ${MIN_SLOT_CTX}`);
     if (o.nParallel > 0) nSlots = o.nParallel;
     else {
-      const a = auto(nCtxSlot);
+      const a = auto({ nCtxSlot });
       if (!Number.isInteger(a.nSlots) || a.nSlots < 1) throw new EngineOptionError("--parallel", `-np auto chose ${a.nSlots} slots; at least 1 is needed`);
       nSlots = a.nSlots;
       note = `srv  load_model: ${a.line}`;
@@ -65,6 +90,17 @@ export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots)
     nCtxAsked = o.nParallel > 0 ? nSlots * nCtxSlot : nCtxSlot;
   }
   return { nSlots, nCtxSlot, nCtxAsked, note };
+}
+
+/**
+ * --promote-slots as the engine gets it: as given; unset, auto (PROMOTE_AUTO) on a card unless the
+ * flags keep experts in host RAM themselves - then only the plan's own host layers (a card too
+ * small for every expert) get slots, and a --cpu-moe or --n-cpu-moe start stays comparable with
+ * llama-server's placement. Where every expert is on the card, auto is nothing.
+ */
+export function promoteSlotsFor(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nGpuLayers: EngineOptions["nGpuLayers"], expertFlags: boolean): number {
+  if (explicit.has("promoteSlots")) return o.promoteSlots;
+  return nGpuLayers !== 0 && !expertFlags ? PROMOTE_AUTO : 0;
 }
 
 export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>, nCtxTrain: number, auto: AutoSlots): EnginePlan {
@@ -93,7 +129,8 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   // routed experts in host RAM beside a card: a prompt batch uploads every host layer's experts
   // once (cuda/hybrid.cu), so larger batches amortise it (pp4096 on the H200 with --cpu-moe: 1,600
   // t/s at -ub 512, 10,788 at -ub 4096)
-  const hostExperts = nGpuLayers !== 0 && (o.cpuMoe || o.nCpuMoe > 0 || o.overrideTensor.some((t) => /^cpu/i.test(t.buffer)));
+  const expertFlags = o.cpuMoe || o.nCpuMoe > 0 || o.overrideTensor.some((t) => /^cpu/i.test(t.buffer));
+  const hostExperts = nGpuLayers !== 0 && expertFlags;
   if (hostExperts && !explicit.has("ubatchSize")) {
     const hybridUb = Math.min(HYBRID_UBATCH, explicit.has("batchSize") ? o.batchSize : HYBRID_UBATCH);
     if (hybridUb > ubatch) {
@@ -124,7 +161,7 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       nGpuLayers,
       device,
       batchInvariant: o.batchInvariant,
-      promoteSlots: o.promoteSlots,
+      promoteSlots: promoteSlotsFor(o, explicit, nGpuLayers, expertFlags),
       placement: {
         nGpuLayers, cpuMoe: o.cpuMoe, nCpuMoe: o.nCpuMoe, overrides: o.overrideTensor.map((t) => ({ pattern: t.pattern, buffer: t.buffer })),
         hostBudgetBytes: o.hostBudgetMiB > 0 ? o.hostBudgetMiB * 1024 * 1024 : undefined,
