@@ -30,16 +30,17 @@ __device__ __forceinline__ float2 h2x2(uint32_t w) {
   return make_float2(__half2float(__ushort_as_half((unsigned short)(w & 0xffffu))), __half2float(__ushort_as_half((unsigned short)(w >> 16))));
 }
 
-// Copies the key and value rows of positions [w0, w1) except `skip` into the block's buffers.
+// Copies the key and value rows of positions [w0, w1) except those in [s0, s1] into the block's
+// buffers (rows of window position r at r - wb).
 template <int HD>
-__device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half *kb, const __half *vb, int kd, int w0, int w1, int skip) {
+__device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half *kb, const __half *vb, int kd, int wb, int w0, int w1, int s0, int s1) {
   constexpr int CPR = HD * 2 / 16, RS = a2_rs(HD);
   const int total = (w1 - w0) * 2 * CPR;
   for (int c = threadIdx.x; c < total; c += A2_THREADS) {
     const int r = c / (2 * CPR), rem = c - r * 2 * CPR, kv = rem / CPR, ch = rem - kv * CPR;
     const int p = w0 + r;
-    if (p == skip) continue;
-    cp_async16((kv ? sV : sK) + (size_t)r * RS + ch * 16, (kv ? vb : kb) + (size_t)p * kd + ch * 8);
+    if (p >= s0 && p <= s1) continue;
+    cp_async16((kv ? sV : sK) + (size_t)(p - wb) * RS + ch * 16, (kv ? vb : kb) + (size_t)p * kd + ch * 8);
   }
 }
 
@@ -71,7 +72,9 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const float *aq = a.q + (size_t)t * a.ldq;
   float *aout = a.out + (size_t)t * a.ldq, *apart = a.part + (size_t)t * a.nh * A2_MAX_SPLITS * STS;
   // the step's positions and slots were copied in before the graph started
-  const int pos = a.pos[t], n = pos + 1, skip = prepped ? -1 : pos;
+  // rows this step writes are not read before the wait: its own (one token: injected from
+  // registers), and with a batch the positions its other tokens of the slot may have written
+  const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
   int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
   if (splits > (int)gridDim.y) splits = (int)gridDim.y;
   if (si >= splits) return;
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int p0 = si * chunk, p1 = min(n, p0 + chunk);
   const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
   const __half *kb = a.kc + base, *vb = a.vc + base;
-  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, min(p1, p0 + A2_WP), skip);
+  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, p0, min(p1, p0 + A2_WP), s0, pos);
   for (int d = tid; d < HD; d += A2_THREADS) {
     sqn[d] = a.qn ? __ldg(a.qn + d) : 1.0f;
     skn[d] = a.kn ? __ldg(a.kn + d) : 1.0f;
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     ssn[p] = sinf(theta) * r.mscale;
   }
   cu_pdl_wait();
+  if (prepped && p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, max(p0, s0), min(min(p1, p0 + A2_WP), pos + 1), 1, 0);
   // this step's q of the block's heads, k and v of the KV head (all loads in flight)
   {
     float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kv4 = qv;
@@ -168,7 +172,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int dp = tid % HP, pg = tid / HP; // values: dimension pair, position group
   for (int ws = p0; ws < p1; ws += A2_WP) {
     const int we = min(p1, ws + A2_WP), cnt = we - ws, cnt4 = (cnt + 3) & ~3;
-    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, we, skip);
+    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, ws, we, prepped ? 1 : pos, prepped ? 0 : pos);
     cp_async_wait_all();
     __syncthreads(); // sk16 / sv16 written; the previous window's readers are done
     if (!prepped && pos >= ws && pos < we)

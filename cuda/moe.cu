@@ -39,20 +39,31 @@ int64_t cu_moe_sort(cudaStream_t st, const sort_args &a) {
   return BL_OK;
 }
 
+// grid: (token, chunk of 256 columns); a token's picks summed in pick order, their loads in flight together.
+#define COMBINE_MAX_K 16
 __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k, float *x, int ldx, int n) {
   cu_pdl_entry();
-  const int t = blockIdx.x;
-  for (int d = threadIdx.x; d < n; d += blockDim.x) {
-    float s = 0.0f;
+  const int t = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
+  if (d >= n) return;
+  float s = 0.0f;
+  if (k <= COMBINE_MAX_K) {
+    float y[COMBINE_MAX_K];
+#pragma unroll
+    for (int j = 0; j < COMBINE_MAX_K; j++)
+      if (j < k) y[j] = ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
+#pragma unroll
+    for (int j = 0; j < COMBINE_MAX_K; j++)
+      if (j < k) s += selw[(size_t)t * k + j] * y[j];
+  } else {
     for (int j = 0; j < k; j++) s += selw[(size_t)t * k + j] * ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
-    x[(size_t)t * ldx + d] += s;
   }
+  x[(size_t)t * ldx + d] += s;
 }
 
 int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k,
                        float *x, int ldx, int n, int ntok) {
   if (ntok <= 0) return BL_OK;
-  CU_LAUNCH("combining expert outputs", k_moe_combine, dim3(ntok), dim3(256), 0, st, ypair, ldy, pair_of, selw, k, x, ldx, n);
+  CU_LAUNCH("combining expert outputs", k_moe_combine, dim3(ntok, (n + 255) / 256), dim3(256), 0, st, ypair, ldy, pair_of, selw, k, x, ldx, n);
   return BL_OK;
 }
 
