@@ -128,7 +128,7 @@ export class BackendFactory {
     const hostThreads = hostExpertThreads(cpu.nThreads, usableCores());
     const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
     let hs = be.hostStats();
-    let slots = o.promoteSlots ?? 0;
+    let slots = o.promoteSlots ?? hs?.promoteSlots ?? 0; // unset: what BLOOMERY_PROMOTE_SLOTS gave the context
     if (slots === PROMOTE_AUTO) {
       const f = hs ? autoPromoteSlots(this.hp, this.prog, ctxOpts, dev, o.cardBudgetBytes) : undefined;
       if (f) log(`placement: ${f.line}`);
