@@ -1,6 +1,8 @@
 // -np auto and --slot-ctx through the real executable on the demo model (CPU, -ngl 0): the slot
-// count memory allows (the cap of 8 with ample RAM; 3 under a --host-budget sized for 3), each
-// slot's n_ctx in /props and /slots, the start's line saying why, and the refusals at start.
+// count memory allows (the cap of 8 with ample RAM; 3 under a --host-budget sized for 3, with the
+// prompt cache's --cache-ram counted in it), the training context shared by the slots when -c is
+// left to the model, each slot's n_ctx in /props and /slots, the start's line saying why, and the
+// refusals at start.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { GgufFile } from "../src/gguf/index.ts";
 import { autoSlotFit, geometryFromGguf } from "../src/cli/agent-sizes.ts";
@@ -57,6 +59,29 @@ describe("-np auto through the executable", () => {
     const rs = await Promise.all([0, 1, 2].map((i) => post(`${srv.url}/completion`, { prompt: `Story ${i}:`, n_predict: 4, temperature: 0 })));
     for (const r of rs) expect(r.status).toBe(200);
     expect(new Set(rs.map((r) => r.json.id_slot)).size).toBe(3);
+  });
+
+  test("no -c: the slots share the training context (32768), 8 of 4096, as llama-server's -c 0 is all slots together", async () => {
+    const srv = await startServer(["-m", DEMO_MODEL, "-ngl", "0", "-t", "2", "-ub", "64", "-b", "64"]);
+    running.push(srv);
+    const { props, slots } = await slotsOf(srv.url);
+    expect(props.total_slots).toBe(8);
+    expect(props.default_generation_settings.n_ctx).toBe(4096);
+    expect(slots.map((s) => s.n_ctx)).toEqual(new Array(8).fill(4096));
+    expect(srv.log()).toMatch(/-np auto: 8 slots of 4096 tokens share the training context of 32768 \(KV 64\.0 MiB of .* left on host RAM after weights .*, prompt cache 8\.00 GiB \(--cache-ram\) and 1\.00 GiB kept free, .*; each slot holds at least 4096; 8 is the most -np auto gives\)/);
+    expect(srv.log()).toContain("8 slots, 4096 tokens each");
+  });
+
+  test("the prompt cache's --cache-ram counts in the room under a --host-budget: 3 slots beside 16 MiB of it", async () => {
+    const g = geometryFromGguf(GgufFile.open(DEMO_MODEL));
+    const room = autoSlotFit(g, "host", 512, { available: 1e15, margin: 0, loadPlanBuffers: true }, { nParallel: -1, maxTokens: 64, nThreads: 2, exact: false }).roomBytes;
+    const budgetMiB = Math.ceil((1e15 - room) / MiB) + 16 + 3; // the cache's 16 MiB, then 3 slots of 1 MiB and less than a 4th
+    const srv = await startServer(["-m", DEMO_MODEL, "-ngl", "0", "--slot-ctx", "512", "--host-budget", String(budgetMiB), "-t", "2", "-ub", "64", "-b", "64", "--cache-ram", "16"]);
+    running.push(srv);
+    const { props } = await slotsOf(srv.url);
+    expect(props.total_slots).toBe(3);
+    expect(srv.log()).toContain("-np auto: 3 slots of 512 tokens (KV 3.0 MiB of ");
+    expect(srv.log()).toContain("prompt cache 16.0 MiB (--cache-ram) and 0.0 MiB kept free");
   });
 
   test("refused at start: -c and --slot-ctx that disagree (exit 2), and a slot that fits nowhere (exit 5, every term)", () => {
