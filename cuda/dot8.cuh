@@ -121,10 +121,18 @@ __device__ __forceinline__ x8v x8_at(const uint8_t *p, int n) {
   return x;
 }
 
+// Where 16-byte chunk c of an x8 row's int8 values lies in the decode batches' staged rows
+// (dotbatch.cuh): within each full run of 128 chunks (2,048 values) chunk c sits at (c % 4) * 32 +
+// c / 4, so the 32 lanes of a warp, each reading 4 (Q4_K) or 2 (Q6_K, Q8_0) consecutive chunks of
+// its unit, hit distinct banks (in order they conflicted 4-way); the rest of the row in order.
+__device__ __forceinline__ int x8_pos(int c, int n) {
+  return c < (n >> 11) << 7 ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c;
+}
+
 // One group of 32 (four threads, part = threadIdx.x & 3, eight values each) quantized into the
 // x8 row at dst (scale amax / 127, the f32 group sum, int8 sums per 16); every lane of the warp
-// calls it (shuffles), ok: whether this group exists.
-__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part) {
+// calls it (shuffles), ok: whether this group exists; perm: the int8 values in x8_pos's order.
+__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part, bool perm = false) {
   const int ng = n / 32;
   float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
   float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
@@ -143,7 +151,8 @@ __device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t 
   int *h = reinterpret_cast<int *>(s + ng);
   const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
   const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
-  reinterpret_cast<uint2 *>(q + 32 * g + 8 * part)[0] = make_uint2(w0, w1);
+  const int at = perm ? 16 * x8_pos(2 * g + (part >> 1), n) + 8 * (part & 1) : 32 * g + 8 * part;
+  reinterpret_cast<uint2 *>(q + at)[0] = make_uint2(w0, w1);
   if (part == 0) {
     d[g] = amax / 127.0f;
     s[g] = sum;

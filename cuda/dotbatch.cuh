@@ -67,6 +67,8 @@ __device__ __forceinline__ void dot_f(const uint8_t *const (&rp)[R], const float
 
 // ---- int8 activations: the quantized rows of a tile lie xb bytes apart, each q | d | s | h ----
 __device__ __forceinline__ x8v x8_row(const uint8_t *base, int xb, int n, int t) { return x8_at(base + (size_t)t * xb, n); }
+// Chunk c (16 int8 values) of a staged row (dot8.cuh's x8_pos order).
+__device__ __forceinline__ int4 x8_chunk(const x8v &x, int c, int n) { return reinterpret_cast<const int4 *>(x.q)[x8_pos(c, n)]; }
 
 // Unit u of R weight rows' blocks (each loaded once) against the tile's cnt quantized rows, whose
 // activations are read once for all R rows (dot8.cuh's layouts and per-unit arithmetic).
@@ -101,8 +103,7 @@ struct mb8<T_Q4_K> {
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
       const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
-      const int4 *xa4 = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb4 = reinterpret_cast<const int4 *>(x.q + 32 * gb);
-      const int4 a0 = xa4[0], a1 = xa4[1], b0 = xb4[0], b1 = xb4[1];
+      const int4 a0 = x8_chunk(x, 2 * ga, n), a1 = x8_chunk(x, 2 * ga + 1, n), b0 = x8_chunk(x, 2 * gb, n), b1 = x8_chunk(x, 2 * gb + 1, n);
       const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
       const float da = x.d[ga], db = x.d[gb], sa = x.s[ga], sb = x.s[gb];
 #pragma unroll
@@ -143,8 +144,7 @@ struct mb8<T_Q6_K> {
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
       const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
-      const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
-      const int4 x0 = xg[0], x1 = xg[1];
+      const int4 x0 = x8_chunk(x, 2 * g, n), x1 = x8_chunk(x, 2 * g + 1, n);
       const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       const float dx = x.d[g];
       const int h0 = 32 * x.h[2 * g], h1 = 32 * x.h[2 * g + 1];
@@ -181,8 +181,7 @@ struct mb8<T_Q8_0> {
     for (int t = 0; t < MB_NT; t++) {
       if (t >= cnt) break;
       const x8v x = x8_row(xq, xb, n, mb_slot(sl, t));
-      const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g0);
-      const int4 x0 = xg[0], x1 = xg[1];
+      const int4 x0 = x8_chunk(x, 2 * g0, n), x1 = x8_chunk(x, 2 * g0 + 1, n);
       const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       const float dx = x.d[g0];
 #pragma unroll
@@ -220,7 +219,7 @@ __device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint
 #define MB_STAGE_BATCH 4
 
 // cnt rows (src + row_of(t) * ld, written by an earlier kernel) quantized into the x8 slots
-// xq + t * x8_bytes(n), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at
+// xq + t * x8_bytes(n) (int8 values in x8_pos order), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at
 // once. Every thread of the block calls it; ends with a block barrier.
 template <class RowOf>
 __device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, int cnt, RowOf row_of, uint8_t *xq) {
@@ -242,7 +241,7 @@ __device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, i
     for (int i = 0; i < MB_STAGE_BATCH; i++) {
       const int gi = base + i * step + (threadIdx.x >> 2);
       const int t = gi < total ? gi / ng : 0, g = gi - t * ng;
-      q8_group(va[i], vb[i], gi < total, xq + (size_t)t * xb, n, g, part);
+      q8_group(va[i], vb[i], gi < total, xq + (size_t)t * xb, n, g, part, true);
     }
   }
   __syncthreads();

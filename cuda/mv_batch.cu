@@ -120,7 +120,7 @@ __device__ __forceinline__ void stage_q8(const mvb_args &a, const float *scl, ui
       va = x_at(a, scl, t, 8 * g + 2 * part);
       vb = x_at(a, scl, t, 8 * g + 2 * part + 1);
     }
-    q8_group(va, vb, ok, xq + (size_t)t * xb, a.n, g, part);
+    q8_group(va, vb, ok, xq + (size_t)t * xb, a.n, g, part, true);
   }
   __syncthreads();
 }
@@ -197,6 +197,64 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
   }
 }
 
+// F32 rows few enough that a warp a row would leave most of the card idle (the router): a block
+// takes SR rows and each of its warps a slice of n / MV_WARPS columns, reading the rows' and the
+// tokens' elements of its slice straight from memory (the tokens RMS-normalised with the block's
+// row scales); the warps' sums are added in warp order. Block 0 writes the normalised rows to h.
+#define SR 2
+__global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a) {
+  __shared__ float scl[MB_NT];
+  __shared__ float part[MV_WARPS][SR][MB_NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.n, nt = a.nt;
+  const mv_job &jb = a.job[0];
+  const int r0 = blockIdx.x * SR, rows = jb.m.ne1, w4 = n / 4 / MV_WARPS, c0 = warp * w4;
+  // the block's weight slices toward L2 before the wait (weights never change)
+  for (int r = 0; r < SR && r0 + r < rows; r++)
+    for (int o = c0 * 16 + lane * 128; o < (c0 + w4) * 16; o += 32 * 128) prefetch_l2(jb.m.d + (size_t)(r0 + r) * jb.m.nb1 + o);
+  cu_pdl_entry();
+  row_scales(a, scl);
+  float acc[SR][MB_NT];
+#pragma unroll
+  for (int r = 0; r < SR; r++)
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
+  const bool keep = a.h && blockIdx.x == 0;
+  for (int i4 = c0 + lane; i4 < c0 + w4; i4 += 32) {
+    float4 w[SR];
+#pragma unroll
+    for (int r = 0; r < SR; r++)
+      w[r] = r0 + r < rows ? __ldg(reinterpret_cast<const float4 *>(jb.m.d + (size_t)(r0 + r) * jb.m.nb1) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      if (t >= nt) break;
+      const float4 xv = x_at(a, scl, t, i4);
+      if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[i4] = xv;
+#pragma unroll
+      for (int r = 0; r < SR; r++) acc[r][t] += w[r].x * xv.x + w[r].y * xv.y + w[r].z * xv.z + w[r].w * xv.w;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < SR; r++)
+#pragma unroll
+    for (int t = 0; t < MB_NT; t++) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) part[warp][r][t] = v;
+    }
+  __syncthreads();
+  if ((int)threadIdx.x < SR * nt) {
+    const int r = threadIdx.x / nt, t = threadIdx.x - r * nt;
+    if (r0 + r < rows) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < MV_WARPS; w++) v += part[w][r][t];
+      if (jb.bias) v += jb.bias[r0 + r];
+      float *yt = jb.y + (size_t)t * jb.ldy + r0 + r;
+      if (jb.epi == EPI_ADD) *yt += v;
+      else *yt = v;
+    }
+  }
+}
+
 // Each token's picks from its router logits (one warp a token, route.cuh's arithmetic: the same
 // as the router kernel's and the one-token kernels'), sel / selw rows of k.
 template <int XJ>
@@ -265,19 +323,9 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
     cu_type_geom g;
     if (m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0) return BL_OK;
   }
-  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
-  const mvb_kernel k = mvb_kernel_of(ta, tb, q8);
-  if (!k) return BL_OK;
-  const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
-  if (smem > (size_t)smem_limit) return BL_OK;
   mvb_args p;
   memset(&p, 0, sizeof p);
   p.njobs = a.njobs;
-  int rows = 0;
-  for (int j = 0; j < a.njobs; j++) {
-    p.job[j] = a.job[j];
-    rows += a.job[j].m.ne1;
-  }
   p.x = a.x;
   p.ldx = a.ldx;
   p.n = a.n;
@@ -287,6 +335,20 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   p.eps = a.eps;
   p.h = h;
   p.ldh = ldh;
+  for (int j = 0; j < a.njobs; j++) p.job[j] = a.job[j];
+  if (a.njobs == 1 && ta == T_F32 && a.n % (4 * MV_WARPS) == 0 && a.job[0].m.ne1 <= 1024 && a.job[0].m.nb1 % 16 == 0) {
+    // the router: a block a pair of rows, its warps splitting the columns
+    CU_LAUNCH("decode-batch product (f32 rows by columns)", k_mvb_f32cols, dim3((a.job[0].m.ne1 + SR - 1) / SR), dim3(MV_THREADS), 0, st, p);
+    *done = true;
+    return BL_OK;
+  }
+  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
+  const mvb_kernel k = mvb_kernel_of(ta, tb, q8);
+  if (!k) return BL_OK;
+  const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
+  if (smem > (size_t)smem_limit) return BL_OK;
+  int rows = 0;
+  for (int j = 0; j < a.njobs; j++) rows += a.job[j].m.ne1;
   // rows a warp: enough that the grid is about the blocks resident at once (each stages the rows once)
   const int resident = mvb_resident(k, smem) * (cu_sms > 0 ? cu_sms : 1);
   p.rpw = (rows + MV_WARPS * resident - 1) / (MV_WARPS * resident);
@@ -323,6 +385,7 @@ int64_t cu_mv_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mvb<T_Q6_K, T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mvb<T_Q8_0, T_Q8_0, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_kernel_prefs(k_mvb_f32cols, w));
   CU_OK(cu_kernel_prefs(k_route_pick<4>, w));
   return cu_kernel_prefs(k_route_pick<8>, w);
 }
