@@ -12,6 +12,9 @@ import { GgufFile } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
 import { encodeProgram, markHostExperts } from "../src/engine/program.ts";
 import { MappedWeights } from "../src/engine/weights.ts";
+import { BackendFactory } from "../src/engine/placement.ts";
+import { CudaBackend, cudaPlanBytes } from "../src/engine/cuda-backend.ts";
+import { cudaStatus } from "../ffi/cuda.ts";
 import { FIXTURES } from "./paths.ts";
 
 const MiB = 1024 ** 2;
@@ -147,5 +150,52 @@ describe("--promote-slots auto", () => {
     expect(promoteOf(["--promote-slots", "0"])).toBe(0);
     expect(promoteOf(["--cpu-moe"], { BLOOMERY_PROMOTE_SLOTS: "auto" })).toBe(PROMOTE_AUTO);
     expect(promoteOf([], { BLOOMERY_PROMOTE_SLOTS: "0" })).toBe(0);
+  });
+});
+
+describe("--promote-slots auto on a card (the backend factory)", () => {
+  test("every expert of a layer with room to spare; a --card-budget for 3 slots gives 3; for 1 (under a token's 2) it is off", () => {
+    const st = cudaStatus();
+    if (!st.ok) {
+      console.log(`skip: no usable CUDA device (${st.reason}); --promote-slots auto on the card runs on the GPU machine`);
+      return;
+    }
+    const f = GgufFile.open(DEMO);
+    const fam = familyFor(f);
+    const hp = fam.hparams(f);
+    const w = new MappedWeights(f, false);
+    const specs = fam.program(f, hp);
+    const prog = encodeProgram(specs, (n) => w.tensor(n), hp.nEmbd, hp.nVocab);
+    expect(markHostExperts(specs, prog, (n) => /_exps\./.test(n))).toBe(hp.nLayer);
+    const fac = new BackendFactory(hp, prog);
+    const cpu = { nSlots: 1, nCtxSlot: 512, maxTokens: 64, nThreads: 2 };
+    const lines: string[] = [];
+    const log = (l: string) => lines.push(l);
+    const slotsWith = (cardBudgetBytes?: number): number => {
+      const be = fac.create(cpu, { nGpuLayers: "all", promoteSlots: PROMOTE_AUTO, cardBudgetBytes, log });
+      try {
+        expect(be).toBeInstanceOf(CudaBackend);
+        return (be as CudaBackend).hostStats()!.promoteSlots;
+      } finally {
+        be.close();
+      }
+    };
+    try {
+      expect(slotsWith()).toBe(hp.nExpert);
+      expect(lines.find((l) => l.startsWith("placement: --promote-slots auto:"))).toContain(`every one of a layer's ${hp.nExpert} experts`);
+      const need = cudaPlanBytes(hp, prog, cpu);
+      const { expertBytes, hostLayers } = hostExpertBytes(prog);
+      expect(hostLayers).toBe(hp.nLayer);
+      const budget = (n: number) => need.weights + need.context + PROMOTE_MARGIN + hostLayers * (n * expertBytes + SLACK);
+      expect(slotsWith(budget(3))).toBe(3);
+      expect(lines.join("\n")).toContain("--promote-slots auto: 3 card slots a layer for the most used experts");
+      expect(slotsWith(budget(1))).toBe(0);
+      expect(lines.join("\n")).toContain(`holds 1 expert for each of ${hostLayers} host layers`);
+      expect(lines.join("\n")).toContain(`fewer than the ${hp.nExpertUsed} a token uses`);
+      console.log(lines.filter((l) => l.includes("--promote-slots")).join("\n"));
+    } finally {
+      fac.close();
+      w.close();
+    }
   });
 });

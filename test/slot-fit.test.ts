@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { FlagError, parseArgs, type ServerOptions } from "../src/cli/flags.ts";
 import type { Machine } from "../src/cli/agent-machine.ts";
 import { planStart } from "../src/cli/agent-plan.ts";
-import { autoSlotFit, fitContext, geometryFromGguf, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, type Geometry } from "../src/cli/agent-sizes.ts";
+import { autoSlotFit, cardNeed, fitContext, geometryFromGguf, hostNeed, needAt, CARD_MARGIN, HOST_MARGIN, type Geometry } from "../src/cli/agent-sizes.ts";
 import { cardSplit } from "../src/cli/agent-card-share.ts";
 import { cardContextBytes, CARD_MARGIN as PLAN_CARD_MARGIN } from "../src/engine/plan.ts";
 import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, MIN_SHARED_SLOT_CTX, SlotFitError, type SharedFit, type SharedFitInput, type SlotFitInput } from "../src/engine/slot-fit.ts";
@@ -439,6 +439,33 @@ describe("the start plan counts the slots where the model runs", () => {
     expect(s.line).toContain(`share ${s.nCtxSlot} (the training context of 32768 is capped: more would move another layer's experts to host memory`);
   });
 
+  test("a card with --cpu-moe: the CUDA library's sizes of the plan's card share, and the start plan's count beside them", () => {
+    const st = cudaStatus();
+    if (!st.ok) {
+      console.log(`skip: no usable CUDA device (${st.reason}); the card's share through the CUDA library runs on the GPU machine`);
+      return;
+    }
+    const g = demo();
+    const ex = { ...FIT, exact: true };
+    const m = { card: { name: "Test card", freeBytes: 64 * GiB }, hostAvailableBytes: 64 * GiB };
+    const s = { nSlots: 1, nCtxSlot: 4096, maxTokens: 64, nThreads: 2 };
+    const share = cardSplit(g, { cpuMoe: true }, m)({ nSlots: 1, nCtxSlot: 4096, maxTokens: 64 })!;
+    const whole = cardNeed(g, s, true), part = cardNeed(g, s, true, share);
+    expect(part.exact).toBe(true);
+    // the estimate's share is the library's: the experts leave the arena, two staging layers join the buffers
+    expect(whole.weights - part.weights).toBe(g.cardWeightBytes - share.cardWeightBytes);
+    expect(part.work - whole.work).toBe(2 * share.stageBytes);
+    const split = cardSplit(g, { cpuMoe: true }, m);
+    const fixed = 1e15 - autoSlotFit(g, "card", 4096, { available: 1e15 }, { ...ex, split }).roomBytes;
+    const slot = 4096 * kvBytesPerToken(g.hp);
+    const card = machine(64 * GiB, [{ name: "Test card", free: fixed + 2.5 * slot }]);
+    const r = plan(["-ngl", "all", "--cpu-moe", "--slot-ctx", "4096"], 64 * GiB, card);
+    expect(r.refusal).toBeUndefined();
+    expect(r.event.backend.kind).toBe("cuda");
+    expect(r.event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096 });
+    expect(r.event.memory.weights_bytes).toBe(part.weights);
+  });
+
   test("a card: the slots that fit its free memory beside the weights (the CUDA library's sizes)", () => {
     const st = cudaStatus();
     if (!st.ok) {
@@ -450,11 +477,30 @@ describe("the start plan counts the slots where the model runs", () => {
     const a = autoSlotFit(g, "card", 4096, { available: 1e15 }, ex);
     const fixed = 1e15 - a.roomBytes; // weights + buffers + margin
     const slot = 4096 * kvBytesPerToken(g.hp);
-    const r = plan(["-ngl", "all", "--slot-ctx", "4096"], 64 * GiB, machine(64 * GiB, [{ name: "Test card", free: fixed + 2.5 * slot }]));
+    // the plan at load estimates the card's buffers more generously (src/engine/plan.ts) and moves
+    // experts to the host when they do not fit by its sum: the card holds 2.5 slots by both
+    const planFixed = g.weightBytes + cardContextBytes(g.hp, { nSlots: 0, nCtxSlot: 4096, maxTokens: 64 }) + PLAN_CARD_MARGIN;
+    const free = Math.max(fixed, planFixed) + 2.5 * slot;
+    const r = plan(["-ngl", "all", "--slot-ctx", "4096"], 64 * GiB, machine(64 * GiB, [{ name: "Test card", free }]));
     expect(r.event.backend.kind).toBe("cuda");
     expect(r.event.context).toMatchObject({ n_slots: 2, n_ctx_slot: 4096 });
-    expect(r.event.memory.total_bytes! + CARD_MARGIN).toBeLessThanOrEqual(fixed + 2.5 * slot);
+    expect(r.event.memory.weights_bytes).toBe(cardNeed(g, { nSlots: 1, nCtxSlot: 4096, maxTokens: 64, nThreads: 2 }, true).weights); // every expert on the card
+    expect(r.event.memory.total_bytes! + CARD_MARGIN).toBeLessThanOrEqual(free);
     expect(r.event.notes.join("\n")).toContain("-np auto: 2 slots of 4096 tokens");
     expect(r.event.notes.join("\n")).toContain("left on Test card");
+    // a card that holds 2.5 slots by the library's sizes: the plan at load, by its own sum, keeps
+    // every expert on the card with fewer slots (or moves experts to the host even for one)
+    const tightFree = fixed + 2.5 * slot;
+    const byPlan = Math.floor((tightFree - planFixed) / slot);
+    const tight = plan(["-ngl", "all", "--slot-ctx", "4096"], 64 * GiB, machine(64 * GiB, [{ name: "Test card", free: tightFree }]));
+    console.log(`card: the library's fixed ${fixed} bytes, the plan's ${planFixed}; ${tight.refusal?.message ?? tight.event.notes.find((n) => n.startsWith("-np auto:"))}`);
+    if (byPlan >= 1) {
+      expect(tight.event.context.n_slots).toBe(Math.min(2, byPlan));
+      expect(tight.event.memory.weights_bytes).toBe(r.event.memory.weights_bytes);
+    } else if (tight.refusal) {
+      // not even with every expert in host memory by the plan's sum: the load would refuse it, so the start does
+      expect(tight.refusal.code).toBe("E_DOES_NOT_FIT");
+      expect(tight.refusal.message).toContain("the model's dense weights do not fit the card even with every routed expert in host memory");
+    } else expect(tight.event.memory.weights_bytes).toBeLessThan(r.event.memory.weights_bytes);
   });
 });
