@@ -16,7 +16,8 @@ struct cu_blk {
   const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
   // MoE blocks whose routed experts stay in host memory (hybrid.cu): gate/up/down's t[].d are null,
   // their host bytes at hx[] (hbytes[] each); the program's block for the host hook; the block's
-  // index among the host blocks
+  // index among the host blocks. A host block whose src is marked BL_HOST_EXPERTS_DISK reads its
+  // experts from the files through its expert store: hx[] are not read (cu_host_on_disk)
   int host, host_j;
   const uint8_t *hx[3];
   const uint8_t *hxd[3]; // the same bytes as the card addresses them over PCIe (null: not pinned)
@@ -153,7 +154,7 @@ struct cu_ctx {
   // promotion (hybrid.cu): slots on the card for the hottest experts of each host layer, used by
   // one-token steps (the card computes a token's resident picks, the CPU the rest)
   int promote_slots;              // slots a host layer (0: off)
-  uint8_t *slot_pool;             // [n_host][gate P slabs | up P slabs | down P slabs]
+  uint8_t *slot_pool;             // [host layers in memory (not on disk)][gate P slabs | up P slabs | down P slabs]
   size_t slot_layer_bytes, slot_off[3];
   int32_t *res_d;                 // [n_host][X]: an expert's slot, -1 in host memory
   uint32_t *cnt_d;                // [n_host][X]: picks since the last pass
@@ -173,6 +174,10 @@ void cu_mark(cu_ctx *c, int section);
 void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
+
+// A host block whose experts are on the NVMe tier (bl_block.host_experts == BL_HOST_EXPERTS_DISK):
+// the CPU hook runs it for every batch; the card never uploads, pins, reads in place or promotes them.
+static inline bool cu_host_on_disk(const cu_blk &b) { return b.host && b.src && b.src->host_experts == BL_HOST_EXPERTS_DISK; }
 
 // Host block j of the context's weights (null past the last).
 static inline const cu_blk *cu_host_block_at(const cu_ctx *c, int j) {

@@ -4,7 +4,9 @@
 // node), or - for batches past the cost model's threshold - copies the layer's experts into one of
 // two staging buffers on a copy stream, two layers ahead, and runs the card's kernels on them.
 // The host experts' pages (the mapped GGUF) are registered with the driver so uploads run at PCIe
-// speed without a second copy in RAM.
+// speed without a second copy in RAM. Blocks whose experts are on the NVMe tier (cu_host_on_disk:
+// read from the files through the CPU's expert store) always take the hook: never uploaded, pinned,
+// read in place or promoted.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ int64_t cu_host_register(cu_weights *w) {
   std::vector<std::pair<uintptr_t, uintptr_t>> r;
   const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
   for (const cu_blk &b : w->blocks)
-    if (b.host)
+    if (b.host && !cu_host_on_disk(b))
       for (int k = 0; k < 3; k++) {
         const uintptr_t a = reinterpret_cast<uintptr_t>(b.hx[k]);
         r.push_back({a & ~(pg - 1), (a + b.hbytes[k] + pg - 1) & ~(pg - 1)});
@@ -59,7 +61,7 @@ int64_t cu_host_register(cu_weights *w) {
   w->host_pinned = 1;
   // the addresses the card reads them at (one-token splits: the card's share of a token's picks)
   for (cu_blk &b : w->blocks)
-    if (b.host)
+    if (b.host && !cu_host_on_disk(b))
       for (int k = 0; k < 3; k++) {
         void *d = nullptr;
         if (cudaHostGetDevicePointer(&d, const_cast<uint8_t *>(b.hx[k]), 0) == cudaSuccess) b.hxd[k] = static_cast<const uint8_t *>(d);
@@ -118,7 +120,7 @@ __global__ void k_add_rows(float *x, const float *y, int n) {
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0);
 
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
-  if (!b.host || ntok != 1 || big || !c->expert_fn) return false;
+  if (!b.host || cu_host_on_disk(b) || ntok != 1 || big || !c->expert_fn) return false;
   return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
@@ -208,10 +210,11 @@ static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
 }
 
 // Copies host block j's experts into staging buffer j % 2 on the copy stream (after the step's
-// kernels are done with what that buffer held).
+// kernels are done with what that buffer held). A block on disk copies nothing: its buffer stays
+// with the last block of its parity that was uploaded (whose done_ev the next one waits on).
 static int64_t issue_upload(cu_ctx *c, int j) {
   const cu_blk *b = cu_host_block_at(c, j);
-  if (!b) return BL_OK;
+  if (!b || cu_host_on_disk(*b)) return BL_OK;
   const int s = j % 2;
   if (j >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
   for (int k = 0; k < 3; k++) {
@@ -258,24 +261,9 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
   return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk);
 }
 
-int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
+// The whole block on the CPU: the rows to the hook and back.
+static int64_t host_rows(cu_ctx *c, const cu_blk &b, int ntok) {
   const int E = (int)c->dm.E;
-  if (routed) {
-    if (!cu_host_split(c, b, ntok, big)) return cu_fail(BL_E_INVAL, "internal: a routed host block that does not split");
-    return split_block(c, b);
-  }
-  if (c->upload_step) {
-    const int j = c->upload_j++, s = j % 2;
-    if (j != b.host_j) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
-    CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
-    cu_blk v = b;
-    v.host = 0;
-    for (int k = 0; k < 3; k++) v.t[BL_MOE_GATE + k].d = staged(c, s, b, k);
-    CU_OK(cu_ffn_block(c, v, ntok, big, false));
-    CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
-    c->n_uploaded++;
-    return issue_upload(c, j + 2);
-  }
   cu_host_call *call = host_call(c, b, ntok);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   cu_mark(c, S_EXPERTS);
@@ -288,6 +276,30 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
   CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
   CU_TRY(cudaMemcpyAsync(c->x, c->hx, bytes, cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
+}
+
+int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
+  if (routed) {
+    if (!cu_host_split(c, b, ntok, big)) return cu_fail(BL_E_INVAL, "internal: a routed host block that does not split");
+    return split_block(c, b);
+  }
+  if (c->upload_step) {
+    const int j = c->upload_j++, s = j % 2;
+    if (j != b.host_j) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
+    if (cu_host_on_disk(b)) {
+      CU_OK(issue_upload(c, j + 2)); // the uploads go on while the CPU reads and runs this block
+      return host_rows(c, b, ntok);
+    }
+    CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
+    cu_blk v = b;
+    v.host = 0;
+    for (int k = 0; k < 3; k++) v.t[BL_MOE_GATE + k].d = staged(c, s, b, k);
+    CU_OK(cu_ffn_block(c, v, ntok, big, false));
+    CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
+    c->n_uploaded++;
+    return issue_upload(c, j + 2);
+  }
+  return host_rows(c, b, ntok);
 }
 
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
@@ -337,12 +349,39 @@ void cu_hybrid_free(cu_ctx *c) {
 }
 
 // ---- the cost model ----
-// PCIe: one host block's gate tensor copied into a staging buffer, timed. The hook: the first host
-// block on 64 rows of pseudo-random values (about 64 x K distinct (token, expert) pairs), timed.
-// Batches upload when the hook's time for them would pass a layer's upload time.
+// The hook's microseconds a (token, expert) pair: block b on 64 rows of pseudo-random values (about
+// 64 x K distinct (token, expert) pairs), timed.
+static int64_t measure_hook(cu_ctx *c, const cu_blk *b) {
+  const int rows = (int)std::min<int64_t>(64, c->dm.maxT);
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < (int64_t)rows * c->dm.E; i++) {
+    s = s * 1664525u + 1013904223u;
+    c->hx[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+  char msg[512];
+  msg[0] = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t st = c->host_fn(c->host_cpu, b->src, rows, c->hx, msg, sizeof msg);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (st != BL_OK) return cu_fail(st, "host experts: %s", msg);
+  c->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
+  return BL_OK;
+}
+
+// PCIe: one host block's gate tensor copied into a staging buffer, timed; the hook on the same
+// block. Batches upload when the hook's time for them would pass a layer's upload time. The first
+// block in host memory is measured; when every host block is on disk, only the hook is (on the
+// first, its reads included) and nothing uploads.
 static int64_t measure(cu_ctx *c) {
-  const cu_blk *b = cu_host_block_at(c, 0);
-  if (!b) return BL_OK;
+  const cu_blk *b = nullptr;
+  for (int j = 0; !b && cu_host_block_at(c, j); j++)
+    if (!cu_host_on_disk(*cu_host_block_at(c, j))) b = cu_host_block_at(c, j);
+  if (!b) {
+    const cu_blk *d = cu_host_block_at(c, 0);
+    c->pcie_bps = 0;
+    c->upload_min = 1 << 30;
+    return d ? measure_hook(c, d) : BL_OK;
+  }
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   CU_TRY(cudaEventCreate(&e0), "measuring PCIe");
   if (cudaEventCreate(&e1) != cudaSuccess) {
@@ -361,19 +400,7 @@ static int64_t measure(cu_ctx *c) {
   (void)cudaEventDestroy(e1);
   if (e != cudaSuccess) return cu_fail_cuda(e, "measuring PCIe");
   c->pcie_bps = ms > 0 ? n / (ms * 1e-3) : 25e9;
-  const int rows = (int)std::min<int64_t>(64, c->dm.maxT);
-  uint32_t s = 12345;
-  for (int64_t i = 0; i < (int64_t)rows * c->dm.E; i++) {
-    s = s * 1664525u + 1013904223u;
-    c->hx[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
-  }
-  char msg[512];
-  msg[0] = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t st = c->host_fn(c->host_cpu, b->src, rows, c->hx, msg, sizeof msg);
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  if (st != BL_OK) return cu_fail(st, "host experts: %s", msg);
-  c->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
+  CU_OK(measure_hook(c, b));
   const double layer = (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]);
   const double upload_us = 1e6 * layer / c->pcie_bps;
   const int64_t k = b->n_used > 0 ? b->n_used : 1;

@@ -3,7 +3,8 @@
 // a pass between steps moves the hottest experts of each such layer into its slots (copies on the
 // copy stream, published to the steps only once they are complete, so no step waits for them) and
 // evicts cold ones. A step's picks are partitioned on the card: resident ones are computed by the
-// card's one-token kernels from the slots, the rest by the CPU (hybrid.cu).
+// card's one-token kernels from the slots, the rest by the CPU (hybrid.cu). Layers whose experts are
+// on disk (cu_host_on_disk) have no host bytes to copy from: they get no slots and are never promoted.
 #include <stdio.h>
 #include <string.h>
 
@@ -45,12 +46,23 @@ static void free_slots(cu_ctx *c) {
 
 void cu_promote_free(cu_ctx *c) { free_slots(c); }
 
+// Host layer j's place in the slot pool: the host layers in memory before it (layers on disk have none).
+static int pool_index(const cu_ctx *c, int j) {
+  int n = 0;
+  for (int q = 0; q < j; q++) n += !cu_host_on_disk(*cu_host_block_at(c, q));
+  return n;
+}
+
 int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
   const int64_t X = c->dm.X, K = c->dm.K, H = c->dm.n_host;
+  const int64_t HR = pool_index(c, (int)H); // the host layers in memory: those with slots
   if (slots < 0 || slots > X) return cu_fail(BL_E_INVAL, "promotion: %lld slots a layer (0..%lld)", (long long)slots, (long long)X);
   if (slots > 0 && slots < K) return cu_fail(BL_E_INVAL, "promotion: %lld slots a layer, fewer than a token's %lld picks", (long long)slots, (long long)K);
   if (slots > 0 && H == 0) return cu_fail(BL_E_INVAL, "promotion: no experts stay in host memory");
   if (slots > 0 && !c->host_fn) return cu_fail(BL_E_INVAL, "promotion: the host hook is not set");
+  if (slots > 0 && HR == 0)
+    return cu_fail(BL_E_INVAL, "promotion: the experts of all %lld host layers are read from disk (the NVMe tier), which promotion does not copy from; "
+                   "give the host experts room in host memory (--host-budget) or leave promotion off", (long long)H);
   CU_TRY(cudaStreamSynchronize(c->st), "promotion");
   if (c->cs) CU_TRY(cudaStreamSynchronize(c->cs), "promotion");
   cu_drop_graphs(c);
@@ -61,17 +73,17 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
   // every host layer has the same expert geometry in the models bloomery runs; slots are sized by the largest
   size_t per[3] = {0, 0, 0};
   for (const cu_blk &b : c->w->blocks)
-    if (b.host)
+    if (b.host && !cu_host_on_disk(b))
       for (int k = 0; k < 3; k++) per[k] = std::max(per[k], (size_t)b.t[BL_MOE_GATE + k].nb2);
   c->slot_off[0] = 0;
   c->slot_off[1] = cu_align256(per[0] * slots);
   c->slot_off[2] = c->slot_off[1] + cu_align256(per[1] * slots);
   c->slot_layer_bytes = c->slot_off[2] + cu_align256(per[2] * slots);
-  const size_t pool = c->slot_layer_bytes * (size_t)H;
+  const size_t pool = c->slot_layer_bytes * (size_t)HR;
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "promotion: reading the device memory");
   if (pool + ((size_t)512 << 20) > fr)
-    return cu_fail(BL_E_NOMEM, "promotion: %lld slots for %lld layers need %.2f GiB, %.2f GiB free", (long long)slots, (long long)H, pool / 1073741824.0, fr / 1073741824.0);
+    return cu_fail(BL_E_NOMEM, "promotion: %lld slots for %lld layers need %.2f GiB, %.2f GiB free", (long long)slots, (long long)HR, pool / 1073741824.0, fr / 1073741824.0);
   CU_TRY(cudaMalloc(&c->slot_pool, pool), "promotion: allocating the slots");
   CU_TRY(cudaMemset(c->slot_pool, 0, pool), "promotion: clearing the slots");
   CU_TRY(cudaMalloc(&c->res_d, (size_t)H * X * sizeof(int32_t)), "promotion: allocating tables");
@@ -93,9 +105,9 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
   return BL_OK;
 }
 
-// The slots of host layer j as the one-token kernels read them (expert index = slot).
+// The slots of host layer j (in memory) as the one-token kernels read them (expert index = slot).
 void cu_slot_dmats(const cu_ctx *c, const cu_blk &b, dmat out[3]) {
-  uint8_t *base = c->slot_pool + (size_t)b.host_j * c->slot_layer_bytes;
+  uint8_t *base = c->slot_pool + (size_t)pool_index(c, b.host_j) * c->slot_layer_bytes;
   for (int k = 0; k < 3; k++) {
     out[k] = b.t[BL_MOE_GATE + k];
     out[k].d = base + c->slot_off[k];
@@ -170,7 +182,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
   std::vector<int> order(X);
   for (int j = 0; j < H && moves < PROMOTE_MAX_MOVES; j++) {
     const cu_blk *b = cu_host_block_at(c, j);
-    if (!b) continue;
+    if (!b || cu_host_on_disk(*b)) continue;
     const float *heat = &c->heat[(size_t)j * X];
     int32_t *res = &c->res_h[(size_t)j * X], *slots = &c->slot_of[(size_t)j * P];
     std::iota(order.begin(), order.end(), 0);
@@ -208,7 +220,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
   for (size_t i = 0; i + 2 < c->pending.size(); i += 3) {
     const int j = c->pending[i], e = c->pending[i + 1], s = c->pending[i + 2];
     const cu_blk *b = cu_host_block_at(c, j);
-    uint8_t *base = c->slot_pool + (size_t)j * c->slot_layer_bytes;
+    uint8_t *base = c->slot_pool + (size_t)pool_index(c, j) * c->slot_layer_bytes;
     for (int k = 0; k < 3; k++) {
       const size_t nb2 = (size_t)b->t[BL_MOE_GATE + k].nb2;
       CU_TRY(cudaMemcpyAsync(base + c->slot_off[k] + (size_t)s * nb2, b->hx[k] + (size_t)e * nb2, nb2, cudaMemcpyHostToDevice, c->cs), "promotion: copying experts");

@@ -72,6 +72,7 @@ enum { BL_ATTN_NORM = 0, BL_ATTN_Q = 1, BL_ATTN_K = 2, BL_ATTN_V = 3, BL_ATTN_O 
        BL_ATTN_Q_NORM = 5, BL_ATTN_K_NORM = 6, BL_ATTN_BQ = 7, BL_ATTN_BK = 8, BL_ATTN_BV = 9 };
 enum { BL_MOE_NORM = 0, BL_MOE_GATE_INP = 1, BL_MOE_GATE = 2, BL_MOE_UP = 3, BL_MOE_DOWN = 4 };
 enum { BL_ROPE_NORMAL = 0, BL_ROPE_NEOX = 2 };
+enum { BL_HOST_EXPERTS_RAM = 1, BL_HOST_EXPERTS_DISK = 2 };
 enum { BL_GATING_SOFTMAX = 0 };
 
 #define BL_BLOCK_TENSORS 12
@@ -86,8 +87,12 @@ typedef struct bl_block {
   double expert_weights_scale;
   uint64_t expert_store;  /* MoE blocks: a bl_expert_store_new handle holding the routed experts (0: the tensors' data) */
   int64_t expert_layer;   /* MoE blocks: the layer of that store */
-  int64_t host_experts;   /* MoE blocks run by a card: 1 = the routed experts stay in host memory (the
-                           * card's step hands the block to the CPU hook, or uploads them for a batch) */
+  int64_t host_experts;   /* MoE blocks run by a card (BL_HOST_EXPERTS_*): 0 on the card; RAM = the routed
+                           * experts stay in host memory (the card's step hands the block to the CPU hook,
+                           * uploads them for a batch, reads a share of a token's picks in place, promotes
+                           * hot ones); DISK = they are read from the files on demand through expert_store
+                           * (the NVMe tier): the CPU hook runs the block for every batch, and the card
+                           * never uploads, pins, reads or promotes them (their data is not read) */
   bl_tensor t[BL_BLOCK_TENSORS]; /* by role; data == 0 when absent */
 } bl_block; /* 24 + 12*8 = 120 slots */
 
@@ -125,7 +130,9 @@ enum { BL_CTX_EXACT = 1 };
 /* ---- the host hook: a card's step runs one block on the CPU ----
  * x: n_tok residual rows (n_embd floats each, host memory) of the block's input; the block's
  * output is added to them (rmsnorm, router and experts as bl_cpu_forward computes them). The
- * context needs max_tokens >= n_tok (its KV cache is not used). err: a message on failure. */
+ * context needs max_tokens >= n_tok (its KV cache is not used). err: a message on failure. Both
+ * hooks read the experts of a block with expert_store set through that store (required when
+ * host_experts is BL_HOST_EXPERTS_DISK), the same bits as from the tensors' data. */
 typedef int64_t (*bl_block_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
 int64_t bl_cpu_block_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
 /* The experts of a MoE block for picks the caller made: k of a token (sel / selw, n_tok x k, the

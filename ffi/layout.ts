@@ -18,7 +18,7 @@ export const BlockSlot = {
   expert_weights_scale: 20,
   /** MoE blocks: the expert store handle and its layer (src/engine/expert-store.ts) */
   expert_store: 21, expert_layer: 22,
-  /** MoE blocks a card runs: 1 = the routed experts stay in host memory (cuda/hybrid.cu) */
+  /** MoE blocks a card runs: 1 = the routed experts stay in host memory, 2 = read from the file through expert_store (cuda/hybrid.cu) */
   host_experts: 23,
 } as const;
 

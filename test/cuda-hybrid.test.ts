@@ -4,7 +4,8 @@
 // the same bytes: the same bits as the all-card forward. Batches that call the host hook (the CPU
 // library's numerics for those layers) stay within the bound the CUDA tests hold against the CPU
 // path, with the same greedy token wherever the all-card top-2 margin is clear. Decode steps run
-// as graphs with the hook inside. Skips with a line where no card is.
+// as graphs with the hook inside. Host experts past a small host budget go to the NVMe tier: the hook
+// reads them through the expert store, the same bits as from host memory. Skips with a line where no card is.
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -122,6 +123,87 @@ gpu("experts in host memory beside the card", () => {
       }
     }, 600_000);
   }
+
+  test("disk beside the card: --cpu-moe past a small --host-budget reads the host experts through the expert store (a cache of half a layer's experts): the same bits as those experts in host memory through the hook, within the bound of every expert on the card", async () => {
+    const file = join(tmp, "qwen3-disk.gguf");
+    await synth({ model: "qwen3-30b-a3b", quant: "Q4_K_M", out: file, layers: 4, seed: 11 });
+    const lines: string[] = [];
+    const base: LoadOptions = { nCtx: 256, nSlots: 2, maxTokens: 64, nThreads: 8, nGpuLayers: "all", log: (l) => lines.push(l) };
+    const ref = Model.load(file, { ...base, placement: {} });
+    const ram = Model.load(file, { ...base, placement: { cpuMoe: true } });
+    const V = ref.hp.nVocab, L = ref.hp.nLayer, X = ref.hp.nExpert;
+    const expertBytes = [...ref.gguf.tensors.values()].filter((t) => /_exps\./.test(t.name)).reduce((a, t) => a + t.nbytes, 0);
+    const budget = Math.floor((expertBytes / (L * X)) * (X / 2));
+    let disk: Model | undefined;
+    try {
+      disk = Model.load(file, { ...base, placement: { cpuMoe: true, hostBudgetBytes: budget } });
+      expect(disk.plan!.expertRamBytes).toBe(budget);
+      expect(disk.plan!.disk.nExperts).toBe(L * X);
+      expect(lines.some((l) => new RegExp(`^placement: card .*; disk: ${L * X} experts .* read on demand into a .* RAM cache$`).test(l))).toBe(true);
+      expect(disk.expertStats()!.slots).toBeLessThan(X);
+      const beR = ram.backend as CudaBackend, beD = disk.backend as CudaBackend;
+      const h0 = beD.hostStats()!;
+      expect(h0.blocks).toBe(L);
+      expect(h0.pinned).toBe(false);
+      expect(h0.uploadMin).toBeGreaterThanOrEqual(2 ** 30);
+      // host memory through the hook alone (no uploads, the CPU computes every pick), as the disk tier always runs
+      beR.setOption(CudaOption.uploadMin, 0);
+      beR.setOption(CudaOption.cardShare, 0);
+      // a prompt that would upload: the layers on disk take the hook
+      beD.setOption(CudaOption.uploadMin, 9);
+      const prompt = Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % V);
+      const refPrompt = ref.evalSequence(prompt, 0, 0, true);
+      const pr = ram.evalSequence(prompt, 0, 0, true), pd = disk.evalSequence(prompt, 0, 0, true);
+      const h1 = beD.hostStats()!;
+      expect(h1.uploadRuns).toBe(0);
+      expect(h1.hookRuns - h0.hookRuns).toBe(L);
+      expect(maxAbs(pd, pr)).toBe(0);
+      const dPrompt = maxAbs(pd, refPrompt) / std(refPrompt.subarray((prompt.length - 1) * V));
+      // greedy steps on the card, the same tokens fed to both (decode graphs with the hook inside)
+      let lg: Float32Array = refPrompt.slice((prompt.length - 1) * V);
+      let dDecode = 0, clear = 0, agree = 0;
+      for (let s = 0; s < 8; s++) {
+        const t = top2(lg).id;
+        const pos = prompt.length + s;
+        lg = ref.evalSequence([t], pos);
+        const yr = ram.evalSequence([t], pos), yd = disk.evalSequence([t], pos);
+        expect(maxAbs(yd, yr)).toBe(0);
+        dDecode = Math.max(dDecode, maxAbs(yd, lg) / std(lg));
+        const r = top2(lg);
+        if (r.gap > 0.1 * std(lg)) {
+          clear++;
+          if (top2(yd).id === r.id) agree++;
+        }
+      }
+      // two sequences in one decode batch: the same bits as host memory
+      const two = (m: Model) => {
+        const out = new Float32Array(2 * V);
+        m.backend.forward({ tokens: Int32Array.of(prompt[0], prompt[1]), pos: Int32Array.of(0, 0), seq: Int32Array.of(0, 1), outRows: Int32Array.of(0, 1), logits: out });
+        return out;
+      };
+      const tr = two(ram), td = two(disk);
+      expect(td.every(Number.isFinite)).toBe(true);
+      expect(maxAbs(td, tr)).toBe(0);
+      const xs = disk.expertStats()!;
+      console.log(`disk beside the card (a ${(budget / 2 ** 20).toFixed(0)} MiB cache, ${xs.slots} slots of ${X} experts a layer): max |dlogit| / std against every expert on the card: ` +
+        `prompt ${dPrompt.toExponential(2)}, decode ${dDecode.toExponential(2)}; greedy ${agree}/${clear} where the margin is clear; store ${xs.hits} hits, ${xs.misses} misses, ` +
+        `${xs.evictions} evictions, ${xs.prefetchHits}/${xs.prefetchReads} prefetches used; graphs replayed ${beD.stats().graphSteps}`);
+      expect(dPrompt).toBeLessThan(1e-1);
+      expect(dDecode).toBeLessThan(1e-1);
+      expect(agree).toBe(clear);
+      expect(beD.stats().graphSteps).toBeGreaterThan(0);
+      expect(xs.misses).toBeGreaterThan(0);
+      expect(xs.evictions).toBeGreaterThan(0);
+      expect(xs.readErrors).toBe(0);
+      expect(beD.hostStats()!.uploadRuns).toBe(0);
+      // promotion copies from host memory: refused for layers on disk
+      expect(() => beD.setOption(CudaOption.promoteSlots, 2 * ref.hp.nExpertUsed)).toThrow(/promotion: the experts of all 4 host layers are read from disk/);
+    } finally {
+      disk?.close();
+      ram.close();
+      ref.close();
+    }
+  }, 600_000);
 
   test("promotion: the hottest experts of a skewed router move into card slots; logits stay within the bound", async () => {
     const file = join(tmp, "qwen3-skew.gguf");

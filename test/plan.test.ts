@@ -1,6 +1,6 @@
 // The placement plan at load (src/engine/plan.ts): llama's flags place tensors as llama does,
-// host budgets spill routed experts to the NVMe tier, and a plan that cannot run is refused
-// naming every term of its sum.
+// host budgets spill routed experts to the NVMe tier (on the CPU, and the host experts beside a
+// card), and a plan that cannot run is refused naming every term of its sum.
 import { describe, expect, test } from "bun:test";
 import type { HParams } from "../src/models/types.ts";
 import { CARD_MARGIN, HOST_RESERVE, PlanError, cardContextBytes, compileOverrides, cpuContextBytes, planLoad, type PlanTensor } from "../src/engine/plan.ts";
@@ -96,13 +96,56 @@ describe("plan with a card (llama's flags)", () => {
     expect(ot.host.nExperts).toBe(8);
   });
 
-  test("dense tensors on the host, a layer's experts split across tiers, host experts past the budget: refused with the plan", () => {
+  test("dense tensors on the host, a layer's experts split across tiers: refused with the plan", () => {
     // -ngl 2 of 4 layers: llama's first layer on the card is 4 + 1 - 2 = 3; token_embd stays where the card path puts it
     expect(refusal({ nGpuLayers: 2 })).toMatch(/keep 15 dense tensors .*not implemented yet/);
     expect(refusal({ overrides: [{ pattern: "blk\\.0\\.attn_q", buffer: "CPU" }] })).toMatch(/keep 1 dense tensors/);
     expect(refusal({ nGpuLayers: 5 })).toBe("");
     expect(refusal({ overrides: [{ pattern: "blk\\.1\\.ffn_down_exps", buffer: "CPU" }] })).toMatch(/layer 1 has some of its routed-expert tensors on the host/);
-    expect(refusal({ cpuMoe: true, hostBudgetBytes: 100 * MiB })).toMatch(/host experts 0\.35 GiB > the host budget 0\.10 GiB \(--host-budget 100 MiB\)/);
+  });
+
+  test("host experts past the host budget go to the disk tier with the whole budget as their cache; the line says so", () => {
+    const p = planLoad(hp, tensors(), "cuda", { cpuMoe: true, hostBudgetBytes: 100 * MiB }, card, ctx);
+    expect(p.expertRamBytes).toBe(100 * MiB);
+    expect(p.disk).toEqual({ dense: 0, experts, nExperts: 32 });
+    expect(p.host.experts).toBe(0);
+    expect(p.host.nExperts).toBe(0);
+    expect(p.card.experts).toBe(0);
+    expect(p.where.get("blk.0.ffn_up_exps.weight")).toBe("disk");
+    expect(p.where.get("blk.3.ffn_down_exps.weight")).toBe("disk");
+    expect(p.where.get("blk.0.ffn_gate_inp.weight")).toBe("card");
+    expect(p.line).toMatch(/^placement: card Test GPU: dense .* \+ 0 experts 0\.00 GiB; disk: 32 experts 0\.35 GiB read on demand into a 0\.10 GiB RAM cache$/);
+    // --n-cpu-moe 2: those two layers on disk, the rest on the card; one layer fits the budget and stays in host memory
+    const half = planLoad(hp, tensors(), "cuda", { nCpuMoe: 2, hostBudgetBytes: 100 * MiB }, card, ctx);
+    expect([0, 1, 2, 3].map((l) => half.where.get(`blk.${l}.ffn_gate_exps.weight`))).toEqual(["disk", "disk", "card", "card"]);
+    expect(half.disk.nExperts).toBe(16);
+    expect(half.card.nExperts).toBe(16);
+    const one = planLoad(hp, tensors(), "cuda", { nCpuMoe: 1, hostBudgetBytes: 100 * MiB }, card, ctx);
+    expect(one.expertRamBytes).toBeUndefined();
+    expect(one.where.get("blk.0.ffn_gate_exps.weight")).toBe("host");
+    // the machine's own RAM, less what is kept free, is the budget without --host-budget
+    const small = { card: card.card, hostAvailableBytes: HOST_RESERVE + 200 * MiB };
+    const own = planLoad(hp, tensors(), "cuda", { cpuMoe: true }, small, ctx);
+    expect(own.expertRamBytes).toBe(200 * MiB);
+    expect(own.disk.nExperts).toBe(32);
+  });
+
+  test("a card budget and a host budget both too small: the first layers' experts go to host memory, then to disk; the line says both", () => {
+    const budget = dense + 4 * 3 * EXP + cardContextBytes(hp, ctx) + CARD_MARGIN - 1;
+    const p = planLoad(hp, tensors(), "cuda", { cardBudgetBytes: budget, hostBudgetBytes: 100 * MiB }, card, ctx);
+    expect(p.autoHostLayers).toBe(3);
+    expect([0, 1, 2, 3].map((l) => p.where.get(`blk.${l}.ffn_up_exps.weight`))).toEqual(["disk", "disk", "disk", "card"]);
+    expect(p.expertRamBytes).toBe(100 * MiB);
+    expect(p.line).toMatch(/; disk: 24 experts 0\.26 GiB read on demand into a 0\.10 GiB RAM cache \(the card's .* the first 3 layers' experts stay in host memory\)$/);
+  });
+
+  test("a host budget below the smallest expert cache is refused naming every term", () => {
+    const msg = refusal({ cpuMoe: true, hostBudgetBytes: 30 * MiB });
+    expect(msg).toMatch(/^placement: card Test GPU: .*; host: dense 0\.00 GiB \+ 32 experts 0\.35 GiB = 0\.35 GiB of 0\.03 GiB\n/);
+    expect(msg).toMatch(/the host experts 0\.35 GiB \(4 layers\) > the host budget 0\.03 GiB \(--host-budget 30 MiB\), and read from disk they need at least the smallest expert cache 0\.04 GiB \(2 experts of 11\.3 MiB x 2 layers\) > the host budget 0\.03 GiB: keep fewer experts on the host \(--n-cpu-moe N\) or give a larger --host-budget/);
+    // the smallest cache itself plans
+    expect(planLoad(hp, tensors(), "cuda", { cpuMoe: true, hostBudgetBytes: 45 * MiB }, card, ctx).expertRamBytes).toBe(45 * MiB);
+    expect(refusal({ nCpuMoe: 2, hostBudgetBytes: 45 * MiB - 1 })).toMatch(/host experts 0\.18 GiB \(2 layers\) .* smallest expert cache 0\.04 GiB/);
   });
 
   test("a card budget below the model: the fewest first layers' experts move to host memory, the line says why; too small is refused", () => {

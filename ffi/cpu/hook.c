@@ -1,11 +1,19 @@
 /* bloomery CPU library: the host hooks - one MoE (or FFN) block on residual rows a caller owns, or
  * a MoE block's experts for picks the caller made (the rest of them computed elsewhere),
- * for a card's step whose block keeps its experts in host memory (cuda/hybrid.cu calls it from a
- * stream callback). The rows are computed as bl_cpu_forward computes that block. */
+ * for a card's step whose block leaves its experts to the CPU (cuda/hybrid.cu calls it from a
+ * stream callback or the mailbox's thread): in host memory, or read from the files through the
+ * block's expert store (moe.c). The rows are computed as bl_cpu_forward computes that block. */
 #include "ctx.h"
 #include "common.h"
 #include <stdio.h>
 #include <string.h>
+
+/* A block marked as read from disk must carry its expert store (moe.c reads the experts there). */
+static int64_t check_disk(const bl_block *b, const char *what) {
+  if (b->host_experts == BL_HOST_EXPERTS_DISK && !b->expert_store)
+    return bl_fail(BL_E_INVAL, "%s: the block's experts are marked as read from disk (host_experts %d) but it has no expert store", what, BL_HOST_EXPERTS_DISK);
+  return BL_OK;
+}
 
 int64_t bl_cpu_block_rows(uint64_t h, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
@@ -14,6 +22,7 @@ int64_t bl_cpu_block_rows(uint64_t h, const bl_block *b, int64_t n_tok, float *x
   else if (n_tok <= 0 || n_tok > c->p.max_tokens)
     s = bl_fail(BL_E_INVAL, "host block: %lld rows (the context takes 1..%lld)", (long long)n_tok, (long long)c->p.max_tokens);
   else if (b->kind != BL_BLOCK_MOE && b->kind != BL_BLOCK_FFN) s = bl_fail(BL_E_INVAL, "host block: kind %lld is not an FFN block", (long long)b->kind);
+  else s = check_disk(b, "host block");
   if (s == BL_OK) {
     const size_t bytes = (size_t)n_tok * (size_t)c->p.n_embd * sizeof(float);
     memcpy(c->x, x, bytes);
@@ -40,6 +49,7 @@ int64_t bl_cpu_expert_rows(uint64_t h, const bl_block *b, int64_t n_tok, const f
     s = bl_fail(BL_E_INVAL, "host experts: %lld rows (the context takes 1..%lld)", (long long)n_tok, (long long)c->p.max_tokens);
   else if (b->kind != BL_BLOCK_MOE) s = bl_fail(BL_E_INVAL, "host experts: kind %lld is not a MoE block", (long long)b->kind);
   else if (k <= 0 || k > b->n_expert_used) s = bl_fail(BL_E_INVAL, "host experts: %lld picks a token (the block uses %lld)", (long long)k, (long long)b->n_expert_used);
+  else s = check_disk(b, "host experts");
   if (s == BL_OK)
     for (int64_t i = 0; i < n_tok * k; i++)
       if (sel[i] < 0 || sel[i] >= b->n_expert) {

@@ -55,6 +55,8 @@ export interface ExpertStoreOptions {
   direct?: boolean;
   /** the background prefetch reader (default: on, unless BLOOMERY_EXPERT_PREFETCH=0) */
   prefetch?: boolean;
+  /** the MoE blocks (program index) the store holds (default: every one; beside a card, those on the disk tier) */
+  blocks?: (index: number) => boolean;
 }
 
 const MOE_GATE = 2, MOE_UP = 3, MOE_DOWN = 4; // bloomery.h BL_MOE_*
@@ -81,14 +83,14 @@ class StoreParams {
   private readonly pathBufs: Buffer[];
   private readonly pathPtrs: BigUint64Array;
 
-  constructor(gguf: GgufFile, specs: readonly BlockSpec[], capacityBytes: number, flags: number) {
+  constructor(gguf: GgufFile, specs: readonly BlockSpec[], capacityBytes: number, flags: number, take: (index: number) => boolean = () => true) {
     const files = [...gguf.paths];
     this.pathBufs = files.map((p) => cstr(p));
     this.pathPtrs = BigUint64Array.from(this.pathBufs.map((b) => BigInt(ptr(b))));
     const rows: number[][] = [];
     let used = 0;
     specs.forEach((b, bi) => {
-      if (b.kind !== BlockKind.Moe) return;
+      if (b.kind !== BlockKind.Moe || !take(bi)) return;
       const nExpert = b.ints.n_expert ?? 0;
       used = Math.max(used, b.ints.n_expert_used ?? 0);
       const row = [nExpert, 0, 0, 0, 0, 0, 0, 0, 0, 0];
@@ -161,15 +163,16 @@ export class ExpertStore {
   }
 
   /**
-   * A store of `capacityBytes` for the program's MoE blocks, and those blocks pointed at it (every
-   * backend made from the program then reads its experts there). Undefined when the model has no
-   * routed experts. A capacity below the minimum is refused naming the sizes.
+   * A store of `capacityBytes` for the program's MoE blocks (or those `o.blocks` takes), and those
+   * blocks pointed at it (every backend made from the program then reads their experts there: the
+   * CPU backend, and beside a card the host experts' CPU context, host-hook.ts). Undefined when no
+   * such block has routed experts. A capacity below the minimum is refused naming the sizes.
    */
   static attach(gguf: GgufFile, specs: readonly BlockSpec[], program: EncodedProgram, capacityBytes: number,
     o: ExpertStoreOptions = {}): ExpertStore | undefined {
     if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0)
       throw new ExpertStoreError(`expert store: a capacity of ${capacityBytes} bytes (a whole number of bytes, at least 0, expected)`);
-    const p = new StoreParams(gguf, specs, capacityBytes, envFlags(o));
+    const p = new StoreParams(gguf, specs, capacityBytes, envFlags(o), o.blocks);
     if (p.nLayers === 0) return undefined;
     if (program.nBlocks !== specs.length) throw new ExpertStoreError("internal: the program was not encoded from these blocks");
     const out = new BigUint64Array(1);

@@ -1,6 +1,8 @@
 // bloomery engine: the CPU side of a card's host experts - a CPU context (workspace and thread
 // pool, no KV cache) that the CUDA step calls through the CPU library's hook for the MoE blocks
-// whose routed experts stay in host memory (cuda/hybrid.cu, ffi/cpu/hook.c).
+// whose routed experts the card leaves to the CPU (cuda/hybrid.cu, ffi/cpu/hook.c). The hook gets
+// the program's own blocks, so a block pointed at an expert store (the disk tier beside a card:
+// Model.load, expert-store.ts) has its experts read through that store, as on the CPU backend.
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { ctxParams } from "./ctx-params.ts";

@@ -5,7 +5,7 @@ import { GgufFile } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
-import { encodeProgram, markHostExperts, type EncodedProgram } from "./program.ts";
+import { encodeProgram, hostExpertsMark, HOST_EXPERTS_DISK, markHostExperts, type EncodedProgram } from "./program.ts";
 import { BackendFactory, chooseBackend, type GpuLayers } from "./placement.ts";
 import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
 import { readRam } from "../cli/agent-machine.ts";
@@ -38,9 +38,10 @@ export interface LoadOptions {
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
   /**
-   * RAM for routed experts read from the GGUF files on demand (the CPU path's NVMe tier,
-   * expert-store.ts): their pages are not prefaulted and the MoE blocks read them from a cache of
-   * this many bytes. Undefined: every tensor mapped and prefaulted.
+   * RAM for routed experts read from the GGUF files on demand (the NVMe tier, expert-store.ts):
+   * their pages are not prefaulted and the MoE blocks read them from a cache of this many bytes (on
+   * the CPU every routed expert; beside a card the experts the plan leaves to the CPU). Undefined:
+   * the plan's cache (its disk tier), else every tensor mapped and prefaulted.
    */
   expertRamBytes?: number;
 }
@@ -66,16 +67,23 @@ export class Model {
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;
     const specs = this.family.program(this.gguf, this.hp);
-    // the RAM of the routed experts' cache: asked for, or what the plan leaves them on the CPU
-    const expertRam = o.expertRamBytes ?? (this.plan?.backend === "cpu" ? this.plan.expertRamBytes : undefined);
-    const routed = expertRam === undefined ? undefined : routedExpertTensors(specs);
+    const plan = this.plan;
+    const onCard = plan?.backend === "cuda";
+    // the RAM of the routed experts' cache: asked for, or what the plan leaves them (on the CPU the
+    // routed experts past the host budget, beside a card the host experts past it)
+    const expertRam = o.expertRamBytes ?? plan?.expertRamBytes;
+    // the experts read from the files on demand: on the CPU every routed one; beside a card those the
+    // CPU runs (the plan's disk tier, or every host expert when a cache is asked for)
+    const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || plan.where.get(n) === "host");
+    const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
     this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true);
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
-    // with a card: the routed experts the plan keeps in host memory run beside it (cuda/hybrid.cu)
-    const plan = this.plan;
-    if (plan?.backend === "cuda") markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host");
+    // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
+    // host memory or through the expert store
+    if (onCard) markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
     try {
-      this.experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam);
+      const blocks = onCard ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK : undefined;
+      this.experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam, { blocks });
     } catch (e) {
       this.weights.close();
       throw e;

@@ -58,7 +58,10 @@ export interface LoadPlan {
   expertRamBytes?: number;
   /** with a card: the first N layers' routed experts the plan moved to host memory so the rest fits the card */
   autoHostLayers?: number;
-  /** the tier of every tensor (with a card: routed experts may be "host", run by the CPU beside the card) */
+  /**
+   * the tier of every tensor (with a card: routed experts may be "host", run by the CPU beside the
+   * card, or "disk" when those do not fit the host budget: the same CPU reads them from the file on demand)
+   */
   where: Map<string, Tier>;
   line: string;
 }
@@ -182,6 +185,30 @@ function add(t: TierBytes, name: string, bytes: number, nExpert: number): void {
   } else t.dense += bytes;
 }
 
+/** The smallest RAM cache of the NVMe tier: a token's picks for MIN_CACHE_LAYERS layers, of experts of `unit` bytes. */
+function minExpertCache(hp: HParams, unit: number): number {
+  return unit * hp.nExpertUsed * MIN_CACHE_LAYERS;
+}
+
+/**
+ * With a card: the host experts do not fit the host budget, so every one of them goes to the disk
+ * tier (read from the file on demand by the host experts' CPU context) and the whole budget becomes
+ * its RAM cache; refused naming every term when even the smallest cache does not fit.
+ */
+function spillHostExperts(plan: LoadPlan, hp: HParams, hostBudget: number, budgetText: string): void {
+  const h = plan.host, nLayers = h.nExperts / Math.max(1, hp.nExpert);
+  const unit = h.experts / Math.max(1, h.nExperts), minCache = minExpertCache(hp, unit);
+  if (hostBudget < minCache)
+    throw new PlanError(`${plan.line}\nthe host experts ${gib(h.experts)} (${nLayers} layers) > the host budget ${gib(hostBudget)} (${budgetText}), and read from disk ` +
+      `they need at least the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) ` +
+      `> the host budget ${gib(hostBudget)}: keep fewer experts on the host (--n-cpu-moe N) or give a larger --host-budget`);
+  for (const [name, tier] of plan.where) if (tier === "host" && expertLayer(name) !== null) plan.where.set(name, "disk");
+  plan.disk.experts = h.experts;
+  plan.disk.nExperts = h.nExperts;
+  h.experts = h.nExperts = 0;
+  plan.expertRamBytes = Math.floor(hostBudget);
+}
+
 /**
  * The plan of a load. `backend` is what chooseBackend decided (the CPU, or the card);
  * `cardContextBytes` is the card's KV cache and buffers when the card runs it.
@@ -220,9 +247,10 @@ export function planLoad(
     if (split.length > 0)
       throw new PlanError(`${plan.line}\nlayer ${split[0]} has some of its routed-expert tensors on the host and some on the card; ` +
         "bloomery keeps a layer's gate, up and down experts together: place them with one -ot pattern (e.g. blk\\.N\\.ffn_.*_exps=CPU)");
-    if (host.experts > hostBudget)
-      throw new PlanError(`${plan.line}\nthe host experts ${gib(host.experts)} > the host budget ${gib(hostBudget)} (${budgetText}); ` +
-        "reading experts from disk beside a card is not implemented yet: keep fewer experts on the host (--n-cpu-moe N) or give a larger --host-budget");
+    if (host.experts > hostBudget) {
+      spillHostExperts(plan, hp, hostBudget, budgetText);
+      plan.line = planLine(plan, m) + auto.note;
+    }
     return plan;
   }
 
@@ -254,7 +282,7 @@ export function planLoad(
     // a layer's experts are one unit each (gate, up and down of one expert); the cache must
     // hold a token's picks for a few layers
     const unit = expertBytes / Math.max(1, hp.nLayer * hp.nExpert);
-    const minCache = unit * hp.nExpertUsed * MIN_CACHE_LAYERS;
+    const minCache = minExpertCache(hp, unit);
     if (room < minCache)
       throw new PlanError(`the model does not fit host memory even with its experts read from disk: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
         `+ the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) = ${gib(fixed + minCache)} ` +

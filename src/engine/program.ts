@@ -35,20 +35,35 @@ export function encodeProgram(specs: BlockSpec[], resolve: (name: string) => Nat
 /** The roles of a MoE block's routed-expert tensors: gate, up, down (bloomery.h BL_MOE_*). */
 const EXPERT_ROLES = [2, 3, 4];
 
+/** bl_block.host_experts: the routed experts stay in host memory, or are read from the file on demand (ffi/bloomery.h). */
+export const HOST_EXPERTS_RAM = 1;
+export const HOST_EXPERTS_DISK = 2;
+
 /**
- * Marks the MoE blocks whose routed experts `isHost` keeps in host memory (bl_block.host_experts):
- * a card runs those through the CPU hook or uploads them (cuda/hybrid.cu). Returns how many.
+ * Marks the MoE blocks whose routed experts a card leaves to the CPU (bl_block.host_experts): those
+ * `isHost` keeps in host memory (the card runs them through the CPU hook or uploads them), and
+ * those `onDisk` puts on the NVMe tier (the CPU hook alone, reading them through the block's
+ * expert store: cuda/hybrid.cu). A block is marked only when all its expert tensors agree. Returns
+ * how many blocks were marked.
  */
-export function markHostExperts(specs: BlockSpec[], prog: EncodedProgram, isHost: (name: string) => boolean): number {
+export function markHostExperts(specs: BlockSpec[], prog: EncodedProgram, isHost: (name: string) => boolean,
+  onDisk: (name: string) => boolean = () => false): number {
   let n = 0;
   specs.forEach((b, bi) => {
     if (b.kind !== BlockKind.Moe) return;
     const names = EXPERT_ROLES.map((r) => b.tensors[r]).filter((x): x is string => !!x);
-    if (names.length === 0 || !names.every(isHost)) return;
-    prog.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.host_experts, 1);
+    if (names.length === 0) return;
+    const mark = names.every(isHost) ? HOST_EXPERTS_RAM : names.every(onDisk) ? HOST_EXPERTS_DISK : 0;
+    if (!mark) return;
+    prog.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.host_experts, mark);
     n++;
   });
   return n;
+}
+
+/** A block's mark (0, HOST_EXPERTS_RAM or HOST_EXPERTS_DISK). */
+export function hostExpertsMark(prog: EncodedProgram, bi: number): number {
+  return Number(prog.blocks.i[bi * BLOCK_SLOTS + BlockSlot.host_experts]);
 }
 
 /** Blocks marked by markHostExperts. */
