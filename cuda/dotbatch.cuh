@@ -17,28 +17,6 @@ __host__ __device__ constexpr uint32_t mb_ident_slots(int t = 0) { return t >= M
 #define MB_IDENT mb_ident_slots()
 __device__ __forceinline__ int mb_slot(uint32_t sl, int t) { return (int)((sl >> (3 * t)) & 7u); }
 
-// The 32 (or 16) sums of acc's values over the warp, spread over the lanes: each step of the
-// butterfly (offsets 16, 8, 4, 2, 1: warp_sum's tree, so the same values) keeps half of them and
-// adds the partner lane's copy; lane L ends with value L (32), or value L >> 1 (16).
-__device__ __forceinline__ float warp_sums(float (&v)[32], int lane) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const bool hi = lane & o;
-#pragma unroll
-    for (int i = 0; i < o; i++) v[i] = (hi ? v[i + o] : v[i]) + __shfl_xor_sync(0xffffffffu, hi ? v[i] : v[i + o], o);
-  }
-  return v[0];
-}
-__device__ __forceinline__ float warp_sums(float (&v)[16], int lane) {
-#pragma unroll
-  for (int o = 16, h = 8; h > 0; o >>= 1, h >>= 1) {
-    const bool hi = lane & o;
-#pragma unroll
-    for (int i = 0; i < h; i++) v[i] = (hi ? v[i + h] : v[i]) + __shfl_xor_sync(0xffffffffu, hi ? v[i] : v[i + h], o);
-  }
-  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
-}
-
 // R rows' sums against the tile's rows set to zero.
 template <int R>
 __device__ __forceinline__ void mb_zero(float (&acc)[R][MB_NT]) {

@@ -132,11 +132,16 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
       mb_zero(acc);
       if constexpr (Q8) dot_q8<T, R>(rp, f.act, f.xb, n, cnt, sl, acc, lane);
       else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), n, cnt, sl, acc, lane);
-      // lane L: row L / 8 (gate r0, up r0, gate r1, up r1) of pair L % 8; the gate lanes take the up sums
-      static_assert(R * MB_NT == 32, "a sum a lane");
-      const float v = warp_sums(reinterpret_cast<float(&)[R * MB_NT]>(acc), lane), up = __shfl_down_sync(0xffffffffu, v, MB_NT);
-      const int t = lane % MB_NT, rr = lane / MB_NT, r = rr == 0 ? r0 : r1;
-      if ((rr == 0 || rr == 2) && t < cnt && r < ff) a.act[(size_t)(p0 + t) * a.ldact + r] = silu_f(v) * up;
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) {
+        if (t >= cnt) break;
+        const float g0 = warp_sum(acc[0][t]), u0 = warp_sum(acc[1][t]), g1 = warp_sum(acc[2][t]), u1 = warp_sum(acc[3][t]);
+        if (lane == 0) {
+          float *ar = a.act + (size_t)(p0 + t) * a.ldact;
+          ar[r0] = silu_f(g0) * u0;
+          if (r1 < ff) ar[r1] = silu_f(g1) * u1;
+        }
+      }
     }
     __syncwarp(); // stage s is refilled
     f.issue(rows_of, w + 2, s);
@@ -191,10 +196,19 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
       mb_zero(acc);
       if constexpr (Q8) dot_q8<T, R>(rp, f.act, f.xb, ff, cnt, acc, lane);
       else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), ff, cnt, acc, lane);
-      // lane L: sum L (R == 4) or L >> 1 (R == 2), row i / 8 of pair i % 8
-      const float y = warp_sums(reinterpret_cast<float(&)[R * MB_NT]>(acc), lane);
-      const int i = R * MB_NT == 32 ? lane : lane >> 1, t = i % MB_NT, r = r0 + (i / MB_NT) * MV_WARPS;
-      if ((R * MB_NT == 32 || (lane & 1) == 0) && t < cnt && r < n) a.ypair[(size_t)(p0 + t) * a.ldy + r] = y;
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) {
+        if (t >= cnt) break;
+        float y[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) y[r] = warp_sum(acc[r][t]);
+        if (lane == 0) {
+          float *yr = a.ypair + (size_t)(p0 + t) * a.ldy;
+#pragma unroll
+          for (int r = 0; r < R; r++)
+            if (r0 + r * MV_WARPS < n) yr[r0 + r * MV_WARPS] = y[r];
+        }
+      }
     }
     __syncwarp(); // stage s is refilled
     f.issue(rows_of, w + 2, s);
