@@ -7,7 +7,7 @@ import type { HParams } from "../models/types.ts";
 import type { Backend } from "./backend.ts";
 import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
 import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
-import type { EncodedProgram } from "./program.ts";
+import { HOST_EXPERTS_DISK, hostExpertsMark, type EncodedProgram } from "./program.ts";
 import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
 import { fitPromoteSlots, hostExpertBytes, PROMOTE_AUTO } from "./promote-fit.ts";
@@ -144,9 +144,13 @@ export class BackendFactory {
       }
       hs = be.hostStats();
     }
+    let onDisk = 0;
+    for (let bi = 0; hs && bi < this.prog.nBlocks; bi++) if (hostExpertsMark(this.prog, bi) === HOST_EXPERTS_DISK) onDisk++;
+    const inRam = (hs?.blocks ?? 0) - onDisk;
     if (hs)
-      log(`placement: the routed experts of ${hs.blocks} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"}), run by ${hostThreads} CPU threads ` +
-        `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${HOST_SPARE_CORES} cores are left to the card's callbacks, the server and its clients) ` : ""}` +
+      log(`placement: the routed experts of ${inRam > 0 ? `${inRam} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"})` : ""}` +
+        `${inRam > 0 && onDisk > 0 ? " and " : ""}${onDisk > 0 ? `${onDisk} layers are read from the file into the CPU's RAM cache` : ""}, run by ${hostThreads} CPU threads ` +
+        `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${HOST_SPARE_CORES} cores are left to the card's host thread, the server and its clients) ` : ""}` +
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
         `${hs.promoteSlots > 0 ? `; promotion: ${hs.promoteSlots} card slots a layer for the most used experts` :

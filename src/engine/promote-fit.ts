@@ -5,7 +5,7 @@
 // 0 (off) when that is below the experts a token uses. Pure arithmetic on numbers the caller gives
 // (and a reader of the host layers' expert bytes from the encoded program); the line says why.
 import { BLOCK_SLOTS, BLOCK_TENSOR_BASE, BlockSlot, TENSOR_SLOTS } from "../../ffi/layout.ts";
-import type { EncodedProgram } from "./program.ts";
+import { HOST_EXPERTS_RAM, type EncodedProgram } from "./program.ts";
 
 /** --promote-slots auto as the flag stores it (a count is 0 or more). */
 export const PROMOTE_AUTO = -1;
@@ -111,7 +111,8 @@ export function hostExpertBytes(prog: EncodedProgram): { hostLayers: number; exp
   let hostLayers = 0;
   for (let b = 0; b < prog.nBlocks; b++) {
     const base = b * BLOCK_SLOTS;
-    if (prog.blocks.i[base + BlockSlot.host_experts] === 0n) continue;
+    // promotion copies from host memory: layers whose experts are read from disk take no slots
+    if (prog.blocks.i[base + BlockSlot.host_experts] !== BigInt(HOST_EXPERTS_RAM)) continue;
     hostLayers++;
     // gate, up and down are roles 2, 3 and 4 (bloomery.h BL_MOE_*); slot 7 of a tensor is nb2, one expert's bytes
     for (let k = 0; k < 3; k++) per[k] = Math.max(per[k], Number(prog.blocks.i[base + BLOCK_TENSOR_BASE + (2 + k) * TENSOR_SLOTS + 7]));
