@@ -70,9 +70,15 @@ export const HOST_SPARE_CORES = 2;
  * cores - its workers are pinned one a core and meet at barriers, so one core taken by the HTTP
  * thread or a client stalls every layer (measured on the H200 host: 23 tok/s at -t 16 of 16, 45 at 14).
  */
-export function hostExpertThreads(nThreads: number, cores: number): number {
+export function hostExpertThreads(nThreads: number, cores: number, spare = hostSpareCores()): number {
   if (cores < 6) return Math.max(1, nThreads);
-  return Math.max(1, Math.min(nThreads, cores - HOST_SPARE_CORES));
+  return Math.max(1, Math.min(nThreads, cores - spare));
+}
+
+/** HOST_SPARE_CORES, or BLOOMERY_HOST_SPARE_CORES (0..8) when set. */
+export function hostSpareCores(): number {
+  const v = Number(process.env.BLOOMERY_HOST_SPARE_CORES);
+  return process.env.BLOOMERY_HOST_SPARE_CORES && Number.isInteger(v) && v >= 0 && v <= 8 ? v : HOST_SPARE_CORES;
 }
 
 /** --promote-slots auto (promote-fit.ts): the card's room after the weights and this context (already made). */
@@ -150,7 +156,7 @@ export class BackendFactory {
     if (hs)
       log(`placement: the routed experts of ${inRam > 0 ? `${inRam} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"})` : ""}` +
         `${inRam > 0 && onDisk > 0 ? " and " : ""}${onDisk > 0 ? `${onDisk} layers are read from the file into the CPU's RAM cache` : ""}, run by ${hostThreads} CPU threads ` +
-        `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${HOST_SPARE_CORES} cores are left to the card's host thread, the server and its clients) ` : ""}` +
+        `${hostThreads < cpu.nThreads ? `(of -t ${cpu.nThreads}: ${cpu.nThreads - hostThreads} cores are left to the card's host thread, the server and its clients) ` : ""}` +
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
         `${hs.promoteSlots > 0 ? `; promotion: ${hs.promoteSlots} card slots a layer for the most used experts` :
