@@ -138,7 +138,9 @@ export class BenchRunner {
     this.model?.close();
     this.model = undefined;
     const placement = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
-    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement });
+    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement,
+      // no HTTP server beside it: the host experts' pool leaves one core (the card's waits, the driver), not two
+      hostSpareCores: process.env.BLOOMERY_HOST_SPARE_CORES ? undefined : 1 });
     this.modelKey = key;
     return this.model;
   }

@@ -27,6 +27,8 @@ export interface PlacementOptions {
   batchInvariant?: boolean;
   /** card slots a host-expert layer for promoted experts (--promote-slots; 0 = off; PROMOTE_AUTO = what the card has left, promote-fit.ts) */
   promoteSlots?: number;
+  /** cores the host experts' pool leaves free (default hostSpareCores()) */
+  hostSpareCores?: number;
   /** plan as if the card had at most this many bytes free (--card-budget) */
   cardBudgetBytes?: number;
   /** where placement notes go (default stderr) */
@@ -131,7 +133,7 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
-    const hostThreads = hostExpertThreads(cpu.nThreads, usableCores());
+    const hostThreads = hostExpertThreads(cpu.nThreads, usableCores(), o.hostSpareCores ?? hostSpareCores());
     const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
     let hs = be.hostStats();
     let slots = o.promoteSlots ?? hs?.promoteSlots ?? 0; // unset: what BLOOMERY_PROMOTE_SLOTS gave the context
