@@ -7,6 +7,9 @@ import type { HostExpertStats } from "../engine/cuda-backend.ts";
 import type { ExpertStats } from "../engine/expert-store.ts";
 import { Model } from "../engine/model.ts";
 
+/** No HTTP server beside bench: the host experts' pool leaves one core (the card's waits, the driver), not two (BLOOMERY_HOST_SPARE_CORES still rules). */
+const BENCH_SPARE_CORES = process.env.BLOOMERY_HOST_SPARE_CORES ? undefined : 1;
+
 export interface BenchInstance {
   model: string;
   nPrompt: number;
@@ -138,9 +141,7 @@ export class BenchRunner {
     this.model?.close();
     this.model = undefined;
     const placement = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
-    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement,
-      // no HTTP server beside it: the host experts' pool leaves one core (the card's waits, the driver), not two
-      hostSpareCores: process.env.BLOOMERY_HOST_SPARE_CORES ? undefined : 1 });
+    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement, hostSpareCores: BENCH_SPARE_CORES });
     this.modelKey = key;
     return this.model;
   }
@@ -158,7 +159,7 @@ export class BenchRunner {
       maxTokens: Math.min(inst.nUbatch, inst.nBatch),
       nThreads: inst.nThreads,
       nThreadsBatch: inst.nThreads,
-    }, { nGpuLayers: inst.nGpuLayers });
+    }, { nGpuLayers: inst.nGpuLayers, hostSpareCores: BENCH_SPARE_CORES });
     this.lastBackend = be.name;
     return be;
   }
