@@ -22,7 +22,9 @@
 // or after MB_NAP_US at the latest); a card waits this long for an answer before it gives up.
 #define MB_SPIN_MS 50
 #define MB_NAP_US 1000
-#define MB_TIMEOUT_NS 20000000000ull
+#define MB_TIMEOUT_NS 300000000000ull
+// rows past this many floats go by the copy engine (a kernel's writes to host memory are slower)
+#define MB_COPY_FLOATS 65536
 // the most distinct calls (host block x batch size x kind) the graphs may capture
 #define MB_MAX_CALLS 8192
 // the most picks a token the mailbox carries (more: the stream callbacks)
@@ -93,15 +95,21 @@ __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const f
 
 int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int n, const int32_t *si, int ni, const float *sf, int nf) {
   if (ni > 2 * MB_MAX_PICKS + 1 || nf > MB_MAX_PICKS) return cu_fail(BL_E_INVAL, "host experts: %d picks do not fit the mailbox", ni);
+  if (n > MB_COPY_FLOATS) {
+    CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+    n = 0;
+  }
   k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hx_d, n, si, ni, sf, nf, c->mb_d, c->mb_seq, call->idx);
   CU_TRY(cudaGetLastError(), "posting to the host experts");
   return BL_OK;
 }
 
 int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add) {
-  const int blocks = std::min(32, std::max(1, n / 2048));
-  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, n, add ? 1 : 0);
+  const bool copy = !add && n > MB_COPY_FLOATS;
+  const int m = copy ? 0 : n, blocks = std::min(32, std::max(1, m / 2048));
+  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, m, add ? 1 : 0);
   CU_TRY(cudaGetLastError(), "waiting for the host experts");
+  if (copy) CU_TRY(cudaMemcpyAsync(c->x, c->hx, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
 }
 
