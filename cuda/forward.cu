@@ -207,6 +207,28 @@ static mv_args normed_products(const cu_ctx *c, const float *normw, float eps) {
   return a;
 }
 
+// The one-token attention kernels' arguments both decode paths share (attn1.cu, attn2.cu): the
+// layer's cache, the step's positions and slots, the heads, the split scratch; q in c->q.
+static void one_token_attn(const cu_ctx *c, const cu_blk &b, const qk_args &qa, attn1_args &a1) {
+  memset(&a1, 0, sizeof a1);
+  a1.q = c->q;
+  a1.kc = qa.kc;
+  a1.vc = qa.vc;
+  a1.slot_stride = qa.slot_stride;
+  a1.kd = qa.kd;
+  a1.pos = in_pos(c);
+  a1.seq = in_seq(c);
+  a1.scale = b.attn_scale;
+  a1.nh = b.n_head;
+  a1.nkv = b.n_head_kv;
+  a1.G = b.n_head / b.n_head_kv;
+  a1.part = c->part;
+  a1.counters = c->cnt_attn;
+  a1.max_splits = c->max_splits;
+  a1.min_chunk = c->min_chunk;
+  a1.out = c->att;
+}
+
 // moe: the MoE block that follows (or null); *routed: its router ran fused into the output product.
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
   *routed = false;
@@ -255,29 +277,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     // one token: Q/K norm, RoPE, the cache write and attention in one kernel
     cu_mark(c, S_ATTN);
     attn1_args a1;
-    memset(&a1, 0, sizeof a1);
-    a1.q = c->q;
+    one_token_attn(c, b, qa, a1);
     a1.k = c->k;
     a1.v = c->v;
     a1.qn = qa.qn;
     a1.kn = qa.kn;
     a1.eps = b.eps;
     a1.rope = b.rope;
-    a1.kc = qa.kc;
-    a1.vc = qa.vc;
-    a1.slot_stride = qa.slot_stride;
-    a1.kd = kd;
-    a1.pos = in_pos(c);
-    a1.seq = in_seq(c);
-    a1.scale = b.attn_scale;
-    a1.nh = nh;
-    a1.nkv = nkv;
-    a1.G = nh / nkv;
-    a1.part = c->part;
-    a1.counters = c->cnt_attn;
-    a1.max_splits = c->max_splits;
-    a1.min_chunk = c->min_chunk;
-    a1.out = c->att;
     if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
@@ -311,23 +317,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   } else if (!big && ntok <= MV_MAX_NT && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
     attn1_args a1;
-    memset(&a1, 0, sizeof a1);
-    a1.q = c->q;
-    a1.kc = qa.kc;
-    a1.vc = qa.vc;
-    a1.slot_stride = qa.slot_stride;
-    a1.kd = kd;
-    a1.pos = in_pos(c);
-    a1.seq = in_seq(c);
-    a1.scale = b.attn_scale;
-    a1.nh = nh;
-    a1.nkv = nkv;
-    a1.G = nh / nkv;
-    a1.part = c->part;
-    a1.counters = c->cnt_attn;
-    a1.max_splits = c->max_splits;
-    a1.min_chunk = c->min_chunk;
-    a1.out = c->att;
+    one_token_attn(c, b, qa, a1);
     a1.ntok = ntok;
     a1.ldq = qd;
     a1.prepped = 1;
