@@ -3,7 +3,6 @@
 // and the batched decoder's greedy tokens and logits against each sequence run alone (CPU: same bits).
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { runBench } from "../src/cli/bench.ts";
 import { batchedTests } from "../src/cli/bench-batched.ts";
 import { BatchedMarkdownPrinter, batchedStats, BatchedJsonlPrinter, type BatchedResult } from "../src/cli/bench-batched-print.ts";
 import { BatchedBenchError, BatchedDecoder } from "../src/cli/bench-batched-run.ts";
@@ -13,33 +12,10 @@ import { FlagError } from "../src/cli/flag-types.ts";
 import type { Backend } from "../src/engine/backend.ts";
 import { Model } from "../src/engine/model.ts";
 import { FIXTURES } from "./paths.ts";
+import { capture, parse } from "./bench-helpers.ts";
 
 const TINY = join(FIXTURES, "tiny-qwen3moe", "tiny-q8_0.gguf");
 const DEMO_Q4 = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
-
-function parse(args: string[]) {
-  const r = parseBenchArgs(args, {}, 2);
-  if (!r.params) throw new Error("no params");
-  return r.params;
-}
-
-/** Runs runBench with stdout and stderr captured. */
-async function capture(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "", err = "";
-  const w1 = process.stdout.write.bind(process.stdout), w2 = process.stderr.write.bind(process.stderr);
-  const e1 = console.error;
-  process.stdout.write = ((s: string | Uint8Array) => ((out += String(s)), true)) as typeof process.stdout.write;
-  process.stderr.write = ((s: string | Uint8Array) => ((err += String(s)), true)) as typeof process.stderr.write;
-  console.error = (...a: unknown[]) => void (err += a.join(" ") + "\n");
-  try {
-    const code = await runBench(args);
-    return { code, out, err };
-  } finally {
-    process.stdout.write = w1;
-    process.stderr.write = w2;
-    console.error = e1;
-  }
-}
 
 /** The cells of a markdown row of the batched table. */
 const cells = (line: string): string[] => line.split("|").slice(1, -1).map((c) => c.trim());

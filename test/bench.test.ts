@@ -2,38 +2,15 @@
 // its test order, its markdown layout, and real runs on the tiny fixture model (md, json, csv).
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { benchInstances, runBench } from "../src/cli/bench.ts";
+import { benchInstances } from "../src/cli/bench.ts";
 import { parseBenchArgs, parseOverrides } from "../src/cli/bench-flags.ts";
 import { MarkdownPrinter, formatParams, formatSize, testName, type BenchResult } from "../src/cli/bench-print.ts";
 import { FlagError } from "../src/cli/flag-types.ts";
 import { memoryBandwidth } from "../ffi/cpu-kernels.ts";
 import { FIXTURES } from "./paths.ts";
+import { capture, parse } from "./bench-helpers.ts";
 
 const TINY = join(FIXTURES, "tiny-qwen3moe", "tiny-q8_0.gguf");
-
-function parse(args: string[]) {
-  const r = parseBenchArgs(args, {}, 2);
-  if (!r.params) throw new Error("no params");
-  return r.params;
-}
-
-/** Runs runBench with stdout and stderr captured. */
-async function capture(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "", err = "";
-  const w1 = process.stdout.write.bind(process.stdout), w2 = process.stderr.write.bind(process.stderr);
-  const e1 = console.error;
-  process.stdout.write = ((s: string | Uint8Array) => ((out += String(s)), true)) as typeof process.stdout.write;
-  process.stderr.write = ((s: string | Uint8Array) => ((err += String(s)), true)) as typeof process.stderr.write;
-  console.error = (...a: unknown[]) => void (err += a.join(" ") + "\n");
-  try {
-    const code = await runBench(args);
-    return { code, out, err };
-  } finally {
-    process.stdout.write = w1;
-    process.stderr.write = w2;
-    console.error = e1;
-  }
-}
 
 describe("bench flags", () => {
   test("llama-bench's defaults", () => {

@@ -17,6 +17,7 @@ import { Model } from "../src/engine/model.ts";
 import { encodeProgram, HOST_EXPERTS_DISK, HOST_EXPERTS_RAM, hostExpertsMark, markHostExperts, type EncodedProgram } from "../src/engine/program.ts";
 import { BlockKind } from "../src/models/blocks.ts";
 import { FIXTURES } from "./paths.ts";
+import { lcgRows } from "./model-fixtures.ts";
 
 const file = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
 const ROWS = 16;
@@ -43,15 +44,7 @@ afterAll(() => {
 const addr = (p: EncodedProgram, bi: number) => BigInt(ptr(p.blocks.i)) + BigInt(bi * BLOCK_SLOTS * 8);
 const text = (err: Uint8Array) => new TextDecoder().decode(err.subarray(0, Math.max(0, err.indexOf(0))));
 
-function rows(n: number, seed: number): Float32Array {
-  const x = new Float32Array(n * m.hp.nEmbd);
-  let s = seed >>> 0;
-  for (let i = 0; i < x.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    x[i] = ((s >>> 8) & 0xffff) / 32768 - 1;
-  }
-  return x;
-}
+const rows = (n: number, seed: number): Float32Array => lcgRows(n, m.hp.nEmbd, seed);
 
 function blockRows(h: HostHook, p: EncodedProgram, bi: number, x: Float32Array, n: number): { st: number; msg: string } {
   const err = new Uint8Array(512);

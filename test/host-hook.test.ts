@@ -12,6 +12,7 @@ import { hostExpertThreads } from "../src/engine/placement.ts";
 import { Model } from "../src/engine/model.ts";
 import { BlockKind } from "../src/models/blocks.ts";
 import { FIXTURES } from "./paths.ts";
+import { lcgRows } from "./model-fixtures.ts";
 
 const file = join(FIXTURES, "demo-model", "bloomery-demo-q4_k_m.gguf");
 const m = Model.load(file, { nCtx: 64, nThreads: 2, maxTokens: 16 });
@@ -26,15 +27,7 @@ const blockAddr = (bi: number) => BigInt(ptr(m.program.blocks.i)) + BigInt(bi * 
 const moeBlocks = specs.map((b, i) => (b.kind === BlockKind.Moe ? i : -1)).filter((i) => i >= 0);
 const attnBlock = specs.findIndex((b) => b.kind === BlockKind.Attention);
 
-function rows(n: number, seed: number): Float32Array {
-  const x = new Float32Array(n * m.hp.nEmbd);
-  let s = seed >>> 0;
-  for (let i = 0; i < x.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    x[i] = ((s >>> 8) & 0xffff) / 32768 - 1;
-  }
-  return x;
-}
+const rows = (n: number, seed: number): Float32Array => lcgRows(n, m.hp.nEmbd, seed);
 
 function run(bi: number, x: Float32Array, n: number): { status: number; msg: string } {
   const err = new Uint8Array(512);

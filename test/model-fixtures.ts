@@ -25,3 +25,14 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
   return d;
 }
+
+/** n rows of e pseudo-random values in [-1, 1) (an LCG from seed): residual rows for the host hooks' tests. */
+export function lcgRows(n: number, e: number, seed: number): Float32Array {
+  const x = new Float32Array(n * e);
+  let s = seed >>> 0;
+  for (let i = 0; i < x.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    x[i] = ((s >>> 8) & 0xffff) / 32768 - 1;
+  }
+  return x;
+}
