@@ -151,6 +151,8 @@ struct cu_ctx {
   float *hx_d, *hout_d;
   uint32_t *mb_seq;
   struct cu_runner *runner;
+  int n_calls_pub;  // host_calls entries the host thread may read (atomic release/acquire)
+  int mb_broken;    // the host thread missed an answer's deadline: the context refuses further steps
   // promotion (hybrid.cu): slots on the card for the hottest experts of each host layer, used by
   // one-token steps (the card computes a token's resident picks, the CPU the rest)
   int promote_slots;              // slots a host layer (0: off)
@@ -207,7 +209,7 @@ int64_t cu_partition(cu_ctx *c, const cu_blk &b);
 int64_t cu_promote_pass(cu_ctx *c);
 void cu_promote_hits(const cu_ctx *c, int64_t *resident, int64_t *all);
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what);           // the step's end, then the hook's error
-void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, float *out); // a call's CPU work (any thread)
+void cu_host_run(cu_host_call *call, int ntok, const int32_t *ints, const float *flts, float *out); // a call's CPU work (any thread)
 // mailbox.cu
 int64_t cu_mailbox_start(cu_ctx *c);
 void cu_mailbox_stop(cu_ctx *c);
@@ -215,7 +217,7 @@ void cu_mailbox_arm(cu_ctx *c);    // a step starts: the host thread polls
 int64_t cu_mailbox_check(cu_ctx *c); // after a step: did the host thread answer every call
 int cu_mailbox_max_calls();
 // posts call (rows x[0..n) and ni/nf picks) / waits for its answer, then x += hout (add) or x = hx
-int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int n, const int32_t *si, int ni, const float *sf, int nf);
+int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, const int32_t *si, int ni, const float *sf, int nf);
 int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add);
 
 // forward.cu

@@ -11,6 +11,9 @@
 
 #include "ctx.h"
 
+// The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..2).
+#define ATTN_GENERAL 3
+
 static const char *const SECTION_NAMES[CU_SECTIONS] = {"embed", "qkv", "qk-norm-rope", "attention", "attn-out", "router", "experts", "output", "topk", "end"};
 
 void cu_mark(cu_ctx *c, int section) {
@@ -314,7 +317,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     f.out = c->att;
     f.ldo = qd;
     CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles));
-  } else if (!big && ntok <= MV_MAX_NT && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+  } else if (!big && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
     attn1_args a1;
     one_token_attn(c, b, qa, a1);
@@ -627,6 +630,12 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   int maxpos = 0;
   for (int i = 0; ntok <= MV_MAX_NT && i < ntok; i++) maxpos = std::max(maxpos, (int)pos[i]);
   c->acls = ntok <= MV_MAX_NT ? cu_attn2_class(maxpos + 1) : 0;
+  // a decode batch's attention by the one-token kernel reads every row but the ntok - 1 below a
+  // token's own before its wait on cu_qk_prep: a slot's other tokens must lie there (a prompt
+  // chunk's do); else class ATTN_GENERAL, the general kernel
+  for (int i = 0; ntok > 1 && ntok <= MV_MAX_NT && i < ntok; i++)
+    for (int j = 0; j < ntok; j++)
+      if (seq[j] == seq[i] && pos[j] <= pos[i] - ntok) c->acls = ATTN_GENERAL;
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;

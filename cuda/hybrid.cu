@@ -84,7 +84,7 @@ void cu_host_unregister(cu_weights *w) {
 // (ints, flts); k < 0 the picks the card's partition left to the host (promote.cu: their count at
 // ints[K]); the sum into out. A failure is kept for the step's end; a later call of a failed step
 // does nothing. Runs on the stream's callback thread or on the mailbox's host thread.
-void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, float *out) {
+void cu_host_run(cu_host_call *call, int ntok, const int32_t *ints, const float *flts, float *out) {
   cu_ctx *c = call->c;
   if (c->host_err) return; // the step failed earlier: its result is not used
   const auto t0 = std::chrono::steady_clock::now();
@@ -92,10 +92,10 @@ void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, flo
   msg[0] = 0;
   int64_t s = BL_OK;
   if (call->k == 0) {
-    s = c->host_fn(c->host_cpu, call->b, call->ntok, c->hx, msg, sizeof msg);
+    s = c->host_fn(c->host_cpu, call->b, ntok, c->hx, msg, sizeof msg);
   } else {
     const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : ints[K];
-    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, call->ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
+    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
     else memset(out, 0, (size_t)c->dm.E * sizeof(float));
   }
   c->n_hook++;
@@ -109,14 +109,15 @@ void cu_host_run(cu_host_call *call, const int32_t *ints, const float *flts, flo
 static void CUDART_CB hook_cb(void *p) {
   cu_host_call *call = static_cast<cu_host_call *>(p);
   cu_ctx *c = call->c;
-  cu_host_run(call, call->k > 0 ? c->hsel : c->hn_h, c->hselw, c->hout);
+  cu_host_run(call, call->ntok, call->k > 0 ? c->hsel : c->hn_h, c->hselw, c->hout);
 }
 
 __global__ void k_add_rows(float *x, const float *y, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
 }
 
-// The hook call of a block for a batch size (kept for the graphs; k: the split's host picks, -1 the partition's, 0 the whole block).
+// The hook call of a block (kept for the graphs; k: the split's host picks, -1 the partition's, 0 the
+// whole block): one a batch size with callbacks, one for every size with the mailbox (the size is posted).
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0);
 
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
@@ -134,7 +135,7 @@ static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k,
   if (k != 0 && !(call = host_call(c, b, 1, k))) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   bool done = false;
   if (c->mb) {
-    if (call) CU_OK(cu_mailbox_post(c, call, E, si, ni, sf, nf));
+    if (call) CU_OK(cu_mailbox_post(c, call, 1, E, si, ni, sf, nf));
     if (fm) {
       CU_OK(cu_fmoe(c->st, *fm, c->smem_limit, &done));
       if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
@@ -188,6 +189,7 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
 }
 
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
+  if (c->mb) ntok = 0; // the mailbox carries the batch size
   for (cu_host_call *h : c->host_calls)
     if (h->b == b.src && h->ntok == ntok && h->k == k) return h;
   if (c->mb && (int)c->host_calls.size() >= cu_mailbox_max_calls()) return nullptr; // the host thread reads the list: no reallocation
@@ -199,6 +201,7 @@ static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
   h->ntok = ntok;
   h->k = k;
   c->host_calls.push_back(h);
+  __atomic_store_n(&c->n_calls_pub, (int)c->host_calls.size(), __ATOMIC_RELEASE); // the host thread reads no further
   return h;
 }
 
@@ -230,6 +233,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->host_msg[0] = 0;
   c->upload_step = 0;
   if (c->dm.n_host == 0) return BL_OK;
+  if (c->mb_broken) return cu_fail(BL_E_DEVICE, "host experts: the host thread stopped answering in an earlier step; load the model again");
   cu_mailbox_arm(c);
   if (!c->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
   CU_OK(cu_promote_pass(c));
@@ -268,7 +272,7 @@ static int64_t host_rows(cu_ctx *c, const cu_blk &b, int ntok) {
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   cu_mark(c, S_EXPERTS);
   if (c->mb) {
-    CU_OK(cu_mailbox_post(c, call, ntok * E, nullptr, 0, nullptr, 0));
+    CU_OK(cu_mailbox_post(c, call, ntok, ntok * E, nullptr, 0, nullptr, 0));
     return cu_mailbox_wait(c, ntok * E, false);
   }
   const size_t bytes = (size_t)ntok * E * sizeof(float);
@@ -345,6 +349,7 @@ void cu_hybrid_free(cu_ctx *c) {
   c->hsel = nullptr;
   for (cu_host_call *h : c->host_calls) delete h;
   c->host_calls.clear();
+  c->n_calls_pub = 0;
   (void)cudaGetLastError();
 }
 

@@ -34,6 +34,7 @@ struct cu_mailbox {
   volatile uint32_t req;  // the card: the call's sequence number
   volatile uint32_t done; // the runner: the last sequence it answered
   volatile int32_t call;  // the call's index in host_calls
+  volatile int32_t ntok;  // its rows
   volatile int32_t timeout;
   int32_t ints[2 * MB_MAX_PICKS + 1]; // the host's picks (and, for a partition, their count at [K])
   float flts[MB_MAX_PICKS];           // their weights
@@ -54,7 +55,7 @@ static int64_t now_ns() {
 // ---- the card's side ----
 // Writes rows x[0..n) into the host's buffer and the picks into the mailbox, then posts the call.
 __global__ void k_mb_post(const float *x, float *hx, int n, const int32_t *si, int ni, const float *sf, int nf, cu_mailbox *mb, uint32_t *seq,
-                          int call) {
+                          int call, int ntok) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) hx[i] = x[i];
   if ((int)threadIdx.x < ni) mb->ints[threadIdx.x] = si[threadIdx.x];
   if ((int)threadIdx.x < nf) mb->flts[threadIdx.x] = sf[threadIdx.x];
@@ -64,19 +65,21 @@ __global__ void k_mb_post(const float *x, float *hx, int n, const int32_t *si, i
     const uint32_t s = *seq + 1;
     *seq = s;
     mb->call = call;
+    mb->ntok = ntok;
     __threadfence_system();
     mb->req = s;
   }
 }
 
 // Waits for the runner's answer to the last call (each block on its own), then x += src (add) or
-// x = src, for n floats read from host memory.
+// x = src, for n floats read from host memory. After one wait of the step timed out the rest do
+// not spin (the step's result is an error).
 __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const float *src, int n, int add) {
   if (threadIdx.x == 0) {
     const uint32_t s = *seq;
     uint64_t t0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    while (mb->done != s) {
+    while (mb->done != s && !mb->timeout) {
       uint64_t t;
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
       if (t - t0 > MB_TIMEOUT_NS) {
@@ -93,13 +96,13 @@ __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const f
   }
 }
 
-int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int n, const int32_t *si, int ni, const float *sf, int nf) {
+int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, const int32_t *si, int ni, const float *sf, int nf) {
   if (ni > 2 * MB_MAX_PICKS + 1 || nf > MB_MAX_PICKS) return cu_fail(BL_E_INVAL, "host experts: %d picks do not fit the mailbox", ni);
   if (n > MB_COPY_FLOATS) {
     CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
     n = 0;
   }
-  k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hx_d, n, si, ni, sf, nf, c->mb_d, c->mb_seq, call->idx);
+  k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hx_d, n, si, ni, sf, nf, c->mb_d, c->mb_seq, call->idx, ntok);
   CU_TRY(cudaGetLastError(), "posting to the host experts");
   return BL_OK;
 }
@@ -116,12 +119,12 @@ int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add) {
 // ---- the runner ----
 static void serve(cu_ctx *c, uint32_t r) {
   cu_mailbox *mb = c->mb;
-  const int idx = mb->call;
-  if (idx >= 0 && idx < (int)c->host_calls.size()) {
-    cu_host_call *call = c->host_calls[(size_t)idx];
-    cu_host_run(call, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
+  const int idx = mb->call, n = __atomic_load_n(&c->n_calls_pub, __ATOMIC_ACQUIRE);
+  if (idx >= 0 && idx < n) {
+    cu_host_call *call = c->host_calls.data()[idx];
+    cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
   } else {
-    snprintf(c->host_msg, sizeof c->host_msg, "host experts: internal: call %d of %zu", idx, c->host_calls.size());
+    snprintf(c->host_msg, sizeof c->host_msg, "host experts: internal: call %d of %d", idx, n);
     c->host_err = BL_E_INVAL;
   }
   __atomic_store_n(&mb->done, r, __ATOMIC_RELEASE);
@@ -139,7 +142,11 @@ static void run(cu_ctx *c) {
       idle_from = now_ns();
       continue;
     }
+#if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
     const int64_t t = now_ns(), a = R->armed_ns.load(std::memory_order_relaxed);
     if (t - std::max(idle_from, a) < (int64_t)MB_SPIN_MS * 1000000) continue;
     std::unique_lock<std::mutex> lk(R->mu);
@@ -153,10 +160,12 @@ void cu_mailbox_arm(cu_ctx *c) {
   c->runner->cv.notify_one();
 }
 
+// A timed-out wait leaves the host thread inside a call that later posts would overwrite: the
+// context refuses every later step (cu_hybrid_begin) instead of running on stale answers.
 int64_t cu_mailbox_check(cu_ctx *c) {
   if (c->mb && c->mb->timeout) {
-    c->mb->timeout = 0;
-    return cu_fail(BL_E_DEVICE, "host experts: the host thread did not answer within %llu s", (unsigned long long)(MB_TIMEOUT_NS / 1000000000ull));
+    c->mb_broken = 1;
+    return cu_fail(BL_E_DEVICE, "host experts: the host thread did not answer within %llu s; load the model again", (unsigned long long)(MB_TIMEOUT_NS / 1000000000ull));
   }
   return BL_OK;
 }
@@ -174,13 +183,11 @@ void cu_mailbox_stop(cu_ctx *c) {
   c->mb = c->mb_d = nullptr;
   c->mb_seq = nullptr;
   c->hx_d = c->hout_d = nullptr;
+  c->mb_broken = 0;
   (void)cudaGetLastError();
 }
 
-// After hx and hout are allocated (pinned): the mailbox, its device views and the runner.
-int64_t cu_mailbox_start(cu_ctx *c) {
-  const char *env = getenv("BLOOMERY_HYBRID_MAILBOX"); // 0: stream callbacks instead
-  if ((env && env[0] == '0') || c->dm.K > MB_MAX_PICKS) return BL_OK;
+static int64_t start(cu_ctx *c) {
   c->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
   void *p = nullptr;
   CU_TRY(cudaHostAlloc(&p, sizeof(cu_mailbox), cudaHostAllocMapped | cudaHostAllocPortable), "allocating the host experts' mailbox");
@@ -194,7 +201,8 @@ int64_t cu_mailbox_start(cu_ctx *c) {
   CU_TRY(cudaHostGetDevicePointer(&d, c->hout, 0), "mapping the host experts' rows");
   c->hout_d = static_cast<float *>(d);
   CU_TRY(cudaMalloc(&c->mb_seq, sizeof(uint32_t)), "allocating the host experts' mailbox");
-  CU_TRY(cudaMemset(c->mb_seq, 0, sizeof(uint32_t)), "allocating the host experts' mailbox");
+  CU_TRY(cudaMemsetAsync(c->mb_seq, 0, sizeof(uint32_t), c->st), "allocating the host experts' mailbox");
+  CU_TRY(cudaStreamSynchronize(c->st), "allocating the host experts' mailbox");
   c->runner = new (std::nothrow) cu_runner();
   if (!c->runner) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   try {
@@ -205,6 +213,16 @@ int64_t cu_mailbox_start(cu_ctx *c) {
     return cu_fail(BL_E_NOMEM, "host experts: the host thread could not start");
   }
   return BL_OK;
+}
+
+// After hx and hout are allocated (pinned): the mailbox, its device views and the runner; on a
+// failure none of it (the stream callbacks are not a fallback then: the error is returned).
+int64_t cu_mailbox_start(cu_ctx *c) {
+  const char *env = getenv("BLOOMERY_HYBRID_MAILBOX"); // 0: stream callbacks instead
+  if ((env && env[0] == '0') || c->dm.K > MB_MAX_PICKS) return BL_OK;
+  const int64_t s = start(c);
+  if (s != BL_OK) cu_mailbox_stop(c);
+  return s;
 }
 
 int cu_mailbox_max_calls() { return MB_MAX_CALLS; }
