@@ -73,7 +73,8 @@ struct cu_weights {
 
 static inline size_t cu_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-// A host block's call to the hook for one batch size (kept for the graphs that capture it).
+// A host block's call to the hook (kept for the graphs that capture it): one a batch size with
+// stream callbacks; with the mailbox one for every size (ntok 0: the size is posted with the call).
 struct cu_host_call {
   struct cu_ctx *c;
   const bl_block *b;

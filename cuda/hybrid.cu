@@ -420,10 +420,7 @@ static int64_t measure(cu_ctx *c) {
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn) {
-  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
-  if (!c || !fn || !cpu_ctx || !expert_fn) return cu_fail(BL_E_INVAL, "set_host: null argument");
-  if (c->dm.n_host == 0) return cu_fail(BL_E_INVAL, "set_host: the program keeps no experts in host memory");
+static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn) {
   CU_TRY(cudaSetDevice(c->dev), "selecting the device");
   CU_TRY(cudaStreamSynchronize(c->st), "set_host");
   cu_drop_graphs(c);
@@ -454,6 +451,22 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
   return BL_OK;
+}
+
+// Sets the host hook; on a failure none of it stays (a step then refuses: no hook set).
+extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn) {
+  cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
+  if (!c || !fn || !cpu_ctx || !expert_fn) return cu_fail(BL_E_INVAL, "set_host: null argument");
+  if (c->dm.n_host == 0) return cu_fail(BL_E_INVAL, "set_host: the program keeps no experts in host memory");
+  const int64_t s = set_host(c, fn, cpu_ctx, expert_fn);
+  if (s != BL_OK) {
+    cu_drop_graphs(c);
+    cu_hybrid_free(c);
+    c->host_fn = nullptr;
+    c->expert_fn = nullptr;
+    c->host_cpu = 0;
+  }
+  return s;
 }
 
 extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {

@@ -25,7 +25,7 @@
 #define MB_TIMEOUT_NS 300000000000ull
 // rows past this many floats go by the copy engine (a kernel's writes to host memory are slower)
 #define MB_COPY_FLOATS 65536
-// the most distinct calls (host block x batch size x kind) the graphs may capture
+// the most distinct calls (host block x kind) the steps may post
 #define MB_MAX_CALLS 8192
 // the most picks a token the mailbox carries (more: the stream callbacks)
 #define MB_MAX_PICKS 32
@@ -188,7 +188,11 @@ void cu_mailbox_stop(cu_ctx *c) {
 }
 
 static int64_t start(cu_ctx *c) {
-  c->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
+  try {
+    c->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
+  } catch (...) {
+    return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  }
   void *p = nullptr;
   CU_TRY(cudaHostAlloc(&p, sizeof(cu_mailbox), cudaHostAllocMapped | cudaHostAllocPortable), "allocating the host experts' mailbox");
   c->mb = static_cast<cu_mailbox *>(p);
