@@ -562,3 +562,44 @@ gpu("decode batches' dense products read each weight row once, against the gener
     });
   }
 });
+
+// A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
+// positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
+// attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
+// general attention (forward.cu, ATTN_GENERAL); adjacent tokens (a prompt chunk) keep the fast one.
+gpu("a decode batch with a slot's tokens apart reads the rows the step writes", () => {
+  test("test-moe:Q4_K_M: rows 5 and 19 of one slot in one step, against the CPU exact path", async () => {
+    const file = join(tmp, "gap-test-moe.gguf");
+    await synth({ model: "test-moe", quant: "Q4_K_M", out: file, layers: 0, seed: 11 });
+    const { cpu, m, be, V } = batchModels(file, 2, (s, V) => Array.from({ length: 20 }, (_, i) => (i * 131 + 7 * s + 3) % V));
+    try {
+      be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.int8);
+      const cases: { pos: number[]; seq: number[] }[] = [
+        { pos: [5, 19], seq: [0, 0] }, // apart: the general attention
+        { pos: [18, 19, 19], seq: [0, 0, 1] }, // adjacent (and another slot): the one-token kernel
+      ];
+      for (const k of cases) {
+        const n = k.pos.length;
+        const batch = (logits: Float32Array): Batch => ({
+          tokens: Int32Array.from(k.pos, (p, i) => (p * 977 + 31 * i + 5) % V), pos: Int32Array.from(k.pos), seq: Int32Array.from(k.seq),
+          outRows: Int32Array.from(k.pos.keys()), logits,
+        });
+        const got = new Float32Array(n * V), ref = new Float32Array(n * V);
+        be.forward(batch(got));
+        cpu.backend.forward(batch(ref));
+        let worst = 0;
+        for (let i = 0; i < n; i++) {
+          const r = ref.subarray(i * V, (i + 1) * V);
+          worst = Math.max(worst, maxAbs(got.subarray(i * V, (i + 1) * V), r) / std(r));
+        }
+        console.log(`slot tokens at ${k.pos.join(", ")} (slots ${k.seq.join(", ")}): max |dlogit| / std vs CPU exact ${worst.toExponential(2)}`);
+        expect(worst).toBeLessThan(1e-2);
+      }
+      be.setOption(CudaOption.fast, CudaFast.all);
+    } finally {
+      cpu.close();
+      m.close();
+      rmSync(file, { force: true });
+    }
+  });
+});
