@@ -136,7 +136,8 @@ enum { BL_CTX_EXACT = 1 };
 typedef int64_t (*bl_block_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
 int64_t bl_cpu_block_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
 /* The experts of a MoE block for picks the caller made: k of a token (sel / selw, n_tok x k, the
- * weights as given); out[n_tok x n_embd] = their weighted sum on rmsnorm(x) (x is not changed). */
+ * weights as given; a pick of -1 is none: computed elsewhere); out[n_tok x n_embd] = their
+ * weighted sum on rmsnorm(x) (x is not changed). */
 typedef int64_t (*bl_expert_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel,
                                      const float *selw, int64_t k, float *out, char *err, int64_t err_len);
 int64_t bl_cpu_expert_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel, const float *selw,

@@ -103,7 +103,44 @@ describe("the host hook on the CPU", () => {
     }
     expect(d).toBeLessThan(1e-5 * Math.max(1, mx));
     expect(experts(Int32Array.of(X, 0), selw, 2).msg).toMatch(/pick \d+ outside the \d+ experts/);
+    expect(experts(Int32Array.of(-2, 0), selw, 2).msg).toMatch(/pick -2 outside the \d+ experts/);
     expect(experts(sel, selw, K + 1).msg).toMatch(/picks a token/);
+  });
+
+  test("picks of -1 are none: rows on several tokens equal the same picks without them, bit for bit", () => {
+    const E = m.hp.nEmbd, K = m.hp.nExpertUsed, X = m.hp.nExpert, bi = moeBlocks[moeBlocks.length - 1], n = 5;
+    const x = rows(n, 11);
+    const run = (s: Int32Array, w: Float32Array, k: number) => {
+      const out = new Float32Array(n * E), err = new Uint8Array(512);
+      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), n, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
+      expect(st).toBe(0);
+      return out;
+    };
+    const sel = Int32Array.from({ length: n * K }, (_, i) => (i * 7 + 3) % X);
+    const selw = Float32Array.from({ length: n * K }, (_, i) => 1 / (2 + (i % K)));
+    // every other pick of each token left to someone else (-1), and the same picks compacted to K - K/2 a token
+    const holes = sel.map((e, i) => (i % K) % 2 === 1 ? -1 : e);
+    const kk = K - (K >> 1);
+    const compact = new Int32Array(n * kk), compactW = new Float32Array(n * kk);
+    for (let t = 0; t < n; t++)
+      for (let i = 0, q = 0; i < K; i++)
+        if (i % 2 === 0) {
+          compact[t * kk + q] = sel[t * K + i];
+          compactW[t * kk + q++] = selw[t * K + i];
+        }
+    const withHoles = run(holes, selw, K), compacted = run(compact, compactW, kk);
+    expect(withHoles.some((v) => v !== 0)).toBe(true);
+    expect(Buffer.from(withHoles.buffer).equals(Buffer.from(compacted.buffer))).toBe(true);
+    // the other half by -1s too: the two parts add up to all of a token's picks
+    const rest = run(sel.map((e, i) => (i % K) % 2 === 0 ? -1 : e), selw, K), all = run(sel, selw, K);
+    let d = 0, mx = 0;
+    for (let i = 0; i < all.length; i++) {
+      d = Math.max(d, Math.abs(withHoles[i] + rest[i] - all[i]));
+      mx = Math.max(mx, Math.abs(all[i]));
+    }
+    expect(d).toBeLessThan(1e-5 * Math.max(1, mx));
+    // no pick at all: zeros
+    expect(run(new Int32Array(n * K).fill(-1), selw, K).every((v) => v === 0)).toBe(true);
   });
 
   test("bad calls fail with a message and leave the rows alone", () => {

@@ -52,7 +52,7 @@ int64_t bl_cpu_expert_rows(uint64_t h, const bl_block *b, int64_t n_tok, const f
   else s = check_disk(b, "host experts");
   if (s == BL_OK)
     for (int64_t i = 0; i < n_tok * k; i++)
-      if (sel[i] < 0 || sel[i] >= b->n_expert) {
+      if (sel[i] < -1 || sel[i] >= b->n_expert) { /* -1: no pick (the card computes that one) */
         s = bl_fail(BL_E_INVAL, "host experts: pick %d outside the %lld experts", sel[i], (long long)b->n_expert);
         break;
       }

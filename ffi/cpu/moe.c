@@ -26,7 +26,7 @@ typedef struct {
   int64_t rb, rb_d;   /* their row bytes */
   uint8_t *qin;       /* input rows converted (n_tok x rb) */
   /* pairs (token, pick) sorted by expert */
-  int64_t n_pairs, n_active, tiles_gu, tiles_d, rpi_gu, rpi_d;
+  int64_t n_pairs, n_valid, n_active, tiles_gu, tiles_d, rpi_gu, rpi_d; /* n_valid: pairs of picks >= 0 */
   int32_t *pair_tok, *pair_of, *exp_start, *active;
   float *ff_out;      /* n_pairs x ff: silu(gate) * up */
   uint8_t *ffq;       /* n_pairs x rb_d */
@@ -96,22 +96,29 @@ static void group_pairs(moe_job *j, int nth) {
   const int64_t ne = j->ne, k = j->k, n = j->n_tok * k;
   int32_t *start = j->exp_start;
   memset(start, 0, sizeof(int32_t) * (size_t)(ne + 1));
-  for (int64_t i = 0; i < n; i++) start[c->sel[i] + 1]++;
+  for (int64_t i = 0; i < n; i++)
+    if (c->sel[i] >= 0) start[c->sel[i] + 1]++; /* a caller's pick of -1: none (bl_cpu_expert_rows) */
   for (int64_t e = 0; e < ne; e++) start[e + 1] += start[e];
   int32_t *fill = c->tok_list; /* per expert write position */
   memcpy(fill, start, sizeof(int32_t) * (size_t)ne);
   /* tokens in order within an expert; pair_of maps (token, pick) to its pair */
   for (int64_t t = 0; t < j->n_tok; t++)
     for (int64_t i = 0; i < k; i++) {
-      const int32_t e = c->sel[t * k + i], p = fill[e]++;
+      const int32_t e = c->sel[t * k + i];
+      if (e < 0) {
+        j->pair_of[t * k + i] = -1;
+        continue;
+      }
+      const int32_t p = fill[e]++;
       j->pair_tok[p] = (int32_t)t;
       j->pair_of[t * k + i] = p;
     }
   j->n_active = 0;
   for (int64_t e = 0; e < ne; e++)
     if (start[e + 1] > start[e]) j->active[j->n_active++] = (int32_t)e;
-  j->n_pairs = n;
-  const int64_t per = n / (j->n_active > 0 ? j->n_active : 1);
+  j->n_pairs = n; /* the per-worker pointer arrays' stride */
+  j->n_valid = start[ne];
+  const int64_t per = j->n_valid / (j->n_active > 0 ? j->n_active : 1);
   j->rpi_gu = bl_rows_per_item(j->ff * j->n_active, per, nth);
   j->rpi_d = bl_rows_per_item(j->E * j->n_active, per, nth);
   j->tiles_gu = (j->ff + j->rpi_gu - 1) / j->rpi_gu;
@@ -196,6 +203,7 @@ static void combine_token(moe_job *j, int64_t t) {
   const int simd = !bl_exact(c);
   for (int64_t i = 0; i < k; i++) {
     const int64_t slot = ord[i];
+    if (j->pair_of[t * k + slot] < 0) continue; /* a pick of -1 (sorted first) */
     const float w = j->dense ? 1.0f : c->selw[t * k + slot];
     const float *y = j->dn + (int64_t)j->pair_of[t * k + slot] * E;
     if (simd) c->kern->axpy_f32(w, y, o, E);
@@ -281,7 +289,7 @@ static void moe_task(void *a, int ith, int nth) {
     bl_pool_barrier_ith(c->pool, ith);
     if (!exact) {
       if (j->xs) xs_round_quantize(j, a0, a1);
-      else bl_job_quantize(c, &j->c_qd, j->vt_d, j->lanes_d, j->ff_out, j->ff, j->n_pairs, j->ff, j->ffq, j->rb_d);
+      else bl_job_quantize(c, &j->c_qd, j->vt_d, j->lanes_d, j->ff_out, j->ff, j->n_valid, j->ff, j->ffq, j->rb_d);
       bl_pool_barrier_ith(c->pool, ith);
     }
     for (int64_t i; (i = a0 * j->tiles_d + bl_claim(&j->c_down, 1)) < a1 * j->tiles_d;) {
