@@ -7,8 +7,8 @@ import type { HostExpertStats } from "../engine/cuda-backend.ts";
 import type { ExpertStats } from "../engine/expert-store.ts";
 import { Model } from "../engine/model.ts";
 
-/** No HTTP server beside bench: the host experts' pool leaves one core (the card's waits, the driver), not two (BLOOMERY_HOST_SPARE_CORES still rules). */
-const BENCH_SPARE_CORES = process.env.BLOOMERY_HOST_SPARE_CORES ? undefined : 1;
+/** No HTTP server beside bench: the host experts' pool leaves one core (the card's waits, the driver), not two. */
+const BENCH_SPARE_CORES = 1;
 
 export interface BenchInstance {
   model: string;
@@ -141,7 +141,7 @@ export class BenchRunner {
     this.model?.close();
     this.model = undefined;
     const placement = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
-    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement, hostSpareCores: BENCH_SPARE_CORES });
+    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement });
     this.modelKey = key;
     return this.model;
   }

@@ -35,8 +35,6 @@ export interface LoadOptions {
   batchInvariant?: boolean;
   /** card slots a host-expert layer for promoted experts (0 = off; cuda/promote.cu) */
   promoteSlots?: number;
-  /** cores the host experts' pool leaves to the rest of the process (placement.ts HOST_SPARE_CORES; bench: 1) */
-  hostSpareCores?: number;
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
   /**
@@ -98,7 +96,7 @@ export class Model {
       nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
       nThreadsBatch: o.nThreadsBatch,
       exact: o.exact,
-    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots, hostSpareCores: o.hostSpareCores });
+    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots });
   }
 
   /** The plan of this load (tiers of the weights), when LoadOptions.placement asked for one. */

@@ -7,7 +7,7 @@ import type { HParams } from "../models/types.ts";
 import type { Backend } from "./backend.ts";
 import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
 import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
-import { HOST_EXPERTS_DISK, hostExpertsMark, type EncodedProgram } from "./program.ts";
+import { HOST_EXPERTS_DISK, hostExpertBlocks, type EncodedProgram } from "./program.ts";
 import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
 import { fitPromoteSlots, hostExpertBytes, PROMOTE_AUTO } from "./promote-fit.ts";
@@ -27,7 +27,7 @@ export interface PlacementOptions {
   batchInvariant?: boolean;
   /** card slots a host-expert layer for promoted experts (--promote-slots; 0 = off; PROMOTE_AUTO = what the card has left, promote-fit.ts) */
   promoteSlots?: number;
-  /** cores the host experts' pool leaves free (default hostSpareCores()) */
+  /** cores the host experts' pool leaves free when BLOOMERY_HOST_SPARE_CORES is not set (default HOST_SPARE_CORES) */
   hostSpareCores?: number;
   /** plan as if the card had at most this many bytes free (--card-budget) */
   cardBudgetBytes?: number;
@@ -72,15 +72,15 @@ export const HOST_SPARE_CORES = 2;
  * cores - its workers are pinned one a core and meet at barriers, so one core taken by the HTTP
  * thread or a client stalls every layer (measured on the H200 host: 23 tok/s at -t 16 of 16, 45 at 14).
  */
-export function hostExpertThreads(nThreads: number, cores: number, spare = hostSpareCores()): number {
+export function hostExpertThreads(nThreads: number, cores: number, spare = hostSpareCores(HOST_SPARE_CORES)): number {
   if (cores < 6) return Math.max(1, nThreads);
   return Math.max(1, Math.min(nThreads, cores - spare));
 }
 
-/** HOST_SPARE_CORES, or BLOOMERY_HOST_SPARE_CORES (0..8) when set. */
-export function hostSpareCores(): number {
+/** BLOOMERY_HOST_SPARE_CORES (0..8) when set, else fallback. */
+export function hostSpareCores(fallback: number): number {
   const v = Number(process.env.BLOOMERY_HOST_SPARE_CORES);
-  return process.env.BLOOMERY_HOST_SPARE_CORES && Number.isInteger(v) && v >= 0 && v <= 8 ? v : HOST_SPARE_CORES;
+  return process.env.BLOOMERY_HOST_SPARE_CORES && Number.isInteger(v) && v >= 0 && v <= 8 ? v : fallback;
 }
 
 /** --promote-slots auto (promote-fit.ts): the card's room after the weights and this context (already made). */
@@ -133,7 +133,7 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
-    const hostThreads = hostExpertThreads(cpu.nThreads, usableCores(), o.hostSpareCores ?? hostSpareCores());
+    const hostThreads = hostExpertThreads(cpu.nThreads, usableCores(), hostSpareCores(o.hostSpareCores ?? HOST_SPARE_CORES));
     const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
     let hs = be.hostStats();
     let slots = o.promoteSlots ?? hs?.promoteSlots ?? 0; // unset: what BLOOMERY_PROMOTE_SLOTS gave the context
@@ -152,8 +152,7 @@ export class BackendFactory {
       }
       hs = be.hostStats();
     }
-    let onDisk = 0;
-    for (let bi = 0; hs && bi < this.prog.nBlocks; bi++) if (hostExpertsMark(this.prog, bi) === HOST_EXPERTS_DISK) onDisk++;
+    const onDisk = hs ? hostExpertBlocks(this.prog, HOST_EXPERTS_DISK) : 0;
     const inRam = (hs?.blocks ?? 0) - onDisk;
     if (hs)
       log(`placement: the routed experts of ${inRam > 0 ? `${inRam} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"})` : ""}` +

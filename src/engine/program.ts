@@ -66,9 +66,12 @@ export function hostExpertsMark(prog: EncodedProgram, bi: number): number {
   return Number(prog.blocks.i[bi * BLOCK_SLOTS + BlockSlot.host_experts]);
 }
 
-/** Blocks marked by markHostExperts. */
-export function hostExpertBlocks(prog: EncodedProgram): number {
+/** Blocks marked by markHostExperts (with mark: those of that mark only). */
+export function hostExpertBlocks(prog: EncodedProgram, mark?: number): number {
   let n = 0;
-  for (let bi = 0; bi < prog.nBlocks; bi++) if (prog.blocks.i[bi * BLOCK_SLOTS + BlockSlot.host_experts] !== 0n) n++;
+  for (let bi = 0; bi < prog.nBlocks; bi++) {
+    const m = hostExpertsMark(prog, bi);
+    if (mark === undefined ? m !== 0 : m === mark) n++;
+  }
   return n;
 }
