@@ -31,6 +31,13 @@ int64_t bl_map_file(const char *path, uint64_t *base, uint64_t *size);
 int64_t bl_unmap_file(uint64_t base, uint64_t size);
 /* Copy len bytes at base+off into dst (bounds are the caller's mapping). */
 int64_t bl_copy_bytes(uint64_t src, void *dst, uint64_t len);
+/* A file range read into anonymous memory that asks for 2 MiB huge pages (hugecopy.c): *out is
+ * its 2 MiB-aligned address; bl_huge_free(*out, len) unmaps it. bl_huge_available: whether the kernel
+ * gives huge pages to a region that asks; bl_huge_backed: the bytes of a range backed by them now. */
+int64_t bl_huge_copy(const char *path, uint64_t off, uint64_t len, int64_t nthreads, uint64_t *out);
+int64_t bl_huge_free(uint64_t base, uint64_t len);
+int64_t bl_huge_available(void);
+int64_t bl_huge_backed(uint64_t base, uint64_t len);
 
 /* ---- quant blocks ---- */
 /* block_elems and block_bytes of a ggml type id; BL_E_UNSUPPORTED when unknown. */

@@ -11,6 +11,7 @@ import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
 import { readRam } from "../cli/agent-machine.ts";
 import { cudaDeviceInfo } from "../../ffi/cuda.ts";
 import { MappedWeights } from "./weights.ts";
+import { cpu } from "../../ffi/cpu.ts";
 import { ExpertStore, routedExpertTensors, type ExpertStats } from "./expert-store.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 
@@ -76,7 +77,13 @@ export class Model {
     // CPU runs (the plan's disk tier, or every host expert when a cache is asked for)
     const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || plan.where.get(n) === "host");
     const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
-    this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true);
+    // the host experts beside a card in 2 MiB pages (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=0: the mapping)
+    const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;
+    this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true, huge);
+    if (huge) {
+      const h = this.weights.hugeBytes();
+      if (h.bytes) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(`placement: host experts read into huge pages: ${gib(h.bytes)} GiB (${gib(h.backed)} GiB backed by 2 MiB pages)`);
+    }
     this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
     // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
     // host memory or through the expert store
@@ -152,4 +159,16 @@ export class Model {
     this.experts?.close();
     this.weights.close();
   }
+}
+
+/** Whether the host experts beside a card go into huge pages: the kernel gives them (THP not
+ * "never") and BLOOMERY_HOST_HUGEPAGES does not start with 0. */
+function hostHugePages(): boolean {
+  const v = process.env.BLOOMERY_HOST_HUGEPAGES;
+  if (v && v.startsWith("0")) return false;
+  return Number(cpu().bl_huge_available()) === 1;
+}
+
+function gib(bytes: number): string {
+  return (bytes / 2 ** 30).toFixed(2);
 }

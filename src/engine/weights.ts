@@ -1,6 +1,7 @@
 // bloomery engine: maps a model's GGUF files read-only through native code and resolves
 // tensor names to native tensor references (address, type, dims, strides).
 import { ptr } from "bun:ffi";
+import { availableParallelism } from "node:os";
 import { check, cpu, cstr } from "../../ffi/cpu.ts";
 import { prefault } from "../../ffi/cpu-kernels.ts";
 import type { NativeTensor } from "../../ffi/layout.ts";
@@ -9,18 +10,62 @@ import { GgufError, TYPE_INFO, type GgufFile, type GgufTensorInfo } from "../ggu
 export class MappedWeights {
   private maps = new Map<string, { base: bigint; size: bigint }>();
 
+  /** Tensors read into huge-page memory (bl_huge_copy): file, range [lo, hi) of it, address. */
+  private huge: { file: string; lo: number; hi: number; base: bigint }[] = [];
+
   /**
    * `populate`: map every page now, as llama.cpp's MAP_POPULATE does (no faults while serving); a
    * predicate maps only the pages of the tensors it accepts (the expert store reads the rest).
+   * `huge`: tensors read instead into anonymous memory backed by 2 MiB pages (the host experts
+   * beside a card, streamed every token by the CPU and read in place by the card), neighbours
+   * less than 2 MiB apart in one region.
    */
-  constructor(readonly gguf: GgufFile, populate: boolean | ((t: GgufTensorInfo) => boolean) = true) {
+  constructor(readonly gguf: GgufFile, populate: boolean | ((t: GgufTensorInfo) => boolean) = true, huge?: (t: GgufTensorInfo) => boolean) {
     for (const path of gguf.paths) {
       const out = new BigUint64Array(2);
       check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
       this.maps.set(path, { base: out[0], size: out[1] });
-      if (populate === true) prefault(out[0], out[1]);
-      else if (populate) this.prefaultTensors(path, populate);
+      try {
+        if (huge) this.readHuge(path, huge);
+      } catch (e) {
+        this.close();
+        throw e;
+      }
+      const mapped = (t: GgufTensorInfo) => !this.hugeRange(t);
+      if (populate === true && !this.huge.length) prefault(out[0], out[1]);
+      else if (populate === true) this.prefaultTensors(path, mapped);
+      else if (populate) this.prefaultTensors(path, (t) => populate(t) && mapped(t));
     }
+  }
+
+  /** Bytes read into huge-page memory, and how many of them the kernel backs with huge pages now. */
+  hugeBytes(): { bytes: number; backed: number } {
+    let bytes = 0, backed = 0;
+    for (const h of this.huge) {
+      bytes += h.hi - h.lo;
+      backed += Math.max(0, Number(cpu().bl_huge_backed(h.base, BigInt(h.hi - h.lo))));
+    }
+    return { bytes, backed };
+  }
+
+  private readHuge(path: string, accept: (t: GgufTensorInfo) => boolean): void {
+    const ts = [...this.gguf.tensors.values()].filter((t) => t.file === path && t.nbytes > 0 && accept(t)).sort((a, b) => a.fileOffset - b.fileOffset);
+    const ranges: { lo: number; hi: number }[] = [];
+    for (const t of ts) {
+      const last = ranges[ranges.length - 1];
+      if (last && t.fileOffset <= last.hi + (2 << 20)) last.hi = Math.max(last.hi, t.fileOffset + t.nbytes);
+      else ranges.push({ lo: t.fileOffset, hi: t.fileOffset + t.nbytes });
+    }
+    const threads = Math.min(16, Math.max(1, availableParallelism()));
+    for (const r of ranges) {
+      const out = new BigUint64Array(1);
+      check(cpu().bl_huge_copy(cstr(path), BigInt(r.lo), BigInt(r.hi - r.lo), threads, ptr(out)), `reading ${path} into huge pages`);
+      this.huge.push({ file: path, lo: r.lo, hi: r.hi, base: out[0] });
+    }
+  }
+
+  private hugeRange(t: GgufTensorInfo) {
+    return this.huge.find((h) => h.file === t.file && t.fileOffset >= h.lo && t.fileOffset + t.nbytes <= h.hi);
   }
 
   /** Prefault the accepted tensors of one file, neighbours within a page merged into one range. */
@@ -53,11 +98,15 @@ export class MappedWeights {
     const m = this.maps.get(t.file);
     if (!m) throw new Error(`internal: ${t.file} is not mapped`);
     if (BigInt(t.fileOffset + t.nbytes) > m.size) throw new GgufError(t.file, `tensor '${t.name}' lies outside the mapped file`);
+    const h = this.hugeRange(t);
+    if (h) return nativeTensor(h.base + BigInt(t.fileOffset - h.lo), t);
     return nativeTensor(m.base + BigInt(t.fileOffset), t);
   }
 
   close(): void {
     for (const m of this.maps.values()) cpu().bl_unmap_file(m.base, m.size);
+    for (const h of this.huge) cpu().bl_huge_free(h.base, BigInt(h.hi - h.lo));
+    this.huge = [];
     this.maps.clear();
   }
 }
