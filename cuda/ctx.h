@@ -133,6 +133,11 @@ struct cu_ctx {
   // one-token split (CU_OPT_CARD_SHARE picks of a token read by the card from host memory over PCIe
   // on the side stream cs2, the rest on the CPU): the picks and the CPU's sum, pinned; its sum on the card
   int card_share;
+  // pull.cu: the card's share copied into card memory first (pull_on), its slots per role, slot ids
+  int pull_on;
+  void *pull_buf;
+  uint8_t *pull_dst[3];
+  int32_t *pull_ids;
   int32_t *hsel;
   float *hselw, *hout, *dout;
   cudaStream_t cs2;
@@ -202,6 +207,10 @@ void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
+// pull.cu
+int64_t cu_pull_init(cu_ctx *c);
+void cu_pull_free(cu_ctx *c);
+int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled);
 // promote.cu
 int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots);
 void cu_promote_free(cu_ctx *c);

@@ -129,7 +129,8 @@ bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
 // with ni picks si and nf weights sf on the card; k == 0: none), the host's sum added to x. With
 // the mailbox both run from the step's stream; with callbacks the card's share runs on the side
 // stream while the callback holds the step's stream.
-static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k, const int32_t *si, int ni, const float *sf, int nf) {
+// pull: fm reads b's experts in host memory, and the card may copy them first (pull.cu; mailbox only).
+static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k, const int32_t *si, int ni, const float *sf, int nf, bool pull) {
   const int E = (int)c->dm.E;
   cu_host_call *call = nullptr;
   if (k != 0 && !(call = host_call(c, b, 1, k))) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
@@ -137,7 +138,10 @@ static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k,
   if (c->mb) {
     if (call) CU_OK(cu_mailbox_post(c, call, 1, E, si, ni, sf, nf));
     if (fm) {
-      CU_OK(cu_fmoe(c->st, *fm, c->smem_limit, &done));
+      fmoe_args f = *fm;
+      bool pulled = false;
+      if (pull) CU_OK(cu_pull(c, b, f, &pulled));
+      CU_OK(cu_fmoe(c->st, f, c->smem_limit, &done));
       if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
     }
     return call ? cu_mailbox_wait(c, E, true) : BL_OK;
@@ -185,7 +189,7 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
   fm.k = K;
   if (!cu_fmoe_fits(fm, c->smem_limit)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
   // the host's picks and their count, then its weights
-  return split_run(c, b, &fm, -1, c->part_i + K, K + 1, c->part_f + K, K);
+  return split_run(c, b, &fm, -1, c->part_i + K, K + 1, c->part_f + K, K, false);
 }
 
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
@@ -262,7 +266,7 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
     fm.selw = c->selw + hk;
     fm.k = ck;
   }
-  return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk);
+  return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk, true);
 }
 
 // The whole block on the CPU: the rows to the hook and back.
@@ -328,6 +332,7 @@ void cu_hybrid_free(cu_ctx *c) {
   cu_mailbox_stop(c);
   if (c->cs) (void)cudaStreamSynchronize(c->cs);
   cu_promote_free(c);
+  cu_pull_free(c);
   for (int i = 0; i < 2; i++) {
     if (c->up_ev[i]) (void)cudaEventDestroy(c->up_ev[i]);
     if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
@@ -445,6 +450,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
+  if (c->mb) CU_OK(cu_pull_init(c));
   const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
   c->card_share = env && env[0] ? atoi(env) : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;

@@ -1,0 +1,138 @@
+// bloomery CUDA library: the card's share of a token's host experts pulled into card memory before
+// the card computes them (one-token steps beside host experts, hybrid.cu). The one-token expert
+// kernels reading host memory in place keep few bytes in flight (about 24 GB/s over PCIe); a
+// kernel that only copies - every thread with several 16-byte loads of the picked experts' gate,
+// up and down slabs in flight - keeps the link busy, then the same kernels read the copies from
+// card memory. The picks are read on the card (after the wait), so the copy sits inside the graph.
+// BLOOMERY_HYBRID_PULL=0 reads the experts in place instead.
+#include <stdlib.h>
+
+#include <algorithm>
+
+#include "ctx.h"
+#include "stage.cuh"
+
+#define PULL_UNROLL 8
+#define PULL_THREADS 256
+#define PULL_MAX_K 32
+
+struct pull_args {
+  const int32_t *sel; // the card's picks (k of them)
+  int k, n_expert;
+  const uint8_t *src[3]; // gate, up, down of expert 0 as the card addresses host memory
+  uint8_t *dst[3];       // slot 0 of each role in card memory (slots bytes[r] apart)
+  int chunks[3];         // 16-byte chunks of one expert's slab of each role
+};
+
+__global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
+  __shared__ int e[PULL_MAX_K];
+  cu_pdl_wait();
+  if ((int)threadIdx.x < a.k) {
+    const int v = __ldcg(a.sel + threadIdx.x);
+    e[threadIdx.x] = v < 0 ? 0 : v >= a.n_expert ? a.n_expert - 1 : v;
+  }
+  __syncthreads();
+  const int per = a.chunks[0] + a.chunks[1] + a.chunks[2], total = per * a.k;
+  const int stride = (int)(gridDim.x * blockDim.x);
+  for (int base = (int)(blockIdx.x * blockDim.x + threadIdx.x); base < total; base += stride * PULL_UNROLL) {
+    int4 v[PULL_UNROLL];
+    int4 *to[PULL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PULL_UNROLL; u++) {
+      const int idx = base + u * stride;
+      to[u] = nullptr;
+      if (idx >= total) continue;
+      const int j = idx / per;
+      int c = idx - j * per, r = 0;
+      if (c >= a.chunks[0]) {
+        c -= a.chunks[0];
+        r = 1;
+        if (c >= a.chunks[1]) {
+          c -= a.chunks[1];
+          r = 2;
+        }
+      }
+      const int4 *s = reinterpret_cast<const int4 *>(a.src[r]) + (size_t)e[j] * a.chunks[r] + c;
+      to[u] = reinterpret_cast<int4 *>(a.dst[r]) + (size_t)j * a.chunks[r] + c;
+      v[u] = __ldcg(s);
+    }
+#pragma unroll
+    for (int u = 0; u < PULL_UNROLL; u++)
+      if (to[u]) *to[u] = v[u];
+  }
+}
+
+// Slots in card memory for the most picks a token of any host layer read in memory (not on disk),
+// and the slot numbers 0..K-1 the expert kernels then take as picks. Off (nothing allocated) with
+// BLOOMERY_HYBRID_PULL=0 or when a host layer's slabs are not 16-byte multiples.
+int64_t cu_pull_init(cu_ctx *c) {
+  c->pull_on = 0;
+  const char *env = getenv("BLOOMERY_HYBRID_PULL");
+  if (env && env[0] == '0') return BL_OK;
+  size_t slab[3] = {0, 0, 0};
+  int K = 0;
+  for (const cu_blk &b : c->w->blocks) {
+    if (!b.host || cu_host_on_disk(b)) continue;
+    for (int k = 0; k < 3; k++) {
+      const dmat &m = b.t[BL_MOE_GATE + k];
+      const uintptr_t at = reinterpret_cast<uintptr_t>(b.hxd[k]);
+      if (!b.hxd[k] || m.nb2 % 16 || at % 16) return BL_OK;
+      slab[k] = std::max(slab[k], (size_t)m.nb2);
+    }
+    K = std::max(K, b.n_used);
+  }
+  if (K == 0 || K > PULL_MAX_K) return BL_OK;
+  size_t bytes = 0;
+  for (int k = 0; k < 3; k++) bytes += cu_align256(slab[k] * K);
+  CU_TRY(cudaMalloc(&c->pull_buf, bytes), "allocating the card's slots for its share of host experts");
+  CU_TRY(cudaMalloc(&c->pull_ids, PULL_MAX_K * sizeof(int32_t)), "allocating the card's slots for its share of host experts");
+  int32_t ids[PULL_MAX_K];
+  for (int i = 0; i < PULL_MAX_K; i++) ids[i] = i;
+  CU_TRY(cudaMemcpy(c->pull_ids, ids, sizeof ids, cudaMemcpyHostToDevice), "setting the card's slots");
+  uint8_t *p = static_cast<uint8_t *>(c->pull_buf);
+  for (int k = 0; k < 3; k++) {
+    c->pull_dst[k] = p;
+    p += cu_align256(slab[k] * K);
+  }
+  c->pull_on = 1;
+  return BL_OK;
+}
+
+void cu_pull_free(cu_ctx *c) {
+  if (c->pull_buf) (void)cudaFree(c->pull_buf);
+  if (c->pull_ids) (void)cudaFree(c->pull_ids);
+  c->pull_buf = nullptr;
+  c->pull_ids = nullptr;
+  for (int k = 0; k < 3; k++) c->pull_dst[k] = nullptr;
+  c->pull_on = 0;
+}
+
+// Copies the experts fm's k picks name (fm.sel) of block b from host memory into the slots, on the
+// step's stream, and points fm at the slots (picks 0..k-1 of the same strides). False: not pulled
+// (off, or more picks than slots) - fm is left reading host memory.
+int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
+  *pulled = false;
+  if (!c->pull_on || fm.k > b.n_used || fm.k > PULL_MAX_K || fm.k <= 0) return BL_OK;
+  pull_args a;
+  a.sel = fm.sel;
+  a.k = fm.k;
+  a.n_expert = b.n_expert;
+  const dmat *m[3] = {&fm.gate, &fm.up, &fm.down};
+  for (int k = 0; k < 3; k++) {
+    a.src[k] = m[k]->d;
+    a.dst[k] = c->pull_dst[k];
+    a.chunks[k] = (int)(m[k]->nb2 / 16);
+  }
+  int blocks = 2 * c->sm_count;
+  const int total = (a.chunks[0] + a.chunks[1] + a.chunks[2]) * a.k;
+  const int need = (total + PULL_THREADS * PULL_UNROLL - 1) / (PULL_THREADS * PULL_UNROLL);
+  if (need < blocks) blocks = need;
+  if (blocks < 1) blocks = 1;
+  CU_LAUNCH("pulling the card's share of host experts", k_pull, dim3(blocks), dim3(PULL_THREADS), 0, c->st, a);
+  fm.gate.d = c->pull_dst[0];
+  fm.up.d = c->pull_dst[1];
+  fm.down.d = c->pull_dst[2];
+  fm.sel = c->pull_ids;
+  *pulled = true;
+  return BL_OK;
+}
