@@ -20,8 +20,11 @@
 
 // Of a token's picks in a host-expert layer, how many the card computes by default (one-token steps):
 // with the mailbox the card's share runs on the step's stream beside the CPU's (H200, --cpu-moe, tg64:
-// 2 -> 60.2 t/s, 3 -> 53.1, 4 -> 42.0); with stream callbacks on a side stream (2 -> 46.8, 3 -> 48.8).
+// 2 -> 60.2 t/s, 3 -> 53.1, 4 -> 42.0); with stream callbacks on a side stream (2 -> 46.8, 3 -> 48.8);
+// with the card's share pulled into card memory first (pull.cu; one call, tg64 -r 3, --cpu-moe /
+// --n-cpu-moe 24): in place 2 -> 59.8 / 98.4, pulled 2 -> 61.1 / 105.8, 3 -> 69.4 / 122.5, 4 -> 62.9 / 108.6.
 #define HYBRID_CARD_SHARE 2
+#define HYBRID_CARD_SHARE_PULL 3
 #define HYBRID_CARD_SHARE_CB 3
 
 // ---- pinning the host experts ----
@@ -452,7 +455,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_OK(cu_mailbox_start(c));
   if (c->mb) CU_OK(cu_pull_init(c));
   const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
-  c->card_share = env && env[0] ? atoi(env) : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  c->card_share = env && env[0] ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));

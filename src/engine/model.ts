@@ -77,7 +77,7 @@ export class Model {
     // CPU runs (the plan's disk tier, or every host expert when a cache is asked for)
     const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || plan.where.get(n) === "host");
     const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
-    // the host experts beside a card in 2 MiB pages (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=0: the mapping)
+    // the host experts beside a card in 2 MiB pages when asked (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=1)
     const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;
     this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true, huge);
     if (huge) {
@@ -161,11 +161,12 @@ export class Model {
   }
 }
 
-/** Whether the host experts beside a card go into huge pages: the kernel gives them (THP not
- * "never") and BLOOMERY_HOST_HUGEPAGES does not start with 0. */
+/** Whether the host experts beside a card go into huge pages: asked for (BLOOMERY_HOST_HUGEPAGES=1)
+ * and the kernel gives them (THP not "never"). Off by default: on the H200's host it gained nothing
+ * (tg64 --cpu-moe 61.3 -> 62.3, --n-cpu-moe 24 106.9 -> 101.7, pp512 unchanged; with the pulled card
+ * share of 3: 69.4 -> 60.9 and 122.5 -> 96.5) and costs a copy of the experts at load. */
 function hostHugePages(): boolean {
-  const v = process.env.BLOOMERY_HOST_HUGEPAGES;
-  if (v && v.startsWith("0")) return false;
+  if (process.env.BLOOMERY_HOST_HUGEPAGES !== "1") return false;
   return Number(cpu().bl_huge_available()) === 1;
 }
 
