@@ -277,6 +277,17 @@ gpu("CUDA backend behaviour", () => {
       be.forward(one(42, 8, 0, a));
       be.forward(one(42, 8, 1, b));
       expect(maxAbs(a, b)).toBe(0);
+      // a decode batch of two slots: each row's best 64 (the scheduler's sampling path) are the top of its row
+      const two = (logits: Float32Array): Batch => ({ tokens: Int32Array.of(43, 44), pos: Int32Array.of(9, 9), seq: Int32Array.of(0, 1), outRows: Int32Array.of(0, 1), logits });
+      const rows2 = new Float32Array(2 * V), ids2 = new Int32Array(128), vals2 = new Float32Array(128);
+      be.forward(two(rows2));
+      be.forwardTopK(two(new Float32Array(0)), 64, ids2, vals2);
+      for (let r = 0; r < 2; r++) {
+        const row = rows2.subarray(r * V, (r + 1) * V);
+        const best = Array.from({ length: V }, (_, i) => i).sort((x, y) => row[y] - row[x] || x - y).slice(0, 64);
+        expect(Array.from(ids2.subarray(r * 64, (r + 1) * 64))).toEqual(best);
+        for (let i = 0; i < 64; i++) expect(vals2[r * 64 + i]).toBe(row[best[i]]);
+      }
     } finally {
       m.close();
     }

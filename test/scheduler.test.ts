@@ -8,6 +8,7 @@ import { Model } from "../src/engine/model.ts";
 import { Scheduler } from "../src/engine/scheduler.ts";
 import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import type { DoneEvent, GenerateRequest, TokenEvent } from "../src/engine/protocol.ts";
+import type { Batch } from "../src/engine/backend.ts";
 import { FIXTURES } from "./paths.ts";
 
 const demo = join(FIXTURES, "demo-model", "bloomery-demo-q8_0.gguf");
@@ -139,5 +140,54 @@ describe("scheduler (CPU path)", () => {
     expect(() => h.submit(new Array(600).fill(5), 4)).toThrow(/exceeds the available context size/);
     expect(() => h.submit([1, 2, 999999], 4)).toThrow(/outside the vocabulary/);
     expect(() => h.submit([1, 2], 4, { idSlot: 7 })).toThrow(/id_slot 7 does not exist/);
+  });
+
+  test("with a backend that hands over its best candidates, sampled requests pick the same tokens", () => {
+    // a top-k forward made from the CPU path's rows (the card's forwardTopK: value desc, id asc)
+    const be = model.backend;
+    const V = model.hp.nVocab;
+    const topK = (b: Batch, k: number, ids: Int32Array, vals: Float32Array) => {
+      const rows = new Float32Array(b.outRows.length * V);
+      be.forward({ ...b, logits: rows });
+      for (let r = 0; r < b.outRows.length; r++) {
+        const row = rows.subarray(r * V, (r + 1) * V);
+        const best = Array.from({ length: V }, (_, i) => i).sort((x, y) => row[y] - row[x] || x - y).slice(0, k);
+        best.forEach((id, j) => { ids[r * k + j] = id; vals[r * k + j] = row[id]; });
+      }
+    };
+    const run = (withTop: boolean) => {
+      if (withTop) be.forwardTopK = topK;
+      try {
+        const h = harness(model);
+        const params = { temperature: 0.9, topK: 40, topP: 0.95, minP: 0.05, seed: 7 };
+        const ids = [h.submit(tok.encode(P1), 16, { params }), h.submit(tok.encode(P2), 12, { params: { ...params, seed: 8 } }),
+          h.submit(tok.encode(P3), 8, { params: { temperature: 0 } })];
+        h.drain();
+        return { tokens: ids.map((id) => h.runs.get(id)!.tokens), topSteps: h.sched.stats().topKSteps };
+      } finally {
+        delete be.forwardTopK;
+      }
+    };
+    const rows = run(false), top = run(true);
+    expect(rows.topSteps).toBe(0);
+    expect(top.topSteps).toBeGreaterThan(10);
+    expect(top.tokens).toEqual(rows.tokens);
+    expect(top.tokens.map((t) => t.length)).toEqual([16, 12, 8]);
+  });
+
+  test("a request whose samplers read the whole row takes the rows for the whole step", () => {
+    const be = model.backend;
+    let calls = 0;
+    be.forwardTopK = () => { calls++; throw new Error("not expected"); };
+    try {
+      const h = harness(model);
+      h.submit(tok.encode(P3), 4, { params: { temperature: 0.9, topK: 40, seed: 1 } });
+      h.submit(tok.encode(P2), 4, { params: { temperature: 0.9, topK: 40, repeatPenalty: 1.2, seed: 1 } });
+      h.drain();
+      expect(calls).toBe(0);
+      expect(h.sched.stats().topKSteps).toBe(0);
+    } finally {
+      delete be.forwardTopK;
+    }
   });
 });

@@ -21,6 +21,11 @@ export interface Backend {
   readonly nSlots: number;
   readonly nCtxSlot: number;
   forward(b: Batch): void;
+  /**
+   * Optional: a forward that returns each output row's k best logits (value desc, id asc) into
+   * ids and vals (outRows.length * k entries) instead of the rows; k in 1..64.
+   */
+  forwardTopK?(b: Batch, k: number, ids: Int32Array, vals: Float32Array): void;
   /** bytes of KV per position (all layers) */
   kvPosBytes(): number;
   kvSave(slot: number, n: number, dst: Uint8Array): void;

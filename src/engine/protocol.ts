@@ -122,6 +122,8 @@ export interface EngineStats {
   /** forward passes run, and the busy slots they served in total */
   nDecode: number;
   busySlotsDecoded: number;
+  /** forward passes that returned the rows' best candidates, not the rows (the samplers allowed it) */
+  topKSteps: number;
   /** the routed experts' RAM cache (the disk tier), when the model has one */
   experts?: ExpertStats;
   /** the routed experts kept in host RAM beside a card, when some are */

@@ -12,6 +12,7 @@ function probOf(model: Model, p: SamplerProb): TokenProb {
 
 export const makeSampler: SamplerFactory = (req: GenerateRequest, model: Model): TokenSampler => {
   const s = new Sampler({ ...req.params, ignoreEos: req.ignoreEos, nProbs: req.nProbs }, model.tokenizer);
+  const need = s.candidatesNeeded();
   return {
     sample(logits, history, allowed) {
       const r = s.sample(logits, history, allowed ? { allowed } : {});
@@ -23,5 +24,7 @@ export const makeSampler: SamplerFactory = (req: GenerateRequest, model: Model):
       return { id: r.id, probs };
     },
     accept: (id) => s.accept(id),
+    candidates: () => need,
+    sampleTop: (ids, logits, history) => ({ id: s.sampleTop(ids, logits, history).id }),
   };
 };

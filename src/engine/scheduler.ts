@@ -8,6 +8,7 @@ import { Task } from "./task.ts";
 import type { SamplerFactory } from "./task.ts";
 import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./prompt-cache.ts";
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
+import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -50,6 +51,9 @@ export class Scheduler {
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
+    this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
+    this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
+    this.topOn = !!b.forwardTopK && process.env.BLOOMERY_TOPK_SAMPLING !== "0";
     this.cache = new PromptCache(cacheBytes, b.kvPosBytes());
   }
 
@@ -58,7 +62,7 @@ export class Scheduler {
       slots: this.slots.length, slotsBusy: this.slots.filter((s) => s.task).length, queued: this.queue.length,
       cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
-      nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded,
+      nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded, topKSteps: this.nTopSteps,
       experts: this.model.expertStats(),
       hostExperts: this.model.backend.hostStats?.(),
     };
@@ -66,6 +70,27 @@ export class Scheduler {
 
   private nDecode = 0;
   private busySlotsDecoded = 0;
+  /** forwards that returned the rows' best candidates instead of the rows (forwardTopK) */
+  private nTopSteps = 0;
+  private readonly topIds: Int32Array;
+  private readonly topVals: Float32Array;
+  private readonly topOn: boolean;
+
+  /**
+   * The candidates a row this step's samplers need when every one of them can pick from the
+   * backend's best candidates (forwardTopK: no vocabulary-sized row crosses to the host, no pass
+   * over it here); 0: the rows themselves. BLOOMERY_TOPK_SAMPLING=0 always takes the rows.
+   */
+  private candidatesFor(outSlots: Slot[]): number {
+    if (!this.topOn || outSlots.length === 0) return 0;
+    let k = 0;
+    for (const s of outSlots) {
+      const need = s.task!.candidatesNeeded();
+      if (need <= 0) return 0;
+      k = Math.max(k, need);
+    }
+    return k;
+  }
 
   private idleSlot(id: number): Slot {
     const s = this.slots[id];
@@ -249,11 +274,15 @@ export class Scheduler {
       tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq),
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
+    const topK = this.candidatesFor(outSlots);
     const t0 = performance.now();
     this.nDecode++;
     this.busySlotsDecoded += new Set(seq).size;
     try {
-      this.model.backend.forward(batch);
+      if (topK > 0) {
+        this.model.backend.forwardTopK!(batch, topK, this.topIds, this.topVals);
+        this.nTopSteps++;
+      } else this.model.backend.forward(batch);
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);
       for (const s of active) {
@@ -277,7 +306,9 @@ export class Scheduler {
       if (!t.prompting) t.genMs += ms;
       let res: ReturnType<Task["next"]>;
       try {
-        res = t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+        res = topK > 0
+          ? t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot)
+          : t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
       } catch (e) {
         // a sampling failure (e.g. every token banned) ends this request, never the engine
         s.task = undefined;

@@ -11,6 +11,10 @@ export interface TokenSampler {
   /** choose a token; `allowed` restricts candidates (grammar); probs when nProbs > 0 */
   sample(logits: Float32Array, history: readonly number[], allowed?: (id: number) => boolean): { id: number; probs?: TokenEvent["probs"] };
   accept(id: number): void;
+  /** how many of a row's best tokens decide the pick (sampleTop), or 0: the whole row is needed */
+  candidates(): number;
+  /** choose a token from a row's best candidates (logit desc, id asc; at least candidates() of them) */
+  sampleTop(ids: Int32Array, logits: Float32Array, history: readonly number[]): { id: number };
 }
 export type SamplerFactory = (req: GenerateRequest, model: Model) => TokenSampler;
 
@@ -48,14 +52,30 @@ export class Task {
     return bytes.length > 0 && g.accepts(bytes);
   };
 
+  /** How many of a row's best tokens this request's next pick needs (nextTop), or 0: the whole row. */
+  candidatesNeeded(): number {
+    return this.grammar ? 0 : this.sampler.candidates();
+  }
+
   /** Sample the next token from this row of logits; decide whether to stop. */
   next(logits: Float32Array, nPast: number, nCtx: number): { event?: TokenEvent; stop?: StopType; word?: string } {
     this.nPast = nPast;
     this.prompting = false;
-    const tok = this.model.tokenizer;
-    const grammarDone = this.grammar?.isDone() ?? false;
-    if (grammarDone) return { stop: "eos" };
+    if (this.grammar?.isDone()) return { stop: "eos" };
     const { id, probs } = this.sampler.sample(logits, this.history, this.grammar ? this.allowed : undefined);
+    return this.took(id, probs, nPast, nCtx);
+  }
+
+  /** next() from the row's best candidates (at least candidatesNeeded(), logit desc, id asc). */
+  nextTop(ids: Int32Array, logits: Float32Array, nPast: number, nCtx: number): { event?: TokenEvent; stop?: StopType; word?: string } {
+    this.nPast = nPast;
+    this.prompting = false;
+    const { id } = this.sampler.sampleTop(ids, logits, this.history);
+    return this.took(id, undefined, nPast, nCtx);
+  }
+
+  private took(id: number, probs: TokenEvent["probs"], nPast: number, nCtx: number): { event?: TokenEvent; stop?: StopType; word?: string } {
+    const tok = this.model.tokenizer;
     this.sampler.accept(id);
     this.lastToken = id;
     if (tok.isEog(id) && !this.req.ignoreEos) return { stop: "eos" };

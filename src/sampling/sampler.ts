@@ -15,7 +15,7 @@ import { nativeCandidates, type NativeOp } from "./native.ts";
 import { resolveSamplingParams, type SamplingParams } from "./params.ts";
 import { Mt19937, resolveSeed } from "./rng.ts";
 import { compileStages, firstStatsDivisor, nativePrefixLength, penaltiesEnabled, type Stage, type StagePlan } from "./stages.ts";
-import { FilteredSource, NativeSource } from "./view.ts";
+import { FilteredSource, NativeSource, TopSource, TOP_CANDIDATES_MAX } from "./view.ts";
 import {
   dynamicTemperatureVirtual, minPVirtual, temperatureVirtual, topKVirtual, topPVirtual, typicalVirtual, VirtualSet, xtcVirtual,
 } from "./virtual.ts";
@@ -179,6 +179,56 @@ export class Sampler {
     const probs: TokenProb[] = [];
     for (let i = 0; i < raw.ids.length; i++) probs.push({ id: raw.ids[i], p: Math.exp(raw.logits[i] - st.max) / st.z1, logit: raw.logits[i] });
     return { id: picked.id, p: Math.exp(logits[picked.id] - st.max) / st.z1, probs };
+  }
+
+  /**
+   * How many of a row's best tokens (logit desc, id asc) decide this sampler's pick, when that is
+   * at most TOP_CANDIDATES_MAX: the first cutting stage is top-k, only temperatures come before it,
+   * the row-wide ops only ban tokens (ignore_eos, a bias of -inf), no probabilities are reported and
+   * the last stage draws from the kept set. Then a backend may hand over its top candidates instead
+   * of the row (sampleTop: the same pick). 0: the whole row is needed.
+   */
+  candidatesNeeded(): number {
+    const { stages, final } = this.plan;
+    if (final !== "dist" || this.params.nProbs > 0) return 0;
+    for (let i = 0; i < this.prefixLen; i++) if (stages[i].kind !== "temp") return 0;
+    const first = stages[this.prefixLen];
+    if (first?.kind !== "top_k" || first.k <= 0) return 0;
+    let banned = 0;
+    for (const op of this.biasOps) {
+      if (op.kind !== "ban") return 0;
+      banned += op.ids.length;
+    }
+    const need = first.k + banned;
+    return need <= TOP_CANDIDATES_MAX && need <= this.nVocab ? need : 0;
+  }
+
+  /**
+   * Samples from a row's best tokens as a backend selected them (at least candidatesNeeded() of
+   * them, logit desc, id asc): the same pick as sample() on the whole row. Throws SamplingError
+   * when this sampler needs the whole row.
+   */
+  sampleTop(ids: Int32Array, logits: Float32Array, history: readonly number[]): SampleResult {
+    const need = this.candidatesNeeded();
+    if (need === 0) throw new SamplingError("sampling: this request's samplers need the whole logits row");
+    if (ids.length !== logits.length || ids.length < need) throw new SamplingError(`sampling: ${ids.length} candidates given, ${need} needed`);
+    const banned = new Set<number>();
+    for (const op of this.biasOps) if (op.kind === "ban") for (const id of op.ids) banned.add(id);
+    const keep: number[] = [];
+    for (let i = 0; i < ids.length; i++) if (!banned.has(ids[i])) keep.push(i);
+    const { stages } = this.plan;
+    let tdiv = 1;
+    for (let i = 0; i < this.prefixLen; i++) {
+      const st = stages[i];
+      if (st.kind === "temp") tdiv *= st.t;
+    }
+    const src = new TopSource(Int32Array.from(keep, (i) => ids[i]), Float32Array.from(keep, (i) => logits[i]));
+    const hist = new History(history, this.params, this.nVocab, this.breakers);
+    this.lastNativeCalls = 0;
+    let set: VirtualSet | CandList = new VirtualSet(src, 0, tdiv);
+    for (let i = this.prefixLen; i < stages.length; i++) set = this.stage(set, stages[i], hist);
+    const picked = this.finish(set);
+    return { id: picked.id, p: picked.p };
   }
 
   /** Tells the stateful stages which token was taken (adaptive-p's moving average). */

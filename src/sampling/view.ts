@@ -155,3 +155,36 @@ export function sourceSize(src: SortedSource): number {
   while (src.has(n)) n++;
   return n;
 }
+
+/** The most candidates a backend's top-k forward hands the sampler (cuda-backend.ts forwardTopK). */
+export const TOP_CANDIDATES_MAX = 64;
+
+/**
+ * The best tokens of a row as a backend selected them (logit desc, id asc - the native pass's
+ * order), for samplers whose first cutting stage is top-k (Sampler.candidatesNeeded): entries
+ * past them are not known, and asking for one (or for whole-row statistics) is an internal error.
+ */
+export class TopSource implements SortedSource {
+  readonly total: number | undefined = undefined;
+
+  constructor(private readonly ids: Int32Array, private readonly logits: Float32Array) {
+    for (let i = 0; i < logits.length; i++) if (Number.isNaN(logits[i])) throw new SamplingError("sampling: the logits row contains NaN");
+  }
+
+  has(i: number): boolean {
+    if (i < this.ids.length) return true;
+    throw new SamplingError(`internal: a stage read candidate ${i + 1} of the ${this.ids.length} the backend selected`);
+  }
+
+  id(i: number): number {
+    return this.ids[i];
+  }
+
+  logit(i: number): number {
+    return this.logits[i];
+  }
+
+  stats(): ScaledStats {
+    throw new SamplingError("internal: a stage asked for whole-row statistics of the backend's top candidates");
+  }
+}
