@@ -127,6 +127,8 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
     a.ldx = ldb;
     a.n = jobs[j].w.ne0;
     a.q8 = 1;
+    a.xq = c->xq;
+    a.xq_cap = c->xq_bytes;
     done[j] = true;
     bool batched = false; // 2..MV_MAX_NT rows: each weight row once for all of them (mv_batch.cu)
     CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
@@ -207,6 +209,8 @@ static mv_args normed_products(const cu_ctx *c, const float *normw, float eps) {
   a.norm = 1;
   a.normw = normw;
   a.eps = eps;
+  a.xq = c->xq;
+  a.xq_cap = c->xq_bytes;
   return a;
 }
 
@@ -389,6 +393,8 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   mb.ypair = c->ypair;
   mb.ldy = (int)c->dm.E;
   mb.q8 = 1;
+  mb.hq = c->xq;
+  mb.hq_cap = c->xq_bytes;
   return mb;
 }
 
