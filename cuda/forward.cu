@@ -466,6 +466,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   const moe_batch_args mb = batch_experts(c, b, gate, up, down);
   const bool grouped_ok = !tc && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
   bool grouped = false; // the picks' kernel grouped the pairs too
+  bool hq_ready = false; // and quantized the experts' rows (moe_batch_args.hq)
   cu_mark(c, S_ROUTER);
   bool picked = false;
   const dmat &rw = b.t[BL_MOE_GATE_INP];
@@ -478,7 +479,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
     if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
       // the picks and the grouping by expert in one launch
-      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit));
+      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
       grouped = true;
       sel = c->sel;
       selw = c->selw;
@@ -519,7 +520,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
-    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped);
+    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped, hq_ready);
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);

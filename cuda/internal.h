@@ -309,15 +309,17 @@ struct moe_batch_args {
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
-// Sort (unless grouped: cu_moe_batch_pick ran on the same arguments, which then quantized gate/up's
-// rows into a.hq where they take it), gate/up, down and combine: launches of shapes
-// fixed by ntok, no host synchronisation.
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped);
+// Sort (unless grouped: cu_moe_batch_pick ran; hq_ready: it quantized gate/up's rows into a.hq),
+// gate/up, down and combine: launches of shapes fixed by ntok, no host synchronisation.
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready);
 // Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
 // cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
-// does: one launch of one block. Fits: cu_moe_batch_fits, n_expert <= 256, k <= 32.
+// does: one launch of one block, and (with FAST_X8, int8 gate/up and a.hq) ntok more blocks that
+// quantize the rows of a.h into a.hq for gate/up (*hq_ready). Fits: cu_moe_batch_fits, n_expert
+// <= 256, k <= 32.
 bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit);
-int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit);
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
+                          bool *hq_ready);
 int64_t cu_moe_batch_init(int smem_optin);
 
 // ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----
@@ -327,6 +329,8 @@ int64_t cu_moe_batch_init(int smem_optin);
 // null; f32 activations only): the staged, normalised rows are written there (ldh apart). Sets
 // *done false and enqueues nothing where cu_matvec must run instead: without FAST_MV (the
 // batch-invariant mode), BLOOMERY_CUDA_MV_BATCH=0, ntok outside 2..MV_MAX_NT, or shapes it lacks.
+// a.xq (with FAST_X8): the int8 kernels' rows are normalised and quantized into it once by a
+// launch of their own first (cu_x8_rows), and every block copies them from there.
 int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done);
 // Each token's k picks (ascending expert id) and weights from its router logits ([t][n_expert]),
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.

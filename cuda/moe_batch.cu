@@ -374,14 +374,15 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready) {
   mb_plan p;
   if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
                    cu_type_name(a0.gate.type), cu_type_name(a0.down.type));
   moe_batch_args a = a0;
   a.ntok = ntok;
-  a.hq = p.pre_gu ? a.hq : nullptr;
+  // gate/up's rows quantized once: by the picks' launch (hq_ready), else by a kernel of their own below
+  a.hq = (grouped ? hq_ready : p.pre_gu) ? a.hq : nullptr;
   if (!grouped) {
     sort_args s;
     s.sel = a.sel;
@@ -395,7 +396,6 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
     s.n_tiles = a.n_tiles;
     CU_OK(cu_moe_sort(st, s));
     if (a.hq) {
-      // the picks' launch did not quantize gate/up's rows: a kernel of their own
       bool pre = false;
       CU_OK(cu_x8_rows(st, a.h, a.ldh, a.gate.ne0, ntok, 0, nullptr, 0.0f, a.hq, a.hq_cap, &pre));
       if (!pre) a.hq = nullptr;
@@ -415,22 +415,25 @@ bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return cu_moe_batch_fits(a, ntok, smem_limit) && a.n_expert <= 256 && a.k <= 32 && a.k <= a.n_expert;
 }
 
-int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit) {
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
+                          bool *hq_ready) {
+  *hq_ready = false;
   if (!cu_moe_batch_pick_fits(a, ntok, smem_limit))
     return cu_fail(BL_E_UNSUPPORTED, "router: no grouped pick kernel for %d tokens, %d of %d experts", ntok, a.k, a.n_expert);
   // sel / selw are written here: the caller's pointers are the context's buffers
   int32_t *sel = const_cast<int32_t *>(a.sel);
   float *selw = const_cast<float *>(a.selw);
   // gate/up's rows quantized by ntok more blocks of the launch when cu_moe_batch will read them
-  mb_plan p;
-  (void)plan_mb(a, ntok, smem_limit, p);
-  const int blocks = 1 + (p.pre_gu ? ntok : 0);
+  mb_plan p = {};
+  const bool pre = plan_mb(a, ntok, smem_limit, p) && p.pre_gu;
+  const int blocks = 1 + (pre ? ntok : 0);
   if (a.n_expert <= 128)
     CU_LAUNCH("router picks and grouping", k_mb_pick<4>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
               selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
   else
     CU_LAUNCH("router picks and grouping", k_mb_pick<8>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
               selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
+  *hq_ready = pre;
   return BL_OK;
 }
 
