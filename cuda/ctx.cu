@@ -234,6 +234,8 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
   c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
   c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);
+  // MV_MAX_NT rows of the batched int8 products' widths (the residual, attention's output)
+  c->xq_bytes = cu_x8_scratch_bytes(d.E > d.qd ? d.E : d.qd);
   std::vector<buf_req> v = {
       {(void **)&c->x, T * d.E * F}, {(void **)&c->h, T * d.E * F}, {(void **)&c->q, T * d.qd * F}, {(void **)&c->k, T * d.kd * F},
       {(void **)&c->v, T * d.kd * F}, {(void **)&c->att, T * d.qd * F}, {(void **)&c->router, T * d.X * F},
@@ -241,7 +243,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->ypair, pairs * d.E * F}, {(void **)&c->pair_tok, pairs * I}, {(void **)&c->pair_of, pairs * I},
       {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
       {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nh * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
-      {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F},
+      {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F}, {(void **)&c->xq, c->xq_bytes},
       {(void **)&c->rpart, (size_t)d.X * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
@@ -427,7 +429,7 @@ static void read_env_once(int major) {
     const int v = atoi(env);
     if (v >= -1 && v <= 100) cu_carveout = v;
   }
-  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups (0: the general kernels only)
+  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups, 64 decode batches' rows quantized once a launch (0: the general kernels only)
   if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
 }
 
@@ -453,6 +455,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_moe_init());
   CU_OK(cu_moe_batch_init(smem_optin));
   CU_OK(cu_mv_batch_init(smem_optin));
+  CU_OK(cu_x8_rows_init());
   CU_OK(cu_fast_init(smem_optin));
   CU_OK(cu_attn1_init(smem_optin));
   CU_OK(cu_attn2_init(smem_optin));

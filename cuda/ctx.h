@@ -96,6 +96,8 @@ struct cu_ctx {
   int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
   int4 *tiles;
   int *cnt_router, *cnt_attn;
+  uint8_t *xq;        // decode batches' activation rows quantized once a launch (x8rows.cu)
+  size_t xq_bytes;
   float *rpart;       // the fused router's partial logits [X][rpart_ld]
   int *cnt_fo;        // its block counter (zero between launches)
   int rpart_ld;

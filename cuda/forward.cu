@@ -127,6 +127,8 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
     a.ldx = ldb;
     a.n = jobs[j].w.ne0;
     a.q8 = 1;
+    a.xq = c->xq;
+    a.xq_cap = c->xq_bytes;
     done[j] = true;
     bool batched = false; // 2..MV_MAX_NT rows: each weight row once for all of them (mv_batch.cu)
     CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
@@ -207,6 +209,8 @@ static mv_args normed_products(const cu_ctx *c, const float *normw, float eps) {
   a.norm = 1;
   a.normw = normw;
   a.eps = eps;
+  a.xq = c->xq;
+  a.xq_cap = c->xq_bytes;
   return a;
 }
 
@@ -389,6 +393,8 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   mb.ypair = c->ypair;
   mb.ldy = (int)c->dm.E;
   mb.q8 = 1;
+  mb.hq = c->xq;
+  mb.hq_cap = c->xq_bytes;
   return mb;
 }
 
@@ -460,6 +466,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   const moe_batch_args mb = batch_experts(c, b, gate, up, down);
   const bool grouped_ok = !tc && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
   bool grouped = false; // the picks' kernel grouped the pairs too
+  bool hq_ready = false; // and quantized the experts' rows (moe_batch_args.hq)
   cu_mark(c, S_ROUTER);
   bool picked = false;
   const dmat &rw = b.t[BL_MOE_GATE_INP];
@@ -472,7 +479,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
     if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
       // the picks and the grouping by expert in one launch
-      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit));
+      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
       grouped = true;
       sel = c->sel;
       selw = c->selw;
@@ -513,7 +520,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
-    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped);
+    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped, hq_ready);
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);

@@ -32,6 +32,8 @@ struct mv_args {
   float eps;
   int rpw;        // rows per warp (set by cu_matvec)
   int q8;         // one row of x: int8 activations allowed (fmv_args.q8)
+  uint8_t *xq;    // decode batches (cu_mv_batch): scratch the int8 kernels quantize the rows into
+  size_t xq_cap;  // once a launch (x8rows.cu; null: each block stages them), its bytes
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);
@@ -82,7 +84,9 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_ROUTE: the router folded into the attention output product, whose last block selects the
 // experts once (froute.cu; with FAST_MOE). FAST_ATTN2: one-token attention with more blocks and
 // threads (a block per head group and slice, 4 threads a position; attn2.cu; before FAST_ATTN).
-enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_ALL = 63 };
+// FAST_X8: decode batches' int8 products take their activation rows quantized once a launch
+// (x8rows.cu) instead of each block staging them (the same values bit for bit; off: for A/B runs).
+enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64, FAST_ALL = 127 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
@@ -300,17 +304,22 @@ struct moe_batch_args {
   int ldx;
   int q8;                 // int8 activations allowed for Q4_K / Q6_K rows (with FAST_Q8)
   int ntok;               // set by cu_moe_batch
+  uint8_t *hq;            // scratch the int8 gate/up quantizes h into once a step (x8rows.cu's
+  size_t hq_cap;          // layout; null: each block stages h itself), its bytes
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
-// Sort (unless grouped: cu_moe_batch_pick ran), gate/up, down and combine: launches of shapes
-// fixed by ntok, no host synchronisation.
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped);
+// Sort (unless grouped: cu_moe_batch_pick ran; hq_ready: it quantized gate/up's rows into a.hq),
+// gate/up, down and combine: launches of shapes fixed by ntok, no host synchronisation.
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready);
 // Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
 // cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
-// does: one launch of one block. Fits: cu_moe_batch_fits, n_expert <= 256, k <= 32.
+// does: one launch of one block, and (with FAST_X8, int8 gate/up and a.hq) ntok more blocks that
+// quantize the rows of a.h into a.hq for gate/up (*hq_ready). Fits: cu_moe_batch_fits, n_expert
+// <= 256, k <= 32.
 bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit);
-int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit);
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
+                          bool *hq_ready);
 int64_t cu_moe_batch_init(int smem_optin);
 
 // ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----
@@ -320,12 +329,26 @@ int64_t cu_moe_batch_init(int smem_optin);
 // null; f32 activations only): the staged, normalised rows are written there (ldh apart). Sets
 // *done false and enqueues nothing where cu_matvec must run instead: without FAST_MV (the
 // batch-invariant mode), BLOOMERY_CUDA_MV_BATCH=0, ntok outside 2..MV_MAX_NT, or shapes it lacks.
+// a.xq (with FAST_X8): the int8 kernels' rows are normalised and quantized into it once by a
+// launch of their own first (cu_x8_rows), and every block copies them from there.
 int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done);
 // Each token's k picks (ascending expert id) and weights from its router logits ([t][n_expert]),
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
 bool cu_route_pick_fits(int n_expert, int k);
 int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw);
 int64_t cu_mv_batch_init(int smem_optin);
+
+// ---- a decode batch's activation rows quantized once a launch (x8rows.cu) ----
+// nt (1..MV_MAX_NT) rows of x (ldx floats apart, 16-byte aligned) into the x8 slots xq + t *
+// x8_bytes(n) (dot8.cuh's layout, int8 values in x8_pos order, as the batched kernels stage them;
+// cap: the scratch's bytes), RMS-normalised first with normw (null: no weights) and eps when
+// norm. Sets *done false and enqueues nothing where the shape does not take it (n % 32, longer
+// normalised rows than the kernel holds, a scratch too small). Launch shape: nt and n only.
+int64_t cu_x8_rows(cudaStream_t st, const float *x, int ldx, int n, int nt, int norm, const float *normw, float eps, uint8_t *xq, size_t cap,
+                   bool *done);
+// Bytes of scratch MV_MAX_NT quantized rows of up to n elements take.
+size_t cu_x8_scratch_bytes(int64_t n);
+int64_t cu_x8_rows_init();
 
 // ---- rows, norms, selection (misc.cu) ----
 // y[t] = rmsnorm(x[rows ? rows[t] : t]) * w

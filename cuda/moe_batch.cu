@@ -7,7 +7,10 @@
 // expert order (moe.cu's combine). Launch shapes depend only on the token count (graph capture):
 // each grid holds the blocks resident on the card at once, which split the step's (tile, row
 // chunk) items read from the card. Q4_K / Q6_K rows take int8 activations and dp4a (dot8.cuh's
-// numerics) when the caller and FAST_Q8 allow it.
+// numerics) when the caller and FAST_Q8 allow it; with FAST_X8 and the caller's scratch, gate/up's
+// rows are quantized once a step (by spare blocks of the picks' launch, else x8rows.cu's kernel)
+// and each block copies them whole. down stages a tile's SwiGLU rows itself: a group of 32 of
+// them comes from rows of gate/up that other warps and blocks compute.
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -106,10 +109,20 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
     src[3] = u + (size_t)r1 * a.up.nb1;
     return true;
   };
+  // rows quantized once for the step (a.hq): their copies first, one commit group before the items'
+  if (Q8 && a.hq) x8_copy_async(f.act, a.hq, nt * f.xb);
   f.issue(rows_of, f.w0, 0);
   f.issue(rows_of, f.w0 + 1, 1);
-  if constexpr (Q8) stage_rows_q8(a.h, a.ldh, n, nt, [](int t) { return t; }, f.act);
-  else stage_rows_f(a.h, a.ldh, n, nt, [](int t) { return t; }, reinterpret_cast<float *>(f.act));
+  if constexpr (Q8) {
+    if (a.hq) {
+      cp_async_wait_group1(); // the rows and item w0's weights (w0 + 1's may still be in flight)
+      __syncthreads();
+    } else {
+      stage_rows_q8(a.h, a.ldh, n, nt, [](int t) { return t; }, f.act);
+    }
+  } else {
+    stage_rows_f(a.h, a.ldh, n, nt, [](int t) { return t; }, reinterpret_cast<float *>(f.act));
+  }
   int cur = -1, p0 = 0, cnt = 0;
   uint32_t sl = 0; // the tile's rows' tokens, 3 bits each
   for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
@@ -218,10 +231,18 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
 // Each token's picks from its router logits (a warp a token, route.cuh's arithmetic, as
 // k_route_pick's), then the pairs grouped by expert as k_moe_sort groups them (one tile an expert
 // in ascending order, pairs {first, count <= tokens}), positions inside an expert in pair order.
+// Block 0; blocks 1 .. ntok (when hq) meanwhile quantize row blockIdx.x - 1 of h (n floats, ldh
+// apart) into the x8 slots of hq for gate/up, as its blocks would stage it.
 template <int XJ>
 __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel,
-                                                        float *selw, int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles) {
+                                                        float *selw, int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles,
+                                                        const float *h, int ldh, int n, uint8_t *hq) {
   cu_pdl_entry();
+  if (blockIdx.x > 0) {
+    const int t = (int)blockIdx.x - 1;
+    stage_rows_q8(h + (size_t)t * ldh, 0, n, 1, [](int) { return 0; }, hq + (size_t)t * x8_bytes(n));
+    return;
+  }
   __shared__ int ssel[MB_NT * ROUTER_MAX_K];
   __shared__ float sw[MB_NT * ROUTER_MAX_K];
   __shared__ int cnt[32 * XJ], start[32 * XJ];
@@ -288,6 +309,7 @@ static bool mb_enabled() {
 
 struct mb_plan {
   bool q8_gu, q8_dn;
+  bool pre_gu; // gate/up's rows quantized once (a.hq)
   size_t smem_gu, smem_dn;
 };
 
@@ -331,6 +353,8 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   const bool q8 = a.q8 && (cu_fast & FAST_Q8);
   p.q8_gu = q8 && d8_type(a.gate.type) && n % 32 == 0;
   p.q8_dn = q8 && d8_type(a.down.type) && ff % 32 == 0;
+  p.pre_gu = p.q8_gu && (cu_fast & FAST_X8) && a.hq && a.ldh % 4 == 0 && reinterpret_cast<uintptr_t>(a.h) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(a.hq) % 16 == 0 && (size_t)ntok * x8_bytes(n) <= a.hq_cap;
   // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
   p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
   p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
@@ -350,13 +374,15 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready) {
   mb_plan p;
   if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
                    cu_type_name(a0.gate.type), cu_type_name(a0.down.type));
   moe_batch_args a = a0;
   a.ntok = ntok;
+  // gate/up's rows quantized once: by the picks' launch (hq_ready), else by a kernel of their own below
+  a.hq = (grouped ? hq_ready : p.pre_gu) ? a.hq : nullptr;
   if (!grouped) {
     sort_args s;
     s.sel = a.sel;
@@ -369,6 +395,11 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
     s.tiles = a.tiles;
     s.n_tiles = a.n_tiles;
     CU_OK(cu_moe_sort(st, s));
+    if (a.hq) {
+      bool pre = false;
+      CU_OK(cu_x8_rows(st, a.h, a.ldh, a.gate.ne0, ntok, 0, nullptr, 0.0f, a.hq, a.hq_cap, &pre));
+      if (!pre) a.hq = nullptr;
+    }
   }
   const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = mb_kernel_of<down_of>(a.down.type, p.q8_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
@@ -384,18 +415,25 @@ bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return cu_moe_batch_fits(a, ntok, smem_limit) && a.n_expert <= 256 && a.k <= 32 && a.k <= a.n_expert;
 }
 
-int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit) {
+int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
+                          bool *hq_ready) {
+  *hq_ready = false;
   if (!cu_moe_batch_pick_fits(a, ntok, smem_limit))
     return cu_fail(BL_E_UNSUPPORTED, "router: no grouped pick kernel for %d tokens, %d of %d experts", ntok, a.k, a.n_expert);
   // sel / selw are written here: the caller's pointers are the context's buffers
   int32_t *sel = const_cast<int32_t *>(a.sel);
   float *selw = const_cast<float *>(a.selw);
+  // gate/up's rows quantized by ntok more blocks of the launch when cu_moe_batch will read them
+  mb_plan p = {};
+  const bool pre = plan_mb(a, ntok, smem_limit, p) && p.pre_gu;
+  const int blocks = 1 + (pre ? ntok : 0);
   if (a.n_expert <= 128)
-    CU_LAUNCH("router picks and grouping", k_mb_pick<4>, dim3(1), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel, selw,
-              a.pair_tok, a.pair_of, a.tiles, a.n_tiles);
+    CU_LAUNCH("router picks and grouping", k_mb_pick<4>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
+              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
   else
-    CU_LAUNCH("router picks and grouping", k_mb_pick<8>, dim3(1), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel, selw,
-              a.pair_tok, a.pair_of, a.tiles, a.n_tiles);
+    CU_LAUNCH("router picks and grouping", k_mb_pick<8>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
+              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
+  *hq_ready = pre;
   return BL_OK;
 }
 

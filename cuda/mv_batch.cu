@@ -8,6 +8,8 @@
 // contiguous run of rows (the output head: many rows a warp, the activations staged rarely). The
 // router's picks then come from route.cuh's arithmetic, one warp a token. FAST_MV gates it (the
 // batch-invariant mode keeps cu_matvec's per-token kernels); BLOOMERY_CUDA_MV_BATCH=0 turns it off.
+// With FAST_X8 and the caller's scratch, the int8 kernels' rows are quantized once a launch by a
+// kernel of their own (x8rows.cu, the same values) and each block copies them whole (cp.async).
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +34,7 @@ struct mvb_args {
   float *h; // float kernels: block 0 writes the staged (normalised) rows here (ldh apart), or null
   int ldh;
   int rpw; // rows a warp
+  const uint8_t *xq; // int8 kernels: the rows already quantized (x8rows.cu, nt slots), or null: staged here
 };
 
 // The eight token sums of v over the warp, spread: lanes 4t .. 4t + 3 get token t's (9 shuffles,
@@ -64,8 +67,7 @@ __device__ __forceinline__ void row_scales(const mvb_args &a, float *scl) {
     float ss = 0.0f;
 #pragma unroll 4
     for (int i = lane; i < n4; i += 32) {
-      const float4 v = __ldcg(xr + i);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      ss += sq4(__ldcg(xr + i));
     }
     ss = warp_sum(ss);
     if (lane == 0) scl[t] = 1.0f / sqrtf(ss / (float)a.n + a.eps);
@@ -161,11 +163,22 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
     }
   }
   cu_pdl_entry();
-  row_scales(a, scl);
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const uint8_t *xq = reinterpret_cast<const uint8_t *>(dyn_smem4);
-  if constexpr (Q8) stage_q8(a, scl, reinterpret_cast<uint8_t *>(dyn_smem4));
-  else stage_f32(a, scl, xs);
+  if constexpr (Q8) {
+    if (a.xq) {
+      // quantized once for the launch (x8rows.cu): the slots copied as they lie
+      x8_copy_async(reinterpret_cast<uint8_t *>(dyn_smem4), a.xq, nt * x8_bytes(n));
+      cp_async_wait_all();
+      __syncthreads();
+    } else {
+      row_scales(a, scl);
+      stage_q8(a, scl, reinterpret_cast<uint8_t *>(dyn_smem4));
+    }
+  } else {
+    row_scales(a, scl);
+    stage_f32(a, scl, xs);
+  }
   const int xb = x8_bytes(n), tok = sum8_token(lane);
   for (int i = 0; i < a.rpw; i += 2) {
     const int r0 = (b * a.rpw + i) * MV_WARPS + warp, r1 = r0 + MV_WARPS;
@@ -347,6 +360,12 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   if (!k) return BL_OK;
   const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
   if (smem > (size_t)smem_limit) return BL_OK;
+  if (q8 && a.xq && (cu_fast & FAST_X8)) {
+    // the rows normalised and quantized once (x8rows.cu), not by every block
+    bool pre = false;
+    CU_OK(cu_x8_rows(st, a.x, a.ldx, a.n, ntok, a.norm, a.normw, a.eps, a.xq, a.xq_cap, &pre));
+    if (pre) p.xq = a.xq;
+  }
   int rows = 0;
   for (int j = 0; j < a.njobs; j++) rows += a.job[j].m.ne1;
   // rows a warp: enough that the grid is about the blocks resident at once (each stages the rows once)

@@ -1,15 +1,18 @@
 // bloomery CUDA library: entry points for the conformance tests - one weight matrix times
-// activation rows through the decode product or the tensor-core tiles, and dequantization of
-// stored blocks, each on copies of host data (the CPU reference computes the same from the same bytes).
+// activation rows through the decode product, the decode-batch products or the tensor-core tiles,
+// and dequantization of stored blocks, each on copies of host data (the CPU reference computes
+// the same from the same bytes).
+#include <stdlib.h>
 #include <string.h>
 
 #include <chrono>
 
 #include "common.cuh"
+#include "dot8.cuh"
 #include "internal.h"
 
 struct dev_bufs {
-  void *p[3] = {nullptr, nullptr, nullptr};
+  void *p[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   ~dev_bufs() {
     for (void *q : p)
       if (q) (void)cudaFree(q);
@@ -33,6 +36,57 @@ static int64_t check_rows(int64_t type, int64_t n, int64_t row_stride) {
   if (!cu_type_geom_of((int)type, &g)) return cu_fail(BL_E_UNSUPPORTED, "type %s has no CUDA kernels", cu_type_name((int)type));
   if (n <= 0 || n % g.be || row_stride != (n / g.be) * g.bb)
     return cu_fail(BL_E_INVAL, "%s rows of %lld elements and %lld bytes", g.name, (long long)n, (long long)row_stride);
+  return BL_OK;
+}
+
+// The decode-batch test paths' RMS-norm weights (paths 6 and 7): element i's.
+static float test_norm_weight(int64_t i) { return 0.75f + 0.0625f * (float)(i % 9); }
+
+// Paths 4..7: the decode-batch product (cu_mv_batch, 2..MV_MAX_NT rows, int8 activations for
+// Q4_K / Q6_K rows) with the rows quantized once a launch into scratch (4, 6) or staged by each
+// block (5, 7); 6 and 7 RMS-normalise the rows first (eps 1e-6, weights test_norm_weight). Paths
+// 4 and 6 fail unless the scratch was written (the quantizing kernel ran).
+static int64_t test_mv_batch(int64_t path, const dmat &m, const float *x, int n_x, int n, float *y, int rows, dev_bufs &b, int smem) {
+  if (n_x < 2 || n_x > MV_MAX_NT) return cu_fail(BL_E_INVAL, "test_matmul: path %lld takes 2..%d rows of x", (long long)path, MV_MAX_NT);
+  const bool once = path == 4 || path == 6, norm = path >= 6;
+  const size_t cap = cu_x8_scratch_bytes(n);
+  CU_TRY(cudaMalloc(&b.p[3], cap), "test_matmul: allocating");
+  CU_TRY(cudaMemset(b.p[3], 0xff, cap), "test_matmul: poisoning");
+  if (norm) {
+    float *w = static_cast<float *>(malloc((size_t)n * sizeof(float)));
+    if (!w) return cu_fail(BL_E_NOMEM, "test_matmul: allocating");
+    for (int i = 0; i < n; i++) w[i] = test_norm_weight(i);
+    cudaError_t e = cudaMalloc(&b.p[4], (size_t)n * sizeof(float));
+    if (e == cudaSuccess) e = cudaMemcpy(b.p[4], w, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
+    free(w);
+    CU_TRY(e, "test_matmul: norm weights");
+  }
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  a.job[0].m = m;
+  a.job[0].y = y;
+  a.job[0].ldy = rows;
+  a.job[0].epi = EPI_STORE;
+  a.njobs = 1;
+  a.x = x;
+  a.ldx = n;
+  a.n = n;
+  a.q8 = 1;
+  a.norm = norm;
+  a.normw = norm ? static_cast<const float *>(b.p[4]) : nullptr;
+  a.eps = 1e-6f;
+  a.xq = once ? static_cast<uint8_t *>(b.p[3]) : nullptr;
+  a.xq_cap = cap;
+  bool done = false;
+  CU_OK(cu_mv_batch(0, a, n_x, nullptr, 0, smem, &done));
+  if (!done) return cu_fail(BL_E_UNSUPPORTED, "test_matmul: path %lld: no decode-batch product for %s rows of %d (FAST_MV off?)", (long long)path, cu_type_name(m.type), n);
+  if (once && d8_type(m.type)) {
+    // the first row's first group scale (after its n int8 values) must have been written
+    float d0 = 0.0f;
+    CU_TRY(cudaMemcpy(&d0, static_cast<const uint8_t *>(b.p[3]) + n, sizeof d0, cudaMemcpyDeviceToHost), "test_matmul: reading the scratch");
+    if (!(d0 == d0) || (cu_fast & (FAST_Q8 | FAST_X8)) != (FAST_Q8 | FAST_X8))
+      return cu_fail(BL_E_INVAL, "test_matmul: path %lld: the rows were not quantized once (fast bits %d)", (long long)path, cu_fast);
+  }
   return BL_OK;
 }
 
@@ -85,8 +139,11 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
     g.ntok = (int)n_x;
     g.mode = EPI_STORE;
     CU_OK(cu_gemm(0, g, bn, (int)((n_x + bn - 1) / bn)));
+  } else if (path >= 4 && path <= 7) {
+    CU_OK(test_mv_batch(path, m, static_cast<const float *>(b.p[1]), (int)n_x, (int)n, static_cast<float *>(b.p[2]), (int)rows, b, smem));
   } else {
-    return cu_fail(BL_E_INVAL, "test_matmul: path %lld (0 decode product, 1 and 2 tensor cores, 3 one-token product on int8 activations)", (long long)path);
+    return cu_fail(BL_E_INVAL, "test_matmul: path %lld (0 decode product, 1 and 2 tensor cores, 3 one-token product on int8 activations, 4..7 decode-batch products)",
+                   (long long)path);
   }
   CU_TRY(cudaDeviceSynchronize(), "test_matmul: running");
   CU_TRY(cudaMemcpy(y, b.p[2], yb, cudaMemcpyDeviceToHost), "test_matmul: copying back");

@@ -353,7 +353,10 @@ int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* Tests: y[i][r] = W row r . x row i (n_x rows of n floats) on device dev, W `rows` rows of type
  * stored as row_stride-byte rows; path 0 the decode product, 1 and 2 the tensor-core tiles
- * (64 and 32 rows of x a tile; n a multiple of 128). Outputs are poisoned before the run. */
+ * (64 and 32 rows of x a tile; n a multiple of 128), 3 the one-token product on int8 activations,
+ * 4..7 the decode-batch product (2..8 rows; int8 activations for Q4_K / Q6_K) with the rows
+ * quantized once a launch (4, 6) or by each block (5, 7), 6 and 7 of the rows RMS-normalised first
+ * (eps 1e-6, weight of element i 0.75 + 0.0625 * (i % 9)). Outputs are poisoned before the run. */
 int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, const void *w, int64_t row_stride, int64_t rows,
                             const float *x, int64_t n_x, int64_t n, float *y);
 /* Tests: n elements (whole blocks) of type dequantized on the card. */

@@ -58,9 +58,11 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * (one-token gate/up and down), attention (fused one-token attention), int8 (Q4_K / Q6_K rows on
  * int8 activations), fusedRouter (the router folded into the attention output product, the
  * experts selected once; needs experts), headGroups (one-token attention a block per head group
- * and slice; before attention). 0: the general kernels only.
+ * and slice; before attention), x8 (decode batches' int8 products take their activation rows
+ * quantized once a launch, not by each block: the same values; off for A/B runs). 0: the general
+ * kernels only.
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, all: 63 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, all: 127 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

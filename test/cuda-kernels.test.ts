@@ -1,7 +1,8 @@
 // CUDA kernels against the CPU reference: dequantization of every type the CUDA library reads
 // (random blocks, and the gguf package's outputs where the fixture has them), and products of
-// weight matrices with activation rows through the decode kernels (1..8 rows) and the
-// tensor-core tiles (f16 operands), odd row counts included. Skips with a line where no card is.
+// weight matrices with activation rows through the decode kernels (1..8 rows), the decode-batch
+// products on int8 activations (rows quantized once a launch against each block's own staging)
+// and the tensor-core tiles (f16 operands), odd row counts included. Skips with a line where no card is.
 import { describe, expect, test } from "bun:test";
 import { ptr } from "bun:ffi";
 import { existsSync, readFileSync } from "node:fs";
@@ -108,6 +109,18 @@ function refProduct(t: T, w: Uint8Array, rows: number, n: number, x: Float32Arra
   return y;
 }
 
+/** Rows of x RMS-normalised as the decode-batch test paths 6 and 7 do (eps 1e-6, test.cu's weights). */
+function normRows(x: Float32Array, nx: number, n: number): Float32Array {
+  const out = new Float32Array(nx * n);
+  for (let i = 0; i < nx; i++) {
+    let ss = 0;
+    for (let k = 0; k < n; k++) ss += x[i * n + k] ** 2;
+    const s = 1 / Math.sqrt(ss / n + 1e-6);
+    for (let k = 0; k < n; k++) out[i * n + k] = x[i * n + k] * s * (0.75 + 0.0625 * (k % 9));
+  }
+  return out;
+}
+
 function gpuProduct(path: number, t: T, w: Uint8Array, rows: number, n: number, x: Float32Array, nx: number): Float32Array {
   const y = new Float32Array(nx * rows);
   const stride = (n / t.be) * t.bb;
@@ -141,6 +154,25 @@ gpu("CUDA products against the CPU reference", () => {
         expect(finite).toBe(true);
         expect(rel).toBeLessThan(d8 ? 2e-2 : 2e-6);
         if (d8) console.log(`${t.name}: int8 activations, ${rows} x ${n}: relative error ${rel.toExponential(2)}`);
+      }
+    });
+    // decode batches (cuda/mv_batch.cu): rows quantized once a launch (cuda/x8rows.cu) must give
+    // what each block's own staging gives, bit for bit, plain and RMS-normalised (test.cu's weights);
+    // odd group counts (768, 1280: the quantizer's last teams idle) and the real widths (2048, 4096)
+    if (d8) test(`${t.name}: decode-batch product on int8 activations, rows quantized once = staged by each block`, () => {
+      for (const [rows, n0, nx] of [[67, 256, 2], [129, 768, 3], [33, 1280, 5], [200, 2048, 8], [40, 4096, 8]]) {
+        const n = n0 - (n0 % t.be);
+        const w = synthBlocks(t, rows * n, rows * 5 + n);
+        const x = randX(nx * n);
+        for (const [once, each, norm] of [[4, 5, false], [6, 7, true]] as const) {
+          const a = gpuProduct(once, t, w, rows, n, x, nx), b = gpuProduct(each, t, w, rows, n, x, nx);
+          let differ = 0;
+          for (let i = 0; i < a.length; i++) if (!(a[i] === b[i])) differ++;
+          expect(differ).toBe(0);
+          const { rel, finite } = relErr(a, refProduct(t, w, rows, n, norm ? normRows(x, nx, n) : x, nx));
+          expect(finite).toBe(true);
+          expect(rel).toBeLessThan(2e-2);
+        }
       }
     });
     test(`${t.name}: tensor-core product (f16 operands), tiles of 64 and 32 rows of x`, () => {

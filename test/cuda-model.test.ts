@@ -574,6 +574,65 @@ gpu("decode batches' dense products read each weight row once, against the gener
   }
 });
 
+// Decode batches' int8 products with their activation rows quantized once a launch (cuda/x8rows.cu,
+// CudaFast.x8) against each block staging the rows itself (the bit off): the same int8 values,
+// scales and sums reach the same dot products, so the logits agree bit for bit - Q/K/V (rows
+// RMS-normalised on the way), the attention output (added to the residual), the grouped experts'
+// gate/up (rows quantized by spare blocks of the picks' launch), the output head. Q4_K_M mixes
+// Q4_K and Q6_K rows in one launch; Q6_K files take Q6_K alone; widths 256, 512, 2048 and 4096.
+const X8_CASES: BatchCase[] = [
+  { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q6_K" }, { model: "test-moe-wide", quant: "Q4_K_M" },
+  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("decode batches' rows quantized once a launch give the logits of each block's own staging", () => {
+  for (const c of X8_CASES) {
+    test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 3, 5 and 8 sequences, bit for bit`, async () => {
+      const file = join(tmp, `x8-${c.model}-${c.quant}.gguf`);
+      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 13 });
+      const S = 8;
+      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab, F = CudaFast;
+        const len: number[] = [];
+        for (let s = 0; s < S; s++) {
+          const p = Array.from({ length: 4 + 2 * s }, (_, i) => (i * 6007 + 41 * s + 7) % V);
+          m.evalSequence(p, 0, s);
+          len.push(p.length);
+        }
+        let round = 0;
+        for (const n of [2, 3, 5, 8]) {
+          const seqs = Array.from({ length: n }, (_, i) => (i * 5 + round) % S);
+          const toks = seqs.map((s, i) => (s * 73 + i * 29 + round * 11 + 2) % V);
+          const pos = seqs.map((s) => len[s]);
+          const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
+          const once = new Float32Array(n * V), each = new Float32Array(n * V);
+          be.setOption(CudaOption.fast, F.all);
+          be.forward(batch(once));
+          // the same step again (it rewrites the KV rows the first wrote) with each block staging
+          be.setOption(CudaOption.fast, F.all & ~F.x8);
+          be.forward(batch(each));
+          let differ = 0, finite = true;
+          for (let i = 0; i < once.length; i++) {
+            if (!(once[i] === each[i])) differ++;
+            if (!Number.isFinite(once[i])) finite = false;
+          }
+          console.log(`${c.model}:${c.quant} batch of ${n}: ${differ} of ${once.length} logits differ between rows quantized once and by each block`);
+          expect(finite).toBe(true);
+          expect(differ).toBe(0);
+          for (const s of seqs) len[s]++;
+          round++;
+        }
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.all);
+        m.close();
+        rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
 // positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
 // attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
