@@ -143,7 +143,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
       const uint8_t *const rp[R] = {f.row(s, 0, src[0]), f.row(s, 1, src[1]), f.row(s, 2, src[2]), f.row(s, 3, src[3])};
       float acc[R][MB_NT];
       mb_zero(acc);
-      if constexpr (Q8) dot_q8<T, R>(rp, f.act, f.xb, n, cnt, sl, acc, lane);
+      if constexpr (Q8) {
+        // gate/up of one row, then of the other: all four rows' units and sums at once spilled
+        // (ncu: 616,512 local-memory requests a launch at the 128-register cap); each sum is
+        // accumulated in the same order, so the result is the same bits
+        const uint8_t *const ra[2] = {rp[0], rp[1]}, *const rb[2] = {rp[2], rp[3]};
+        dot_q8<T, 2>(ra, f.act, f.xb, n, cnt, sl, *reinterpret_cast<float(*)[2][MB_NT]>(&acc[0]), lane);
+        dot_q8<T, 2>(rb, f.act, f.xb, n, cnt, sl, *reinterpret_cast<float(*)[2][MB_NT]>(&acc[2]), lane);
+      }
       else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), n, cnt, sl, acc, lane);
 #pragma unroll
       for (int t = 0; t < MB_NT; t++) {
