@@ -65,7 +65,8 @@ __device__ __forceinline__ void row_scales(const mvb_args &a, float *scl) {
   for (int t = warp; t < a.nt; t += MV_WARPS) {
     const float4 *xr = reinterpret_cast<const float4 *>(a.x + (size_t)t * a.ldx);
     float ss = 0.0f;
-#pragma unroll 4
+    // a row of 2,048 is 16 loads a lane: all in flight at once (one round trip, not four)
+#pragma unroll 16
     for (int i = lane; i < n4; i += 32) {
       ss += sq4(__ldcg(xr + i));
     }
@@ -232,18 +233,33 @@ __global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a) {
 #pragma unroll
     for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
   const bool keep = a.h && blockIdx.x == 0;
-  for (int i4 = c0 + lane; i4 < c0 + w4; i4 += 32) {
-    float4 w[SR];
+  // FU columns a lane at once: every load of them issued before any sum (the stores to h would
+  // otherwise keep the next column's loads behind this one's); the sums keep their order
+  constexpr int FU = 2;
+  for (int i0 = c0 + lane; i0 < c0 + w4; i0 += 32 * FU) {
+    float4 w[FU][SR], xv[FU][MB_NT];
 #pragma unroll
-    for (int r = 0; r < SR; r++)
-      w[r] = r0 + r < rows ? __ldg(reinterpret_cast<const float4 *>(jb.m.d + (size_t)(r0 + r) * jb.m.nb1) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int u = 0; u < FU; u++) {
+      const int i4 = i0 + 32 * u;
+      if (i4 >= c0 + w4) break;
 #pragma unroll
-    for (int t = 0; t < MB_NT; t++) {
-      if (t >= nt) break;
-      const float4 xv = x_at(a, scl, t, i4);
-      if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[i4] = xv;
+      for (int r = 0; r < SR; r++)
+        w[u][r] = r0 + r < rows ? __ldg(reinterpret_cast<const float4 *>(jb.m.d + (size_t)(r0 + r) * jb.m.nb1) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int r = 0; r < SR; r++) acc[r][t] += w[r].x * xv.x + w[r].y * xv.y + w[r].z * xv.z + w[r].w * xv.w;
+      for (int t = 0; t < MB_NT; t++)
+        if (t < nt) xv[u][t] = x_at(a, scl, t, i4);
+    }
+#pragma unroll
+    for (int u = 0; u < FU; u++) {
+      const int i4 = i0 + 32 * u;
+      if (i4 >= c0 + w4) break;
+#pragma unroll
+      for (int t = 0; t < MB_NT; t++) {
+        if (t >= nt) break;
+        if (keep) reinterpret_cast<float4 *>(a.h + (size_t)t * a.ldh)[i4] = xv[u][t];
+#pragma unroll
+        for (int r = 0; r < SR; r++) acc[r][t] += w[u][r].x * xv[u][t].x + w[u][r].y * xv[u][t].y + w[u][r].z * xv[u][t].z + w[u][r].w * xv[u][t].w;
+      }
     }
   }
 #pragma unroll
