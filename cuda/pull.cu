@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <new>
 
 #include "ctx.h"
 #include "stage.cuh"
@@ -134,5 +136,82 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   fm.down.d = c->pull_dst[2];
   fm.sel = c->pull_ids;
   *pulled = true;
+  return BL_OK;
+}
+
+// The card's share of a token's picks sized by measurement (the copy on, no share asked for): the
+// CPU's microseconds a pick (the expert hook on one token with all K picks of the first host layer
+// in memory) against the card's (the copy of K experts plus CARD_PICK_FIXED_US of compute), each
+// the best of three; *share: the S of 1..K-1 whose slower side is fastest, max(cpu (K - S), card S).
+// Both sides read host memory at once in a step, so the figures are optimistic alike.
+#define CARD_PICK_FIXED_US 10.0
+int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *card_pick_us) {
+  const cu_blk *b = nullptr;
+  for (int j = 0; !b && cu_host_block_at(c, j); j++)
+    if (!cu_host_on_disk(*cu_host_block_at(c, j))) b = cu_host_block_at(c, j);
+  const int K = b ? b->n_used : 0;
+  if (!b || !c->pull_on || !c->expert_fn || K < 2 || K > PULL_MAX_K) return BL_OK;
+  fmoe_args fm;
+  (void)cu_routed_experts(c, *b, fm);
+  fm.gate.d = b->hxd[0];
+  fm.up.d = b->hxd[1];
+  fm.down.d = b->hxd[2];
+  fm.sel = c->pull_ids; // experts 0..K-1
+  fm.k = K;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CU_TRY(cudaEventCreate(&e0), "measuring the card's share");
+  if (cudaEventCreate(&e1) != cudaSuccess) {
+    (void)cudaEventDestroy(e0);
+    return cu_fail(BL_E_DEVICE, "measuring the card's share");
+  }
+  double card = 1e30;
+  int64_t s = BL_OK;
+  for (int rep = 0; rep < 4 && s == BL_OK; rep++) {
+    fmoe_args f = fm;
+    bool pulled = false;
+    (void)cudaEventRecord(e0, c->st);
+    s = cu_pull(c, *b, f, &pulled);
+    (void)cudaEventRecord(e1, c->st);
+    float ms = 0;
+    const cudaError_t e = cudaEventSynchronize(e1);
+    if (e != cudaSuccess) s = cu_fail_cuda(e, "measuring the card's share");
+    else if (pulled && rep > 0 && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) card = std::min(card, 1000.0 * ms / K);
+  }
+  (void)cudaEventDestroy(e0);
+  (void)cudaEventDestroy(e1);
+  if (s != BL_OK) return s;
+  const int E = (int)c->dm.E;
+  float *out = new (std::nothrow) float[(size_t)E];
+  if (!out) return cu_fail(BL_E_NOMEM, "measuring the card's share: out of memory");
+  int32_t sel[PULL_MAX_K];
+  float w[PULL_MAX_K];
+  for (int j = 0; j < K; j++) {
+    sel[j] = (int)(((int64_t)j * 37 + 5) % b->n_expert);
+    w[j] = 1.0f / (float)K;
+  }
+  for (int i = 0; i < E; i++) c->hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+  double cpu = 1e30;
+  char msg[256];
+  msg[0] = 0;
+  for (int rep = 0; rep < 3 && s == BL_OK; rep++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s = c->expert_fn(c->host_cpu, b->src, 1, c->hx, sel, w, K, out, msg, sizeof msg);
+    cpu = std::min(cpu, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / K);
+  }
+  delete[] out;
+  if (s != BL_OK) return cu_fail(s, "host experts: %s", msg);
+  if (card >= 1e29) return BL_OK;
+  int best = *share;
+  double best_t = 1e30;
+  for (int S = 1; S < K; S++) {
+    const double t = std::max(cpu * (K - S), card * S + CARD_PICK_FIXED_US);
+    if (t < best_t) {
+      best_t = t;
+      best = S;
+    }
+  }
+  *share = best;
+  *cpu_pick_us = cpu;
+  *card_pick_us = card;
   return BL_OK;
 }

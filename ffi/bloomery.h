@@ -341,13 +341,16 @@ int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
  * the CPU library and its context, max_tokens at least the card context's). Without it a step over
  * such a block fails. Batches of at least the upload threshold take the card's kernels on the block's
  * experts copied over PCIe for the step (two layers in flight); smaller ones call the hook. One-token
- * steps may split a token's picks: the card reads its share of the experts from host memory over
- * PCIe while the CPU computes the rest (BL_CUDA_OPT card share, cuda/ctx.h CU_OPT_CARD_SHARE). */
+ * steps may split a token's picks: the card copies its share of the experts from host memory over
+ * PCIe (or reads them in place) while the CPU computes the rest (BL_CUDA_OPT card share, cuda/ctx.h
+ * CU_OPT_CARD_SHARE; without one asked for, the share is sized by measuring both sides). */
 int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn);
 /* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
  * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
  * measured nanoseconds a (token, expert) pair, the card's share of a token's picks, promotion's slots a
- * layer, experts moved, picks found resident and all picks of the promoted one-token steps. */
+ * layer, experts moved, picks found resident and all picks of the promoted one-token steps, whether
+ * the card copies its share into card memory first (1/0), and the nanoseconds a pick the share's
+ * sizing measured on the CPU and for the card's copy (0: not sized). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);

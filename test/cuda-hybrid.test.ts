@@ -83,7 +83,14 @@ gpu("experts in host memory beside the card", () => {
             // decode steps (graphs with the hook inside): the default split of a token's picks (the
             // card reading its share from host memory), then every pick on the CPU, then every
             // pick read by the card (each step's KV row rewritten with nearly the same values)
-            const K = m.hp.nExpertUsed, share0 = be.hostStats()!.cardShare;
+            const K = m.hp.nExpertUsed, hs0 = be.hostStats()!, share0 = hs0.cardShare;
+            // copied and not asked for: the share sized by measuring both sides, one to K - 1 picks
+            if (hs0.copied && hs0.cpuPickUs > 0) {
+              expect(hs0.cardPickUs).toBeGreaterThan(0);
+              expect(share0).toBeGreaterThanOrEqual(1);
+              expect(share0).toBeLessThan(K);
+              console.log(`${p.name}: the card's share sized at ${share0} of ${K} (the CPU ${hs0.cpuPickUs.toFixed(1)} us a pick, the card's copy ${hs0.cardPickUs.toFixed(1)} us)`);
+            }
             const shares = [share0, 0, K];
             const dDec = shares.map(() => 0);
             let clear = 0, agree = 0;

@@ -161,7 +161,8 @@ export class BackendFactory {
         `(${hs.pairUs.toFixed(1)} us a token's expert, measured); batches of ${hs.uploadMin >= 2 ** 30 ? "any size" : `${hs.uploadMin}+ tokens`} ` +
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
         `${hs.promoteSlots > 0 ? `; promotion: ${hs.promoteSlots} card slots a layer for the most used experts` :
-          hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card reads ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` : ""}`);
+          hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card ${hs.copied ? "copies" : "reads"} ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` +
+          (hs.cpuPickUs > 0 ? ` (sized by measurement: ${hs.cpuPickUs.toFixed(0)} us a pick on the CPU, ${hs.cardPickUs.toFixed(0)} us copied)` : "") : ""}`);
     return be;
   }
 
