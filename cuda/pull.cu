@@ -140,10 +140,11 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
 }
 
 // The card's share of a token's picks sized by measurement (the copy on, no share asked for): the
-// CPU's microseconds a pick (the expert hook on one token with all K picks of the first host layer
-// in memory) against the card's (the copy of K experts plus CARD_PICK_FIXED_US of compute), each
-// the best of three; *share: the S of 1..K-1 whose slower side is fastest, max(cpu (K - S), card S).
-// Both sides read host memory at once in a step, so the figures are optimistic alike.
+// card's copy of K experts of the first host layer in memory and the CPU's expert hook on one token
+// with K picks of it, run at the same time (in a step both read host memory at once: measured
+// apart, the CPU ran a pick in 30-34 us and in steps in 49-55), the best of three rounds each; a
+// pick's microseconds on each side (the card's plus CARD_PICK_FIXED_US of compute); *share: the S of
+// 1..K-1 whose slower side is fastest, max(cpu (K - S), card S).
 #define CARD_PICK_FIXED_US 10.0
 int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *card_pick_us) {
   const cu_blk *b = nullptr;
@@ -158,49 +159,55 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *c
   fm.down.d = b->hxd[2];
   fm.sel = c->pull_ids; // experts 0..K-1
   fm.k = K;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  CU_TRY(cudaEventCreate(&e0), "measuring the card's share");
-  if (cudaEventCreate(&e1) != cudaSuccess) {
-    (void)cudaEventDestroy(e0);
-    return cu_fail(BL_E_DEVICE, "measuring the card's share");
-  }
-  double card = 1e30;
-  int64_t s = BL_OK;
-  for (int rep = 0; rep < 4 && s == BL_OK; rep++) {
-    fmoe_args f = fm;
-    bool pulled = false;
-    (void)cudaEventRecord(e0, c->st);
-    s = cu_pull(c, *b, f, &pulled);
-    (void)cudaEventRecord(e1, c->st);
-    float ms = 0;
-    const cudaError_t e = cudaEventSynchronize(e1);
-    if (e != cudaSuccess) s = cu_fail_cuda(e, "measuring the card's share");
-    else if (pulled && rep > 0 && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) card = std::min(card, 1000.0 * ms / K);
-  }
-  (void)cudaEventDestroy(e0);
-  (void)cudaEventDestroy(e1);
-  if (s != BL_OK) return s;
   const int E = (int)c->dm.E;
   float *out = new (std::nothrow) float[(size_t)E];
   if (!out) return cu_fail(BL_E_NOMEM, "measuring the card's share: out of memory");
   int32_t sel[PULL_MAX_K];
   float w[PULL_MAX_K];
   for (int j = 0; j < K; j++) {
-    sel[j] = (int)(((int64_t)j * 37 + 5) % b->n_expert);
+    sel[j] = (int)(((int64_t)(j + K) * 37 + 5) % b->n_expert); // other experts than the card's
     w[j] = 1.0f / (float)K;
   }
   for (int i = 0; i < E; i++) c->hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
-  double cpu = 1e30;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) (void)cudaEventDestroy(e0);
+    delete[] out;
+    return cu_fail(BL_E_DEVICE, "measuring the card's share");
+  }
+  double card = 1e30, cpu = 1e30;
+  int64_t s = BL_OK;
   char msg[256];
   msg[0] = 0;
-  for (int rep = 0; rep < 3 && s == BL_OK; rep++) {
+  for (int rep = 0; rep < 4 && s == BL_OK; rep++) {
+    fmoe_args f = fm;
+    bool pulled = false;
+    (void)cudaEventRecord(e0, c->st);
+    s = cu_pull(c, *b, f, &pulled);
+    (void)cudaEventRecord(e1, c->st);
+    if (s != BL_OK) break;
     const auto t0 = std::chrono::steady_clock::now();
     s = c->expert_fn(c->host_cpu, b->src, 1, c->hx, sel, w, K, out, msg, sizeof msg);
-    cpu = std::min(cpu, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / K);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    float ms = 0;
+    const cudaError_t e = cudaEventSynchronize(e1);
+    if (s != BL_OK) {
+      s = cu_fail(s, "host experts: %s", msg);
+      break;
+    }
+    if (e != cudaSuccess) {
+      s = cu_fail_cuda(e, "measuring the card's share");
+      break;
+    }
+    if (rep == 0 || !pulled || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) continue; // round 0 warms both
+    card = std::min(card, 1000.0 * ms / K);
+    cpu = std::min(cpu, us / K);
   }
+  (void)cudaEventDestroy(e0);
+  (void)cudaEventDestroy(e1);
   delete[] out;
-  if (s != BL_OK) return cu_fail(s, "host experts: %s", msg);
-  if (card >= 1e29) return BL_OK;
+  if (s != BL_OK) return s;
+  if (card >= 1e29 || cpu >= 1e29) return BL_OK;
   int best = *share;
   double best_t = 1e30;
   for (int S = 1; S < K; S++) {
