@@ -140,7 +140,7 @@ struct cu_ctx {
   void *pull_buf;
   uint8_t *pull_dst[3];
   int32_t *pull_ids;
-  double cpu_pick_us, card_pick_us; // the measured microseconds a pick of the sizing (0: not measured)
+  double cpu_fixed_us, cpu_pick_us, card_pick_us; // the sizing's measured microseconds: the CPU's call and a pick, the card's a pick (0: not measured)
   int32_t *hsel;
   float *hselw, *hout, *dout;
   cudaStream_t cs2;
@@ -214,7 +214,7 @@ bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a o
 int64_t cu_pull_init(cu_ctx *c);
 void cu_pull_free(cu_ctx *c);
 int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled);
-int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *card_pick_us);
+int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *cpu_pick_us, double *card_pick_us);
 // promote.cu
 int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots);
 void cu_promote_free(cu_ctx *c);

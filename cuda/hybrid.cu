@@ -457,7 +457,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
   c->card_share = env && env[0] ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;
-  if (!(env && env[0]) && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_pick_us, &c->card_pick_us));
+  if (!(env && env[0]) && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
   return BL_OK;
@@ -484,9 +484,9 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[16] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[17] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
-                         (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0)};
-  for (int64_t i = 0; i < n && i < 16; i++) out[i] = v[i];
+                         (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0)};
+  for (int64_t i = 0; i < n && i < 17; i++) out[i] = v[i];
   return BL_OK;
 }

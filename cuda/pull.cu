@@ -140,13 +140,13 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
 }
 
 // The card's share of a token's picks sized by measurement (the copy on, no share asked for): the
-// card's copy of K experts of the first host layer in memory and the CPU's expert hook on one token
-// with K picks of it, run at the same time (in a step both read host memory at once: measured
-// apart, the CPU ran a pick in 30-34 us and in steps in 49-55), the best of three rounds each; a
-// pick's microseconds on each side (the card's plus CARD_PICK_FIXED_US of compute); *share: the S of
-// 1..K-1 whose slower side is fastest, max(cpu (K - S), card S).
+// card's copy of K experts of the first host layer in memory and, at the same time (in a step both
+// read host memory at once), the CPU's expert hook on one token with K picks, then with K / 2; the
+// best of three rounds each. The CPU's time is a fixed part plus a part a pick (the two sizes; in
+// steps of the H200's host: about 42 us + 49 us a pick), the card's a part a pick plus
+// CARD_PICK_FIXED_US of compute; *share: the S of 1..K-1 whose slower side is fastest.
 #define CARD_PICK_FIXED_US 10.0
-int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *card_pick_us) {
+int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *cpu_pick_us, double *card_pick_us) {
   const cu_blk *b = nullptr;
   for (int j = 0; !b && cu_host_block_at(c, j); j++)
     if (!cu_host_on_disk(*cu_host_block_at(c, j))) b = cu_host_block_at(c, j);
@@ -175,11 +175,13 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *c
     delete[] out;
     return cu_fail(BL_E_DEVICE, "measuring the card's share");
   }
-  double card = 1e30, cpu = 1e30;
+  double card = 1e30, cpu_full = 1e30, cpu_half = 1e30;
+  const int half = K / 2;
   int64_t s = BL_OK;
   char msg[256];
   msg[0] = 0;
-  for (int rep = 0; rep < 4 && s == BL_OK; rep++) {
+  for (int rep = 0; rep < 8 && s == BL_OK; rep++) {
+    const int n = rep % 2 ? half : K; // rounds 0 and 1 warm both sizes
     fmoe_args f = fm;
     bool pulled = false;
     (void)cudaEventRecord(e0, c->st);
@@ -187,7 +189,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *c
     (void)cudaEventRecord(e1, c->st);
     if (s != BL_OK) break;
     const auto t0 = std::chrono::steady_clock::now();
-    s = c->expert_fn(c->host_cpu, b->src, 1, c->hx, sel, w, K, out, msg, sizeof msg);
+    s = c->expert_fn(c->host_cpu, b->src, 1, c->hx, sel, w, n, out, msg, sizeof msg);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     float ms = 0;
     const cudaError_t e = cudaEventSynchronize(e1);
@@ -199,19 +201,23 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *c
       s = cu_fail_cuda(e, "measuring the card's share");
       break;
     }
-    if (rep == 0 || !pulled || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) continue; // round 0 warms both
+    if (rep < 2 || !pulled || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) continue;
     card = std::min(card, 1000.0 * ms / K);
-    cpu = std::min(cpu, us / K);
+    if (n == K) cpu_full = std::min(cpu_full, us);
+    else cpu_half = std::min(cpu_half, us);
   }
   (void)cudaEventDestroy(e0);
   (void)cudaEventDestroy(e1);
   delete[] out;
   if (s != BL_OK) return s;
-  if (card >= 1e29 || cpu >= 1e29) return BL_OK;
+  if (card >= 1e29 || cpu_full >= 1e29 || cpu_half >= 1e29 || half < 1 || half >= K) return BL_OK;
+  // the CPU: fixed + per pick, from the two sizes (a slower smaller call is noise: no fixed part)
+  const double per = std::max(0.0, (cpu_full - cpu_half) / (K - half)), fixed = std::max(0.0, cpu_full - per * K);
+  const double cpu = per > 0 ? per : cpu_full / K;
   int best = *share;
   double best_t = 1e30;
   for (int S = 1; S < K; S++) {
-    const double t = std::max(cpu * (K - S), card * S + CARD_PICK_FIXED_US);
+    const double t = std::max(fixed + cpu * (K - S), card * S + CARD_PICK_FIXED_US);
     if (t < best_t) {
       best_t = t;
       best = S;
@@ -219,6 +225,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_pick_us, double *c
   }
   *share = best;
   *cpu_pick_us = cpu;
+  *cpu_fixed_us = fixed;
   *card_pick_us = card;
   return BL_OK;
 }

@@ -349,8 +349,8 @@ int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t e
  * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
  * measured nanoseconds a (token, expert) pair, the card's share of a token's picks, promotion's slots a
  * layer, experts moved, picks found resident and all picks of the promoted one-token steps, whether
- * the card copies its share into card memory first (1/0), and the nanoseconds a pick the share's
- * sizing measured on the CPU and for the card's copy (0: not sized). */
+ * the card copies its share into card memory first (1/0), and the share's sizing's nanoseconds: a
+ * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count. */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);

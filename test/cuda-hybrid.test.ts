@@ -89,7 +89,7 @@ gpu("experts in host memory beside the card", () => {
               expect(hs0.cardPickUs).toBeGreaterThan(0);
               expect(share0).toBeGreaterThanOrEqual(1);
               expect(share0).toBeLessThan(K);
-              console.log(`${p.name}: the card's share sized at ${share0} of ${K} (the CPU ${hs0.cpuPickUs.toFixed(1)} us a pick, the card's copy ${hs0.cardPickUs.toFixed(1)} us)`);
+              console.log(`${p.name}: the card's share sized at ${share0} of ${K} (the CPU ${hs0.cpuFixedUs.toFixed(1)} us a call + ${hs0.cpuPickUs.toFixed(1)} us a pick, the card's copy ${hs0.cardPickUs.toFixed(1)} us)`);
             }
             const shares = [share0, 0, K];
             const dDec = shares.map(() => 0);

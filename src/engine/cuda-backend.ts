@@ -47,7 +47,8 @@ export interface HostExpertStats {
   cardShare: number;
   /** the card copies its share's experts into card memory first (cuda/pull.cu), else reads them in place */
   copied: boolean;
-  /** the sizing's measured microseconds a pick: the CPU's and the card's copy (0: the share was not sized) */
+  /** the sizing's measured microseconds: a CPU call's fixed part and a pick's, and a pick of the card's copy (0: the share was not sized) */
+  cpuFixedUs: number;
   cpuPickUs: number;
   cardPickUs: number;
   /** promotion: card slots a host layer (0: off), experts moved into them, one-token picks found resident of all picks */
@@ -201,12 +202,12 @@ export class CudaBackend implements Backend {
   /** The host experts' counters; undefined when every expert is on the card. */
   hostStats(): HostExpertStats | undefined {
     if (!this.hostBlocks) return undefined;
-    const o = new BigInt64Array(16);
-    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 16), "reading the host experts' counters");
+    const o = new BigInt64Array(17);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 17), "reading the host experts' counters");
     const n = (i: number) => Number(o[i]);
     return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
       pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8),
-      promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12), copied: n(13) !== 0, cpuPickUs: n(14) / 1000, cardPickUs: n(15) / 1000 };
+      promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12), copied: n(13) !== 0, cpuPickUs: n(14) / 1000, cardPickUs: n(15) / 1000, cpuFixedUs: n(16) / 1000 };
   }
 
   kvPosBytes(): number {

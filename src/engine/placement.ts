@@ -162,7 +162,7 @@ export class BackendFactory {
         `${hs.uploadMin >= 2 ** 30 ? "run them there" : `upload a layer's experts instead (PCIe ${(hs.pcieBytesPerSec / 1e9).toFixed(1)} GB/s, measured)`}` +
         `${hs.promoteSlots > 0 ? `; promotion: ${hs.promoteSlots} card slots a layer for the most used experts` :
           hs.cardShare > 0 && hs.pinned ? `; one-token steps: the card ${hs.copied ? "copies" : "reads"} ${hs.cardShare} of a token's picks from host memory while the CPU computes the rest` +
-          (hs.cpuPickUs > 0 ? ` (sized by measurement: ${hs.cpuPickUs.toFixed(0)} us a pick on the CPU, ${hs.cardPickUs.toFixed(0)} us copied)` : "") : ""}`);
+          (hs.cpuPickUs > 0 ? ` (sized by measurement: the CPU ${hs.cpuFixedUs.toFixed(0)} us a call + ${hs.cpuPickUs.toFixed(0)} us a pick, the card's copy ${hs.cardPickUs.toFixed(0)} us a pick)` : "") : ""}`);
     return be;
   }
 
