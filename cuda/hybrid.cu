@@ -22,7 +22,8 @@
 // with the mailbox the card's share runs on the step's stream beside the CPU's (H200, --cpu-moe, tg64:
 // 2 -> 60.2 t/s, 3 -> 53.1, 4 -> 42.0); with stream callbacks on a side stream (2 -> 46.8, 3 -> 48.8);
 // with the card's share pulled into card memory first (pull.cu; one call, tg64 -r 3, --cpu-moe /
-// --n-cpu-moe 24): in place 2 -> 59.8 / 98.4, pulled 2 -> 61.1 / 105.8, 3 -> 69.4 / 122.5, 4 -> 62.9 / 108.6.
+// --n-cpu-moe 24): in place 2 -> 59.8 / 98.4, pulled 2 -> 61.1 / 105.8, 3 -> 69.4 / 122.5, 4 -> 62.9 / 108.6;
+// other hosts: 3 -> 61.1 / 105.6 and 4 -> 66.8 / 111.2 (a slower CPU share), 3 -> 73.9 / 125.4 and 4 -> 68.7 / 116.3.
 #define HYBRID_CARD_SHARE 2
 #define HYBRID_CARD_SHARE_PULL 3
 #define HYBRID_CARD_SHARE_CB 3
@@ -454,10 +455,13 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
   if (c->mb) CU_OK(cu_pull_init(c));
-  const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE"); // picks of a token the card reads from host memory (one-token steps)
-  c->card_share = env && env[0] ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  // picks of a token the card computes (one-token steps): a number, or "auto" (sized by measuring
+  // both sides, cuda/pull.cu - opt-in: on the H200 it chose 2 where 3 was 10-15% faster)
+  const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE");
+  const bool sized = env && strcmp(env, "auto") == 0;
+  c->card_share = env && env[0] && !sized ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;
-  if (!(env && env[0]) && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
+  if (sized && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
   return BL_OK;

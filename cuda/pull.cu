@@ -139,7 +139,8 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   return BL_OK;
 }
 
-// The card's share of a token's picks sized by measurement (the copy on, no share asked for): the
+// The card's share of a token's picks sized by measurement (BLOOMERY_HYBRID_CARD_SHARE=auto, the copy
+// on). Opt-in: on the H200 it chose 2 where 3 was 10-15% faster (the step's contention differs). The
 // card's copy of K experts of the first host layer in memory and, at the same time (in a step both
 // read host memory at once), the CPU's expert hook on one token with K picks, then with K / 2; the
 // best of three rounds each. The CPU's time is a fixed part plus a part a pick (the two sizes; in
