@@ -26,8 +26,12 @@ int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows
   return BL_OK;
 }
 
-// Better of two candidates: larger value, then smaller index.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+// Better of two candidates: larger value, then smaller index; a NaN before any number, so a row
+// holding one hands it to the host (whose sampler refuses the row, as it does a whole row with one).
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  if (v != v) return bv == bv || i < bi;
+  return v > bv || (v == bv && i < bi);
+}
 
 // The block's best (value, index) among n values of v (indices idx0 + i), marking none.
 __device__ void block_best(const float *v, int n, int idx0, const uint8_t *taken, float &bv, int &bi, float *rv, int *ri) {

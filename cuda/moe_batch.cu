@@ -148,8 +148,18 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
         // (ncu: 616,512 local-memory requests a launch at the 128-register cap); each sum is
         // accumulated in the same order, so the result is the same bits
         const uint8_t *const ra[2] = {rp[0], rp[1]}, *const rb[2] = {rp[2], rp[3]};
-        dot_q8<T, 2>(ra, f.act, f.xb, n, cnt, sl, *reinterpret_cast<float(*)[2][MB_NT]>(&acc[0]), lane);
-        dot_q8<T, 2>(rb, f.act, f.xb, n, cnt, sl, *reinterpret_cast<float(*)[2][MB_NT]>(&acc[2]), lane);
+        float lo[2][MB_NT], hi[2][MB_NT];
+        mb_zero(lo);
+        mb_zero(hi);
+        dot_q8<T, 2>(ra, f.act, f.xb, n, cnt, sl, lo, lane);
+        dot_q8<T, 2>(rb, f.act, f.xb, n, cnt, sl, hi, lane);
+#pragma unroll
+        for (int t = 0; t < MB_NT; t++) {
+          acc[0][t] = lo[0][t];
+          acc[1][t] = lo[1][t];
+          acc[2][t] = hi[0][t];
+          acc[3][t] = hi[1][t];
+        }
       }
       else dot_f<T, R>(rp, reinterpret_cast<const float *>(f.act), n, cnt, sl, acc, lane);
 #pragma unroll

@@ -5,6 +5,7 @@
 // up and down slabs in flight - keeps the link busy, then the same kernels read the copies from
 // card memory. The picks are read on the card (after the wait), so the copy sits inside the graph.
 // BLOOMERY_HYBRID_PULL=0 reads the experts in place instead.
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -86,8 +87,13 @@ int64_t cu_pull_init(cu_ctx *c) {
   if (K == 0 || K > PULL_MAX_K) return BL_OK;
   size_t bytes = 0;
   for (int k = 0; k < 3; k++) bytes += cu_align256(slab[k] * K);
-  CU_TRY(cudaMalloc(&c->pull_buf, bytes), "allocating the card's slots for its share of host experts");
-  CU_TRY(cudaMalloc(&c->pull_ids, PULL_MAX_K * sizeof(int32_t)), "allocating the card's slots for its share of host experts");
+  // the plan does not count these slots: a card without room for them reads the share in place
+  if (cudaMalloc(&c->pull_buf, bytes) != cudaSuccess || cudaMalloc(&c->pull_ids, PULL_MAX_K * sizeof(int32_t)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fprintf(stderr, "bloomery: no card memory for the card's share of host experts (%.1f MiB); it reads them in place\n", (double)bytes / 1048576.0);
+    cu_pull_free(c);
+    return BL_OK;
+  }
   int32_t ids[PULL_MAX_K];
   for (int i = 0; i < PULL_MAX_K; i++) ids[i] = i;
   CU_TRY(cudaMemcpy(c->pull_ids, ids, sizeof ids, cudaMemcpyHostToDevice), "setting the card's slots");
@@ -107,6 +113,7 @@ void cu_pull_free(cu_ctx *c) {
   c->pull_ids = nullptr;
   for (int k = 0; k < 3; k++) c->pull_dst[k] = nullptr;
   c->pull_on = 0;
+  c->cpu_fixed_us = c->cpu_pick_us = c->card_pick_us = 0;
 }
 
 // Copies the experts fm's k picks name (fm.sel) of block b from host memory into the slots, on the
@@ -213,7 +220,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *
   if (s != BL_OK) return s;
   if (card >= 1e29 || cpu_full >= 1e29 || cpu_half >= 1e29 || half < 1 || half >= K) return BL_OK;
   // the CPU: fixed + per pick, from the two sizes (a slower smaller call is noise: no fixed part)
-  const double per = std::max(0.0, (cpu_full - cpu_half) / (K - half)), fixed = std::max(0.0, cpu_full - per * K);
+  const double per = std::max(0.0, (cpu_full - cpu_half) / (K - half)), fixed = per > 0 ? std::max(0.0, cpu_full - per * K) : 0.0;
   const double cpu = per > 0 ? per : cpu_full / K;
   int best = *share;
   double best_t = 1e30;

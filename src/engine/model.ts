@@ -80,30 +80,36 @@ export class Model {
     // the host experts beside a card in 2 MiB pages when asked (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=1)
     const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;
     this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true, huge);
-    if (huge) {
-      const h = this.weights.hugeBytes();
-      if (h.bytes) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(`placement: host experts read into huge pages: ${gib(h.bytes)} GiB (${gib(h.backed)} GiB backed by 2 MiB pages)`);
-    }
-    this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
-    // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
-    // host memory or through the expert store
-    if (onCard) markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
+    // a failure past this point gives back what was mapped, read into huge pages or made (GiBs)
+    let experts: ExpertStore | undefined, backends: BackendFactory | undefined;
     try {
+      if (huge) {
+        const h = this.weights.hugeBytes();
+        if (h.bytes) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(`placement: host experts read into huge pages: ${gib(h.bytes)} GiB (${gib(h.backed)} GiB backed by 2 MiB pages)`);
+      }
+      this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
+      // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
+      // host memory or through the expert store
+      if (onCard) markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
       const blocks = onCard ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK : undefined;
-      this.experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam, { blocks });
+      experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam, { blocks });
+      this.experts = experts;
+      backends = new BackendFactory(this.hp, this.program);
+      this.backends = backends;
+      this.backend = backends.create({
+        nSlots: o.nSlots ?? 1,
+        nCtxSlot: nCtx,
+        maxTokens: o.maxTokens ?? 512,
+        nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
+        nThreadsBatch: o.nThreadsBatch,
+        exact: o.exact,
+      }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots });
     } catch (e) {
+      backends?.close();
+      experts?.close();
       this.weights.close();
       throw e;
     }
-    this.backends = new BackendFactory(this.hp, this.program);
-    this.backend = this.backends.create({
-      nSlots: o.nSlots ?? 1,
-      nCtxSlot: nCtx,
-      maxTokens: o.maxTokens ?? 512,
-      nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
-      nThreadsBatch: o.nThreadsBatch,
-      exact: o.exact,
-    }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots });
   }
 
   /** The plan of this load (tiers of the weights), when LoadOptions.placement asked for one. */

@@ -18,23 +18,24 @@ export class MappedWeights {
    * predicate maps only the pages of the tensors it accepts (the expert store reads the rest).
    * `huge`: tensors read instead into anonymous memory backed by 2 MiB pages (the host experts
    * beside a card, streamed every token by the CPU and read in place by the card), neighbours
-   * less than 2 MiB apart in one region.
+   * less than 2 MiB apart in one region (a small tensor between two accepted ones moves with them:
+   * the same bytes).
    */
   constructor(readonly gguf: GgufFile, populate: boolean | ((t: GgufTensorInfo) => boolean) = true, huge?: (t: GgufTensorInfo) => boolean) {
-    for (const path of gguf.paths) {
-      const out = new BigUint64Array(2);
-      check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
-      this.maps.set(path, { base: out[0], size: out[1] });
-      try {
+    try {
+      for (const path of gguf.paths) {
+        const out = new BigUint64Array(2);
+        check(cpu().bl_map_file(cstr(path), ptr(out), ptr(out, 8)), `mapping ${path}`);
+        this.maps.set(path, { base: out[0], size: out[1] });
         if (huge) this.readHuge(path, huge);
-      } catch (e) {
-        this.close();
-        throw e;
+        const mapped = (t: GgufTensorInfo) => !this.hugeRange(t);
+        if (populate === true && !this.huge.length) prefault(out[0], out[1]);
+        else if (populate === true) this.prefaultTensors(path, mapped);
+        else if (populate) this.prefaultTensors(path, (t) => populate(t) && mapped(t));
       }
-      const mapped = (t: GgufTensorInfo) => !this.hugeRange(t);
-      if (populate === true && !this.huge.length) prefault(out[0], out[1]);
-      else if (populate === true) this.prefaultTensors(path, mapped);
-      else if (populate) this.prefaultTensors(path, (t) => populate(t) && mapped(t));
+    } catch (e) {
+      this.close(); // the files mapped and the huge-page copies made so far
+      throw e;
     }
   }
 
@@ -57,7 +58,9 @@ export class MappedWeights {
       else ranges.push({ lo: t.fileOffset, hi: t.fileOffset + t.nbytes });
     }
     const threads = Math.min(16, Math.max(1, availableParallelism()));
+    const size = Number(this.maps.get(path)!.size);
     for (const r of ranges) {
+      if (r.hi > size) throw new GgufError(path, `tensor data at ${r.lo}..${r.hi} lies past the end of the file (${size} bytes): the file is truncated`);
       const out = new BigUint64Array(1);
       check(cpu().bl_huge_copy(cstr(path), BigInt(r.lo), BigInt(r.hi - r.lo), threads, ptr(out)), `reading ${path} into huge pages`);
       this.huge.push({ file: path, lo: r.lo, hi: r.hi, base: out[0] });

@@ -168,9 +168,14 @@ export class TopSource implements SortedSource {
   readonly total: number | undefined = undefined;
 
   constructor(private readonly ids: Int32Array, private readonly logits: Float32Array) {
-    for (let i = 0; i < logits.length; i++) if (Number.isNaN(logits[i])) throw new SamplingError("sampling: the logits row contains NaN");
+    // as the native pass over a whole row: NaN or +inf anywhere is refused (the card hands a NaN over first)
+    for (let i = 0; i < logits.length; i++) {
+      if (Number.isNaN(logits[i])) throw new SamplingError("sampling: the logits row contains NaN");
+      if (logits[i] === Infinity) throw new SamplingError("sampling: the logits row contains +inf");
+    }
   }
 
+  /** Entries past the candidates are unknown: a stage reaching for one is an internal error, not "no more tokens". */
   has(i: number): boolean {
     if (i < this.ids.length) return true;
     throw new SamplingError(`internal: a stage read candidate ${i + 1} of the ${this.ids.length} the backend selected`);
