@@ -195,6 +195,13 @@ static inline const cu_blk *cu_host_block_at(const cu_ctx *c, int j) {
   return j >= 0 && j < (int)c->w->host_blocks.size() ? &c->w->blocks[(size_t)c->w->host_blocks[(size_t)j]] : nullptr;
 }
 
+// The first host block whose experts are in host memory, not on disk (null: none).
+static inline const cu_blk *cu_first_host_block_in_ram(const cu_ctx *c) {
+  for (int j = 0; cu_host_block_at(c, j); j++)
+    if (!cu_host_on_disk(*cu_host_block_at(c, j))) return cu_host_block_at(c, j);
+  return nullptr;
+}
+
 // Input pointers into d_in.
 static inline int32_t *in_tok(const cu_ctx *c) { return c->d_in; }
 static inline int32_t *in_pos(const cu_ctx *c) { return c->d_in + c->dm.maxT; }

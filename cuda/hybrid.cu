@@ -387,9 +387,7 @@ static int64_t measure_hook(cu_ctx *c, const cu_blk *b) {
 // block in host memory is measured; when every host block is on disk, only the hook is (on the
 // first, its reads included) and nothing uploads.
 static int64_t measure(cu_ctx *c) {
-  const cu_blk *b = nullptr;
-  for (int j = 0; !b && cu_host_block_at(c, j); j++)
-    if (!cu_host_on_disk(*cu_host_block_at(c, j))) b = cu_host_block_at(c, j);
+  const cu_blk *b = cu_first_host_block_in_ram(c);
   if (!b) {
     const cu_blk *d = cu_host_block_at(c, 0);
     c->pcie_bps = 0;

@@ -155,9 +155,7 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
 // CARD_PICK_FIXED_US of compute; *share: the S of 1..K-1 whose slower side is fastest.
 #define CARD_PICK_FIXED_US 10.0
 int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *cpu_pick_us, double *card_pick_us) {
-  const cu_blk *b = nullptr;
-  for (int j = 0; !b && cu_host_block_at(c, j); j++)
-    if (!cu_host_on_disk(*cu_host_block_at(c, j))) b = cu_host_block_at(c, j);
+  const cu_blk *b = cu_first_host_block_in_ram(c);
   const int K = b ? b->n_used : 0;
   if (!b || !c->pull_on || !c->expert_fn || K < 2 || K > PULL_MAX_K) return BL_OK;
   fmoe_args fm;

@@ -12,7 +12,6 @@ function probOf(model: Model, p: SamplerProb): TokenProb {
 
 export const makeSampler: SamplerFactory = (req: GenerateRequest, model: Model): TokenSampler => {
   const s = new Sampler({ ...req.params, ignoreEos: req.ignoreEos, nProbs: req.nProbs }, model.tokenizer);
-  const need = s.candidatesNeeded();
   return {
     sample(logits, history, allowed) {
       const r = s.sample(logits, history, allowed ? { allowed } : {});
@@ -24,7 +23,7 @@ export const makeSampler: SamplerFactory = (req: GenerateRequest, model: Model):
       return { id: r.id, probs };
     },
     accept: (id) => s.accept(id),
-    candidates: () => need,
+    candidates: () => s.candidatesNeeded(),
     sampleTop: (ids, logits, history) => ({ id: s.sampleTop(ids, logits, history).id }),
   };
 };

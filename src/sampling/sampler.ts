@@ -102,6 +102,7 @@ export class Sampler {
   /** Prefix used when sampling again under a grammar: top-n-sigma must see only allowed tokens. */
   private readonly maskedPrefixLen: number;
   private readonly biasOps: NativeOp[];
+  private readonly top: { need: number; banned: ReadonlySet<number>; tdiv: number };
   private readonly breakers: DryBreakers | undefined;
   private readonly distRng: Mt19937;
   private readonly xtcRng: Mt19937;
@@ -122,6 +123,7 @@ export class Sampler {
     const ns = this.plan.stages.findIndex((s) => s.kind === "nsigma");
     this.maskedPrefixLen = ns >= 0 && ns < this.prefixLen ? ns : this.prefixLen;
     this.biasOps = this.makeBiasOps(vocab);
+    this.top = this.planTop();
     if (this.plan.stages.some((s) => s.kind === "dry")) {
       if (!vocab.tokenBytes || !vocab.encode) throw new SamplingParamError("dry_multiplier", "DRY needs the vocabulary's token bytes and encoder");
       this.breakers = dryBreakers(vocab as DryVocab, p.drySequenceBreakers);
@@ -189,18 +191,29 @@ export class Sampler {
    * of the row (sampleTop: the same pick). 0: the whole row is needed.
    */
   candidatesNeeded(): number {
+    return this.top.need;
+  }
+
+  /** candidatesNeeded()'s answer, the tokens banned row-wide and the temperatures' product before top-k (the plan is fixed). */
+  private planTop(): { need: number; banned: ReadonlySet<number>; tdiv: number } {
+    const none = { need: 0, banned: new Set<number>(), tdiv: 1 };
     const { stages, final } = this.plan;
-    if (final !== "dist" || this.params.nProbs > 0) return 0;
-    for (let i = 0; i < this.prefixLen; i++) if (stages[i].kind !== "temp") return 0;
-    const first = stages[this.prefixLen];
-    if (first?.kind !== "top_k" || first.k <= 0) return 0;
-    let banned = 0;
-    for (const op of this.biasOps) {
-      if (op.kind !== "ban") return 0;
-      banned += op.ids.length;
+    if (final !== "dist" || this.params.nProbs > 0) return none;
+    let tdiv = 1;
+    for (let i = 0; i < this.prefixLen; i++) {
+      const st = stages[i];
+      if (st.kind !== "temp") return none;
+      tdiv *= st.t;
     }
-    const need = first.k + banned;
-    return need <= TOP_CANDIDATES_MAX && need <= this.nVocab ? need : 0;
+    const first = stages[this.prefixLen];
+    if (first?.kind !== "top_k" || first.k <= 0) return none;
+    const banned = new Set<number>();
+    for (const op of this.biasOps) {
+      if (op.kind !== "ban") return none;
+      for (const id of op.ids) banned.add(id);
+    }
+    const need = first.k + banned.size;
+    return need <= TOP_CANDIDATES_MAX && need <= this.nVocab ? { need, banned, tdiv } : none;
   }
 
   /**
@@ -209,19 +222,12 @@ export class Sampler {
    * when this sampler needs the whole row.
    */
   sampleTop(ids: Int32Array, logits: Float32Array, history: readonly number[]): SampleResult {
-    const need = this.candidatesNeeded();
+    const { need, banned, tdiv } = this.top;
     if (need === 0) throw new SamplingError("sampling: this request's samplers need the whole logits row");
     if (ids.length !== logits.length || ids.length < need) throw new SamplingError(`sampling: ${ids.length} candidates given, ${need} needed`);
-    const banned = new Set<number>();
-    for (const op of this.biasOps) if (op.kind === "ban") for (const id of op.ids) banned.add(id);
     const keep: number[] = [];
     for (let i = 0; i < ids.length; i++) if (!banned.has(ids[i])) keep.push(i);
     const { stages } = this.plan;
-    let tdiv = 1;
-    for (let i = 0; i < this.prefixLen; i++) {
-      const st = stages[i];
-      if (st.kind === "temp") tdiv *= st.t;
-    }
     const src = new TopSource(Int32Array.from(keep, (i) => ids[i]), Float32Array.from(keep, (i) => logits[i]));
     const hist = new History(history, this.params, this.nVocab, this.breakers);
     this.lastNativeCalls = 0;
