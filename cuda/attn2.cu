@@ -16,14 +16,15 @@
 #include "stage.cuh"
 
 #define A2_THREADS 256
-#define A2_WP 64          // positions a window of key and value rows holds
 #define A2_CHUNK 64       // positions a slice takes at least
-#define A2_MAX_SPLITS 32  // slices a head group takes at most (the partials' stride)
+#define A2_MAX_SPLITS CU_A2_MAX_SPLITS // slices a head group takes at most (the partials' stride)
 
 // Row stride in shared memory: 16 words past a multiple of 32 banks, so the 4 threads of a
 // position and the next position's 4 read distinct banks (16-byte reads).
 __host__ __device__ constexpr int a2_rs(int hd) { return hd * 2 + 64; }
-__host__ __device__ constexpr size_t a2_smem(int hd) { return 2 * (size_t)A2_WP * a2_rs(hd); }
+// WP: positions a window of key and value rows holds (64; 128 for long contexts, so that a slice
+// of up to 128 positions is copied whole before the wait)
+__host__ __device__ constexpr size_t a2_smem(int hd, int wp) { return 2 * (size_t)wp * a2_rs(hd); }
 
 // Two halves packed in a word (low first) as floats.
 __device__ __forceinline__ float2 h2x2(uint32_t w) {
@@ -45,7 +46,7 @@ __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half 
 }
 
 // grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
-template <int HD, int GM>
+template <int HD, int GM, int A2_WP>
 __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   constexpr int RS = a2_rs(HD), CPR = HD * 2 / 16, CPQ = CPR / 4;
   constexpr int PPP = A2_THREADS / 4;  // positions a pass of the scores
@@ -75,7 +76,10 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // rows this step writes are not read before the wait: its own (one token: injected from
   // registers), and with a batch the positions its other tokens of the slot may have written
   const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
+  // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to 128, so
+  // every slice is one window copied before the wait up to 64 x 128 positions
   int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
+  if (A2_WP > A2_CHUNK && splits > 32) splits = (n + A2_WP - 1) / A2_WP;
   if (splits > (int)gridDim.y) splits = (int)gridDim.y;
   if (si >= splits) return;
   const int chunk = (n + splits - 1) / splits;
@@ -321,16 +325,21 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   if (warp < GM) {
     const int h = warp;
     const float *ph = apart + (size_t)(h0 + h) * A2_MAX_SPLITS * STS;
-    float mv = -INFINITY, lv = 0.0f;
-    if (lane < splits) {
-      mv = __ldcg(ph + (size_t)lane * STS);
-      lv = __ldcg(ph + (size_t)lane * STS + 1);
-      if (!(lv > 0.0f)) mv = -INFINITY;
+    float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int s2 = lane + 32 * j;
+      if (s2 < splits) {
+        mv[j] = __ldcg(ph + (size_t)s2 * STS);
+        lv[j] = __ldcg(ph + (size_t)s2 * STS + 1);
+        if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
+      }
     }
-    const float M = warp_max(mv);
-    const float f = lv > 0.0f ? expf(mv - M) : 0.0f;
-    const float L = warp_sum(f * lv);
-    if (lane < splits) s_f[h][lane] = f;
+    const float M = warp_max(fmaxf(mv[0], mv[1]));
+    const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
+    const float L = warp_sum(f0 * lv[0] + f1 * lv[1]); // up to 32 slices: f1 * lv[1] adds an exact 0
+    if (lane < splits) s_f[h][lane] = f0;
+    if (lane + 32 < splits) s_f[h][lane + 32] = f1;
     if (lane == 0) s_L[h] = L;
   }
   __syncthreads();
@@ -368,28 +377,32 @@ static int a2_heads(int cls, int G) {
     if (G % gm == 0) return gm;
   return 1;
 }
-static int a2_splits(int cls, int max_splits) {
-  const int cap = cls == 0 ? 256 / A2_CHUNK : cls == 1 ? 1024 / A2_CHUNK : A2_MAX_SPLITS;
-  return max_splits < cap ? max_splits : cap;
+// The window a class's blocks hold: 128 positions for long contexts where the rows fit (head
+// size up to 128: 80 KB of shared memory a block, two blocks an SM on the H200, one on sm_86).
+static int a2_window(int cls, int hd) { return cls == 2 && hd <= 128 ? 128 : 64; }
+// max_splits (the context's option, 32 by default) lowers the cap only when set below 32.
+static int a2_splits(int cls, int wp, int max_splits) {
+  const int cap = cls == 0 ? 256 / A2_CHUNK : cls == 1 ? 1024 / A2_CHUNK : wp > A2_CHUNK ? A2_MAX_SPLITS : 32;
+  return max_splits < 32 && max_splits < cap ? max_splits : cap;
 }
 
-template <int HD>
+template <int HD, int WP>
 static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits) {
   const dim3 grid(a.nkv * (a.G / gm), splits, a.ntok > 1 ? a.ntok : 1), th(A2_THREADS);
-  const size_t smem = a2_smem(HD);
-  if (gm == 1) return cu_launch(k_attn2<HD, 1>, grid, th, smem, st, a);
-  if (gm == 2) return cu_launch(k_attn2<HD, 2>, grid, th, smem, st, a);
-  return cu_launch(k_attn2<HD, 4>, grid, th, smem, st, a);
+  const size_t smem = a2_smem(HD, WP);
+  if (gm == 1) return cu_launch(k_attn2<HD, 1, WP>, grid, th, smem, st, a);
+  if (gm == 2) return cu_launch(k_attn2<HD, 2, WP>, grid, th, smem, st, a);
+  return cu_launch(k_attn2<HD, 4, WP>, grid, th, smem, st, a);
 }
 
 int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
   if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
   if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
-  const int gm = a2_heads(cls, a.G), splits = a2_splits(cls, a.max_splits);
+  const int gm = a2_heads(cls, a.G), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
   cudaError_t e;
-  if (hd == 64) e = launch_a2<64>(st, a, gm, splits);
-  else if (hd == 128) e = launch_a2<128>(st, a, gm, splits);
-  else if (hd == 256) e = launch_a2<256>(st, a, gm, splits);
+  if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, a, gm, splits) : launch_a2<64, 64>(st, a, gm, splits);
+  else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, a, gm, splits) : launch_a2<128, 64>(st, a, gm, splits);
+  else if (hd == 256) e = launch_a2<256, 64>(st, a, gm, splits);
   else return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", hd);
   CU_TRY(e, "one-token attention (head groups)");
   return BL_OK;
@@ -397,11 +410,11 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
 
 int64_t cu_attn2_init(int smem_optin) {
   const char *w = "configuring one-token attention (head groups)";
-#define P(HD)                                          \
-  CU_OK(cu_allow_smem(k_attn2<HD, 1>, smem_optin, w)); \
-  CU_OK(cu_allow_smem(k_attn2<HD, 2>, smem_optin, w)); \
-  CU_OK(cu_allow_smem(k_attn2<HD, 4>, smem_optin, w));
-  P(64) P(128) P(256)
+#define P(HD, WP)                                          \
+  CU_OK(cu_allow_smem(k_attn2<HD, 1, WP>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_attn2<HD, 2, WP>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_attn2<HD, 4, WP>, smem_optin, w));
+  P(64, 64) P(128, 64) P(256, 64) P(64, 128) P(128, 128)
 #undef P
   return BL_OK;
 }

@@ -230,7 +230,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
   c->router_groups = (int)T;
   // split attention's partials: a token's heads x slices x (hd + 4) (attn2.cu's stride; attn.cu takes less)
-  const size_t part = (size_t)MV_MAX_NT * c->max_splits * ((size_t)d.qd + 4 * d.max_nh);
+  const size_t part = (size_t)MV_MAX_NT * (c->max_splits > CU_A2_MAX_SPLITS ? c->max_splits : CU_A2_MAX_SPLITS) * ((size_t)d.qd + 4 * d.max_nh);
   const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
   c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
   c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);

@@ -16,6 +16,8 @@ int64_t cu_init_kernels(int smem_optin);
 #define MV_WARPS 8
 #define MV_THREADS (MV_WARPS * 32)
 #define MV_MAX_NT 8
+// slices one token's attention by head groups takes at most (attn2.cu; the partials' stride)
+#define CU_A2_MAX_SPLITS 64
 struct mv_job {
   dmat m;            // rows ne1, length ne0 (= n)
   const float *bias; // added to each output, or null

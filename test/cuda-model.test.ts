@@ -254,6 +254,36 @@ gpu("CUDA backend behaviour", () => {
     }
   });
 
+  test.skipIf(!existsSync(path))("one-token attention by head groups at 2,200 / 4,200 / 8,300 positions (slices of 128, more than 32 slices, two windows a slice) against attn1 and one slice", () => {
+    const m = Model.load(path, { nCtx: 8448, nGpuLayers: "all" });
+    try {
+      const be = m.backend as CudaBackend;
+      const V = m.hp.nVocab;
+      const prompt = Array.from({ length: 8300 }, (_, i) => (i * 211 + 3) % V);
+      m.evalSequence(prompt, 0);
+      let vsOld = 0, vsWhole = 0;
+      for (const [i, p] of [2200, 4200, 8300].entries()) {
+        const t = 17 + 31 * i;
+        const y = m.evalSequence([t], p); // head groups (the default)
+        be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.headGroups);
+        const old = m.evalSequence([t], p); // attn1.cu
+        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.maxSplits, 1);
+        const whole = m.evalSequence([t], p); // head groups, one slice
+        be.setOption(CudaOption.maxSplits, 32);
+        const sd = std(old);
+        const a = maxAbs(y, old) / sd, b = maxAbs(y, whole) / sd;
+        console.log(`tiny at ${p} positions: head groups vs attn1 ${a.toExponential(2)}, split vs one slice ${b.toExponential(2)} (max |dlogit| / std)`);
+        vsOld = Math.max(vsOld, Number.isFinite(a) ? a : Infinity);
+        vsWhole = Math.max(vsWhole, Number.isFinite(b) ? b : Infinity);
+      }
+      expect(vsOld).toBeLessThan(1e-4);
+      expect(vsWhole).toBeLessThan(1e-4);
+    } finally {
+      m.close();
+    }
+  });
+
   test.skipIf(!existsSync(path))("top-k on the card equals the top of the logits; KV save/load round trip", () => {
     const m = Model.load(path, { nCtx: 64, nSlots: 2, nGpuLayers: "all" });
     try {
