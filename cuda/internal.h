@@ -88,7 +88,14 @@ int64_t cu_moe_dec_init(int smem_optin);
 // threads (a block per head group and slice, 4 threads a position; attn2.cu; before FAST_ATTN).
 // FAST_X8: decode batches' int8 products take their activation rows quantized once a launch
 // (x8rows.cu) instead of each block staging them (the same values bit for bit; off: for A/B runs).
-enum { FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64, FAST_ALL = 127 };
+// FAST_COMBINE: decode batches' expert outputs added to x by the next layer's row quantization
+// (one launch fewer a layer). FAST_PICK: decode batches' picks made by the router product's last
+// block. FAST_QKA: decode batches of distinct slots take Q/K norm, RoPE and the cache write inside
+// the attention (no cu_qk_prep launch). The same values bit for bit with each off (A/B runs).
+enum {
+  FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
+  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ALL = 1023
+};
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
