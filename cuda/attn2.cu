@@ -76,10 +76,9 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // rows this step writes are not read before the wait: its own (one token: injected from
   // registers), and with a batch the positions its other tokens of the slot may have written
   const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
-  // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to 128, so
-  // every slice is one window copied before the wait up to 64 x 128 positions
+  // slices of 64 positions up to the grid's cap (32; 64 for long contexts, whose window of 128
+  // then holds a whole slice, copied before the wait, up to 64 x 128 positions)
   int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
-  if (A2_WP > A2_CHUNK && splits > 32) splits = (n + A2_WP - 1) / A2_WP;
   if (splits > (int)gridDim.y) splits = (int)gridDim.y;
   if (si >= splits) return;
   const int chunk = (n + splits - 1) / splits;
@@ -370,9 +369,10 @@ bool cu_attn2_supported(int hd, int G, int n_rot) {
 // Context classes (by positions n = pos + 1): 0 up to 256, 1 up to 1024, 2 beyond.
 int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : 2; }
 
-// Heads a block takes in a class (a divisor of G: 1, 2 or 4) and the slice cap.
-static int a2_heads(int cls, int G) {
-  const int want = cls == 0 ? 1 : cls == 1 ? 2 : 4;
+// Heads a block takes in a class (a divisor of G: 1, 2, 4, or 8 for long contexts with head
+// size up to 128, so each KV head's rows are read by one block a slice) and the slice cap.
+static int a2_heads(int cls, int G, int hd) {
+  const int want = cls == 0 ? 1 : cls == 1 ? 2 : hd <= 128 ? 8 : 4;
   for (int gm = want; gm > 1; gm >>= 1)
     if (G % gm == 0) return gm;
   return 1;
@@ -392,13 +392,15 @@ static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int s
   const size_t smem = a2_smem(HD, WP);
   if (gm == 1) return cu_launch(k_attn2<HD, 1, WP>, grid, th, smem, st, a);
   if (gm == 2) return cu_launch(k_attn2<HD, 2, WP>, grid, th, smem, st, a);
+  if constexpr (HD <= 128)
+    if (gm == 8) return cu_launch(k_attn2<HD, 8, WP>, grid, th, smem, st, a);
   return cu_launch(k_attn2<HD, 4, WP>, grid, th, smem, st, a);
 }
 
 int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
   if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
   if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
-  const int gm = a2_heads(cls, a.G), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
+  const int gm = a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
   cudaError_t e;
   if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, a, gm, splits) : launch_a2<64, 64>(st, a, gm, splits);
   else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, a, gm, splits) : launch_a2<128, 64>(st, a, gm, splits);
@@ -416,5 +418,9 @@ int64_t cu_attn2_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_attn2<HD, 4, WP>, smem_optin, w));
   P(64, 64) P(128, 64) P(256, 64) P(64, 128) P(128, 128)
 #undef P
+  CU_OK(cu_allow_smem(k_attn2<64, 8, 64>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_attn2<128, 8, 64>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_attn2<64, 8, 128>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_attn2<128, 8, 128>, smem_optin, w));
   return BL_OK;
 }
