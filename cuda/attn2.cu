@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       qv.y *= a.scale;
       qv.z *= a.scale;
       qv.w *= a.scale;
-    } else if (tid < HD / 4) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.k + (size_t)g * HD) + tid);
-    else if (tid < HD / 2) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.v + (size_t)g * HD) + tid - HD / 4);
+    } else if (tid < HD / 4) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.k + (size_t)t * a.ldk + (size_t)g * HD) + tid);
+    else if (tid < HD / 2) kv4 = __ldcg(reinterpret_cast<const float4 *>(a.v + (size_t)t * a.ldk + (size_t)g * HD) + tid - HD / 4);
     if (hq) reinterpret_cast<float4 *>(&sq[0][0])[tid] = qv;
     if (tid < HD / 4) reinterpret_cast<float4 *>(sk32)[tid] = kv4;
     else if (tid < HD / 2) reinterpret_cast<float4 *>(sv32)[tid - HD / 4] = kv4;

@@ -13,6 +13,8 @@
 
 // The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..2).
 #define ATTN_GENERAL 3
+// Flag on the class: a decode batch of distinct slots whose attention forms Q/K itself (FAST_QKA).
+#define ATTN_QKA 4
 
 static const char *const SECTION_NAMES[CU_SECTIONS] = {"embed", "qkv", "qk-norm-rope", "attention", "attn-out", "router", "experts", "output", "topk", "end"};
 
@@ -291,7 +293,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.kn = qa.kn;
     a1.eps = b.eps;
     a1.rope = b.rope;
-    if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls));
+    if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
     fo_args f;
@@ -299,6 +301,24 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       *routed = true;
       return cu_fo(c->st, f, c->smem_limit);
     }
+    return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+  }
+  if (!big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+    // a decode batch of distinct slots: as one token's attention, a block column a token
+    cu_mark(c, S_ATTN);
+    attn1_args a1;
+    one_token_attn(c, b, qa, a1);
+    a1.k = c->k;
+    a1.v = c->v;
+    a1.ldk = kd;
+    a1.qn = qa.qn;
+    a1.kn = qa.kn;
+    a1.eps = b.eps;
+    a1.rope = b.rope;
+    a1.ntok = ntok;
+    a1.ldq = qd;
+    CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
+    cu_mark(c, S_O);
     return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   cu_mark(c, S_QK);
@@ -328,7 +348,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.ntok = ntok;
     a1.ldq = qd;
     a1.prepped = 1;
-    CU_OK(cu_attn2(c->st, a1, hd, c->acls));
+    CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
   } else {
     for (int t0 = 0; t0 < ntok; t0 += MV_MAX_NT) {
       const int nt = ntok - t0 < MV_MAX_NT ? ntok - t0 : MV_MAX_NT;
@@ -640,9 +660,15 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   // a decode batch's attention by the one-token kernel reads every row but the ntok - 1 below a
   // token's own before its wait on cu_qk_prep: a slot's other tokens must lie there (a prompt
   // chunk's do); else class ATTN_GENERAL, the general kernel
+  bool distinct = true;
   for (int i = 0; ntok > 1 && ntok <= MV_MAX_NT && i < ntok; i++)
-    for (int j = 0; j < ntok; j++)
+    for (int j = 0; j < ntok; j++) {
       if (seq[j] == seq[i] && pos[j] <= pos[i] - ntok) c->acls = ATTN_GENERAL;
+      if (j != i && seq[j] == seq[i]) distinct = false;
+    }
+  // a decode batch of distinct slots: the attention does each token's Q/K norm, RoPE and cache
+  // write itself (no cu_qk_prep; FAST_QKA), its graph apart from a batch with a slot's tokens together
+  if (ntok > 1 && ntok <= MV_MAX_NT && distinct && c->acls != ATTN_GENERAL && (cu_fast & FAST_QKA)) c->acls |= ATTN_QKA;
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;

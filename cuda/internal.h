@@ -238,6 +238,7 @@ struct attn1_args {
   // rows ldq floats apart; prepped: Q/K norm, RoPE and the cache write already done (cu_qk_prep),
   // so every key and value comes from the cache and q is only scaled
   int ntok, ldq, prepped;
+  int ldk; // decode batches not prepped (distinct slots): floats between tokens' k (and v) rows
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

@@ -663,6 +663,62 @@ gpu("decode batches' rows quantized once a launch give the logits of each block'
   }
 });
 
+// Decode batches of distinct slots with Q/K norm, RoPE and the cache write inside the attention
+// (CudaFast.qkAttention; the one-token step's arithmetic) against cu_qk_prep's separate launch: only
+// the per-head norm's sum order differs (a warp's against a block's), so within 1e-4 of the std,
+// and the same greedy token; a batch holding two adjacent tokens of one slot keeps cu_qk_prep.
+gpu("decode batches of distinct slots form Q/K in the attention", () => {
+  for (const c of [{ model: "test-moe", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 }] as BatchCase[]) {
+    test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences and one with a slot's two tokens`, async () => {
+      const file = join(tmp, `qka-${c.model}-${c.quant}.gguf`);
+      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
+      const S = 8;
+      const m = Model.load(file, { nCtx: 2048, nSlots: S, maxTokens: 512, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab, F = CudaFast;
+        const len: number[] = [];
+        for (let s = 0; s < S; s++) {
+          // lengths across the attention's context classes (up to 256, up to 1024, beyond)
+          const p = Array.from({ length: [5, 40, 300, 1100][s % 4] + s }, (_, i) => (i * 4001 + 37 * s + 3) % V);
+          m.evalSequence(p, 0, s);
+          len.push(p.length);
+        }
+        let worst = 0, round = 0;
+        const steps: number[][] = [[0, 1], [2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7], [7, 7, 3]];
+        for (const seqs of steps) {
+          const n = seqs.length;
+          const toks = seqs.map((s, i) => (s * 59 + i * 23 + round * 13 + 1) % V);
+          const pos = seqs.map((s, i) => len[s] + seqs.slice(0, i).filter((q) => q === s).length);
+          const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
+          const fused = new Float32Array(n * V), prep = new Float32Array(n * V);
+          be.setOption(CudaOption.fast, F.all);
+          be.forward(batch(fused));
+          be.setOption(CudaOption.fast, F.all & ~F.qkAttention);
+          be.forward(batch(prep)); // rewrites the same KV rows
+          let d = 0, sameArgmax = true;
+          for (let i = 0; i < n; i++) {
+            const a = fused.subarray(i * V, (i + 1) * V), b = prep.subarray(i * V, (i + 1) * V);
+            const r = maxAbs(a, b) / std(b);
+            d = Math.max(d, Number.isFinite(r) ? r : Infinity);
+            if (argmax(a) !== argmax(b)) sameArgmax = false;
+          }
+          console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}: Q/K in the attention vs cu_qk_prep: max |dlogit| / std ${d.toExponential(2)}`);
+          worst = Math.max(worst, d);
+          expect(sameArgmax).toBe(true);
+          for (const s of seqs) len[s]++;
+          round++;
+        }
+        expect(worst).toBeLessThan(1e-4);
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.all);
+        m.close();
+        rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
 // positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
 // attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
