@@ -10,6 +10,8 @@
 // graph serves every step of a class). The last block of a head group merges the slices: a warp a
 // head forms the slices' factors, a thread a (head, 4 dimensions) the sums.
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "common.cuh"
 #include "internal.h"
@@ -76,9 +78,10 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // rows this step writes are not read before the wait: its own (one token: injected from
   // registers), and with a batch the positions its other tokens of the slot may have written
   const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
-  // slices of 64 positions up to the grid's cap (32; 64 for long contexts, whose window of 128
-  // then holds a whole slice, copied before the wait, up to 64 x 128 positions)
+  // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to
+  // a.long_chunk (128 by default), each one window copied before the wait, up to 64 of them
   int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
+  if (A2_WP > A2_CHUNK && splits > 32) splits = (n + a.long_chunk - 1) / a.long_chunk;
   if (splits > (int)gridDim.y) splits = (int)gridDim.y;
   if (si >= splits) return;
   const int chunk = (n + splits - 1) / splits;
@@ -371,8 +374,12 @@ int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : 2; }
 
 // Heads a block takes in a class (a divisor of G: 1, 2, 4, or 8 for long contexts with head
 // size up to 128, so each KV head's rows are read by one block a slice) and the slice cap.
+// BLOOMERY_CUDA_A2_LONG="heads,chunk" (probe runs): long contexts' heads a block (1, 2, 4, 8) and
+// slice length (64..128 positions); measured on the H200 at 4,096 positions: 4 heads, 128 (8 heads
+// a block cost 20% more there: 128 registers with spills, half the blocks).
+static int a2_long_heads = 4, a2_long_chunk = 128;
 static int a2_heads(int cls, int G, int hd) {
-  const int want = cls == 0 ? 1 : cls == 1 ? 2 : hd <= 128 ? 8 : 4;
+  const int want = cls == 0 ? 1 : cls == 1 ? 2 : hd <= 128 ? a2_long_heads : 4;
   for (int gm = want; gm > 1; gm >>= 1)
     if (G % gm == 0) return gm;
   return 1;
@@ -401,10 +408,12 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
   if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
   if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
   const int gm = a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
+  attn1_args b = a;
+  b.long_chunk = a2_long_chunk;
   cudaError_t e;
-  if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, a, gm, splits) : launch_a2<64, 64>(st, a, gm, splits);
-  else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, a, gm, splits) : launch_a2<128, 64>(st, a, gm, splits);
-  else if (hd == 256) e = launch_a2<256, 64>(st, a, gm, splits);
+  if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, b, gm, splits) : launch_a2<64, 64>(st, b, gm, splits);
+  else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, b, gm, splits) : launch_a2<128, 64>(st, b, gm, splits);
+  else if (hd == 256) e = launch_a2<256, 64>(st, b, gm, splits);
   else return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", hd);
   CU_TRY(e, "one-token attention (head groups)");
   return BL_OK;
@@ -412,6 +421,12 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
 
 int64_t cu_attn2_init(int smem_optin) {
   const char *w = "configuring one-token attention (head groups)";
+  const char *env = getenv("BLOOMERY_CUDA_A2_LONG");
+  int h = 0, ch = 0;
+  if (env && sscanf(env, "%d,%d", &h, &ch) == 2 && (h == 1 || h == 2 || h == 4 || h == 8) && ch >= 64 && ch <= 128) {
+    a2_long_heads = h;
+    a2_long_chunk = ch;
+  }
 #define P(HD, WP)                                          \
   CU_OK(cu_allow_smem(k_attn2<HD, 1, WP>, smem_optin, w)); \
   CU_OK(cu_allow_smem(k_attn2<HD, 2, WP>, smem_optin, w)); \

@@ -239,6 +239,7 @@ struct attn1_args {
   // so every key and value comes from the cache and q is only scaled
   int ntok, ldq, prepped;
   int ldk; // decode batches not prepped (distinct slots): floats between tokens' k (and v) rows
+  int long_chunk; // set by cu_attn2: long contexts' slice length past 32 slices
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

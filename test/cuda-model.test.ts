@@ -665,8 +665,10 @@ gpu("decode batches' rows quantized once a launch give the logits of each block'
 
 // Decode batches of distinct slots with Q/K norm, RoPE and the cache write inside the attention
 // (CudaFast.qkAttention; the one-token step's arithmetic) against cu_qk_prep's separate launch: only
-// the per-head norm's sum order differs (a warp's against a block's), so within 1e-4 of the std,
-// and the same greedy token; a batch holding two adjacent tokens of one slot keeps cu_qk_prep.
+// the per-head norm's sum order differs (a warp's against a block's): 6-8e-7 of the std on the
+// H200, but a last-bit change can move an int8 rounding of the activations downstream (8.4e-4 on
+// the 2-layer Qwen3 shapes), so within 1e-2, and the same greedy token; a batch holding two
+// adjacent tokens of one slot keeps cu_qk_prep (bit for bit).
 gpu("decode batches of distinct slots form Q/K in the attention", () => {
   for (const c of [{ model: "test-moe", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 }] as BatchCase[]) {
     test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences and one with a slot's two tokens`, async () => {
@@ -706,10 +708,11 @@ gpu("decode batches of distinct slots form Q/K in the attention", () => {
           console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}: Q/K in the attention vs cu_qk_prep: max |dlogit| / std ${d.toExponential(2)}`);
           worst = Math.max(worst, d);
           expect(sameArgmax).toBe(true);
+          if (new Set(seqs).size < n) expect(d).toBe(0); // a slot's two tokens: cu_qk_prep both times
           for (const s of seqs) len[s]++;
           round++;
         }
-        expect(worst).toBeLessThan(1e-4);
+        expect(worst).toBeLessThan(1e-2);
       } finally {
         be.setOption(CudaOption.fast, CudaFast.all);
         m.close();
