@@ -98,6 +98,7 @@ struct cu_ctx {
   int *cnt_router, *cnt_attn;
   uint8_t *xq;        // decode batches' activation rows quantized once a launch (x8rows.cu)
   size_t xq_bytes;
+  combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
   float *rpart;       // the fused router's partial logits [X][rpart_ld]
   int *cnt_fo;        // its block counter (zero between launches)
   int rpart_ld;

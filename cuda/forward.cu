@@ -242,6 +242,7 @@ static void one_token_attn(const cu_ctx *c, const cu_blk &b, const qk_args &qa, 
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
   *routed = false;
   const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
+  if (big) CU_OK(cu_combine_flush(c->st, &c->pend));
   cu_mark(c, S_QKV);
   if (!big) {
     mv_args a = normed_products(c, b.vec[BL_ATTN_NORM], b.eps);
@@ -250,15 +251,22 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
     a.njobs = 3;
     a.q8 = 1;
+    // the previous MoE block's pending combine (FAST_COMBINE): fused into the rows' quantization
+    // where that launch takes it, else launched before anything reads x
+    a.comb = &c->pend;
     bool batched = false; // 2..MV_MAX_NT rows: Q, K and V in one launch, each weight row read once (mv_batch.cu)
     CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
-    if (!batched) CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+    if (!batched) {
+      CU_OK(cu_combine_flush(c->st, &c->pend));
+      CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+    }
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
     const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
                              gjob(b.t[BL_ATTN_V], c->v, kd, b.vec[BL_ATTN_BV])};
     CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
+  if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
   const size_t layer = (size_t)b.layer * kv_layer_elems(c);
   qk_args qa;
   memset(&qa, 0, sizeof qa);
@@ -540,7 +548,12 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
-    if (grouped_ok) return cu_moe_batch(c->st, mb, ntok, c->smem_limit, grouped, hq_ready);
+    if (grouped_ok) {
+      // FAST_COMBINE: the combine left pending for the next reader of x (the next layer's Q/K/V rows fuse it)
+      moe_batch_args md = mb;
+      if (cu_fast & FAST_COMBINE) md.defer = &c->pend;
+      return cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready);
+    }
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);
@@ -605,8 +618,13 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   const bool big = ntok >= c->prefill_min;
   const std::vector<cu_blk> &bl = c->w->blocks;
   bool routed = false; // the next MoE block's router ran fused into the attention output
+  // a MoE block's combine left pending (FAST_COMBINE): a function of this enqueue alone (graph
+  // capture); an attention block's Q/K/V fuse it or launch it first, every other block launches it
+  // before it starts
+  c->pend.ntok = 0;
   for (size_t i = 0; i < bl.size(); i++) {
     const cu_blk &b = bl[i];
+    if (b.kind != BL_BLOCK_ATTN) CU_OK(cu_combine_flush(c->st, &c->pend));
     switch (b.kind) {
       case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
       case BL_BLOCK_ATTN: {
@@ -625,6 +643,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
   }
+  CU_OK(cu_combine_flush(c->st, &c->pend)); // a program ending with a MoE block
   cu_mark(c, S_END);
   return BL_OK;
 }

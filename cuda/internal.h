@@ -12,6 +12,27 @@ bool cu_has_code(int dev);
 // Kernel attributes (dynamic shared memory limits), once per process.
 int64_t cu_init_kernels(int smem_optin);
 
+// ---- the experts' weighted sum added to the residual (moe.cu), recorded until x is next read ----
+// x[t] += sum_j selw[t * k + j] * ypair[pair_of[t * k + j]] (j in pick order, n columns, ntok rows):
+// k_moe_combine's sum. FAST_COMBINE: a decode batch's grouped experts (cu_moe_batch) record it in
+// the context instead of launching it; the next layer's Q/K/V rows fuse it into their quantization
+// (cu_x8_rows_comb, through cu_mv_batch), every other reader of x launches it first
+// (cu_combine_flush). pair_of and selw must be written at least two launches before the fused
+// kernel (it reads them before its wait), ypair by any earlier one.
+struct combine_args {
+  const float *ypair;
+  int ldy;
+  const int32_t *pair_of;
+  const float *selw;
+  int k;
+  float *x;
+  int ldx, n;
+  int ntok;      // rows; 0: nothing pending
+  int64_t fused; // how many were fused so far (the context's count; bl_cuda_ctx_stats)
+};
+// Launches a pending combine (k_moe_combine) and clears it; none pending (or null): nothing.
+int64_t cu_combine_flush(cudaStream_t st, combine_args *cb);
+
 // ---- decode products (matvec.cu) ----
 #define MV_WARPS 8
 #define MV_THREADS (MV_WARPS * 32)
@@ -36,6 +57,8 @@ struct mv_args {
   int q8;         // one row of x: int8 activations allowed (fmv_args.q8)
   uint8_t *xq;    // decode batches (cu_mv_batch): scratch the int8 kernels quantize the rows into
   size_t xq_cap;  // once a launch (x8rows.cu; null: each block stages them), its bytes
+  combine_args *comb; // cu_mv_batch: a pending combine into x (or null), fused into the rows'
+                      // quantization or launched before it reads x; cleared when it launches
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);
@@ -317,11 +340,13 @@ struct moe_batch_args {
   int ntok;               // set by cu_moe_batch
   uint8_t *hq;            // scratch the int8 gate/up quantizes h into once a step (x8rows.cu's
   size_t hq_cap;          // layout; null: each block stages h itself), its bytes
+  combine_args *defer;    // FAST_COMBINE: the combine recorded here (nothing pending there before), not launched
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
 // Sort (unless grouped: cu_moe_batch_pick ran; hq_ready: it quantized gate/up's rows into a.hq),
-// gate/up, down and combine: launches of shapes fixed by ntok, no host synchronisation.
+// gate/up, down and combine (recorded in *a.defer instead when set): launches of shapes fixed by
+// ntok, no host synchronisation.
 int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready);
 // Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
 // cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
@@ -341,7 +366,8 @@ int64_t cu_moe_batch_init(int smem_optin);
 // *done false and enqueues nothing where cu_matvec must run instead: without FAST_MV (the
 // batch-invariant mode), BLOOMERY_CUDA_MV_BATCH=0, ntok outside 2..MV_MAX_NT, or shapes it lacks.
 // a.xq (with FAST_X8): the int8 kernels' rows are normalised and quantized into it once by a
-// launch of their own first (cu_x8_rows), and every block copies them from there.
+// launch of their own first (cu_x8_rows), and every block copies them from there. a.comb: a
+// pending combine is fused into that launch (cu_x8_rows_comb) or launched before anything reads x.
 int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done);
 // Each token's k picks (ascending expert id) and weights from its router logits ([t][n_expert]),
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
@@ -357,6 +383,12 @@ int64_t cu_mv_batch_init(int smem_optin);
 // normalised rows than the kernel holds, a scratch too small). Launch shape: nt and n only.
 int64_t cu_x8_rows(cudaStream_t st, const float *x, int ldx, int n, int nt, int norm, const float *normw, float eps, uint8_t *xq, size_t cap,
                    bool *done);
+// The same normalised rows with the pending combine *cb added first (x += the experts' sum, stored;
+// then normalised and quantized; bit for bit the two launches): one launch, and cb cleared. Sets
+// *done false and enqueues nothing where it does not take the shape (cb is not over these rows, k >
+// 16, rows over 8,192) or nothing is pending.
+int64_t cu_x8_rows_comb(cudaStream_t st, const float *x, int ldx, int n, int nt, const float *normw, float eps, uint8_t *xq, size_t cap,
+                        combine_args *cb, bool *done);
 // Bytes of scratch MV_MAX_NT quantized rows of up to n elements take.
 size_t cu_x8_scratch_bytes(int64_t n);
 int64_t cu_x8_rows_init();

@@ -39,7 +39,8 @@ int64_t cu_moe_sort(cudaStream_t st, const sort_args &a) {
   return BL_OK;
 }
 
-// grid: (token, chunk of 256 columns); a token's picks summed in pick order, their loads in flight together.
+// grid: (token, chunk of 256 columns); a token's picks summed in pick order (one fma a pick, as
+// x8rows.cu's k_x8_comb sums them), their loads in flight together.
 #define COMBINE_MAX_K 16
 __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k, float *x, int ldx, int n) {
   cu_pdl_entry();
@@ -53,9 +54,9 @@ __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_o
       if (j < k) y[j] = ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
 #pragma unroll
     for (int j = 0; j < COMBINE_MAX_K; j++)
-      if (j < k) s += selw[(size_t)t * k + j] * y[j];
+      if (j < k) s = __fmaf_rn(selw[(size_t)t * k + j], y[j], s);
   } else {
-    for (int j = 0; j < k; j++) s += selw[(size_t)t * k + j] * ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
+    for (int j = 0; j < k; j++) s = __fmaf_rn(selw[(size_t)t * k + j], ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d], s);
   }
   x[(size_t)t * ldx + d] += s;
 }
@@ -65,6 +66,13 @@ int64_t cu_moe_combine(cudaStream_t st, const float *ypair, int ldy, const int32
   if (ntok <= 0) return BL_OK;
   CU_LAUNCH("combining expert outputs", k_moe_combine, dim3(ntok, (n + 255) / 256), dim3(256), 0, st, ypair, ldy, pair_of, selw, k, x, ldx, n);
   return BL_OK;
+}
+
+int64_t cu_combine_flush(cudaStream_t st, combine_args *cb) {
+  if (!cb || cb->ntok < 1) return BL_OK;
+  const combine_args a = *cb;
+  cb->ntok = 0;
+  return cu_moe_combine(st, a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.n, a.ntok);
 }
 
 int64_t cu_moe_init() {

@@ -425,7 +425,13 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
   CU_OK(resident_blocks(kd, p.smem_dn, &grid_dn));
   CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), p.smem_gu, st, a);
   CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
-  return cu_moe_combine(st, a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok);
+  combine_args cb = {a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok, 0};
+  if (!a.defer) return cu_combine_flush(st, &cb);
+  // FAST_COMBINE: added to x by whatever reads x next (the next layer's row quantization)
+  if (a.defer->ntok) return cu_fail(BL_E_INVAL, "experts: a combine is still pending");
+  cb.fused = a.defer->fused;
+  *a.defer = cb;
+  return BL_OK;
 }
 
 bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit) {

@@ -9,7 +9,8 @@
 // router's picks then come from route.cuh's arithmetic, one warp a token. FAST_MV gates it (the
 // batch-invariant mode keeps cu_matvec's per-token kernels); BLOOMERY_CUDA_MV_BATCH=0 turns it off.
 // With FAST_X8 and the caller's scratch, the int8 kernels' rows are quantized once a launch by a
-// kernel of their own (x8rows.cu, the same values) and each block copies them whole (cp.async).
+// kernel of their own (x8rows.cu, the same values) and each block copies them whole (cp.async);
+// with FAST_COMBINE that kernel also adds the previous MoE layer's pending combine to the rows.
 #include <stdlib.h>
 #include <string.h>
 
@@ -367,6 +368,7 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   for (int j = 0; j < a.njobs; j++) p.job[j] = a.job[j];
   if (a.njobs == 1 && ta == T_F32 && a.n % (4 * MV_WARPS) == 0 && a.job[0].m.ne1 <= 1024 && a.job[0].m.nb1 % 16 == 0) {
     // the router: a block a pair of rows, its warps splitting the columns
+    CU_OK(cu_combine_flush(st, a.comb));
     CU_LAUNCH("decode-batch product (f32 rows by columns)", k_mvb_f32cols, dim3((a.job[0].m.ne1 + SR - 1) / SR), dim3(MV_THREADS), 0, st, p);
     *done = true;
     return BL_OK;
@@ -377,11 +379,17 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
   if (smem > (size_t)smem_limit) return BL_OK;
   if (q8 && a.xq && (cu_fast & FAST_X8)) {
-    // the rows normalised and quantized once (x8rows.cu), not by every block
+    // the rows normalised and quantized once (x8rows.cu), not by every block; a pending combine
+    // of the experts into x added by the same launch where it takes the shape
     bool pre = false;
-    CU_OK(cu_x8_rows(st, a.x, a.ldx, a.n, ntok, a.norm, a.normw, a.eps, a.xq, a.xq_cap, &pre));
+    if (a.norm && a.comb) CU_OK(cu_x8_rows_comb(st, a.x, a.ldx, a.n, ntok, a.normw, a.eps, a.xq, a.xq_cap, a.comb, &pre));
+    if (!pre) {
+      CU_OK(cu_combine_flush(st, a.comb));
+      CU_OK(cu_x8_rows(st, a.x, a.ldx, a.n, ntok, a.norm, a.normw, a.eps, a.xq, a.xq_cap, &pre));
+    }
     if (pre) p.xq = a.xq;
   }
+  CU_OK(cu_combine_flush(st, a.comb)); // not fused above: x complete before the product reads it
   int rows = 0;
   for (int j = 0; j < a.njobs; j++) rows += a.job[j].m.ne1;
   // rows a warp: enough that the grid is about the blocks resident at once (each stages the rows once)

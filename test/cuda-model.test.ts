@@ -722,6 +722,81 @@ gpu("decode batches of distinct slots form Q/K in the attention", () => {
   }
 });
 
+// Decode batches' expert combine fused into the next layer's Q/K/V row quantization
+// (CudaFast.combine: cuda/x8rows.cu k_x8_comb, one launch for moe.cu's k_moe_combine and the
+// normalised k_x8_rows) against the two launches (the bit off): the same fma chain over the picks
+// in pick order, the same x stored, the same norm and int8 rows, so the logits agree bit for bit.
+// Q4_K_M files fuse every MoE layer's combine but the last (the output norm launches that one;
+// the context's count of fused combines must grow); the tiny fixture (Q8_0: no int8 rows) and f32
+// activations take the pending combine's other path, launched before the product reads x. Steps
+// of 2, 5 and 8 sequences at different slots and positions; widths 256, 512 and 2048.
+const COMBINE_CASES: BatchCase[] = [
+  { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe-wide", quant: "Q4_K_M" },
+  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("decode batches' expert combine fused into the next layer's row quantization gives the logits of the two launches", () => {
+  for (const c of COMBINE_CASES) {
+    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
+    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
+      let file = fixture;
+      if (!file) {
+        file = join(tmp, `comb-${c.model}-${c.quant}.gguf`);
+        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
+      }
+      const S = 8;
+      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab, F = CudaFast;
+        const len: number[] = [];
+        for (let s = 0; s < S; s++) {
+          const p = Array.from({ length: 3 + 3 * s }, (_, i) => (i * 5003 + 43 * s + 9) % V);
+          m.evalSequence(p, 0, s);
+          len.push(p.length);
+        }
+        let round = 0;
+        for (const int8 of [true, false]) {
+          const bits = int8 ? F.all : F.all & ~F.int8;
+          for (const n of [2, 5, 8]) {
+            const seqs = Array.from({ length: n }, (_, i) => (i * 3 + round) % S);
+            const toks = seqs.map((s, i) => (s * 67 + i * 31 + round * 13 + 4) % V);
+            const pos = seqs.map((s) => len[s]);
+            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
+            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
+            be.setOption(CudaOption.fast, bits);
+            const before = be.stats().fusedCombines;
+            be.forward(batch(fused));
+            const fusedNow = be.stats().fusedCombines - before;
+            // the same step again (it rewrites the KV rows the first wrote) with the two launches
+            be.setOption(CudaOption.fast, bits & ~F.combine);
+            const before2 = be.stats().fusedCombines;
+            be.forward(batch(apart));
+            expect(be.stats().fusedCombines).toBe(before2);
+            let differ = 0, finite = true;
+            for (let i = 0; i < fused.length; i++) {
+              if (!(fused[i] === apart[i])) differ++;
+              if (!Number.isFinite(fused[i])) finite = false;
+            }
+            console.log(`${c.model}:${c.quant} batch of ${n} (${int8 ? "int8" : "f32"} activations): ${fusedNow} combines fused, ${differ} of ${fused.length} logits differ from the two launches`);
+            expect(finite).toBe(true);
+            expect(differ).toBe(0);
+            // int8 Q/K/V rows of a Q4_K_M file: every MoE layer's combine but the last is fused
+            if (int8 && c.quant === "Q4_K_M") expect(fusedNow).toBeGreaterThan(0);
+            else expect(fusedNow).toBe(0);
+            for (const s of seqs) len[s]++;
+            round++;
+          }
+        }
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.all);
+        m.close();
+        if (!fixture) rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
 // positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
 // attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
