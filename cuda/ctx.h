@@ -99,7 +99,7 @@ struct cu_ctx {
   uint8_t *xq;        // decode batches' activation rows quantized once a launch (x8rows.cu)
   size_t xq_bytes;
   float *rpart;       // the fused router's partial logits [X][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches)
+  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK)
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;
