@@ -1,7 +1,8 @@
 // bloomery CUDA library: the routed experts of decode batches of 2..MV_MAX_NT tokens grouped by
 // expert - the picks and the (token, pick) pairs grouped by expert in one launch after the
-// router's product (else moe.cu's sort; one tile an expert), gate/up with SwiGLU and down with
-// each warp's weight rows copied into shared slots by cp.async two items ahead and dotted with the
+// router's product (with FAST_PICK by that product's own last block, mv_batch.cu; else moe.cu's
+// sort; one tile an expert), gate/up with SwiGLU and down with each warp's weight rows copied
+// into shared slots by cp.async two items ahead and dotted with the
 // rows of all the pairs routed to its expert (each weight row read once a step, not once a pair),
 // one output row a pair, then each token's picks weighted and added to the residual in ascending
 // expert order (moe.cu's combine). Launch shapes depend only on the token count (graph capture):

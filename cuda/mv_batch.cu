@@ -6,7 +6,8 @@
 // each unit of them with every staged row (dotbatch.cuh), so a weight row is read once a step, not
 // once a token. Grids are sized to the blocks resident on the card, each block taking a
 // contiguous run of rows (the output head: many rows a warp, the activations staged rarely). The
-// router's picks then come from route.cuh's arithmetic, one warp a token. FAST_MV gates it (the
+// router's picks then come from route.cuh's arithmetic, one warp a token (with FAST_PICK the router
+// launch's last block makes them and the grouping by expert, mbpick.cuh). FAST_MV gates it (the
 // batch-invariant mode keeps cu_matvec's per-token kernels); BLOOMERY_CUDA_MV_BATCH=0 turns it off.
 // With FAST_X8 and the caller's scratch, the int8 kernels' rows are quantized once a launch by a
 // kernel of their own (x8rows.cu, the same values) and each block copies them whole (cp.async).
