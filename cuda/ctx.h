@@ -100,7 +100,7 @@ struct cu_ctx {
   size_t xq_bytes;
   combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
   float *rpart;       // the fused router's partial logits [X][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches)
+  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK)
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;

@@ -504,17 +504,30 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     mv_args a = normed_products(c, b.vec[BL_MOE_NORM], b.eps);
     a.job[0] = job(rw, nullptr, c->router, b.n_expert, EPI_STORE);
     a.njobs = 1;
-    CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
-    if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
-      // the picks and the grouping by expert in one launch
-      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
-      grouped = true;
+    mb_pick_args pk = {};
+    bool fused = false;
+    // FAST_PICK: the picks and the grouping made by the product's last block, one launch fewer
+    // (its block counter: the second int of cnt_fo, which k_fo's launches never touch)
+    if ((cu_fast & FAST_PICK) && grouped_ok && cu_moe_batch_pick_plan(mb, ntok, c->smem_limit, b.norm_topk, b.w_scale, c->cnt_fo + 1, &pk))
+      CU_OK(cu_mv_batch_pick(c->st, a, ntok, c->h, E, pk, &fused));
+    if (fused) {
+      picked = grouped = true;
+      hq_ready = pk.hq != nullptr;
       sel = c->sel;
       selw = c->selw;
-    } else if (picked) {
-      CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
-      sel = c->sel;
-      selw = c->selw;
+    } else {
+      CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
+      if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
+        // the picks and the grouping by expert in one launch
+        CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
+        grouped = true;
+        sel = c->sel;
+        selw = c->selw;
+      } else if (picked) {
+        CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+        sel = c->sel;
+        selw = c->selw;
+      }
     }
   }
   if (moe && !picked) {

@@ -356,6 +356,23 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int sme
 bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit);
 int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
                           bool *hq_ready);
+// What the router product's launch needs to make cu_moe_batch_pick's picks itself (FAST_PICK,
+// cu_mv_batch_pick): its outputs, and hq (or null) where gate/up will read h quantized.
+struct mb_pick_args {
+  int32_t *sel;
+  float *selw;
+  int32_t *pair_tok, *pair_of;
+  int4 *tiles;
+  int32_t *n_tiles;
+  int n_expert, k, norm_topk;
+  float w_scale;
+  uint8_t *hq; // the rows of h quantized into these x8 slots (x8_bytes(n) apart) for gate/up, or null
+  int n;       // the rows' length gate/up reads
+  int *counter; // the launch's block counter: zero between launches
+};
+// Fills *p for cu_mv_batch_pick when cu_moe_batch_pick would take the step (its fits; hq set as
+// it would quantize); false otherwise.
+bool cu_moe_batch_pick_plan(const moe_batch_args &a, int ntok, int smem_limit, int norm_topk, float w_scale, int *counter, mb_pick_args *p);
 int64_t cu_moe_batch_init(int smem_optin);
 
 // ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----
@@ -373,6 +390,12 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
 bool cu_route_pick_fits(int n_expert, int k);
 int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw);
+// The router's product as cu_mv_batch runs it (one F32 job, its normalised rows kept in h) with
+// cu_moe_batch_pick's work in the same launch (FAST_PICK): the last of its blocks to finish makes
+// the picks and the grouping from the logits, and with p.hq ntok more blocks quantize the rows
+// of h for gate/up - the same logits, picks, weights, tiles, h and hq bit for bit. Sets *done
+// false and enqueues nothing where cu_mv_batch would not take the router by column slices.
+int64_t cu_mv_batch_pick(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, const mb_pick_args &p, bool *done);
 int64_t cu_mv_batch_init(int smem_optin);
 
 // ---- a decode batch's activation rows quantized once a launch (x8rows.cu) ----

@@ -1,7 +1,8 @@
 // bloomery CUDA library: the routed experts of decode batches of 2..MV_MAX_NT tokens grouped by
 // expert - the picks and the (token, pick) pairs grouped by expert in one launch after the
-// router's product (else moe.cu's sort; one tile an expert), gate/up with SwiGLU and down with
-// each warp's weight rows copied into shared slots by cp.async two items ahead and dotted with the
+// router's product (with FAST_PICK by that product's own last block, mv_batch.cu; else moe.cu's
+// sort; one tile an expert), gate/up with SwiGLU and down with each warp's weight rows copied
+// into shared slots by cp.async two items ahead and dotted with the
 // rows of all the pairs routed to its expert (each weight row read once a step, not once a pair),
 // one output row a pair, then each token's picks weighted and added to the residual in ascending
 // expert order (moe.cu's combine). Launch shapes depend only on the token count (graph capture):
@@ -17,6 +18,7 @@
 #include "dot8.cuh"
 #include "dotbatch.cuh"
 #include "internal.h"
+#include "mbpick.cuh"
 #include "quants.cuh"
 #include "route.cuh"
 #include "stage.cuh"
@@ -245,11 +247,9 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
   }
 }
 
-// Each token's picks from its router logits (a warp a token, route.cuh's arithmetic, as
-// k_route_pick's), then the pairs grouped by expert as k_moe_sort groups them (one tile an expert
-// in ascending order, pairs {first, count <= tokens}), positions inside an expert in pair order.
-// Block 0; blocks 1 .. ntok (when hq) meanwhile quantize row blockIdx.x - 1 of h (n floats, ldh
-// apart) into the x8 slots of hq for gate/up, as its blocks would stage it.
+// Each token's picks and the pairs grouped by expert (mbpick.cuh) by block 0; blocks 1 .. ntok
+// (when hq) meanwhile quantize row blockIdx.x - 1 of h (n floats, ldh apart) into the x8 slots of
+// hq for gate/up, as its blocks would stage it.
 template <int XJ>
 __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel,
                                                         float *selw, int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles,
@@ -260,60 +260,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int
     stage_rows_q8(h + (size_t)t * ldh, 0, n, 1, [](int) { return 0; }, hq + (size_t)t * x8_bytes(n));
     return;
   }
-  __shared__ int ssel[MB_NT * ROUTER_MAX_K];
-  __shared__ float sw[MB_NT * ROUTER_MAX_K];
-  __shared__ int cnt[32 * XJ], start[32 * XJ];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = ntok * K;
-  for (int e = threadIdx.x; e < 32 * XJ; e += blockDim.x) cnt[e] = 0;
-  for (int t = warp; t < ntok; t += blockDim.x >> 5)
-    route_core<XJ, true>(logits + (size_t)t * X, X, K, norm_topk, w_scale, ssel + t * K, sw + t * K);
-  __syncthreads();
-  for (int i = threadIdx.x; i < np; i += blockDim.x) {
-    int e = ssel[i];
-    e = e < 0 ? 0 : e >= X ? X - 1 : e; // inside the expert stack whatever the logits held
-    ssel[i] = e;
-    sel[i] = e;
-    selw[i] = sw[i];
-    atomicAdd(&cnt[e], 1);
-  }
-  __syncthreads();
-  if (warp == 0) {
-    // experts lane * XJ .. + XJ - 1 a lane: exclusive scans of pairs and of used experts
-    int c[XJ], ps = 0, ts = 0;
-#pragma unroll
-    for (int j = 0; j < XJ; j++) {
-      c[j] = cnt[lane * XJ + j];
-      ps += c[j];
-      ts += c[j] > 0 ? 1 : 0;
-    }
-    int pi = ps, ti = ts;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int pv = __shfl_up_sync(0xffffffffu, pi, o), tv = __shfl_up_sync(0xffffffffu, ti, o);
-      if (lane >= o) {
-        pi += pv;
-        ti += tv;
-      }
-    }
-    int p = pi - ps, tt = ti - ts;
-#pragma unroll
-    for (int j = 0; j < XJ; j++) {
-      const int e = lane * XJ + j;
-      start[e] = p;
-      if (c[j] > 0) tiles[tt++] = make_int4(e, p, c[j], 0);
-      p += c[j];
-    }
-    if (lane == 31) *n_tiles = ti;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < np; i += blockDim.x) {
-    const int e = ssel[i];
-    int rank = 0;
-    for (int j = 0; j < i; j++) rank += ssel[j] == e ? 1 : 0;
-    const int p = start[e] + rank;
-    pair_tok[p] = i / K;
-    pair_of[i] = p;
-  }
+  mb_pick_block<XJ>(logits, ntok, X, K, norm_topk, w_scale, sel, selw, pair_tok, pair_of, tiles, n_tiles);
 }
 
 // ---- host side ----
@@ -458,6 +405,27 @@ int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float 
               selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
   *hq_ready = pre;
   return BL_OK;
+}
+
+bool cu_moe_batch_pick_plan(const moe_batch_args &a, int ntok, int smem_limit, int norm_topk, float w_scale, int *counter, mb_pick_args *p) {
+  if (!counter || !cu_moe_batch_pick_fits(a, ntok, smem_limit)) return false;
+  // gate/up's rows quantized where cu_moe_batch_pick's extra blocks would quantize them
+  mb_plan pl = {};
+  const bool pre = plan_mb(a, ntok, smem_limit, pl) && pl.pre_gu;
+  p->sel = const_cast<int32_t *>(a.sel);
+  p->selw = const_cast<float *>(a.selw);
+  p->pair_tok = a.pair_tok;
+  p->pair_of = a.pair_of;
+  p->tiles = a.tiles;
+  p->n_tiles = a.n_tiles;
+  p->n_expert = a.n_expert;
+  p->k = a.k;
+  p->norm_topk = norm_topk;
+  p->w_scale = w_scale;
+  p->hq = pre ? a.hq : nullptr;
+  p->n = a.gate.ne0;
+  p->counter = counter;
+  return true;
 }
 
 int64_t cu_moe_batch_init(int smem_optin) {

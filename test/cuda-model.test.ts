@@ -797,6 +797,74 @@ gpu("decode batches' expert combine fused into the next layer's row quantization
   }
 });
 
+// Decode batches' expert picks made by the router product's last block (cuda/mv_batch.cu with
+// mbpick.cuh, CudaFast.pick) against the picks' own launch after the product (the bit off): the
+// same logits, summed in the same order, reach the same route.cuh arithmetic and the same grouping
+// by expert, and gate/up's int8 rows are quantized from the same floats, so every logit agrees bit
+// for bit - with f32 and with int8 activations. The tiny fixture: 8 experts, 2 picks, Q8_0 experts
+// (f32 rows, four product blocks); test-moe Q4_K_M; Qwen3-30B-A3B shapes: 128 experts, 8 picks,
+// Q4_K gate/up (int8: h quantized by spare blocks of the router's launch), Q4_K and Q6_K down.
+const PICK_CASES: BatchCase[] = [
+  { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" },
+  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("decode batches' picks made by the router product's last block give the logits of the picks' own launch", () => {
+  for (const c of PICK_CASES) {
+    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
+    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
+      let file = fixture;
+      if (!file) {
+        file = join(tmp, `pick-${c.model}-${c.quant}.gguf`);
+        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
+      }
+      const S = 8;
+      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab, F = CudaFast;
+        const len: number[] = [];
+        for (let s = 0; s < S; s++) {
+          const p = Array.from({ length: 3 + 3 * s }, (_, i) => (i * 5003 + 53 * s + 19) % V);
+          m.evalSequence(p, 0, s);
+          len.push(p.length);
+        }
+        let round = 0;
+        for (const int8 of [false, true]) {
+          const bits = int8 ? F.all : F.all & ~F.int8;
+          for (const n of [2, 5, 8]) {
+            // n slots from a rotating start, one token each at the slot's next position
+            const seqs = Array.from({ length: n }, (_, i) => (i * 3 + round) % S);
+            const toks = seqs.map((s, i) => (s * 61 + i * 37 + round * 13 + 4) % V);
+            const pos = seqs.map((s) => len[s]);
+            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
+            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
+            be.setOption(CudaOption.fast, bits);
+            be.forward(batch(fused));
+            // the same step again (it rewrites the KV rows the first wrote) with the picks' own launch
+            be.setOption(CudaOption.fast, bits & ~F.pick);
+            be.forward(batch(apart));
+            let differ = 0, finite = true;
+            for (let i = 0; i < fused.length; i++) {
+              if (!(fused[i] === apart[i])) differ++;
+              if (!Number.isFinite(fused[i])) finite = false;
+            }
+            console.log(`${c.model}:${c.quant} batch of ${n} (${int8 ? "int8" : "f32"} activations): ${differ} of ${fused.length} logits differ between the picks in the router's launch and in their own`);
+            expect(finite).toBe(true);
+            expect(differ).toBe(0);
+            for (const s of seqs) len[s]++;
+            round++;
+          }
+        }
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.all);
+        m.close();
+        if (!fixture) rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
 // positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
 // attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
