@@ -15,7 +15,7 @@
 #include "rows.cuh"
 #include "stage.cuh"
 
-int cu_fast = FAST_ALL;
+int cu_fast = FAST_DEFAULT;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
 __device__ __forceinline__ void stage_plain(float *xs, const float *x, int n) {

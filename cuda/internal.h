@@ -117,7 +117,10 @@ int64_t cu_moe_dec_init(int smem_optin);
 // the attention (no cu_qk_prep launch). The same values bit for bit with each off (A/B runs).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
-  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ALL = 1023
+  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ALL = 1023,
+  // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
+  // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
+  FAST_DEFAULT = FAST_ALL & ~FAST_PICK
 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
