@@ -119,7 +119,7 @@ gpu("the CUDA forward against the CPU exact path (synthetic models)", () => {
           const y8 = gpuM.evalSequence([steps[i]], prompt.length + i);
           be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.int8);
           const y = gpuM.evalSequence([steps[i]], prompt.length + i);
-          be.setOption(CudaOption.fast, CudaFast.all);
+          be.setOption(CudaOption.fast, CudaFast.default);
           dDecode = Math.max(dDecode, maxAbs(y, x) / std(x));
           dDecode8 = Math.max(dDecode8, maxAbs(y8, x) / std(x));
         }
@@ -181,7 +181,7 @@ gpu("CUDA backend behaviour", () => {
       be.forward(one(13, 31, 1, ng));
       be.setOption(1, 1);
       expect(maxAbs(g, ng)).toBe(0);
-      be.setOption(CudaOption.fast, CudaFast.all);
+      be.setOption(CudaOption.fast, CudaFast.default);
       const stats = be.stats();
       console.log(`tiny: ${stats.steps} steps, ${stats.graphSteps} from graphs, ${stats.graphs} graphs, ${stats.weightBytes} weight bytes`);
       expect(stats.graphSteps).toBeGreaterThan(0);
@@ -232,7 +232,7 @@ gpu("CUDA backend behaviour", () => {
         const y = m.evalSequence([t], p); // head groups, split and merged (the default)
         be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.headGroups);
         const old = m.evalSequence([t], p); // attn1.cu
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         be.setOption(CudaOption.maxSplits, 1);
         const whole = m.evalSequence([t], p); // head groups, one slice
         be.setOption(CudaOption.maxSplits, 32);
@@ -267,7 +267,7 @@ gpu("CUDA backend behaviour", () => {
         const y = m.evalSequence([t], p); // head groups (the default)
         be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.headGroups);
         const old = m.evalSequence([t], p); // attn1.cu
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         be.setOption(CudaOption.maxSplits, 1);
         const whole = m.evalSequence([t], p); // head groups, one slice
         be.setOption(CudaOption.maxSplits, 32);
@@ -655,7 +655,7 @@ gpu("decode batches' rows quantized once a launch give the logits of each block'
           round++;
         }
       } finally {
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         m.close();
         rmSync(file, { force: true });
       }
@@ -714,7 +714,7 @@ gpu("decode batches of distinct slots form Q/K in the attention", () => {
         }
         expect(worst).toBeLessThan(1e-2);
       } finally {
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         m.close();
         rmSync(file, { force: true });
       }
@@ -789,7 +789,7 @@ gpu("decode batches' expert combine fused into the next layer's row quantization
           }
         }
       } finally {
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         m.close();
         if (!fixture) rmSync(file, { force: true });
       }
@@ -857,7 +857,7 @@ gpu("decode batches' picks made by the router product's last block give the logi
           }
         }
       } finally {
-        be.setOption(CudaOption.fast, CudaFast.all);
+        be.setOption(CudaOption.fast, CudaFast.default);
         m.close();
         if (!fixture) rmSync(file, { force: true });
       }
@@ -897,7 +897,7 @@ gpu("a decode batch with a slot's tokens apart reads the rows the step writes", 
         console.log(`slot tokens at ${k.pos.join(", ")} (slots ${k.seq.join(", ")}): max |dlogit| / std vs CPU exact ${worst.toExponential(2)}`);
         expect(worst).toBeLessThan(1e-2);
       }
-      be.setOption(CudaOption.fast, CudaFast.all);
+      be.setOption(CudaOption.fast, CudaFast.default);
     } finally {
       cpu.close();
       m.close();
