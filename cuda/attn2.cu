@@ -51,10 +51,10 @@ __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half 
   }
 }
 
-// The block's output values ys (cnt floats in shared memory, the heads from group g0 of 32 of the
+// The block's output values ys (CNT floats in shared memory, the heads from group g0 of 32 of the
 // row on; written by the block before the call) quantized into the x8 row dst of n values as
 // k_x8_rows<false> does (stage_rows_q8: elements 32g + 8 part .. + 7 a thread, q8_group in
-// x8_pos order). A team of four threads a group (cnt <= 1024: one pass); whole warps call
+// x8_pos order). A team of four threads a group (CNT <= 1024: one pass); whole warps call
 // q8_group. Every thread calls it.
 template <int CNT>
 __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0) {
