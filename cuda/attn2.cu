@@ -9,11 +9,15 @@
 // block sharing their slice's rows); the slice count derives on the card from the position (one
 // graph serves every step of a class). The last block of a head group merges the slices: a warp a
 // head forms the slices' factors, a thread a (head, 4 dimensions) the sums.
+// With a.x8 (FAST_ATTX8, decode batches) the block that writes a head group's output also
+// quantizes it into the token's x8 slot exactly as k_x8_rows<false> would (q8_group on the same
+// floats), so the output product needs no quantization launch.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common.cuh"
+#include "dot8.cuh"
 #include "internal.h"
 #include "stage.cuh"
 
@@ -45,6 +49,27 @@ __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half 
     if (p >= s0 && p <= s1) continue;
     cp_async16((kv ? sV : sK) + (size_t)(p - wb) * RS + ch * 16, (kv ? vb : kb) + (size_t)p * kd + ch * 8);
   }
+}
+
+// The block's output values ys (CNT floats in shared memory, the heads from group g0 of 32 of the
+// row on; written by the block before the call) quantized into the x8 row dst of n values as
+// k_x8_rows<false> does (stage_rows_q8: elements 32g + 8 part .. + 7 a thread, q8_group in
+// x8_pos order). A team of four threads a group (CNT <= 1024: one pass); whole warps call
+// q8_group. Every thread calls it.
+template <int CNT>
+__device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0) {
+  static_assert(CNT % 32 == 0 && CNT / 32 <= A2_THREADS / 4, "a team a group, one pass");
+  constexpr int NG = CNT / 32;
+  __syncthreads();
+  if ((int)(threadIdx.x >> 5) * 8 >= NG) return; // the warp's groups all past the end (warp-uniform)
+  const int part = threadIdx.x & 3, g = threadIdx.x >> 2;
+  const bool ok = g < NG;
+  float4 va = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vb = va;
+  if (ok) {
+    va = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[0];
+    vb = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[1];
+  }
+  q8_group(va, vb, ok, dst, n, g0 + g, part, true);
 }
 
 // grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
@@ -300,8 +325,11 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
 #pragma unroll
       for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
       const float lh = s_l[h];
-      aout[(size_t)(h0 + h) * HD + d] = lh > 0.0f ? o / lh : 0.0f;
+      const float y = lh > 0.0f ? o / lh : 0.0f;
+      aout[(size_t)(h0 + h) * HD + d] = y;
+      if (a.x8) sq[h][d] = y; // the scores are done with the queries
     }
+    if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
     return;
   }
   for (int i = tid; i < GM * HD; i += A2_THREADS) {
@@ -360,9 +388,12 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       A.w += f * v.w;
     }
     const float L = s_L[h], inv = L > 0.0f ? 1.0f / L : 0.0f;
-    *reinterpret_cast<float4 *>(aout + (size_t)(h0 + h) * HD + 4 * d4) = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
+    const float4 y = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
+    *reinterpret_cast<float4 *>(aout + (size_t)(h0 + h) * HD + 4 * d4) = y;
+    if (a.x8) reinterpret_cast<float4 *>(&sq[h][0])[d4] = y;
   }
   if (tid == 0) *counter = 0;
+  if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
 }
 
 bool cu_attn2_supported(int hd, int G, int n_rot) {

@@ -96,6 +96,22 @@ static gemm_job gjob(const dmat &w, float *c, int ldc, const float *bias) {
   return j;
 }
 
+// The decode product's arguments for one dense job on rows b (ldb apart).
+static mv_args dense_mv(cu_ctx *c, const gemm_job &gj, const float *b, int ldb, int epi) {
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  a.job[0] = job(gj.w, gj.bias, gj.c, gj.ldc, epi);
+  a.njobs = 1;
+  a.x = b;
+  a.ldx = ldb;
+  a.n = gj.w.ne0;
+  a.q8 = 1;
+  a.xq = c->xq;
+  a.xq_cap = c->xq_bytes;
+  a.pre = &c->attx8; // rows the attention quantized already (FAST_ATTX8), taken only where they match exactly
+  return a;
+}
+
 // Dense products of the same activation rows (ldb) with up to 3 matrices: tensor cores when the
 // shapes allow (one launch for matrices of one type), else the decode product.
 static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const float *b, int ldb, int ntok, int epi, bool big) {
@@ -121,16 +137,7 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
       CU_OK(cu_gemm(c->st, g, bn, (ntok + bn - 1) / bn));
       continue;
     }
-    mv_args a;
-    memset(&a, 0, sizeof a);
-    a.job[0] = job(jobs[j].w, jobs[j].bias, jobs[j].c, jobs[j].ldc, epi);
-    a.njobs = 1;
-    a.x = b;
-    a.ldx = ldb;
-    a.n = jobs[j].w.ne0;
-    a.q8 = 1;
-    a.xq = c->xq;
-    a.xq_cap = c->xq_bytes;
+    const mv_args a = dense_mv(c, jobs[j], b, ldb, epi);
     done[j] = true;
     bool batched = false; // 2..MV_MAX_NT rows: each weight row once for all of them (mv_batch.cu)
     CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
@@ -238,6 +245,32 @@ static void one_token_attn(const cu_ctx *c, const cu_blk &b, const qk_args &qa, 
   a1.out = c->att;
 }
 
+// FAST_ATTX8: a decode batch's attention (attn2.cu) also quantizes its output rows into the x8
+// slots where the output product would quantize exactly those rows itself; c->attx8 then tells
+// the product they are there (it skips its k_x8_rows launch). Otherwise nothing changes.
+static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
+  c->attx8.nt = 0;
+  a1.x8 = nullptr;
+  if (!(cu_fast & FAST_ATTX8)) return;
+  const int qd = b.n_head * b.head_dim;
+  const mv_args a = dense_mv(c, gjob(b.t[BL_ATTN_O], c->x, (int)c->dm.E, nullptr), c->att, qd, EPI_ADD);
+  if (a.n != qd || a1.out != c->att || a1.ldq != qd || !cu_mv_batch_x8_fits(a, ntok, c->smem_limit)) return;
+  a1.x8 = c->xq;
+  c->attx8.x = c->att;
+  c->attx8.ldx = qd;
+  c->attx8.n = qd;
+  c->attx8.nt = ntok;
+  c->attx8.xq = c->xq;
+}
+
+// The decode batches' attention output product; the attention's x8 rows (attn_x8) are for it alone.
+static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
+  const int qd = b.n_head * b.head_dim;
+  const int64_t rc = dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
+  c->attx8.nt = 0;
+  return rc;
+}
+
 // moe: the MoE block that follows (or null); *routed: its router ran fused into the output product.
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
   *routed = false;
@@ -325,9 +358,10 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.rope = b.rope;
     a1.ntok = ntok;
     a1.ldq = qd;
+    attn_x8(c, b, ntok, a1);
     CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
     cu_mark(c, S_O);
-    return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+    return attn_out_batch(c, b, ntok);
   }
   cu_mark(c, S_QK);
   CU_OK(cu_qk_prep(c->st, qa, ntok));
@@ -356,7 +390,10 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.ntok = ntok;
     a1.ldq = qd;
     a1.prepped = 1;
+    attn_x8(c, b, ntok, a1);
     CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
+    cu_mark(c, S_O);
+    return attn_out_batch(c, b, ntok);
   } else {
     for (int t0 = 0; t0 < ntok; t0 += MV_MAX_NT) {
       const int nt = ntok - t0 < MV_MAX_NT ? ntok - t0 : MV_MAX_NT;

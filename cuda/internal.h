@@ -45,6 +45,15 @@ struct mv_job {
   float *y;          // row t of the batch at y + t * ldy
   int ldy, epi, blocks;
 };
+// Rows a kernel before the product already quantized into the x8 slots xq + t * x8_bytes(n)
+// (FAST_ATTX8: the attention's output rows; unnormalised, k_x8_rows<false>'s bytes): cu_mv_batch
+// skips its own quantization only for exactly these rows (x, ldx, n, nt, xq); nt 0: none.
+struct x8_pre {
+  const float *x;
+  int ldx, n, nt;
+  const uint8_t *xq;
+  int64_t used; // launches that took them (the context's count; bl_cuda_ctx_stats)
+};
 struct mv_args {
   mv_job job[3];
   int njobs;
@@ -59,6 +68,7 @@ struct mv_args {
   size_t xq_cap;  // once a launch (x8rows.cu; null: each block stages them), its bytes
   combine_args *comb; // cu_mv_batch: a pending combine into x (or null), fused into the rows'
                       // quantization or launched before it reads x; cleared when it launches
+  x8_pre *pre;        // cu_mv_batch: rows another kernel already quantized into xq (or null)
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);
@@ -114,10 +124,12 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_COMBINE: decode batches' expert outputs added to x by the next layer's row quantization
 // (one launch fewer a layer). FAST_PICK: decode batches' picks made by the router product's last
 // block. FAST_QKA: decode batches of distinct slots take Q/K norm, RoPE and the cache write inside
-// the attention (no cu_qk_prep launch). The same values bit for bit with each off (A/B runs).
+// the attention (no cu_qk_prep launch). FAST_ATTX8: decode batches' attention (attn2.cu) also writes
+// its output rows' int8 x8 slots, so the output product skips its k_x8_rows launch. The same values
+// bit for bit with each off (A/B runs).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
-  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ALL = 1023,
+  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_ALL = 2047,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -266,6 +278,8 @@ struct attn1_args {
   int ntok, ldq, prepped;
   int ldk; // decode batches not prepped (distinct slots): floats between tokens' k (and v) rows
   int long_chunk; // set by cu_attn2: long contexts' slice length past 32 slices
+  uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
+                  // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);
@@ -388,7 +402,12 @@ int64_t cu_moe_batch_init(int smem_optin);
 // a.xq (with FAST_X8): the int8 kernels' rows are normalised and quantized into it once by a
 // launch of their own first (cu_x8_rows), and every block copies them from there. a.comb: a
 // pending combine is fused into that launch (cu_x8_rows_comb) or launched before anything reads x.
+// a.pre (FAST_ATTX8): where it holds exactly these rows, already in a.xq (unnormalised), that launch
+// is skipped and a.pre->used counted.
 int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done);
+// Whether cu_mv_batch would take a's ntok rows (h null) on int8 rows quantized once into a.xq,
+// unnormalised (cu_x8_rows' shapes): a kernel before may then write those slots itself (a.pre).
+bool cu_mv_batch_x8_fits(const mv_args &a, int ntok, int smem_limit);
 // Each token's k picks (ascending expert id) and weights from its router logits ([t][n_expert]),
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
 bool cu_route_pick_fits(int n_expert, int k);

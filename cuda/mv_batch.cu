@@ -419,22 +419,56 @@ static mvb_args mvb_params(const mv_args &a, int ntok, float *h, int ldh) {
 // Whether an F32 job's shape takes the router's kernel by column slices (k_mvb_f32cols).
 static bool cols_fit(const mv_args &a) { return a.n % (4 * MV_WARPS) == 0 && a.job[0].m.ne1 <= 1024 && a.job[0].m.nb1 % 16 == 0; }
 
-int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done) {
-  *done = false;
-  if (!(cu_fast & FAST_MV) || !mvb_enabled() || ntok < 2 || ntok > MV_MAX_NT || a.njobs < 1 || a.njobs > 3) return BL_OK;
-  if (a.n <= 0 || a.n % 4 || a.ldx % 4 || (h && ldh % 4)) return BL_OK;
+// How cu_mv_batch takes a's rows: 0 not at all (cu_matvec), 1 the router's column kernel, 2 the
+// kernel *k (on int8 rows: *q8) with *smem bytes of shared memory.
+static int mvb_route(const mv_args &a, int ntok, float *h, int ldh, int smem_limit, mvb_kernel *k, bool *q8, size_t *smem) {
+  if (!(cu_fast & FAST_MV) || !mvb_enabled() || ntok < 2 || ntok > MV_MAX_NT || a.njobs < 1 || a.njobs > 3) return 0;
+  if (a.n <= 0 || a.n % 4 || a.ldx % 4 || (h && ldh % 4)) return 0;
   int ta = a.job[0].m.type, tb = ta;
   for (int j = 0; j < a.njobs; j++) {
     const dmat &m = a.job[j].m;
     if (m.type != ta) {
-      if (tb != ta && m.type != tb) return BL_OK; // three types: the general kernels
+      if (tb != ta && m.type != tb) return 0; // three types: the general kernels
       tb = m.type;
     }
     cu_type_geom g;
-    if (m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0) return BL_OK;
+    if (m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0) return 0;
   }
+  if (a.njobs == 1 && ta == T_F32 && cols_fit(a)) return 1;
+  *q8 = a.q8 && !h && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
+  *k = mvb_kernel_of(ta, tb, *q8);
+  if (!*k) return 0;
+  *smem = *q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
+  if (*smem > (size_t)smem_limit) return 0;
+  return 2;
+}
+
+bool cu_mv_batch_x8_fits(const mv_args &a, int ntok, int smem_limit) {
+  mvb_kernel k = nullptr;
+  bool q8 = false;
+  size_t smem = 0;
+  if (mvb_route(a, ntok, nullptr, 0, smem_limit, &k, &q8, &smem) != 2 || !q8 || !a.xq || !(cu_fast & FAST_X8) || a.norm) return false;
+  // and cu_x8_rows' shapes (the rows it would quantize itself)
+  return a.x && a.n % 32 == 0 && a.ldx >= a.n && a.ldx % 4 == 0 && (size_t)ntok * x8_bytes(a.n) <= a.xq_cap && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
+}
+
+// Whether a.pre holds exactly the rows cu_x8_rows would quantize here (unnormalised, no combine pending).
+static bool pre_matches(const mv_args &a, int ntok) {
+  const x8_pre *r = a.pre;
+  return r && r->nt == ntok && r->x == a.x && r->ldx == a.ldx && r->n == a.n && r->xq == a.xq && !a.norm && (!a.comb || a.comb->ntok == 0) &&
+         (cu_fast & FAST_ATTX8);
+}
+
+int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, int smem_limit, bool *done) {
+  *done = false;
+  mvb_kernel k = nullptr;
+  bool q8 = false;
+  size_t smem = 0;
+  const int route = mvb_route(a, ntok, h, ldh, smem_limit, &k, &q8, &smem);
+  if (!route) return BL_OK;
   mvb_args p = mvb_params(a, ntok, h, ldh);
-  if (a.njobs == 1 && ta == T_F32 && cols_fit(a)) {
+  if (route == 1) {
     // the router: a block a pair of rows, its warps splitting the columns
     CU_OK(cu_combine_flush(st, a.comb));
     mb_pick_args none;
@@ -443,16 +477,17 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
     *done = true;
     return BL_OK;
   }
-  const bool q8 = a.q8 && !h && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && a.n % 32 == 0 && mvb_kernel_of(ta, tb, true);
-  const mvb_kernel k = mvb_kernel_of(ta, tb, q8);
-  if (!k) return BL_OK;
-  const size_t smem = q8 ? (size_t)ntok * x8_bytes(a.n) : (size_t)ntok * a.n * sizeof(float);
-  if (smem > (size_t)smem_limit) return BL_OK;
   if (q8 && a.xq && (cu_fast & FAST_X8)) {
     // the rows normalised and quantized once (x8rows.cu), not by every block; a pending combine
-    // of the experts into x added by the same launch where it takes the shape
+    // of the experts into x added by the same launch where it takes the shape; none of it where
+    // the kernel before already wrote exactly these rows' slots (FAST_ATTX8: the attention)
     bool pre = false;
-    if (a.norm && a.comb) CU_OK(cu_x8_rows_comb(st, a.x, a.ldx, a.n, ntok, a.normw, a.eps, a.xq, a.xq_cap, a.comb, &pre));
+    if (pre_matches(a, ntok)) {
+      pre = true;
+      a.pre->used++;
+      a.pre->nt = 0; // for this launch alone
+    }
+    if (!pre && a.norm && a.comb) CU_OK(cu_x8_rows_comb(st, a.x, a.ldx, a.n, ntok, a.normw, a.eps, a.xq, a.xq_cap, a.comb, &pre));
     if (!pre) {
       CU_OK(cu_combine_flush(st, a.comb));
       CU_OK(cu_x8_rows(st, a.x, a.ldx, a.n, ntok, a.norm, a.normw, a.eps, a.xq, a.xq_cap, &pre));

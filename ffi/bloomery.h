@@ -353,7 +353,8 @@ int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t e
  * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count, decode
- * batches' expert combines fused into the next layer's row quantization (counted as enqueued). */
+ * batches' expert combines fused into the next layer's row quantization, and attention output
+ * products that took the rows' int8 slots the attention wrote (FAST_ATTX8) (both counted as enqueued). */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* Tests: y[i][r] = W row r . x row i (n_x rows of n floats) on device dev, W `rows` rows of type
  * stored as row_stride-byte rows; path 0 the decode product, 1 and 2 the tensor-core tiles

@@ -62,10 +62,11 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * quantized once a launch, not by each block: the same values; off for A/B runs), combine (decode
  * batches' expert outputs added to x by the next layer's row quantization), pick (decode batches'
  * picks by the router product's last block), qkAttention (decode batches of distinct slots: Q/K
- * norm, RoPE and the cache write inside the attention). 0: the general kernels only. The library
+ * norm, RoPE and the cache write inside the attention), attnX8 (decode batches' attention writes its
+ * output rows' int8 slots; the output product skips their quantization launch). 0: the general kernels only. The library
  * starts with `default` (all but pick: measured slower on the H200).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, all: 1023, default: 1023 & ~256 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, all: 2047, default: 2047 & ~256 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

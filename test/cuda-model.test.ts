@@ -797,6 +797,83 @@ gpu("decode batches' expert combine fused into the next layer's row quantization
   }
 });
 
+// Decode batches' attention output rows quantized by the attention itself (CudaFast.attnX8:
+// cuda/attn2.cu writes each head group's x8 slot where it writes the f32 output - the splits == 1
+// block and the slices' merge - with k_x8_rows<false>'s q8_group on the same floats), so the output
+// product skips its quantization launch, against that launch (the bit off): the same int8 bytes,
+// so the logits agree bit for bit. Prompts of ~5, ~300 and ~1,100 tokens in different slots (the
+// attention's three context classes, one slice and several); steps of 2, 5 and 8 distinct slots
+// (Q/K formed in the attention, and with qkAttention off cu_qk_prep's path) and steps holding a
+// slot's two adjacent tokens (cu_qk_prep's path). Q4_K_M files (Q4_K output rows, int8 activations)
+// must count the products that took the attention's rows; the tiny fixture (Q8_0: no int8 rows
+// here) counts none and changes nothing.
+const ATTX8_CASES: BatchCase[] = [
+  { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("decode batches' attention output rows quantized by the attention give the logits of the quantization launch", () => {
+  for (const c of ATTX8_CASES) {
+    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
+    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences and a slot's two tokens, bit for bit`, async () => {
+      let file = fixture;
+      if (!file) {
+        file = join(tmp, `attx8-${c.model}-${c.quant}.gguf`);
+        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
+      }
+      const S = 8;
+      const m = Model.load(file, { nCtx: 2048, nSlots: S, maxTokens: 512, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab, F = CudaFast;
+        const len: number[] = [];
+        for (let s = 0; s < S; s++) {
+          // slots 0, 3, 6: ~5 positions; 1, 4, 7: ~300; 2, 5: ~1,100
+          const p = Array.from({ length: [5, 300, 1100][s % 3] + s }, (_, i) => (i * 4001 + 37 * s + 3) % V);
+          m.evalSequence(p, 0, s);
+          len.push(p.length);
+        }
+        // class 0 (2 tokens), class 1 (5), class 2 (8 and 2), a slot's two tokens in classes 1 and 2
+        const steps: number[][] = [[0, 3], [1, 4, 0, 3, 6], [0, 1, 2, 3, 4, 5, 6, 7], [2, 6], [7, 7, 3], [5, 5, 1, 0, 2]];
+        let round = 0;
+        for (const bits of [F.default, F.default & ~F.qkAttention]) {
+          for (const seqs of steps) {
+            const n = seqs.length;
+            const toks = seqs.map((s, i) => (s * 59 + i * 23 + round * 13 + 1) % V);
+            const pos = seqs.map((s, i) => len[s] + seqs.slice(0, i).filter((q) => q === s).length);
+            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
+            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
+            be.setOption(CudaOption.fast, bits | F.attnX8);
+            const before = be.stats().attnX8;
+            be.forward(batch(fused));
+            const took = be.stats().attnX8 - before;
+            // the same step again (it rewrites the KV rows the first wrote) with the quantization launch
+            be.setOption(CudaOption.fast, bits & ~F.attnX8);
+            const before2 = be.stats().attnX8;
+            be.forward(batch(apart));
+            expect(be.stats().attnX8).toBe(before2);
+            let differ = 0, finite = true;
+            for (let i = 0; i < fused.length; i++) {
+              if (!(fused[i] === apart[i])) differ++;
+              if (!Number.isFinite(fused[i])) finite = false;
+            }
+            console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}${bits & F.qkAttention ? "" : " (qkAttention off)"}: ${took} output products took the attention's int8 rows, ${differ} of ${fused.length} logits differ from the quantization launch`);
+            expect(finite).toBe(true);
+            expect(differ).toBe(0);
+            if (c.quant === "Q4_K_M") expect(took).toBeGreaterThan(0);
+            else expect(took).toBe(0);
+            for (const s of seqs) len[s]++;
+            round++;
+          }
+        }
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.default);
+        m.close();
+        if (!fixture) rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // Decode batches' expert picks made by the router product's last block (cuda/mv_batch.cu with
 // mbpick.cuh, CudaFast.pick) against the picks' own launch after the product (the bit off): the
 // same logits, summed in the same order, reach the same route.cuh arithmetic and the same grouping
