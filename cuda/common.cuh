@@ -44,16 +44,6 @@ int64_t cu_allow_smem(K k, int optin, const char *what) {
   CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes), what);
   return cu_kernel_prefs(k, what);
 }
-// A hint: the 128-byte line holding p toward L2 (no fault, no wait).
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-// Bytes [p, p + bytes) toward L2, a line a lane (only lines holding bytes of the range).
-__device__ __forceinline__ void warp_prefetch_l2(const uint8_t *p, int bytes, int lane) {
-  const uintptr_t a0 = reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)127, a1 = reinterpret_cast<uintptr_t>(p) + (uintptr_t)bytes;
-  for (uintptr_t q = a0 + (uintptr_t)lane * 128; q < a1; q += 32 * 128) prefetch_l2(reinterpret_cast<const void *>(q));
-}
-// Items (grouped experts) or row pairs (batched products) a warp prefetches toward L2 ahead of its
-// copies or loads (BLOOMERY_CUDA_PREFETCH; 0: none).
-extern int cu_prefetch;
 // Programmatic dependent launch (sm_90 and newer): every kernel starts by waiting for the
 // previous kernel of its stream (all of its results visible), then lets the next kernel be
 // scheduled, so launches overlap the tails of their predecessors. Without the launch

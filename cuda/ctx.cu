@@ -431,14 +431,8 @@ static void read_env_once(int major) {
   }
   env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups, 64 decode batches' rows quantized once a launch (0: the general kernels only)
   if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
-  env = getenv("BLOOMERY_CUDA_PREFETCH"); // decode batches: items / row pairs a warp prefetches toward L2 ahead (0-8)
-  if (env && env[0]) {
-    const int v = atoi(env);
-    if (v >= 0 && v <= 8) cu_prefetch = v;
-  }
 }
 
-int cu_prefetch = 0;
 int cu_sms = 1;
 int cu_smem_sm = 0;
 

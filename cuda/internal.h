@@ -357,7 +357,6 @@ struct moe_batch_args {
   int ntok;               // set by cu_moe_batch
   uint8_t *hq;            // scratch the int8 gate/up quantizes h into once a step (x8rows.cu's
   size_t hq_cap;          // layout; null: each block stages h itself), its bytes
-  int pf;                 // set by cu_moe_batch: items a warp prefetches toward L2 ahead (cu_prefetch)
   combine_args *defer;    // FAST_COMBINE: the combine recorded here (nothing pending there before), not launched
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.

@@ -66,26 +66,15 @@ struct mb_frame {
     item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
   }
   // Item w's weight rows (rows_of(w, src, r0); false: none) copied into stage s by cp.async; one
-  // commit group either way. Then item w + pf's rows toward L2 (pf > 0), so more of the step's
-  // bytes are in flight than the two stages of shared memory hold.
+  // commit group either way.
   template <class RowsOf>
-  __device__ __forceinline__ void issue(RowsOf rows_of, int w, int s, int pf) const {
+  __device__ __forceinline__ void issue(RowsOf rows_of, int w, int s) const {
     const uint8_t *src[R];
     int r0;
     if (w < w1 && rows_of(w, src, r0))
 #pragma unroll
       for (int k = 0; k < R; k++) (void)warp_copy_async(ws + (size_t)(s * R + k) * slot, src[k], rb, lane);
     cp_async_commit();
-    if (pf > 0) prefetch(rows_of, w + pf);
-  }
-  // Item w's rows toward L2 (a hint; nothing past the block's range).
-  template <class RowsOf>
-  __device__ __forceinline__ void prefetch(RowsOf rows_of, int w) const {
-    const uint8_t *src[R];
-    int r0;
-    if (w < w1 && rows_of(w, src, r0))
-#pragma unroll
-      for (int k = 0; k < R; k++) warp_prefetch_l2(src[k], rb, lane);
   }
   // Where stage s holds the copy of row k (read from src).
   __device__ __forceinline__ const uint8_t *row(int s, int k, const uint8_t *src) const { return slot_of(ws + (size_t)s * R * slot, slot, k, src); }
@@ -124,9 +113,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
   };
   // rows quantized once for the step (a.hq): their copies first, one commit group before the items'
   if (Q8 && a.hq) x8_copy_async(f.act, a.hq, nt * f.xb);
-  f.issue(rows_of, f.w0, 0, 0);
-  f.issue(rows_of, f.w0 + 1, 1, a.pf);
-  for (int j = 2; j <= a.pf; j++) f.prefetch(rows_of, f.w0 + j); // the items before the first issue's
+  f.issue(rows_of, f.w0, 0);
+  f.issue(rows_of, f.w0 + 1, 1);
   if constexpr (Q8) {
     if (a.hq) {
       cp_async_wait_group1(); // the rows and item w0's weights (w0 + 1's may still be in flight)
@@ -188,7 +176,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
       }
     }
     __syncwarp(); // stage s is refilled
-    f.issue(rows_of, w + 2, s, a.pf);
+    f.issue(rows_of, w + 2, s);
   }
 }
 
@@ -216,9 +204,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
     }
     return true;
   };
-  f.issue(rows_of, f.w0, 0, 0);
-  f.issue(rows_of, f.w0 + 1, 1, a.pf);
-  for (int j = 2; j <= a.pf; j++) f.prefetch(rows_of, f.w0 + j); // the items before the first issue's
+  f.issue(rows_of, f.w0, 0);
+  f.issue(rows_of, f.w0 + 1, 1);
   int cur = -1, p0 = 0, cnt = 0;
   for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
     const int tile = w / cpt;
@@ -256,7 +243,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
       }
     }
     __syncwarp(); // stage s is refilled
-    f.issue(rows_of, w + 2, s, a.pf);
+    f.issue(rows_of, w + 2, s);
   }
 }
 
@@ -358,7 +345,6 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
                    cu_type_name(a0.gate.type), cu_type_name(a0.down.type));
   moe_batch_args a = a0;
   a.ntok = ntok;
-  a.pf = cu_prefetch;
   // gate/up's rows quantized once: by the picks' launch (hq_ready), else by a kernel of their own below
   a.hq = (grouped ? hq_ready : p.pre_gu) ? a.hq : nullptr;
   if (!grouped) {

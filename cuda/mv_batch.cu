@@ -38,7 +38,6 @@ struct mvb_args {
   int ldh;
   int rpw; // rows a warp
   const uint8_t *xq; // int8 kernels: the rows already quantized (x8rows.cu, nt slots), or null: staged here
-  int pf;  // row pairs a warp prefetches toward L2 ahead of its loads (cu_prefetch)
 };
 
 // The eight token sums of v over the warp, spread: lanes 4t .. 4t + 3 get token t's (9 shuffles,
@@ -60,6 +59,7 @@ __device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
 // The token whose sum warp_sum8 leaves in this lane.
 __device__ __forceinline__ int sum8_token(int lane) { return ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1); }
 
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // The rows' RMS scales into scl (a warp a row), when norm; ends with a block barrier.
 __device__ __forceinline__ void row_scales(const mvb_args &a, float *scl) {
@@ -214,15 +214,9 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
     stage_f32(a, scl, xs);
   }
   const int xb = x8_bytes(n), tok = sum8_token(lane);
-  const int rbw = ta ? row_bytes_of<TA>(n) : row_bytes_of<TB>(n);
   for (int i = 0; i < a.rpw; i += 2) {
     const int r0 = (b * a.rpw + i) * MV_WARPS + warp, r1 = r0 + MV_WARPS;
     if (r0 >= rows) break;
-    // the pair a.pf pairs ahead toward L2 (the first pair went before the wait)
-    for (int j = 0; a.pf > 0 && j < 2; j++) {
-      const int ii = i + 2 * a.pf + j, r = (b * a.rpw + ii) * MV_WARPS + warp;
-      if (ii < a.rpw && r < rows) warp_prefetch_l2(jb.m.d + (size_t)r * jb.m.nb1, rbw, lane);
-    }
     const bool has1 = i + 1 < a.rpw && r1 < rows;
     // a missing second row repeats the first (its sums dropped)
     const uint8_t *const rp[2] = {jb.m.d + (size_t)r0 * jb.m.nb1, jb.m.d + (size_t)(has1 ? r1 : r0) * jb.m.nb1};
@@ -507,7 +501,6 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   const int resident = mvb_resident(k, smem) * (cu_sms > 0 ? cu_sms : 1);
   p.rpw = (rows + MV_WARPS * resident - 1) / (MV_WARPS * resident);
   if (p.rpw < 1) p.rpw = 1;
-  p.pf = cu_prefetch;
   int grid = 0;
   for (int j = 0; j < p.njobs; j++) {
     p.job[j].blocks = (p.job[j].m.ne1 + MV_WARPS * p.rpw - 1) / (MV_WARPS * p.rpw);
