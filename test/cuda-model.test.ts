@@ -15,6 +15,7 @@ import { chooseBackend, PlacementError } from "../src/engine/placement.ts";
 import { synth } from "../src/cli/synth.ts";
 import { FIXTURES } from "./paths.ts";
 import { maxAbs, std } from "./logit-math.ts";
+import { abStep, caseName, rotatingSteps, withAbModel } from "./cuda-fast-ab.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-model: GPU tests skipped (${st.reason})`);
@@ -604,12 +605,22 @@ gpu("decode batches' dense products read each weight row once, against the gener
   }
 });
 
-// Decode batches' int8 products with their activation rows quantized once a launch (cuda/x8rows.cu,
-// CudaFast.x8) against each block staging the rows itself (the bit off): the same int8 values,
-// scales and sums reach the same dot products, so the logits agree bit for bit - Q/K/V (rows
-// RMS-normalised on the way), the attention output (added to the residual), the grouped experts'
-// gate/up (rows quantized by spare blocks of the picks' launch), the output head. Q4_K_M mixes
-// Q4_K and Q6_K rows in one launch; Q6_K files take Q6_K alone; widths 256, 512, 2048 and 4096.
+// The decode-batch fast bits A/B (test/cuda-fast-ab.ts): each step run with a bit on, then again
+// with it off, on 8 slots holding prompts. Every fusion below is bit for bit the launches it
+// replaces (the same float operations in the same order), so not one logit may differ; Q/K in the
+// attention changes only the per-head norm's sum order. Counters (CudaBackend.stats) prove the
+// fused path ran where it must.
+const withTiny = (c: BatchCase): BatchCase => (c.fixture ? { ...c, fixture: join(tinyDir, c.fixture) } : c);
+const absent = (c: BatchCase): boolean => c.fixture !== undefined && !existsSync(join(tinyDir, c.fixture));
+// prompts across the attention's context classes: slots 0, 3, 6 ~5 positions; 1, 4, 7 ~300; 2, 5 ~1,100
+const classLengths = (s: number): number => [5, 300, 1100][s % 3] + s;
+
+// Int8 products with their activation rows quantized once a launch (cuda/x8rows.cu, CudaFast.x8)
+// against each block staging the rows itself: the same int8 values, scales and sums reach the
+// same dot products - Q/K/V (rows RMS-normalised on the way), the attention output (added to the
+// residual), the grouped experts' gate/up (rows quantized by spare blocks of the picks' launch),
+// the output head. Q4_K_M mixes Q4_K and Q6_K rows in one launch; Q6_K files take Q6_K alone;
+// widths 256, 512, 2048 and 4096.
 const X8_CASES: BatchCase[] = [
   { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q6_K" }, { model: "test-moe-wide", quant: "Q4_K_M" },
   { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
@@ -617,48 +628,15 @@ const X8_CASES: BatchCase[] = [
 
 gpu("decode batches' rows quantized once a launch give the logits of each block's own staging", () => {
   for (const c of X8_CASES) {
-    test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 3, 5 and 8 sequences, bit for bit`, async () => {
-      const file = join(tmp, `x8-${c.model}-${c.quant}.gguf`);
-      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 13 });
-      const S = 8;
-      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab, F = CudaFast;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          const p = Array.from({ length: 4 + 2 * s }, (_, i) => (i * 6007 + 41 * s + 7) % V);
-          m.evalSequence(p, 0, s);
-          len.push(p.length);
+    test(`${caseName(c)}: steps of 2, 3, 5 and 8 sequences, bit for bit`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "x8", seed: 13, nCtx: 64, maxTokens: 64, promptLength: (s) => 4 + 2 * s }, (t) => {
+        for (const seqs of rotatingSteps([2, 3, 5, 8], 5)) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.x8);
+          console.log(`${c.model}:${c.quant} batch of ${seqs.length}: ${r.differ} of ${r.a.length} logits differ between rows quantized once and by each block`);
+          expect(r.finite).toBe(true);
+          expect(r.differ).toBe(0);
         }
-        let round = 0;
-        for (const n of [2, 3, 5, 8]) {
-          const seqs = Array.from({ length: n }, (_, i) => (i * 5 + round) % S);
-          const toks = seqs.map((s, i) => (s * 73 + i * 29 + round * 11 + 2) % V);
-          const pos = seqs.map((s) => len[s]);
-          const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
-          const once = new Float32Array(n * V), each = new Float32Array(n * V);
-          be.setOption(CudaOption.fast, F.all);
-          be.forward(batch(once));
-          // the same step again (it rewrites the KV rows the first wrote) with each block staging
-          be.setOption(CudaOption.fast, F.all & ~F.x8);
-          be.forward(batch(each));
-          let differ = 0, finite = true;
-          for (let i = 0; i < once.length; i++) {
-            if (!(once[i] === each[i])) differ++;
-            if (!Number.isFinite(once[i])) finite = false;
-          }
-          console.log(`${c.model}:${c.quant} batch of ${n}: ${differ} of ${once.length} logits differ between rows quantized once and by each block`);
-          expect(finite).toBe(true);
-          expect(differ).toBe(0);
-          for (const s of seqs) len[s]++;
-          round++;
-        }
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        rmSync(file, { force: true });
-      }
+      });
     });
   }
 });
@@ -667,69 +645,34 @@ gpu("decode batches' rows quantized once a launch give the logits of each block'
 // (CudaFast.qkAttention; the one-token step's arithmetic) against cu_qk_prep's separate launch: only
 // the per-head norm's sum order differs (a warp's against a block's): 6-8e-7 of the std on the
 // H200, but a last-bit change can move an int8 rounding of the activations downstream (8.4e-4 on
-// the 2-layer Qwen3 shapes), so within 1e-2, and the same greedy token; a batch holding two
-// adjacent tokens of one slot keeps cu_qk_prep (bit for bit).
+// the 2-layer Qwen3 shapes), so within 1e-2, and the same greedy token; a batch holding a slot's
+// two adjacent tokens keeps cu_qk_prep both times (bit for bit).
 gpu("decode batches of distinct slots form Q/K in the attention", () => {
   for (const c of [{ model: "test-moe", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 }] as BatchCase[]) {
-    test(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences and one with a slot's two tokens`, async () => {
-      const file = join(tmp, `qka-${c.model}-${c.quant}.gguf`);
-      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
-      const S = 8;
-      const m = Model.load(file, { nCtx: 2048, nSlots: S, maxTokens: 512, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab, F = CudaFast;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          // lengths across the attention's context classes (up to 256, up to 1024, beyond)
-          const p = Array.from({ length: [5, 40, 300, 1100][s % 4] + s }, (_, i) => (i * 4001 + 37 * s + 3) % V);
-          m.evalSequence(p, 0, s);
-          len.push(p.length);
-        }
-        let worst = 0, round = 0;
-        const steps: number[][] = [[0, 1], [2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7], [7, 7, 3]];
-        for (const seqs of steps) {
-          const n = seqs.length;
-          const toks = seqs.map((s, i) => (s * 59 + i * 23 + round * 13 + 1) % V);
-          const pos = seqs.map((s, i) => len[s] + seqs.slice(0, i).filter((q) => q === s).length);
-          const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
-          const fused = new Float32Array(n * V), prep = new Float32Array(n * V);
-          be.setOption(CudaOption.fast, F.all);
-          be.forward(batch(fused));
-          be.setOption(CudaOption.fast, F.all & ~F.qkAttention);
-          be.forward(batch(prep)); // rewrites the same KV rows
-          let d = 0, sameArgmax = true;
-          for (let i = 0; i < n; i++) {
-            const a = fused.subarray(i * V, (i + 1) * V), b = prep.subarray(i * V, (i + 1) * V);
-            const r = maxAbs(a, b) / std(b);
-            d = Math.max(d, Number.isFinite(r) ? r : Infinity);
-            if (argmax(a) !== argmax(b)) sameArgmax = false;
-          }
-          console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}: Q/K in the attention vs cu_qk_prep: max |dlogit| / std ${d.toExponential(2)}`);
-          worst = Math.max(worst, d);
-          expect(sameArgmax).toBe(true);
-          if (new Set(seqs).size < n) expect(d).toBe(0); // a slot's two tokens: cu_qk_prep both times
-          for (const s of seqs) len[s]++;
-          round++;
+    test(`${caseName(c)}: steps of 2, 5 and 8 sequences and one with a slot's two tokens`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "qka", seed: 17, nCtx: 2048, maxTokens: 512, promptLength: classLengths }, (t) => {
+        let worst = 0;
+        for (const seqs of [[0, 3], [2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7], [7, 7, 3]]) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.qkAttention);
+          console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}: Q/K in the attention vs cu_qk_prep: max |dlogit| / std ${r.rel.toExponential(2)}`);
+          worst = Math.max(worst, r.rel);
+          expect(r.finite).toBe(true);
+          expect(r.sameArgmax).toBe(true);
+          if (new Set(seqs).size < seqs.length) expect(r.differ).toBe(0);
         }
         expect(worst).toBeLessThan(1e-2);
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        rmSync(file, { force: true });
-      }
+      });
     });
   }
 });
 
-// Decode batches' expert combine fused into the next layer's Q/K/V row quantization
-// (CudaFast.combine: cuda/x8rows.cu k_x8_comb, one launch for moe.cu's k_moe_combine and the
-// normalised k_x8_rows) against the two launches (the bit off): the same fma chain over the picks
-// in pick order, the same x stored, the same norm and int8 rows, so the logits agree bit for bit.
-// Q4_K_M files fuse every MoE layer's combine but the last (the output norm launches that one;
-// the context's count of fused combines must grow); the tiny fixture (Q8_0: no int8 rows) and f32
-// activations take the pending combine's other path, launched before the product reads x. Steps
-// of 2, 5 and 8 sequences at different slots and positions; widths 256, 512 and 2048.
+// The experts' combine fused into the next layer's Q/K/V row quantization (CudaFast.combine:
+// cuda/x8rows.cu k_x8_comb, one launch for moe.cu's k_moe_combine and the normalised k_x8_rows)
+// against the two launches: the same fma chain over the picks in pick order, the same x stored,
+// the same norm and int8 rows. Q4_K_M files fuse every MoE layer's combine but the last (the
+// output norm launches that one; the count of fused combines must grow); the tiny fixture (Q8_0:
+// no int8 rows) and f32 activations take the pending combine's other path, launched before the
+// product reads x. Widths 256, 512 and 2048.
 const COMBINE_CASES: BatchCase[] = [
   { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe-wide", quant: "Q4_K_M" },
   { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
@@ -737,150 +680,65 @@ const COMBINE_CASES: BatchCase[] = [
 
 gpu("decode batches' expert combine fused into the next layer's row quantization gives the logits of the two launches", () => {
   for (const c of COMBINE_CASES) {
-    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
-    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
-      let file = fixture;
-      if (!file) {
-        file = join(tmp, `comb-${c.model}-${c.quant}.gguf`);
-        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
-      }
-      const S = 8;
-      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab, F = CudaFast;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          const p = Array.from({ length: 3 + 3 * s }, (_, i) => (i * 5003 + 43 * s + 9) % V);
-          m.evalSequence(p, 0, s);
-          len.push(p.length);
-        }
-        let round = 0;
+    test.skipIf(absent(c))(`${caseName(c)}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
+      await withAbModel(withTiny(c), { dir: tmp, tag: "comb", seed: 17, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 3 * s }, (t) => {
         for (const int8 of [true, false]) {
-          const bits = int8 ? F.all : F.all & ~F.int8;
-          for (const n of [2, 5, 8]) {
-            const seqs = Array.from({ length: n }, (_, i) => (i * 3 + round) % S);
-            const toks = seqs.map((s, i) => (s * 67 + i * 31 + round * 13 + 4) % V);
-            const pos = seqs.map((s) => len[s]);
-            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
-            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
-            be.setOption(CudaOption.fast, bits);
-            const before = be.stats().fusedCombines;
-            be.forward(batch(fused));
-            const fusedNow = be.stats().fusedCombines - before;
-            // the same step again (it rewrites the KV rows the first wrote) with the two launches
-            be.setOption(CudaOption.fast, bits & ~F.combine);
-            const before2 = be.stats().fusedCombines;
-            be.forward(batch(apart));
-            expect(be.stats().fusedCombines).toBe(before2);
-            let differ = 0, finite = true;
-            for (let i = 0; i < fused.length; i++) {
-              if (!(fused[i] === apart[i])) differ++;
-              if (!Number.isFinite(fused[i])) finite = false;
-            }
-            console.log(`${c.model}:${c.quant} batch of ${n} (${int8 ? "int8" : "f32"} activations): ${fusedNow} combines fused, ${differ} of ${fused.length} logits differ from the two launches`);
-            expect(finite).toBe(true);
-            expect(differ).toBe(0);
-            // int8 Q/K/V rows of a Q4_K_M file: every MoE layer's combine but the last is fused
-            if (int8 && c.quant === "Q4_K_M") expect(fusedNow).toBeGreaterThan(0);
-            else expect(fusedNow).toBe(0);
-            for (const s of seqs) len[s]++;
-            round++;
+          const bits = int8 ? CudaFast.default : CudaFast.default & ~CudaFast.int8;
+          for (const seqs of rotatingSteps([2, 5, 8], 3)) {
+            const r = abStep(t, seqs, bits, bits & ~CudaFast.combine, () => t.be.stats().fusedCombines);
+            console.log(`${c.model}:${c.quant} batch of ${seqs.length} (${int8 ? "int8" : "f32"} activations): ${r.statA} combines fused, ${r.differ} of ${r.a.length} logits differ from the two launches`);
+            expect(r.finite).toBe(true);
+            expect(r.differ).toBe(0);
+            expect(r.statB).toBe(0);
+            if (int8 && c.quant === "Q4_K_M") expect(r.statA).toBeGreaterThan(0);
+            else expect(r.statA).toBe(0);
           }
         }
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        if (!fixture) rmSync(file, { force: true });
-      }
+      });
     });
   }
 });
 
-// Decode batches' attention output rows quantized by the attention itself (CudaFast.attnX8:
-// cuda/attn2.cu writes each head group's x8 slot where it writes the f32 output - the splits == 1
-// block and the slices' merge - with k_x8_rows<false>'s q8_group on the same floats), so the output
-// product skips its quantization launch, against that launch (the bit off): the same int8 bytes,
-// so the logits agree bit for bit. Prompts of ~5, ~300 and ~1,100 tokens in different slots (the
-// attention's three context classes, one slice and several); steps of 2, 5 and 8 distinct slots
-// (Q/K formed in the attention, and with qkAttention off cu_qk_prep's path) and steps holding a
-// slot's two adjacent tokens (cu_qk_prep's path). Q4_K_M files (Q4_K output rows, int8 activations)
-// must count the products that took the attention's rows; the tiny fixture (Q8_0: no int8 rows
-// here) counts none and changes nothing.
+// The attention output's int8 rows written by the attention itself (CudaFast.attnX8: cuda/attn2.cu
+// writes each head group's x8 slot where it writes the f32 output - the one-slice block and the
+// slices' merge - with k_x8_rows<false>'s q8_group on the same floats), so the output product
+// skips its quantization launch, against that launch: the same int8 bytes. Steps in the
+// attention's three context classes, of distinct slots (Q/K formed in the attention, and with
+// qkAttention off cu_qk_prep's path) and holding a slot's two adjacent tokens (cu_qk_prep's path).
+// Q4_K_M files must count the products that took the attention's rows; the tiny fixture (Q8_0: no
+// int8 rows here) counts none.
 const ATTX8_CASES: BatchCase[] = [
   { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
 ];
 
 gpu("decode batches' attention output rows quantized by the attention give the logits of the quantization launch", () => {
   for (const c of ATTX8_CASES) {
-    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
-    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences and a slot's two tokens, bit for bit`, async () => {
-      let file = fixture;
-      if (!file) {
-        file = join(tmp, `attx8-${c.model}-${c.quant}.gguf`);
-        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
-      }
-      const S = 8;
-      const m = Model.load(file, { nCtx: 2048, nSlots: S, maxTokens: 512, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab, F = CudaFast;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          // slots 0, 3, 6: ~5 positions; 1, 4, 7: ~300; 2, 5: ~1,100
-          const p = Array.from({ length: [5, 300, 1100][s % 3] + s }, (_, i) => (i * 4001 + 37 * s + 3) % V);
-          m.evalSequence(p, 0, s);
-          len.push(p.length);
-        }
+    test.skipIf(absent(c))(`${caseName(c)}: steps of 2, 5 and 8 sequences and a slot's two tokens, bit for bit`, async () => {
+      await withAbModel(withTiny(c), { dir: tmp, tag: "attx8", seed: 17, nCtx: 2048, maxTokens: 512, promptLength: classLengths }, (t) => {
         // class 0 (2 tokens), class 1 (5), class 2 (8 and 2), a slot's two tokens in classes 1 and 2
-        const steps: number[][] = [[0, 3], [1, 4, 0, 3, 6], [0, 1, 2, 3, 4, 5, 6, 7], [2, 6], [7, 7, 3], [5, 5, 1, 0, 2]];
-        let round = 0;
-        for (const bits of [F.default, F.default & ~F.qkAttention]) {
+        const steps = [[0, 3], [1, 4, 0, 3, 6], [0, 1, 2, 3, 4, 5, 6, 7], [2, 6], [7, 7, 3], [5, 5, 1, 0, 2]];
+        for (const bits of [CudaFast.default, CudaFast.default & ~CudaFast.qkAttention]) {
           for (const seqs of steps) {
-            const n = seqs.length;
-            const toks = seqs.map((s, i) => (s * 59 + i * 23 + round * 13 + 1) % V);
-            const pos = seqs.map((s, i) => len[s] + seqs.slice(0, i).filter((q) => q === s).length);
-            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
-            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
-            be.setOption(CudaOption.fast, bits | F.attnX8);
-            const before = be.stats().attnX8;
-            be.forward(batch(fused));
-            const took = be.stats().attnX8 - before;
-            // the same step again (it rewrites the KV rows the first wrote) with the quantization launch
-            be.setOption(CudaOption.fast, bits & ~F.attnX8);
-            const before2 = be.stats().attnX8;
-            be.forward(batch(apart));
-            expect(be.stats().attnX8).toBe(before2);
-            let differ = 0, finite = true;
-            for (let i = 0; i < fused.length; i++) {
-              if (!(fused[i] === apart[i])) differ++;
-              if (!Number.isFinite(fused[i])) finite = false;
-            }
-            console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}${bits & F.qkAttention ? "" : " (qkAttention off)"}: ${took} output products took the attention's int8 rows, ${differ} of ${fused.length} logits differ from the quantization launch`);
-            expect(finite).toBe(true);
-            expect(differ).toBe(0);
-            if (c.quant === "Q4_K_M") expect(took).toBeGreaterThan(0);
-            else expect(took).toBe(0);
-            for (const s of seqs) len[s]++;
-            round++;
+            const r = abStep(t, seqs, bits | CudaFast.attnX8, bits & ~CudaFast.attnX8, () => t.be.stats().attnX8);
+            console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}${bits & CudaFast.qkAttention ? "" : " (qkAttention off)"}: ${r.statA} output products took the attention's int8 rows, ${r.differ} of ${r.a.length} logits differ from the quantization launch`);
+            expect(r.finite).toBe(true);
+            expect(r.differ).toBe(0);
+            expect(r.statB).toBe(0);
+            if (c.quant === "Q4_K_M") expect(r.statA).toBeGreaterThan(0);
+            else expect(r.statA).toBe(0);
           }
         }
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        if (!fixture) rmSync(file, { force: true });
-      }
+      });
     });
   }
 });
 
-// Decode batches' expert picks made by the router product's last block (cuda/mv_batch.cu with
-// mbpick.cuh, CudaFast.pick) against the picks' own launch after the product (the bit off): the
-// same logits, summed in the same order, reach the same route.cuh arithmetic and the same grouping
-// by expert, and gate/up's int8 rows are quantized from the same floats, so every logit agrees bit
-// for bit - with f32 and with int8 activations. The tiny fixture: 8 experts, 2 picks, Q8_0 experts
-// (f32 rows, four product blocks); test-moe Q4_K_M; Qwen3-30B-A3B shapes: 128 experts, 8 picks,
-// Q4_K gate/up (int8: h quantized by spare blocks of the router's launch), Q4_K and Q6_K down.
+// The experts' picks made by the router product's last block (cuda/mv_batch.cu with mbpick.cuh,
+// CudaFast.pick, opt-in) against the picks' own launch after the product: the same logits, summed
+// in the same order, reach the same route.cuh arithmetic and the same grouping by expert, and
+// gate/up's int8 rows are quantized from the same floats - with f32 and with int8 activations.
+// The tiny fixture: 8 experts, 2 picks, Q8_0 experts (f32 rows); test-moe Q4_K_M; Qwen3-30B-A3B
+// shapes: 128 experts, 8 picks, Q4_K gate/up, Q4_K and Q6_K down.
 const PICK_CASES: BatchCase[] = [
   { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" },
   { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
@@ -888,56 +746,18 @@ const PICK_CASES: BatchCase[] = [
 
 gpu("decode batches' picks made by the router product's last block give the logits of the picks' own launch", () => {
   for (const c of PICK_CASES) {
-    const fixture = c.fixture ? join(tinyDir, c.fixture) : undefined;
-    test.skipIf(fixture !== undefined && !existsSync(fixture))(`${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
-      let file = fixture;
-      if (!file) {
-        file = join(tmp, `pick-${c.model}-${c.quant}.gguf`);
-        await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 17 });
-      }
-      const S = 8;
-      const m = Model.load(file, { nCtx: 64, nSlots: S, maxTokens: 64, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab, F = CudaFast;
-        const len: number[] = [];
-        for (let s = 0; s < S; s++) {
-          const p = Array.from({ length: 3 + 3 * s }, (_, i) => (i * 5003 + 53 * s + 19) % V);
-          m.evalSequence(p, 0, s);
-          len.push(p.length);
-        }
-        let round = 0;
+    test.skipIf(absent(c))(`${caseName(c)}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
+      await withAbModel(withTiny(c), { dir: tmp, tag: "pick", seed: 19, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 3 * s }, (t) => {
         for (const int8 of [false, true]) {
-          const bits = int8 ? F.all : F.all & ~F.int8;
-          for (const n of [2, 5, 8]) {
-            // n slots from a rotating start, one token each at the slot's next position
-            const seqs = Array.from({ length: n }, (_, i) => (i * 3 + round) % S);
-            const toks = seqs.map((s, i) => (s * 61 + i * 37 + round * 13 + 4) % V);
-            const pos = seqs.map((s) => len[s]);
-            const batch = (logits: Float32Array): Batch => ({ tokens: Int32Array.from(toks), pos: Int32Array.from(pos), seq: Int32Array.from(seqs), outRows: Int32Array.from(seqs.keys()), logits });
-            const fused = new Float32Array(n * V), apart = new Float32Array(n * V);
-            be.setOption(CudaOption.fast, bits);
-            be.forward(batch(fused));
-            // the same step again (it rewrites the KV rows the first wrote) with the picks' own launch
-            be.setOption(CudaOption.fast, bits & ~F.pick);
-            be.forward(batch(apart));
-            let differ = 0, finite = true;
-            for (let i = 0; i < fused.length; i++) {
-              if (!(fused[i] === apart[i])) differ++;
-              if (!Number.isFinite(fused[i])) finite = false;
-            }
-            console.log(`${c.model}:${c.quant} batch of ${n} (${int8 ? "int8" : "f32"} activations): ${differ} of ${fused.length} logits differ between the picks in the router's launch and in their own`);
-            expect(finite).toBe(true);
-            expect(differ).toBe(0);
-            for (const s of seqs) len[s]++;
-            round++;
+          const bits = int8 ? CudaFast.default : CudaFast.default & ~CudaFast.int8;
+          for (const seqs of rotatingSteps([2, 5, 8], 3)) {
+            const r = abStep(t, seqs, bits | CudaFast.pick, bits & ~CudaFast.pick);
+            console.log(`${c.model}:${c.quant} batch of ${seqs.length} (${int8 ? "int8" : "f32"} activations): ${r.differ} of ${r.a.length} logits differ between the picks in the router's launch and in their own`);
+            expect(r.finite).toBe(true);
+            expect(r.differ).toBe(0);
           }
         }
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        if (!fixture) rmSync(file, { force: true });
-      }
+      });
     });
   }
 });
