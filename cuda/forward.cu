@@ -672,6 +672,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   // capture); an attention block's Q/K/V fuse it or launch it first, every other block launches it
   // before it starts
   c->pend.ntok = 0;
+  c->attx8.nt = 0; // the attention's int8 rows for the output product: never carried over from a failed step
   for (size_t i = 0; i < bl.size(); i++) {
     const cu_blk &b = bl[i];
     if (b.kind != BL_BLOCK_ATTN) CU_OK(cu_combine_flush(c->st, &c->pend));

@@ -268,7 +268,7 @@ struct attn1_args {
   const int32_t *pos, *seq;
   float scale;
   int nh, nkv, G;
-  float *part;   // [nh][max_splits][hd + 2]
+  float *part;   // [nh][max_splits][hd + 2] (attn2.cu: [ntok][nh][CU_A2_MAX_SPLITS][hd + 4])
   int *counters; // [nkv], zero between launches
   int max_splits, min_chunk;
   float *out;

@@ -99,17 +99,17 @@ if (process.argv[4] === "check") {
 
 interface Config { name: string; fast: number; pdl: number; graphs: number; carveout: number }
 const configs: Config[] = [
-  { name: "all one-token kernels (default, fast 127)", fast: 127, pdl: 1, graphs: 1, carveout: -1 },
+  { name: `the library's default (fast ${CudaFast.default})`, fast: CudaFast.default, pdl: 1, graphs: 1, carveout: -1 },
   { name: "without the fused router (47)", fast: 47, pdl: 1, graphs: 1, carveout: -1 },
   { name: "without attention by head groups (31)", fast: 31, pdl: 1, graphs: 1, carveout: -1 },
   { name: "round-1 kernels (15)", fast: 15, pdl: 1, graphs: 1, carveout: -1 },
   { name: "f32 activations (55)", fast: 55, pdl: 1, graphs: 1, carveout: -1 },
   { name: "general kernels (fast 0)", fast: 0, pdl: 1, graphs: 1, carveout: -1 },
-  { name: "default without PDL", fast: 127, pdl: 0, graphs: 1, carveout: -1 },
-  { name: "default, graphs off", fast: 127, pdl: 1, graphs: 0, carveout: -1 },
+  { name: "default without PDL", fast: CudaFast.default, pdl: 0, graphs: 1, carveout: -1 },
+  { name: "default, graphs off", fast: CudaFast.default, pdl: 1, graphs: 0, carveout: -1 },
 ];
 const safeEnv = process.env.BLOOMERY_SAFE_FAST;
-const safeBits = safeEnv ? Number(safeEnv) : 127;
+const safeBits = safeEnv ? Number(safeEnv) : CudaFast.default;
 for (const [di, depth] of depths.entries()) {
   for (const c of di === 0 ? configs : configs.slice(0, 4)) {
     if ((c.fast & ~safeBits & (CudaFast.fusedRouter | CudaFast.headGroups)) !== 0) {
