@@ -400,8 +400,9 @@ bool cu_attn2_supported(int hd, int G, int n_rot) {
   return (cu_fast & FAST_ATTN2) && (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 8 && n_rot >= 0 && n_rot <= hd && n_rot % 2 == 0;
 }
 
-// Context classes (by positions n = pos + 1): 0 up to 256, 1 up to 1024, 2 beyond.
-int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : 2; }
+// Context classes (by positions n = pos + 1): 0 up to 256, 1 up to 1024, 2 up to 2,048 (slices of
+// 64, at most 32), 3 beyond (the long-context shape: a window of 128).
+int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : n <= 2048 ? 2 : 3; }
 
 // Heads a block takes in a class (a divisor of G: 1, 2, 4, or 8 for long contexts with head
 // size up to 128, so each KV head's rows are read by one block a slice) and the slice cap.
@@ -410,17 +411,17 @@ int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : 2; }
 // a block cost 20% more there: 128 registers with spills, half the blocks).
 static int a2_long_heads = 4, a2_long_chunk = 128;
 static int a2_heads(int cls, int G, int hd) {
-  const int want = cls == 0 ? 1 : cls == 1 ? 2 : hd <= 128 ? a2_long_heads : 4;
+  const int want = cls == 0 ? 1 : cls == 1 ? 2 : cls == 3 && hd <= 128 ? a2_long_heads : 4;
   for (int gm = want; gm > 1; gm >>= 1)
     if (G % gm == 0) return gm;
   return 1;
 }
 // The window a class's blocks hold: 128 positions for long contexts where the rows fit (head
 // size up to 128: 80 KB of shared memory a block, two blocks an SM on the H200, one on sm_86).
-static int a2_window(int cls, int hd) { return cls == 2 && hd <= 128 ? 128 : 64; }
+static int a2_window(int cls, int hd) { return cls == 3 && hd <= 128 ? 128 : 64; }
 // max_splits (the context's option, 32 by default) lowers the cap only when set below 32.
 static int a2_splits(int cls, int wp, int max_splits) {
-  const int cap = cls == 0 ? 256 / A2_CHUNK : cls == 1 ? 1024 / A2_CHUNK : wp > A2_CHUNK ? A2_MAX_SPLITS : 32;
+  const int cap = cls == 0 ? 256 / A2_CHUNK : cls == 1 ? 1024 / A2_CHUNK : cls == 3 && wp > A2_CHUNK ? A2_MAX_SPLITS : 32;
   return max_splits < 32 && max_splits < cap ? max_splits : cap;
 }
 

@@ -11,10 +11,10 @@
 
 #include "ctx.h"
 
-// The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..2).
-#define ATTN_GENERAL 3
+// The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..3).
+#define ATTN_GENERAL 4
 // Flag on the class: a decode batch of distinct slots whose attention forms Q/K itself (FAST_QKA).
-#define ATTN_QKA 4
+#define ATTN_QKA 8
 
 static const char *const SECTION_NAMES[CU_SECTIONS] = {"embed", "qkv", "qk-norm-rope", "attention", "attn-out", "router", "experts", "output", "topk", "end"};
 
