@@ -8,10 +8,25 @@
 #include "internal.h"
 #include "mma.cuh"
 #include "quants.cuh"
+#include "stage.cuh"
 
 #define LDK (GEMM_BK + 8)
 
-template <int T, int BN>
+// The raw path (FAST_GEMMRAW): each K slice's stored blocks of the block's 128 rows are copied
+// into shared memory by cp.async (every copy of the slice in flight at once, 16-byte chunks, the
+// first aligned down) and the activations loaded in one batch of registers before any is stored,
+// then dequantized from the copy by the same units: the same halves, the same products, one
+// round trip a slice instead of a chain of them. Bytes a row's copy takes (0: the type stays on
+// the direct path: F32 rows, whose slices are too long).
+template <int T>
+__host__ __device__ constexpr int raw_row_bytes() {
+  using Q = qt<T>;
+  constexpr int nblk = Q::BE >= GEMM_BK ? 1 : GEMM_BK / Q::BE;
+  constexpr int b = (nblk * Q::BB + 15) / 16 * 16 + 16;
+  return b <= 272 ? b : 0;
+}
+
+template <int T, int BN, bool RAW>
 __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   cu_pdl_entry();
   using Q = qt<T>;
@@ -45,31 +60,70 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
     for (int nt = 0; nt < BN / 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  // weight row `row` of the tile (swiglu: gate rows, then the matching up rows); ok: inside the matrix
+  auto row_ptr = [&](int row, bool &ok) -> const uint8_t * {
+    int grow;
+    const uint8_t *base;
+    if (swiglu) {
+      grow = r0 + (row & (GEMM_BM / 2 - 1));
+      base = row < GEMM_BM / 2 ? w1 : w2;
+    } else {
+      grow = r0 + row;
+      base = w1;
+    }
+    ok = grow < nrows;
+    return base + (size_t)(ok ? grow : 0) * job.w.nb1;
+  };
+  constexpr int RB = RAW ? raw_row_bytes<T>() : 16, NBLK = Q::BE >= GEMM_BK ? 1 : GEMM_BK / Q::BE;
+  uint8_t *sR = reinterpret_cast<uint8_t *>(sB + BN * LDK);
   for (int k0 = 0; k0 < K; k0 += GEMM_BK) {
     __syncthreads();
-    for (int i = tid; i < BN * (GEMM_BK / 4); i += 128) {
-      const int r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (brow[r] >= 0) v = *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c);
-      st_h4(sB + r * LDK + c, v.x, v.y, v.z, v.w);
+    const int blk0 = k0 / Q::BE;
+    if constexpr (RAW) {
+      // the slice's stored blocks of every row, all copies in flight
+      for (int q = tid; q < GEMM_BM * (RB / 16); q += 128) {
+        const int row = q / (RB / 16), ch = q - row * (RB / 16);
+        bool ok;
+        const uint8_t *rp = row_ptr(row, ok);
+        const uintptr_t s0 = reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & ~(uintptr_t)15;
+        const uintptr_t s1 = (reinterpret_cast<uintptr_t>(rp + (size_t)(blk0 + NBLK) * Q::BB) + 15) & ~(uintptr_t)15;
+        if (s0 + 16 * (uintptr_t)ch < s1) cp_async16(sR + row * RB + 16 * ch, reinterpret_cast<const void *>(s0 + 16 * (uintptr_t)ch));
+      }
+      cp_async_commit();
+      // the activations: every load of the thread first, then the conversions
+      constexpr int BPT = BN * (GEMM_BK / 4) / 128;
+      float4 bv[BPT];
+#pragma unroll
+      for (int j = 0; j < BPT; j++) {
+        const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+        bv[j] = brow[r] >= 0 ? *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < BPT; j++) {
+        const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+        st_h4(sB + r * LDK + c, bv[j].x, bv[j].y, bv[j].z, bv[j].w);
+      }
+      cp_async_wait_all();
+      __syncthreads();
+    } else {
+      for (int i = tid; i < BN * (GEMM_BK / 4); i += 128) {
+        const int r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (brow[r] >= 0) v = *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c);
+        st_h4(sB + r * LDK + c, v.x, v.y, v.z, v.w);
+      }
     }
-    const int kfirst = (k0 / Q::BE) * Q::UPB + (k0 % Q::BE) / Q::UE;
+    const int kfirst = blk0 * Q::UPB + (k0 % Q::BE) / Q::UE;
     for (int q = tid; q < GEMM_BM * UPW; q += 128) {
       const int row = q / UPW, uw = q - row * UPW;
-      int grow;
-      const uint8_t *base;
-      if (swiglu) {
-        grow = r0 + (row & (GEMM_BM / 2 - 1));
-        base = row < GEMM_BM / 2 ? w1 : w2;
-      } else {
-        grow = r0 + row;
-        base = w1;
-      }
-      const bool ok = grow < nrows;
-      const uint8_t *rp = base + (size_t)(ok ? grow : 0) * job.w.nb1;
+      bool ok;
+      const uint8_t *rp = row_ptr(row, ok);
       const int kk = kfirst + uw, blk = kk / Q::UPB, u = kk - blk * Q::UPB;
       __half *dst = sA + row * LDK + blk * Q::BE - k0;
-      Q::unit(rp + (size_t)blk * Q::BB, u, [&](int pos, float v0, float v1, float v2, float v3) {
+      // the block in the copy keeps its address's offset within 16 bytes (the units' loads see the same alignment)
+      const uint8_t *bp = RAW ? sR + row * RB + (reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & 15) + (size_t)(blk - blk0) * Q::BB
+                              : rp + (size_t)blk * Q::BB;
+      Q::unit(bp, u, [&](int pos, float v0, float v1, float v2, float v3) {
         if (ok) st_h4(dst + pos, v0, v1, v2, v3);
         else st_h4(dst + pos, 0.f, 0.f, 0.f, 0.f);
       });
@@ -133,16 +187,57 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
 }
 
 static size_t gemm_smem(int bn) { return (size_t)(GEMM_BM + bn) * LDK * sizeof(__half); }
+template <int T>
+static size_t gemm_smem_raw(int bn) { return gemm_smem(bn) + (size_t)GEMM_BM * raw_row_bytes<T>(); }
+static int gemm_optin = 0; // the card's opt-in shared memory a block (cu_gemm_init)
 
 bool cu_gemm_supported(int type, int ne0) {
   cu_type_geom g;
   return cu_type_geom_of(type, &g) && ne0 % GEMM_BK == 0 && ne0 > 0;
 }
 
+// Whether a launch takes the raw path: the type has one, every matrix's rows and experts start on
+// 16 bytes (so a row's last chunk ends inside the row), the copy fits, and FAST_GEMMRAW is on.
+template <int T>
+static bool raw_ok(const gemm_args &a, int bn) {
+  if constexpr (raw_row_bytes<T>() == 0) return false;
+  if (!(cu_fast & FAST_GEMMRAW) || gemm_smem_raw<T>(bn) > (size_t)gemm_optin) return false;
+  auto aligned = [](const dmat &w) {
+    return reinterpret_cast<uintptr_t>(w.d) % 16 == 0 && w.nb1 % 16 == 0 && (w.ne2 <= 1 || w.nb2 % 16 == 0);
+  };
+  for (int j = 0; j < a.njobs; j++)
+    if (!aligned(a.job[j].w)) return false;
+  return a.mode != EPI_SWIGLU || aligned(a.w2);
+}
+
 template <int T>
 static cudaError_t launch_t(cudaStream_t st, const gemm_args &a, int bn, dim3 grid) {
-  if (bn == 32) return cu_launch(k_gemm<T, 32>, grid, dim3(128), gemm_smem(32), st, a);
-  return cu_launch(k_gemm<T, 64>, grid, dim3(128), gemm_smem(64), st, a);
+  if constexpr (raw_row_bytes<T>() > 0) {
+    if (raw_ok<T>(a, bn)) {
+      if (bn == 32) return cu_launch(k_gemm<T, 32, true>, grid, dim3(128), gemm_smem_raw<T>(32), st, a);
+      return cu_launch(k_gemm<T, 64, true>, grid, dim3(128), gemm_smem_raw<T>(64), st, a);
+    }
+  }
+  if (bn == 32) return cu_launch(k_gemm<T, 32, false>, grid, dim3(128), gemm_smem(32), st, a);
+  return cu_launch(k_gemm<T, 64, false>, grid, dim3(128), gemm_smem(64), st, a);
+}
+
+template <int T>
+static int64_t gemm_init_t(int smem_optin) {
+  const char *w = "configuring products";
+  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 32, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(32)), w);
+  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 64, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(64)), w);
+  CU_OK(cu_kernel_prefs(k_gemm<T, 32, false>, w));
+  CU_OK(cu_kernel_prefs(k_gemm<T, 64, false>, w));
+  if constexpr (raw_row_bytes<T>() > 0) {
+    if (gemm_smem_raw<T>(64) <= (size_t)smem_optin) {
+      CU_TRY(cudaFuncSetAttribute(k_gemm<T, 32, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem_raw<T>(32)), w);
+      CU_TRY(cudaFuncSetAttribute(k_gemm<T, 64, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem_raw<T>(64)), w);
+      CU_OK(cu_kernel_prefs(k_gemm<T, 32, true>, w));
+      CU_OK(cu_kernel_prefs(k_gemm<T, 64, true>, w));
+    }
+  }
+  return BL_OK;
 }
 
 int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y) {
@@ -172,13 +267,9 @@ int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y) {
 }
 
 int64_t cu_gemm_init(int smem_optin) {
-  (void)smem_optin;
-#define S(T)                                                                                                        \
-  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(32)), "configuring products"); \
-  CU_TRY(cudaFuncSetAttribute(k_gemm<T, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm_smem(64)), "configuring products"); \
-  CU_OK(cu_kernel_prefs(k_gemm<T, 32>, "configuring products"));                                                                       \
-  CU_OK(cu_kernel_prefs(k_gemm<T, 64>, "configuring products"));
+#define S(T) CU_OK(gemm_init_t<T>(smem_optin));
   CU_TYPE_CASES(S)
 #undef S
+  gemm_optin = smem_optin; // the raw path only after its attributes are set
   return BL_OK;
 }

@@ -125,11 +125,12 @@ int64_t cu_moe_dec_init(int smem_optin);
 // (one launch fewer a layer). FAST_PICK: decode batches' picks made by the router product's last
 // block. FAST_QKA: decode batches of distinct slots take Q/K norm, RoPE and the cache write inside
 // the attention (no cu_qk_prep launch). FAST_ATTX8: decode batches' attention (attn2.cu) also writes
-// its output rows' int8 x8 slots, so the output product skips its k_x8_rows launch. The same values
-// bit for bit with each off (A/B runs).
+// its output rows' int8 x8 slots, so the output product skips its k_x8_rows launch. FAST_GEMMRAW:
+// prompt batches' tensor-core products copy each K slice's stored blocks into shared memory at once
+// (gemm.cu). The same values bit for bit with each off (A/B runs).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
-  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_ALL = 2047,
+  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_ALL = 4095,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK

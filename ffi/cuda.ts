@@ -66,7 +66,7 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * output rows' int8 slots; the output product skips their quantization launch). 0: the general kernels only. The library
  * starts with `default` (all but pick: measured slower on the H200).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, all: 2047, default: 2047 & ~256 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, all: 4095, default: 4095 & ~256 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

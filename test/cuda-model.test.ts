@@ -762,6 +762,48 @@ gpu("decode batches' picks made by the router product's last block give the logi
   }
 });
 
+// Prompt batches' tensor-core products with each K slice's stored blocks copied into shared memory
+// at once (CudaFast.gemmRaw, cuda/gemm.cu's raw path) against the direct loads: the same blocks
+// reach the same units, the same halves the same products, so a prompt's logits agree bit for bit
+// - dense (Q/K/V, attention output) and grouped by expert; Q4_K_M (Q4_K and Q6_K rows; Q6_K rows
+// of 768 elements are not 16-byte aligned and keep the direct path), Q8_0, MXFP4 and BF16.
+const RAW_CASES: BatchCase[] = [
+  { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q8_0" }, { model: "test-moe", quant: "MXFP4" },
+  { model: "test-moe", quant: "BF16" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("prompt batches' products from a shared-memory copy of the stored blocks give the logits of the direct loads", () => {
+  for (const c of RAW_CASES) {
+    test(`${caseName(c)}: a 200-token prompt, bit for bit`, async () => {
+      const file = join(tmp, `raw-${c.model}-${c.quant}.gguf`);
+      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 23 });
+      const m = Model.load(file, { nCtx: 256, maxTokens: 256, nGpuLayers: "all" });
+      const be = m.backend as CudaBackend;
+      try {
+        const V = m.hp.nVocab;
+        const prompt = Array.from({ length: 200 }, (_, i) => (i * 7001 + 11) % V);
+        be.setOption(CudaOption.fast, CudaFast.default);
+        const raw = m.evalSequence(prompt, 0, 0, true);
+        be.setOption(CudaOption.fast, CudaFast.default & ~CudaFast.gemmRaw);
+        const direct = m.evalSequence(prompt, 0, 0, true);
+        let differ = 0, finite = true;
+        for (let i = 0; i < raw.length; i++) {
+          if (!(raw[i] === direct[i])) differ++;
+          if (!Number.isFinite(raw[i])) finite = false;
+        }
+        console.log(`${c.model}:${c.quant} prompt of 200: ${differ} of ${raw.length} logits differ between the copied blocks and the direct loads`);
+        expect(raw.length).toBe(200 * V);
+        expect(finite).toBe(true);
+        expect(differ).toBe(0);
+      } finally {
+        be.setOption(CudaOption.fast, CudaFast.default);
+        m.close();
+        rmSync(file, { force: true });
+      }
+    });
+  }
+});
+
 // A decode-sized batch in which one slot's tokens are not adjacent (two rows of slot 0 rewritten at
 // positions 5 and 19): the token at 19 must read row 5 as this step writes it. The one-token
 // attention kernel prefetches rows before its wait on the Q/K step, so such a batch takes the
