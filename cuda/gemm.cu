@@ -75,55 +75,36 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
     return base + (size_t)(ok ? grow : 0) * job.w.nb1;
   };
   constexpr int RB = RAW ? raw_row_bytes<T>() : 16, NBLK = Q::BE >= GEMM_BK ? 1 : GEMM_BK / Q::BE;
-  constexpr int BPT = BN * (GEMM_BK / 4) / 128; // the raw path's activation float4s a thread a slice
-  uint8_t *sR = reinterpret_cast<uint8_t *>(sB + BN * LDK); // raw path: two stages of GEMM_BM * RB bytes
-  // raw path: slice k's stored blocks of every row into stage st, all copies in flight, one group
-  auto issue_raw = [&](int k, int st) {
-    const int b0 = k / Q::BE;
-    for (int q = tid; q < GEMM_BM * (RB / 16); q += 128) {
-      const int row = q / (RB / 16), ch = q - row * (RB / 16);
-      bool ok;
-      const uint8_t *rp = row_ptr(row, ok);
-      const uintptr_t s0 = reinterpret_cast<uintptr_t>(rp + (size_t)b0 * Q::BB) & ~(uintptr_t)15;
-      const uintptr_t s1 = (reinterpret_cast<uintptr_t>(rp + (size_t)(b0 + NBLK) * Q::BB) + 15) & ~(uintptr_t)15;
-      if (s0 + 16 * (uintptr_t)ch < s1)
-        cp_async16(sR + ((size_t)st * GEMM_BM + row) * RB + 16 * ch, reinterpret_cast<const void *>(s0 + 16 * (uintptr_t)ch));
-    }
-    cp_async_commit();
-  };
-  // raw path: slice k's activations into registers (every load first; converted at the next slice's start)
-  float4 bv[RAW ? BPT : 1];
-  auto load_b = [&](int k) {
-#pragma unroll
-    for (int j = 0; j < BPT; j++) {
-      const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
-      bv[j] = brow[r] >= 0 ? *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  };
-  if constexpr (RAW) {
-    __syncthreads(); // brow
-    issue_raw(0, 0);
-    load_b(0);
-  }
-  for (int k0 = 0, it = 0; k0 < K; k0 += GEMM_BK, it++) {
+  uint8_t *sR = reinterpret_cast<uint8_t *>(sB + BN * LDK);
+  for (int k0 = 0; k0 < K; k0 += GEMM_BK) {
     __syncthreads();
     const int blk0 = k0 / Q::BE;
     if constexpr (RAW) {
-      // pipelined: this slice's activations (loaded during the last slice) stored; the next
-      // slice's blocks and activations requested before this one is dequantized and multiplied
+      // the slice's stored blocks of every row, all copies in flight
+      for (int q = tid; q < GEMM_BM * (RB / 16); q += 128) {
+        const int row = q / (RB / 16), ch = q - row * (RB / 16);
+        bool ok;
+        const uint8_t *rp = row_ptr(row, ok);
+        const uintptr_t s0 = reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & ~(uintptr_t)15;
+        const uintptr_t s1 = (reinterpret_cast<uintptr_t>(rp + (size_t)(blk0 + NBLK) * Q::BB) + 15) & ~(uintptr_t)15;
+        if (s0 + 16 * (uintptr_t)ch < s1) cp_async16(sR + row * RB + 16 * ch, reinterpret_cast<const void *>(s0 + 16 * (uintptr_t)ch));
+      }
+      cp_async_commit();
+      // the activations: every load of the thread first, then the conversions
+      constexpr int BPT = BN * (GEMM_BK / 4) / 128;
+      float4 bv[BPT];
+#pragma unroll
+      for (int j = 0; j < BPT; j++) {
+        const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+        bv[j] = brow[r] >= 0 ? *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
 #pragma unroll
       for (int j = 0; j < BPT; j++) {
         const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
         st_h4(sB + r * LDK + c, bv[j].x, bv[j].y, bv[j].z, bv[j].w);
       }
-      if (k0 + GEMM_BK < K) {
-        issue_raw(k0 + GEMM_BK, (it + 1) & 1);
-        cp_async_wait_group1(); // this slice's copies (the next slice's may still be in flight)
-      } else {
-        cp_async_wait_all();
-      }
+      cp_async_wait_all();
       __syncthreads();
-      if (k0 + GEMM_BK < K) load_b(k0 + GEMM_BK);
     } else {
       for (int i = tid; i < BN * (GEMM_BK / 4); i += 128) {
         const int r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
@@ -140,7 +121,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
       const int kk = kfirst + uw, blk = kk / Q::UPB, u = kk - blk * Q::UPB;
       __half *dst = sA + row * LDK + blk * Q::BE - k0;
       // the block in the copy keeps its address's offset within 16 bytes (the units' loads see the same alignment)
-      const uint8_t *bp = RAW ? sR + ((size_t)(it & 1) * GEMM_BM + row) * RB + (reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & 15) + (size_t)(blk - blk0) * Q::BB
+      const uint8_t *bp = RAW ? sR + row * RB + (reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & 15) + (size_t)(blk - blk0) * Q::BB
                               : rp + (size_t)blk * Q::BB;
       Q::unit(bp, u, [&](int pos, float v0, float v1, float v2, float v3) {
         if (ok) st_h4(dst + pos, v0, v1, v2, v3);
@@ -207,7 +188,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
 
 static size_t gemm_smem(int bn) { return (size_t)(GEMM_BM + bn) * LDK * sizeof(__half); }
 template <int T>
-static size_t gemm_smem_raw(int bn) { return gemm_smem(bn) + 2 * (size_t)GEMM_BM * raw_row_bytes<T>(); }
+static size_t gemm_smem_raw(int bn) { return gemm_smem(bn) + (size_t)GEMM_BM * raw_row_bytes<T>(); }
 static int gemm_optin = 0; // the card's opt-in shared memory a block (cu_gemm_init)
 
 bool cu_gemm_supported(int type, int ne0) {
