@@ -245,6 +245,17 @@ static void one_token_attn(const cu_ctx *c, const cu_blk &b, const qk_args &qa, 
   a1.out = c->att;
 }
 
+// The attention's own Q/K norm, RoPE and cache write (one token, or a decode batch of distinct
+// slots, FAST_QKA): the raw projections and what forming Q/K takes.
+static void attn_forms_qk(const cu_ctx *c, const cu_blk &b, const qk_args &qa, attn1_args &a1) {
+  a1.k = c->k;
+  a1.v = c->v;
+  a1.qn = qa.qn;
+  a1.kn = qa.kn;
+  a1.eps = b.eps;
+  a1.rope = b.rope;
+}
+
 // FAST_ATTX8: a decode batch's attention (attn2.cu) also quantizes its output rows into the x8
 // slots where the output product would quantize exactly those rows itself; c->attx8 then tells
 // the product they are there (it skips its k_x8_rows launch). Otherwise nothing changes.
@@ -328,12 +339,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     cu_mark(c, S_ATTN);
     attn1_args a1;
     one_token_attn(c, b, qa, a1);
-    a1.k = c->k;
-    a1.v = c->v;
-    a1.qn = qa.qn;
-    a1.kn = qa.kn;
-    a1.eps = b.eps;
-    a1.rope = b.rope;
+    attn_forms_qk(c, b, qa, a1);
     if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
@@ -349,13 +355,8 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     cu_mark(c, S_ATTN);
     attn1_args a1;
     one_token_attn(c, b, qa, a1);
-    a1.k = c->k;
-    a1.v = c->v;
+    attn_forms_qk(c, b, qa, a1);
     a1.ldk = kd;
-    a1.qn = qa.qn;
-    a1.kn = qa.kn;
-    a1.eps = b.eps;
-    a1.rope = b.rope;
     a1.ntok = ntok;
     a1.ldq = qd;
     attn_x8(c, b, ntok, a1);

@@ -514,13 +514,12 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
 int64_t cu_mv_batch_pick(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, const mb_pick_args &pk, bool *done) {
   *done = false;
   // exactly the steps cu_mv_batch sends to k_mvb_f32cols (so the logits are the same sums)
-  if (!(cu_fast & FAST_PICK) || !(cu_fast & FAST_MV) || !mvb_enabled() || ntok < 2 || ntok > MV_MAX_NT || a.njobs != 1) return BL_OK;
-  if (a.n <= 0 || a.n % 4 || a.ldx % 4 || (h && ldh % 4)) return BL_OK;
-  const dmat &m = a.job[0].m;
-  cu_type_geom g;
-  if (m.type != T_F32 || m.ne0 != a.n || !cu_type_geom_of(m.type, &g) || a.n % g.be || m.ne1 <= 0 || !cols_fit(a)) return BL_OK;
+  mvb_kernel k = nullptr;
+  bool q8 = false;
+  size_t smem = 0;
+  if (!(cu_fast & FAST_PICK) || mvb_route(a, ntok, h, ldh, 0, &k, &q8, &smem) != 1) return BL_OK;
   // and those k_mb_pick takes: the logits X apart, at most 256 experts, k <= 32
-  const int X = m.ne1;
+  const int X = a.job[0].m.ne1;
   if (X != pk.n_expert || a.job[0].ldy != X || X > 256 || pk.k < 1 || pk.k > 32 || pk.k > X || !pk.counter) return BL_OK;
   if (pk.hq && (pk.n != a.n || a.n % 32 || reinterpret_cast<uintptr_t>(pk.hq) % 16)) return BL_OK;
   const mvb_args p = mvb_params(a, ntok, h, ldh);

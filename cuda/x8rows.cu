@@ -32,6 +32,22 @@ __device__ __forceinline__ void x8_norm_weights(const float *normw, int ng, floa
   }
 }
 
+// This thread's elements of its groups (as x8_norm_weights takes them) from the row's float4s
+// (ld(i): float4 i), zeros past the row's ng groups.
+template <class Ld>
+__device__ __forceinline__ void x8_row_groups(Ld ld, int ng, float4 (&va)[X8_PASSES], float4 (&vb)[X8_PASSES]) {
+  const int part = threadIdx.x & 3, gpp = (int)blockDim.x >> 2;
+#pragma unroll
+  for (int p = 0; p < X8_PASSES; p++) {
+    const int g = p * gpp + (threadIdx.x >> 2);
+    va[p] = vb[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (g < ng) {
+      va[p] = ld(8 * g + 2 * part);
+      vb[p] = ld(8 * g + 2 * part + 1);
+    }
+  }
+}
+
 // A row of n (this thread's elements of its groups in va / vb, zeros past the row) RMS-normalised
 // with the weights wa / wb and quantized into the x8 slot dst. red: n / 4 + 1 floats of shared
 // memory (a float4's squares, then the scale). Every thread of the block calls it.
@@ -79,22 +95,14 @@ __global__ void __launch_bounds__(X8_MAX_THREADS) k_x8_rows(const float *x, int 
     stage_rows_q8(src, 0, n, 1, [](int) { return 0; }, dst);
   } else {
     extern __shared__ float x8_red[];
-    const int part = threadIdx.x & 3, ng = n / 32, gpp = (int)blockDim.x >> 2;
+    const int ng = n / 32;
     const float4 *s4 = reinterpret_cast<const float4 *>(src);
     // the norm weights before the wait (they never change)
     float4 wa[X8_PASSES], wb[X8_PASSES];
     x8_norm_weights(normw, ng, wa, wb);
     cu_pdl_entry();
     float4 va[X8_PASSES], vb[X8_PASSES];
-#pragma unroll
-    for (int p = 0; p < X8_PASSES; p++) {
-      const int g = p * gpp + (threadIdx.x >> 2);
-      va[p] = vb[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (g < ng) {
-        va[p] = __ldcg(s4 + 8 * g + 2 * part);
-        vb[p] = __ldcg(s4 + 8 * g + 2 * part + 1);
-      }
-    }
+    x8_row_groups([&](int i) { return __ldcg(s4 + i); }, ng, va, vb);
     x8_norm_quant(va, vb, wa, wb, n, eps, x8_red, dst);
   }
 }
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(X8_COMB_THREADS) k_x8_comb(combine_args cb, co
   extern __shared__ float x8_red[];
   __shared__ int cpo[X8_COMB_MAX_K];
   __shared__ float csw[X8_COMB_MAX_K];
-  const int t = blockIdx.x, n = cb.n, k = cb.k, ng = n / 32, n4 = n >> 2, part = threadIdx.x & 3, gpp = (int)blockDim.x >> 2;
+  const int t = blockIdx.x, n = cb.n, k = cb.k, ng = n / 32, n4 = n >> 2;
   float4 *xs = reinterpret_cast<float4 *>(x8_red);
   float4 wa[X8_PASSES], wb[X8_PASSES];
   x8_norm_weights(normw, ng, wa, wb);
@@ -147,15 +155,7 @@ __global__ void __launch_bounds__(X8_COMB_THREADS) k_x8_comb(combine_args cb, co
   }
   __syncthreads();
   float4 va[X8_PASSES], vb[X8_PASSES];
-#pragma unroll
-  for (int p = 0; p < X8_PASSES; p++) {
-    const int g = p * gpp + (threadIdx.x >> 2);
-    va[p] = vb[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (g < ng) {
-      va[p] = xs[8 * g + 2 * part];
-      vb[p] = xs[8 * g + 2 * part + 1];
-    }
-  }
+  x8_row_groups([&](int i) { return xs[i]; }, ng, va, vb);
   x8_norm_quant(va, vb, wa, wb, n, eps, x8_red + n, xq + (size_t)t * x8_bytes(n));
 }
 
