@@ -127,10 +127,16 @@ int64_t cu_moe_dec_init(int smem_optin);
 // the attention (no cu_qk_prep launch). FAST_ATTX8: decode batches' attention (attn2.cu) also writes
 // its output rows' int8 x8 slots, so the output product skips its k_x8_rows launch. FAST_GEMMRAW:
 // prompt batches' tensor-core products copy each K slice's stored blocks into shared memory at once
-// (gemm.cu). The same values bit for bit with each off (A/B runs).
+// (gemm.cu). FAST_GEMM16: prompt batches' dense products (Q/K/V, attention output, a dense FFN's
+// down) from an f16 copy of the weights made once a launch, on a pipelined f16 product (gemm16.cu).
+// FAST_ROUTEBIG: prompt batches' router as a tiled product over RMS-normalised rows written once,
+// then a selection launch (route_big.cu). FAST_FA2: prompt attention with the query heads of a KV
+// group sharing each staged K/V tile, the next tile copied while this one is used (fa.cu). The same
+// values bit for bit with each off (A/B runs), except FAST_ROUTEBIG (a bound, stated by its test).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
-  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_ALL = 4095,
+  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
+  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_ALL = 32767,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK

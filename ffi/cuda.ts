@@ -63,10 +63,13 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * batches' expert outputs added to x by the next layer's row quantization), pick (decode batches'
  * picks by the router product's last block), qkAttention (decode batches of distinct slots: Q/K
  * norm, RoPE and the cache write inside the attention), attnX8 (decode batches' attention writes its
- * output rows' int8 slots; the output product skips their quantization launch). 0: the general kernels only. The library
+ * output rows' int8 slots; the output product skips their quantization launch), gemmRaw (prompt products copy
+ * each K slice's stored blocks at once), gemm16 (prompt batches' dense products from an f16 copy of the
+ * weights), routeBig (prompt batches' router as a tiled product), fa2 (prompt attention sharing K/V tiles
+ * across a KV group's heads). 0: the general kernels only. The library
  * starts with `default` (all but pick: measured slower on the H200).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, all: 4095, default: 4095 & ~256 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, all: 32767, default: 32767 & ~256 } as const;
 
 export interface CudaDeviceInfo {
   index: number;
