@@ -114,7 +114,60 @@ static mv_args dense_mv(cu_ctx *c, const gemm_job &gj, const float *b, int ldb, 
 
 // Dense products of the same activation rows (ldb) with up to 3 matrices: tensor cores when the
 // shapes allow (one launch for matrices of one type), else the decode product.
+// FAST_GEMM16: a prompt batch's dense products from f16 copies (gemm16.cu): each job's weights
+// decoded once into c->w16 (F16 rows read in place), the rows converted once into c->b16, every
+// job in one pipelined launch; bit for bit gemm.cu's result. *done false: not this batch.
+static int64_t dense_f16(cu_ctx *c, const gemm_job *jobs, int n, const float *b, int ldb, int ntok, int epi, bool *done) {
+  *done = false;
+  if (!(cu_fast & FAST_GEMM16) || ntok < GEMM16_MIN_TOK || n < 1 || n > 3 || !cu_gemm16_fits(c->smem_limit)) return BL_OK;
+  const int K = jobs[0].w.ne0;
+  auto in_place = [](const dmat &w) {
+    return w.type == T_F16 && w.nb1 == 2 * (int64_t)w.ne0 && reinterpret_cast<uintptr_t>(w.d) % 16 == 0;
+  };
+  size_t need = 0;
+  for (int j = 0; j < n; j++) {
+    if (jobs[j].w.ne0 != K || !cu_gemm_supported(jobs[j].w.type, K)) return BL_OK;
+    if (!in_place(jobs[j].w)) need += (size_t)jobs[j].w.ne1 * K;
+  }
+  if (need > c->w16_elems || (size_t)ntok * K > c->b16_elems) return BL_OK;
+  gemm16_args g;
+  memset(&g, 0, sizeof g);
+  size_t off = 0;
+  int row_blocks = 0;
+  for (int j = 0; j < n; j++) {
+    const dmat &w = jobs[j].w;
+    if (in_place(w)) {
+      g.job[j].w = reinterpret_cast<const __half *>(w.d);
+    } else {
+      CU_OK(cu_deq16(c->st, w, c->w16 + off));
+      g.job[j].w = c->w16 + off;
+      off += (size_t)w.ne1 * K;
+    }
+    g.job[j].rows = w.ne1;
+    g.job[j].c = jobs[j].c;
+    g.job[j].ldc = jobs[j].ldc;
+    g.job[j].bias = jobs[j].bias;
+    row_blocks += (w.ne1 + GEMM_BM - 1) / GEMM_BM;
+  }
+  g.njobs = n;
+  CU_OK(cu_f16_rows(c->st, b, ldb, K, ntok, c->b16, K));
+  g.b = c->b16;
+  g.ldb = K;
+  g.K = K;
+  g.ntok = ntok;
+  g.mode = epi;
+  CU_OK(cu_gemm16(c->st, g, row_blocks * ((ntok + 63) / 64) < 2 * c->sm_count ? 32 : 64));
+  c->n_gemm16++;
+  *done = true;
+  return BL_OK;
+}
+
 static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const float *b, int ldb, int ntok, int epi, bool big) {
+  if (big) {
+    bool f16 = false;
+    CU_OK(dense_f16(c, jobs, n, b, ldb, ntok, epi, &f16));
+    if (f16) return BL_OK;
+  }
   bool done[3] = {false, false, false};
   for (int j = 0; j < n; j++) {
     if (done[j]) continue;

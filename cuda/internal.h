@@ -330,6 +330,34 @@ int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y);
 bool cu_gemm_supported(int type, int ne0);
 int64_t cu_gemm_init(int smem_optin);
 
+// ---- prompt batches' dense products from f16 copies (gemm16.cu, FAST_GEMM16) ----
+#define GEMM16_MIN_TOK 128 // batches of fewer rows keep gemm.cu (one or two token tiles: little to save)
+struct gemm16_job {
+  const __half *w;    // rows x K halves (row stride K), 16-byte aligned
+  int rows;
+  float *c;           // output row start + i at c + (start + i) * ldc
+  int ldc;
+  const float *bias;
+  int blocks;         // set by cu_gemm16
+};
+struct gemm16_args {
+  gemm16_job job[3];  // several matrices over the same activations in one launch (Q, K, V)
+  int njobs;
+  const __half *b;    // activation rows as halves (ldb, a multiple of 8)
+  int ldb;
+  int K, ntok;
+  int mode;           // EPI_STORE / EPI_ADD
+};
+// The weights w (any type cu_gemm_supported takes) as rows ne1 x ne0 halves, each element as
+// gemm.cu's tiles convert it.
+int64_t cu_deq16(cudaStream_t st, const dmat &w, __half *out);
+// ntok rows of n floats (ldx) as halves (ldo).
+int64_t cu_f16_rows(cudaStream_t st, const float *x, int ldx, int n, int ntok, __half *out, int ldo);
+// The product, bit for bit k_gemm's (bn 32 or 64 activation rows a tile).
+int64_t cu_gemm16(cudaStream_t st, gemm16_args a, int bn);
+bool cu_gemm16_fits(int smem_optin);
+int64_t cu_gemm16_init(int smem_optin);
+
 // ---- routed experts, batches (moe.cu) ----
 struct sort_args {
   const int32_t *sel;

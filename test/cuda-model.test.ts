@@ -772,35 +772,66 @@ const RAW_CASES: BatchCase[] = [
   { model: "test-moe", quant: "BF16" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
 ];
 
-gpu("prompt batches' products from a shared-memory copy of the stored blocks give the logits of the direct loads", () => {
-  for (const c of RAW_CASES) {
-    test(`${caseName(c)}: a 200-token prompt, bit for bit`, async () => {
-      const file = join(tmp, `raw-${c.model}-${c.quant}.gguf`);
-      await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 23 });
-      const m = Model.load(file, { nCtx: 256, maxTokens: 256, nGpuLayers: "all" });
-      const be = m.backend as CudaBackend;
-      try {
-        const V = m.hp.nVocab;
-        const prompt = Array.from({ length: 200 }, (_, i) => (i * 7001 + 11) % V);
-        be.setOption(CudaOption.fast, CudaFast.default);
-        const raw = m.evalSequence(prompt, 0, 0, true);
-        be.setOption(CudaOption.fast, CudaFast.default & ~CudaFast.gemmRaw);
-        const direct = m.evalSequence(prompt, 0, 0, true);
-        let differ = 0, finite = true;
-        for (let i = 0; i < raw.length; i++) {
-          if (!(raw[i] === direct[i])) differ++;
-          if (!Number.isFinite(raw[i])) finite = false;
-        }
-        console.log(`${c.model}:${c.quant} prompt of 200: ${differ} of ${raw.length} logits differ between the copied blocks and the direct loads`);
-        expect(raw.length).toBe(200 * V);
-        expect(finite).toBe(true);
-        expect(differ).toBe(0);
-      } finally {
-        be.setOption(CudaOption.fast, CudaFast.default);
-        m.close();
-        rmSync(file, { force: true });
+// A prompt (chunks of `chunks` tokens, each at the next position of slot 0) evaluated with every
+// default bit and again without `bit`: the logits must agree bit for bit; count() (a stats
+// counter, optional) must grow with the bit on, so the path under test was taken.
+async function promptBitForBit(c: BatchCase, tag: string, bit: number, chunks: number[], count?: (be: CudaBackend) => number): Promise<void> {
+  const file = join(tmp, `${tag}-${c.model}-${c.quant}.gguf`);
+  await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: 23 });
+  const total = chunks.reduce((a, b) => a + b, 0);
+  const m = Model.load(file, { nCtx: total + 64, maxTokens: Math.max(...chunks), nGpuLayers: "all" });
+  const be = m.backend as CudaBackend;
+  try {
+    const V = m.hp.nVocab;
+    const prompt = Array.from({ length: total }, (_, i) => (i * 7001 + 11) % V);
+    const run = (bits: number): Float32Array[] => {
+      be.setOption(CudaOption.fast, bits);
+      const out: Float32Array[] = [];
+      let pos = 0;
+      for (const n of chunks) {
+        out.push(Float32Array.from(m.evalSequence(prompt.slice(pos, pos + n), pos, 0, true)));
+        pos += n;
       }
-    });
+      return out;
+    };
+    const before = count ? count(be) : 0;
+    const on = run(CudaFast.default | bit);
+    const taken = count ? count(be) - before : 1;
+    const off = run(CudaFast.default & ~bit);
+    let differ = 0, finite = true, n = 0;
+    for (let k = 0; k < chunks.length; k++) {
+      expect(on[k].length).toBe(chunks[k] * V);
+      for (let i = 0; i < on[k].length; i++) {
+        if (!(on[k][i] === off[k][i])) differ++;
+        if (!Number.isFinite(on[k][i])) finite = false;
+      }
+      n += on[k].length;
+    }
+    console.log(`${caseName(c)} ${tag}, chunks ${chunks.join("+")}: ${differ} of ${n} logits differ with the bit off${count ? ` (${taken} launches took the path)` : ""}`);
+    expect(finite).toBe(true);
+    expect(taken).toBeGreaterThan(0);
+    expect(differ).toBe(0);
+  } finally {
+    be.setOption(CudaOption.fast, CudaFast.default);
+    m.close();
+    rmSync(file, { force: true });
+  }
+}
+
+gpu("prompt batches' products from a shared-memory copy of the stored blocks give the logits of the direct loads", () => {
+  for (const c of RAW_CASES) test(`${caseName(c)}: a 200-token prompt, bit for bit`, () => promptBitForBit(c, "raw", CudaFast.gemmRaw, [200]));
+});
+
+// Prompt batches' dense products (Q/K/V, attention output) from f16 copies of the weights made once
+// a launch, on the pipelined product (CudaFast.gemm16, cuda/gemm16.cu): the same halves in the same
+// m16n8k16 sequence as gemm.cu's tiles, so the logits agree bit for bit - every stored type the
+// raw path covers, F16 rows read in place, a batch of 200 and a second chunk at position 200.
+const F16_CASES: BatchCase[] = [...RAW_CASES, { model: "test-moe", quant: "F16" }];
+
+gpu("prompt batches' dense products from f16 weight copies give the tiles' logits", () => {
+  for (const c of F16_CASES) {
+    test(`${caseName(c)}: prompts of 200 and 200+136, bit for bit`, () =>
+      promptBitForBit(c, "f16", CudaFast.gemm16, [200, 136], (be) => be.stats().gemm16));
   }
 });
 
