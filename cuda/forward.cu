@@ -4,6 +4,7 @@
 // larger batches take the tensor-core products, grouped experts and flash attention. One host
 // synchronisation per step (the outputs' copy back).
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -517,6 +518,17 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   return mb;
 }
 
+// Pairs an expert (on average) from which prompt batches group them in tiles of 64 rather than 32
+// (BLOOMERY_CUDA_EXPERT_BN64, read once; 48 by default).
+static int expert_bn64_min() {
+  static int v = 0;
+  if (!v) {
+    const char *e = getenv("BLOOMERY_CUDA_EXPERT_BN64");
+    v = e && atoi(e) > 0 ? atoi(e) : 48;
+  }
+  return v;
+}
+
 int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   const bool moe = b.kind == BL_BLOCK_MOE;
   if (routed) {
@@ -676,7 +688,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     return dense_product(c, down, nullptr, c->act, ff, ntok, c->x, E, EPI_ADD, true);
   }
   const int pairs = ntok * K;
-  const int bn = pairs / (b.n_expert > 0 ? b.n_expert : 1) >= 48 ? 64 : 32;
+  const int bn = pairs / (b.n_expert > 0 ? b.n_expert : 1) >= expert_bn64_min() ? 64 : 32;
   sort_args s;
   s.sel = c->sel;
   s.n_pairs = pairs;
