@@ -22,18 +22,33 @@ __device__ __forceinline__ void cp_async_wait_n() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// One thread a unit of one row: rows ne1 x ne0 of w into out (row stride ne0 halves).
+// A block decodes DEQ_ELEMS consecutive elements of the matrix (whole quant blocks: rows are
+// contiguous in the copy) into shared memory, one thread a unit, then writes them out in 16-byte
+// chunks (each thread's unit scattered straight to memory would write 8 bytes every 64).
+#define DEQ_ELEMS 8192
 template <int T>
-__global__ void k_deq16(dmat w, __half *out) {
+__global__ void __launch_bounds__(256) k_deq16(dmat w, __half *out) {
   cu_pdl_entry();
   using Q = qt<T>;
+  static_assert(Q::UPB * Q::UE == Q::BE && DEQ_ELEMS % Q::BE == 0, "a block's units must make whole quant blocks");
+  __shared__ __align__(16) __half s[DEQ_ELEMS];
+  constexpr int UPBLK = DEQ_ELEMS / Q::UE;
   const int upr = w.ne0 / Q::UE; // units a row
   const int64_t n = (int64_t)w.ne1 * upr;
-  for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n; q += (int64_t)gridDim.x * blockDim.x) {
-    const int row = (int)(q / upr), ku = (int)(q - (int64_t)row * upr), blk = ku / Q::UPB, u = ku - blk * Q::UPB;
-    const uint8_t *bp = w.d + (size_t)row * w.nb1 + (size_t)blk * Q::BB;
-    __half *dst = out + (size_t)row * w.ne0 + (size_t)blk * Q::BE;
-    Q::unit(bp, u, [&](int pos, float v0, float v1, float v2, float v3) { st_h4(dst + pos, v0, v1, v2, v3); });
+  for (int64_t u0 = (int64_t)blockIdx.x * UPBLK; u0 < n; u0 += (int64_t)gridDim.x * UPBLK) {
+    const int cnt = (int)(n - u0 < UPBLK ? n - u0 : UPBLK);
+    __syncthreads();
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+      const int64_t q = u0 + i;
+      const int row = (int)(q / upr), ku = (int)(q - (int64_t)row * upr), blk = ku / Q::UPB, u = ku - blk * Q::UPB;
+      const uint8_t *bp = w.d + (size_t)row * w.nb1 + (size_t)blk * Q::BB;
+      __half *dst = s + (i - u) * Q::UE; // the quant block's first element in the buffer
+      Q::unit(bp, u, [&](int pos, float v0, float v1, float v2, float v3) { st_h4(dst + pos, v0, v1, v2, v3); });
+    }
+    __syncthreads();
+    uint4 *o = reinterpret_cast<uint4 *>(out + u0 * Q::UE);
+    const uint4 *src = reinterpret_cast<const uint4 *>(s);
+    for (int c = threadIdx.x; c < cnt * Q::UE / 8; c += blockDim.x) o[c] = src[c];
   }
 }
 
@@ -144,9 +159,9 @@ static size_t gemm16_smem(int bn) { return (size_t)G16_STAGES * (GEMM_BM + bn) *
 
 template <int T>
 static cudaError_t deq_t(cudaStream_t st, const dmat &w, __half *out) {
-  const int64_t units = (int64_t)w.ne1 * (w.ne0 / qt<T>::UE);
-  int64_t blocks = (units + 255) / 256;
-  if (blocks > 8 * (int64_t)cu_sms) blocks = 8 * (int64_t)cu_sms;
+  const int64_t elems = (int64_t)w.ne1 * w.ne0;
+  int64_t blocks = (elems + DEQ_ELEMS - 1) / DEQ_ELEMS;
+  if (blocks > 16 * (int64_t)cu_sms) blocks = 16 * (int64_t)cu_sms;
   return cu_launch(k_deq16<T>, dim3((unsigned)(blocks > 0 ? blocks : 1)), dim3(256), 0, st, w, out);
 }
 
