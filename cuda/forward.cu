@@ -657,7 +657,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     r.max_groups = c->router_groups;
     r.norm_topk = b.norm_topk;
     r.w_scale = b.w_scale;
-    CU_OK(cu_router(c->st, r, c->smem_limit));
+    // a prompt batch (FAST_ROUTEBIG): rows normalised once, a tiled product, then the picks (route_big.cu)
+    if (big && (cu_fast & FAST_ROUTEBIG) && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && K <= ROUTER_MAX_K && cu_route_big_fits(r, c->smem_limit))
+      CU_OK(cu_route_big(c->st, r, c->smem_limit));
+    else
+      CU_OK(cu_router(c->st, r, c->smem_limit));
     sel = c->sel;
     selw = c->selw;
   } else if (!moe) {

@@ -96,6 +96,15 @@ struct router_args {
   float w_scale;
 };
 int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit);
+// The router of a prompt batch (route_big.cu; FAST_ROUTEBIG): x's rows RMS-normalised once into
+// a.h (cu_rmsnorm), the logits as a tiled f32 product of h with the weights (each weight element
+// read once per tile of tokens; no atomics, the same bits every run), then each token's picks by one
+// warp (route.cuh's arithmetic); a.counters and a.max_groups are not used. The logits' sums run in
+// another order than cu_router's, so they and the picks may differ from its in the last bits.
+// Fits: a.h set, n a multiple of 4, h / w rows 16-byte aligned, n_expert <= 1024, k <= ROUTER_MAX_K.
+bool cu_route_big_fits(const router_args &a, int smem_limit);
+int64_t cu_route_big(cudaStream_t st, const router_args &a, int smem_limit);
+int64_t cu_route_big_init(int smem_optin);
 struct moe_dec_args {
   dmat gate, up, down;
   const float *h;       // normalised rows (ldh)
