@@ -5,8 +5,9 @@
 // exponent, the scale folded into Q). Causality is by each query's position. Two kernels share
 // one warp's arithmetic (fa_rows_*): k_fa (one head a block, each tile loaded then used) and, with
 // FAST_FA2, k_fa2 (the same tile for FA2_HEADS query heads of one KV group, 4 warps a head, so
-// each staged K/V tile serves them all; tiles copied by cp.async into two buffers, the next one
-// in flight while this one is used). The two give the same values bit for bit.
+// each staged K/V tile serves them all, or one head where pairs would leave SMs idle; tiles copied
+// by cp.async into two buffers, the next one in flight while this one is used; the longest tiles
+// first). The two give the same values bit for bit.
 #include <math.h>
 #include <stdlib.h>
 
@@ -209,13 +210,20 @@ __device__ __forceinline__ void fa2_stage(__half *dK, __half *dV, const __half *
   cp_async_commit();
 }
 
-// Blocks of k_fa2 an SM should hold (the register cap: 168 for one head of 128 fits without spills;
-// two heads of 128 take ~200, and 128 spills for head size 64).
+// Blocks of k_fa2 an SM should hold (the register cap): on sm_90 three of one head of 128 (168
+// registers, no spills; their shared memory fits 228 KB); two heads of 128 take ~200 and head size
+// 64 spills at 128, so one. Elsewhere one (sm_86 / sm_120 hold one block's shared memory an SM).
 template <int HD, int HPB>
-constexpr int fa2_min_blocks() { return HD == 128 && HPB == 1 ? 3 : 1; }
+constexpr int fa2_min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+  return HD == 128 && HPB == 1 ? 3 : 1;
+#else
+  return 1;
+#endif
+}
 
-// blockIdx.y: query heads HPB * y .. HPB * y + HPB - 1 (G % HPB == 0, so one KV group); warp w
-// takes head HPB * y + w / 4, rows 16 * (w % 4) .. + 15, exactly as k_fa's warp w % 4 of that head.
+// blockIdx.x: query heads HPB * x .. HPB * x + HPB - 1 (G % HPB == 0, so one KV group); warp w
+// takes head HPB * x + w / 4, rows 16 * (w % 4) .. + 15, exactly as k_fa's warp w % 4 of that head.
 template <int HD, int HPB>
 __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa_args a) {
   static_assert(HPB >= 1 && HPB <= 2, "the staged Q rows must fit in one K/V buffer");
@@ -223,8 +231,10 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
   cu_pdl_entry();
   extern __shared__ __align__(16) unsigned char fa2_raw[];
   __half *sbuf = reinterpret_cast<__half *>(fa2_raw), *sQ = sbuf + BUF;
-  const int4 tile = a.tiles[blockIdx.x];
-  const int h0 = blockIdx.y * HPB, g = h0 / a.G;
+  // blocks start in the order of x, then y: the last tiles first (a sequence's later tiles see more
+  // positions, so the longest blocks start earliest), a tile's heads side by side (one group's K/V)
+  const int4 tile = a.tiles[gridDim.y - 1 - blockIdx.y];
+  const int h0 = blockIdx.x * HPB, g = h0 / a.G;
   const int tok0 = tile.x, cnt = tile.y, maxp = tile.w;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2;
   const int hw = warp >> 2, wr = warp & 3, h = h0 + hw;
@@ -253,13 +263,14 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
 }
 
 // Whether k_fa2's shared memory fits the card (set by cu_attn_init; else FAST_FA2 runs k_fa), and
-// the query heads a block takes where G allows (BLOOMERY_FA2_HEADS=1: one, for A/B timing).
+// the query heads a block takes where G allows: 0 chosen by the launch's size, or forced to 1 or
+// FA2_HEADS by BLOOMERY_FA2_HEADS (A/B timing).
 static bool fa2_fits = false;
-static int fa2_heads = FA2_HEADS;
+static int fa2_heads = 0;
 
 template <int HD, int HPB>
 static int64_t fa2_launch(cudaStream_t st, const fa_args &a, int n_tiles) {
-  CU_LAUNCH("prefill attention (shared K/V tiles)", k_fa2<HD, HPB>, dim3(n_tiles, a.nh / HPB), dim3(128 * HPB), (size_t)fa2_smem<HD>(), st, a);
+  CU_LAUNCH("prefill attention (shared K/V tiles)", k_fa2<HD, HPB>, dim3(a.nh / HPB, n_tiles), dim3(128 * HPB), (size_t)fa2_smem<HD>(), st, a);
   return BL_OK;
 }
 
@@ -269,9 +280,13 @@ int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles)
   if (n_tiles <= 0) return BL_OK;
   if (hd != 64 && hd != 128) return cu_fail(BL_E_UNSUPPORTED, "prefill attention: head size %d", hd);
   if (a.G < 1) return cu_fail(BL_E_INVAL, "prefill attention: %d query heads in groups of %d", a.nh, a.G);
-  if ((cu_fast & FAST_FA2) && fa2_fits) {
-    // a block's heads in one KV group (else one head a block, as k_fa)
-    const bool pair = fa2_heads == FA2_HEADS && a.G % FA2_HEADS == 0 && a.nh % FA2_HEADS == 0;
+  if ((cu_fast & FAST_FA2) && fa2_fits && n_tiles <= 65535) { // (k_fa2's tiles are its grid's y)
+    // FA2_HEADS heads a block where they lie in one KV group and no SM gets more (tile, head) units
+    // than with one head a block (an SM holds one block of two heads; a short prompt's few tiles
+    // would leave SMs idle, so they keep one head a block)
+    const int64_t units = (int64_t)n_tiles * a.nh, sms = cu_sms > 0 ? cu_sms : 1;
+    const bool pair = a.G % FA2_HEADS == 0 && a.nh % FA2_HEADS == 0 &&
+                      (fa2_heads == FA2_HEADS || (fa2_heads == 0 && FA2_HEADS * ((units / FA2_HEADS + sms - 1) / sms) <= (units + sms - 1) / sms));
     if (hd == 64) return pair ? fa2_launch<64, FA2_HEADS>(st, a, n_tiles) : fa2_launch<64, 1>(st, a, n_tiles);
     return pair ? fa2_launch<128, FA2_HEADS>(st, a, n_tiles) : fa2_launch<128, 1>(st, a, n_tiles);
   }
@@ -293,7 +308,7 @@ int64_t cu_attn_init(int smem_optin) {
   CU_OK(cu_kernel_prefs(k_fa<64>, "configuring attention"));
   CU_OK(cu_kernel_prefs(k_fa<128>, "configuring attention"));
   const char *env = getenv("BLOOMERY_FA2_HEADS");
-  fa2_heads = env && atoi(env) == 1 ? 1 : FA2_HEADS;
+  fa2_heads = env && (atoi(env) == 1 || atoi(env) == FA2_HEADS) ? atoi(env) : 0;
   fa2_fits = smem_optin >= fa2_smem<128>();
   if (!fa2_fits) return BL_OK;
   CU_OK((fa2_init<64, 1>()));
