@@ -276,7 +276,8 @@ static int64_t fa2_launch(cudaStream_t st, const fa_args &a, int n_tiles) {
 
 bool cu_flash_supported(int hd) { return hd == 64 || hd == 128; }
 
-int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles) {
+int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles, bool *fa2) {
+  if (fa2) *fa2 = false;
   if (n_tiles <= 0) return BL_OK;
   if (hd != 64 && hd != 128) return cu_fail(BL_E_UNSUPPORTED, "prefill attention: head size %d", hd);
   if (a.G < 1) return cu_fail(BL_E_INVAL, "prefill attention: %d query heads in groups of %d", a.nh, a.G);
@@ -287,6 +288,7 @@ int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles)
     const int64_t units = (int64_t)n_tiles * a.nh, sms = cu_sms > 0 ? cu_sms : 1;
     const bool pair = a.G % FA2_HEADS == 0 && a.nh % FA2_HEADS == 0 &&
                       (fa2_heads == FA2_HEADS || (fa2_heads == 0 && FA2_HEADS * ((units / FA2_HEADS + sms - 1) / sms) <= (units + sms - 1) / sms));
+    if (fa2) *fa2 = true;
     if (hd == 64) return pair ? fa2_launch<64, FA2_HEADS>(st, a, n_tiles) : fa2_launch<64, 1>(st, a, n_tiles);
     return pair ? fa2_launch<128, FA2_HEADS>(st, a, n_tiles) : fa2_launch<128, 1>(st, a, n_tiles);
   }

@@ -437,7 +437,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     f.scale_log2 = b.attn_scale * 1.4426950408889634f;
     f.out = c->att;
     f.ldo = qd;
-    CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles));
+    bool fa2 = false;
+    CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles, &fa2));
+    if (fa2) c->n_fa2++;
   } else if (!big && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
     attn1_args a1;
@@ -658,10 +660,13 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     r.norm_topk = b.norm_topk;
     r.w_scale = b.w_scale;
     // a prompt batch (FAST_ROUTEBIG): rows normalised once, a tiled product, then the picks (route_big.cu)
-    if (big && (cu_fast & FAST_ROUTEBIG) && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && K <= ROUTER_MAX_K && cu_route_big_fits(r, c->smem_limit))
+    if (big && (cu_fast & FAST_ROUTEBIG) && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && K <= ROUTER_MAX_K &&
+        cu_route_big_fits(r, c->smem_limit)) {
       CU_OK(cu_route_big(c->st, r, c->smem_limit));
-    else
+      c->n_routebig++;
+    } else {
       CU_OK(cu_router(c->st, r, c->smem_limit));
+    }
     sel = c->sel;
     selw = c->selw;
   } else if (!moe) {

@@ -271,7 +271,7 @@ struct fa_args {
   float *out;
   int ldo;
 };
-int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles);
+int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles, bool *fa2 = nullptr); // *fa2: k_fa2 took it (FAST_FA2)
 bool cu_flash_supported(int hd);
 struct attn1_args {
   const float *q, *k, *v; // the token's projections (nh * hd, nkv * hd, nkv * hd)

@@ -74,7 +74,9 @@ gpu("prompt attention sharing K/V tiles among a KV group's heads gives the logit
         for (const r of runs) {
           be.setOption(CudaOption.fast, CudaFast.default);
           if (r.first) evalRows(m, r.first, 0, r.first.length);
+          const before = be.stats().fa2;
           const shared = evalRows(m, r.tokens, r.pos0, step);
+          const taken = be.stats().fa2 - before; // launches of k_fa2 (the path under test ran)
           be.setOption(CudaOption.fast, CudaFast.default & ~CudaFast.fa2);
           const single = evalRows(m, r.tokens, r.pos0, step);
           let differ = 0, finite = true;
@@ -82,7 +84,8 @@ gpu("prompt attention sharing K/V tiles among a KV group's heads gives the logit
             if (!(shared[i] === single[i])) differ++;
             if (!Number.isFinite(shared[i])) finite = false;
           }
-          console.log(`${c.model}:${c.quant} ${r.name}: ${differ} of ${shared.length} logits differ between shared K/V tiles and one head a block`);
+          console.log(`${c.model}:${c.quant} ${r.name}: ${differ} of ${shared.length} logits differ between shared K/V tiles and one head a block (${taken} k_fa2 launches)`);
+          expect(taken).toBeGreaterThan(0);
           expect(shared.length).toBe(Math.floor((r.tokens.length - 1) / step + 1) * V + ((r.tokens.length - 1) % step ? V : 0));
           expect(finite).toBe(true);
           expect(differ).toBe(0);

@@ -56,7 +56,9 @@ gpu("prompt batches' router as a tiled product against the decode groups' router
         const V = m.hp.nVocab;
         const prompt = Array.from({ length: N }, (_, i) => (i * 7919 + 17) % V);
         be.setOption(CudaOption.fast, CudaFast.default);
+        const before = be.stats().routeBig;
         const tiled = m.evalSequence(prompt, 0, 0, true);
+        const taken = be.stats().routeBig - before; // launches of the tiled router
         const again = m.evalSequence(prompt, 0, 0, true);
         be.setOption(CudaOption.fast, CudaFast.default & ~CudaFast.routeBig);
         const ref = m.evalSequence(prompt, 0, 0, true);
@@ -91,7 +93,7 @@ gpu("prompt batches' router as a tiled product against the decode groups' router
         );
         expect(finite).toBe(true);
         expect(rerun).toBe(0); // deterministic: no atomics in its sums
-        expect(differ).toBeGreaterThan(0); // the tiled path ran (its sums are in another order)
+        expect(taken).toBeGreaterThan(0); // the tiled path ran
         expect(far).toBeLessThanOrEqual(FAR_ROWS);
         expect(agree).toBe(clear);
         expect(last.diff).toBeLessThanOrEqual(ROW_BOUND * sd);
