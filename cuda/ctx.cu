@@ -242,6 +242,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const int64_t bw = d.E > d.qd ? (d.E > d.ff ? d.E : d.ff) : (d.qd > d.ff ? d.qd : d.ff);
   c->w16_elems = d.maxT >= GEMM16_MIN_TOK ? (size_t)(d.E * wide) : 0;
   c->b16_elems = d.maxT >= GEMM16_MIN_TOK ? (size_t)(T * bw) : 0;
+  c->act16_elems = d.maxT >= GEMM16_MIN_TOK ? pairs * (size_t)d.ff : 0;
   std::vector<buf_req> v = {
       {(void **)&c->x, T * d.E * F}, {(void **)&c->h, T * d.E * F}, {(void **)&c->q, T * d.qd * F}, {(void **)&c->k, T * d.kd * F},
       {(void **)&c->v, T * d.kd * F}, {(void **)&c->att, T * d.qd * F}, {(void **)&c->router, T * d.X * F},
@@ -256,6 +257,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
       {(void **)&c->kc, kv}, {(void **)&c->vc, kv},
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
+      {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
   };
   return v;
@@ -650,9 +652,9 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[11] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
-                         (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2};
-  for (int64_t i = 0; i < n && i < 11; i++) out[i] = v[i];
+  const int64_t v[12] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+                         (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16};
+  for (int64_t i = 0; i < n && i < 12; i++) out[i] = v[i];
   return BL_OK;
 }
 

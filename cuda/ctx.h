@@ -108,8 +108,12 @@ struct cu_ctx {
   // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
   __half *w16, *b16;
   size_t w16_elems, b16_elems;
-  // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions
-  int64_t n_gemm16, n_routebig, n_fa2;
+  // FAST_GEMMB16: prompt batches' SwiGLU rows (pairs x ff halves; 0 elements: not sized for it)
+  __half *act16;
+  size_t act16_elems;
+  // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
+  // FAST_GEMMB16 expert blocks
+  int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16;
   // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
   void *kv_stage;
   uint8_t *kv_host[2];

@@ -716,12 +716,23 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   g.b_rows = c->pair_tok;
   g.tiles = c->tiles;
   g.n_tiles = c->n_tiles;
+  // FAST_GEMMB16: the normalised rows converted to halves once, gate/up's SwiGLU rows written as
+  // halves, both copied into the tiles by cp.async (the tiles' own conversions give the same halves)
+  const bool b16 = (cu_fast & FAST_GEMMB16) && c->act16 && (size_t)ntok * E <= c->b16_elems && (size_t)pairs * ff <= c->act16_elems && E % 8 == 0 &&
+                   ff % 8 == 0;
+  if (b16) {
+    CU_OK(cu_f16_rows(c->st, c->h, E, E, ntok, c->b16, E));
+    g.b16 = c->b16;
+    g.c16 = c->act16;
+    c->n_gemmb16++;
+  }
   CU_OK(cu_gemm(c->st, g, bn, max_tiles));
   gemm_args d;
   memset(&d, 0, sizeof d);
   d.job[0] = gjob(down, c->ypair, E, nullptr);
   d.njobs = 1;
   d.b = c->act;
+  d.b16 = b16 ? c->act16 : nullptr;
   d.ldb = ff;
   d.tiles = c->tiles;
   d.n_tiles = c->n_tiles;

@@ -76,6 +76,14 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   };
   constexpr int RB = RAW ? raw_row_bytes<T>() : 16, NBLK = Q::BE >= GEMM_BK ? 1 : GEMM_BK / Q::BE;
   uint8_t *sR = reinterpret_cast<uint8_t *>(sB + BN * LDK);
+  // a.b16: the slice of each activation row copied as halves (zeros for rows past the tile)
+  auto stage_b16 = [&](int k0) {
+    for (int q = tid; q < BN * (GEMM_BK / 8); q += 128) {
+      const int r = q / (GEMM_BK / 8), ch = q - r * (GEMM_BK / 8);
+      const bool in = brow[r] >= 0;
+      cp_async16_or_zero(sB + r * LDK + 8 * ch, a.b16 + (size_t)(in ? brow[r] : 0) * a.ldb + k0 + 8 * ch, in);
+    }
+  };
   for (int k0 = 0; k0 < K; k0 += GEMM_BK) {
     __syncthreads();
     const int blk0 = k0 / Q::BE;
@@ -89,22 +97,28 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
         const uintptr_t s1 = (reinterpret_cast<uintptr_t>(rp + (size_t)(blk0 + NBLK) * Q::BB) + 15) & ~(uintptr_t)15;
         if (s0 + 16 * (uintptr_t)ch < s1) cp_async16(sR + row * RB + 16 * ch, reinterpret_cast<const void *>(s0 + 16 * (uintptr_t)ch));
       }
+      if (a.b16) stage_b16(k0);
       cp_async_commit();
-      // the activations: every load of the thread first, then the conversions
-      constexpr int BPT = BN * (GEMM_BK / 4) / 128;
-      float4 bv[BPT];
+      if (!a.b16) {
+        // the activations: every load of the thread first, then the conversions
+        constexpr int BPT = BN * (GEMM_BK / 4) / 128;
+        float4 bv[BPT];
 #pragma unroll
-      for (int j = 0; j < BPT; j++) {
-        const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
-        bv[j] = brow[r] >= 0 ? *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+        for (int j = 0; j < BPT; j++) {
+          const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+          bv[j] = brow[r] >= 0 ? *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
 #pragma unroll
-      for (int j = 0; j < BPT; j++) {
-        const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
-        st_h4(sB + r * LDK + c, bv[j].x, bv[j].y, bv[j].z, bv[j].w);
+        for (int j = 0; j < BPT; j++) {
+          const int i = tid + 128 * j, r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
+          st_h4(sB + r * LDK + c, bv[j].x, bv[j].y, bv[j].z, bv[j].w);
+        }
       }
       cp_async_wait_all();
       __syncthreads();
+    } else if (a.b16) {
+      stage_b16(k0); // waited for after the weights' dequantization below
+      cp_async_commit();
     } else {
       for (int i = tid; i < BN * (GEMM_BK / 4); i += 128) {
         const int r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
@@ -128,6 +142,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
         else st_h4(dst + pos, 0.f, 0.f, 0.f, 0.f);
       });
     }
+    if (!RAW && a.b16) cp_async_wait_all();
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK / 16; kk++) {
@@ -182,7 +197,8 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
     const int col = i / (GEMM_BM / 2), row = i - col * (GEMM_BM / 2);
     if (col >= count || r0 + row >= nrows) continue;
     const float gv = sC[row * LDC + col], uv = sC[(row + GEMM_BM / 2) * LDC + col];
-    job.c[(size_t)(start + col) * job.ldc + r0 + row] = silu_f(gv) * uv;
+    if (a.c16) a.c16[(size_t)(start + col) * job.ldc + r0 + row] = __float2half_rn(silu_f(gv) * uv);
+    else job.c[(size_t)(start + col) * job.ldc + r0 + row] = silu_f(gv) * uv;
   }
 }
 

@@ -141,11 +141,13 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_ROUTEBIG: prompt batches' router as a tiled product over RMS-normalised rows written once,
 // then a selection launch (route_big.cu). FAST_FA2: prompt attention with the query heads of a KV
 // group sharing each staged K/V tile, the next tile copied while this one is used (fa.cu). The same
+// FAST_GEMMB16: prompt batches' expert products take their activation rows as halves converted
+// once (h) or written so by gate/up (the SwiGLU rows), copied into the tiles by cp.async. The same
 // values bit for bit with each off (A/B runs), except FAST_ROUTEBIG (a bound, stated by its test).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
-  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_ALL = 32767,
+  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_ALL = 65535,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -328,6 +330,8 @@ struct gemm_args {
   dmat w2;                // EPI_SWIGLU: the up weights (rows pair with job 0's gate rows)
   const float *b;         // activation rows (ldb)
   int ldb;
+  const __half *b16;      // or the same rows as halves (ldb; rows and ldb 16-byte aligned), copied by cp.async (FAST_GEMMB16)
+  __half *c16;            // EPI_SWIGLU: the products written as halves here (row stride job[0].ldc) instead of job[0].c
   const int32_t *b_rows;  // activation row of tile entry start + i, or null (start + i)
   const int4 *tiles;      // grouped: {expert, start, count, 0} per grid row; null: dense
   const int32_t *n_tiles; // grouped: tiles in use (device)

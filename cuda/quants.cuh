@@ -22,6 +22,17 @@ __device__ __forceinline__ int sbyte(uint32_t q, int byte) { return (int)(int8_t
 // a sixteenth of the FMA rate on sm_80/sm_90 and bound the decode products): v added to the bits
 // of 1.5 * 2^23, then 1.5 * 2^23 subtracted. Same value as (float)v.
 __device__ __forceinline__ float i2f(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+// Byte b (0..3) of q (a value below 256) as an exact float, by one byte permute: the bits of
+// 2^23 + byte, then 2^23 subtracted (the value i2f gives, with no shift, mask or add first).
+template <int B>
+__device__ __forceinline__ float byte_f(uint32_t q) {
+  return __int_as_float((int)__byte_perm(q, 0x4Bu, 0x4550u + B)) - 8388608.0f;
+}
+// The same less 32 (Q6_K's offset), exact: (2^23 + byte) - (2^23 + 32).
+template <int B>
+__device__ __forceinline__ float byte_f32(uint32_t q) {
+  return __int_as_float((int)__byte_perm(q, 0x4Bu, 0x4550u + B)) - 8388640.0f;
+}
 
 // 16-entry signed byte tables held in four words, looked up with byte permutes (no memory).
 struct tbl16 {
@@ -208,8 +219,9 @@ struct qt<T_Q4_K> {
     const int base = 64 * c + 16 * h;
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-      f(base + 4 * w, dl0 * i2f(nib_lo(qw[w], 0)) - ml0, dl0 * i2f(nib_lo(qw[w], 1)) - ml0, dl0 * i2f(nib_lo(qw[w], 2)) - ml0, dl0 * i2f(nib_lo(qw[w], 3)) - ml0);
-      f(base + 32 + 4 * w, dl1 * i2f(nib_hi(qw[w], 0)) - ml1, dl1 * i2f(nib_hi(qw[w], 1)) - ml1, dl1 * i2f(nib_hi(qw[w], 2)) - ml1, dl1 * i2f(nib_hi(qw[w], 3)) - ml1);
+      const uint32_t lo = qw[w] & 0x0F0F0F0Fu, hi = (qw[w] >> 4) & 0x0F0F0F0Fu;
+      f(base + 4 * w, dl0 * byte_f<0>(lo) - ml0, dl0 * byte_f<1>(lo) - ml0, dl0 * byte_f<2>(lo) - ml0, dl0 * byte_f<3>(lo) - ml0);
+      f(base + 32 + 4 * w, dl1 * byte_f<0>(hi) - ml1, dl1 * byte_f<1>(hi) - ml1, dl1 * byte_f<2>(hi) - ml1, dl1 * byte_f<3>(hi) - ml1);
     }
   }
 };
@@ -262,16 +274,13 @@ struct qt<T_Q6_K> {
     for (int r = 0; r < 4; r++) {
       const float dl = d * i2f(scl[2 * r]);
       const uint32_t l0 = (r & 1) ? c0 : a0, l1 = (r & 1) ? c1 : a1;
-      int v[8];
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        const int s = 4 * (r >> 1);
-        v[k] = ((int)((l0 >> (8 * k + s)) & 15u) | (int)(((h0 >> (8 * k + 2 * r)) & 3u) << 4)) - 32;
-        v[k + 4] = ((int)((l1 >> (8 * k + s)) & 15u) | (int)(((h1 >> (8 * k + 2 * r)) & 3u) << 4)) - 32;
-      }
+      const int s = 4 * (r >> 1);
+      // four 6-bit values a word: the low nibbles (bits s..s+3 of each byte) and two high bits
+      const uint32_t v0 = ((l0 >> s) & 0x0F0F0F0Fu) | (((h0 >> (2 * r)) & 0x03030303u) << 4);
+      const uint32_t v1 = ((l1 >> s) & 0x0F0F0F0Fu) | (((h1 >> (2 * r)) & 0x03030303u) << 4);
       const int base = 128 * hh + 32 * r + 8 * i;
-      f(base, dl * i2f(v[0]), dl * i2f(v[1]), dl * i2f(v[2]), dl * i2f(v[3]));
-      f(base + 4, dl * i2f(v[4]), dl * i2f(v[5]), dl * i2f(v[6]), dl * i2f(v[7]));
+      f(base, dl * byte_f32<0>(v0), dl * byte_f32<1>(v0), dl * byte_f32<2>(v0), dl * byte_f32<3>(v0));
+      f(base + 4, dl * byte_f32<0>(v1), dl * byte_f32<1>(v1), dl * byte_f32<2>(v1), dl * byte_f32<3>(v1));
     }
   }
 };

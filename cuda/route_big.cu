@@ -27,12 +27,6 @@ __host__ __device__ constexpr int rb_smem_bytes(int bm) { return 2 * (bm + RB_BN
 static_assert(RB_WARPS * 32 * RB_BN * (int)sizeof(float) <= rb_smem_bytes(32), "partial sums fit the staging buffers");
 static_assert(RB_WARPS * 16 * RB_BN * (int)sizeof(float) <= rb_smem_bytes(16), "partial sums fit the staging buffers");
 
-// 16 bytes from global to shared memory, or 16 zero bytes where !full (nothing is read then).
-__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool full) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0) : "memory");
-}
-
 struct rb_args {
   const float *h; // normalised rows (ldh floats apart, 16-byte aligned)
   int ldh, n, ntok;

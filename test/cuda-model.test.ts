@@ -828,6 +828,17 @@ gpu("prompt batches' products from a shared-memory copy of the stored blocks giv
 // raw path covers, F16 rows read in place, a batch of 200 and a second chunk at position 200.
 const F16_CASES: BatchCase[] = [...RAW_CASES, { model: "test-moe", quant: "F16" }];
 
+// Prompt batches' expert products on f16 activation rows (CudaFast.gemmB16): the normalised rows
+// converted once and gate/up's SwiGLU rows written as halves, copied into the tiles - the halves
+// the tiles' own conversions make, so bit for bit (Q4_K_M's Q6_K down rows of 768 elements take
+// the direct path, the rest the raw one).
+gpu("prompt batches' expert products on f16 activation rows give the tiles' logits", () => {
+  for (const c of F16_CASES) {
+    test(`${caseName(c)}: prompts of 200 and 200+136, bit for bit`, () =>
+      promptBitForBit(c, "b16", CudaFast.gemmB16, [200, 136], (be) => be.stats().gemmB16));
+  }
+});
+
 gpu("prompt batches' dense products from f16 weight copies give the tiles' logits", () => {
   for (const c of F16_CASES) {
     test(`${caseName(c)}: prompts of 200 and 200+136, bit for bit`, () =>
