@@ -555,6 +555,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->use_graphs = 1;
   c->prefill_min = MV_MAX_NT + 1;
   c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
+  c->host_share_opt = -1;
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
@@ -641,6 +642,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_PROMOTE_SLOTS: return cu_set_promote_slots(c, value);
+    case CU_OPT_HOST_SHARE:
+      if (value < -1 || value > 900) return cu_fail(BL_E_INVAL, "set_option: host share %lld (thousandths 0..900, or -1: the cost model)", (long long)value);
+      c->host_share_opt = (int)value;
+      return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);

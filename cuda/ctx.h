@@ -36,8 +36,10 @@ struct cu_blk {
 // CU_OPT_CARD_SHARE: of a token's picks in a host-expert layer, how many the card computes reading
 // the experts from host memory (one-token steps; 0: the CPU computes them all).
 // CU_OPT_PROMOTE_SLOTS: card slots a host layer for promoted experts (0: off; at least the picks a token).
+// CU_OPT_HOST_SHARE: of the host layers of an upload step, the share (thousandths, 0..900) the hook
+// runs while the next ones upload; -1: sized by the cost model (the default).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
-       CU_OPT_PROMOTE_SLOTS = 22 };
+       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -164,6 +166,17 @@ struct cu_ctx {
   cudaEvent_t up_ev[2], done_ev[2], sync_ev;
   int upload_step, upload_j, upload_min;
   double pcie_bps, pair_us;
+  // an upload step's plan (cu_hybrid_begin): host block j run by the hook (host_mode 1: the card's
+  // PCIe copies of the next uploaded layers go on meanwhile) or uploaded; the uploaded ones in order
+  // (up_list) and each one's place in that order (up_ord; -1: not uploaded this step)
+  std::vector<uint8_t> host_mode;
+  std::vector<int> up_list, up_ord;
+  double th_us_tok;      // a hook layer's measured microseconds a token in upload steps (0: none yet)
+  double host_share;     // the share of host layers the last upload step gave the hook
+  int host_share_opt;    // CU_OPT_HOST_SHARE (thousandths; -1: the cost model)
+  cudaEvent_t th_ev[2];  // around the first hook layer of an upload step (timing)
+  int th_ntok;           // that step's batch (0: no timing pending)
+  int64_t n_split;       // host layers the hook ran inside upload steps
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
   // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
   // card addresses them, the card's sequence counter, the host thread that answers

@@ -220,19 +220,71 @@ static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
   return p;
 }
 
-// Copies host block j's experts into staging buffer j % 2 on the copy stream (after the step's
-// kernels are done with what that buffer held). A block on disk copies nothing: its buffer stays
-// with the last block of its parity that was uploaded (whose done_ev the next one waits on).
-static int64_t issue_upload(cu_ctx *c, int j) {
-  const cu_blk *b = cu_host_block_at(c, j);
-  if (!b || cu_host_on_disk(*b)) return BL_OK;
-  const int s = j % 2;
-  if (j >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+// Copies the u-th uploaded block of the step's plan into staging buffer u % 2 on the copy stream
+// (after the step's kernels are done with what that buffer held).
+static int64_t issue_upload(cu_ctx *c, int u) {
+  if (u >= (int)c->up_list.size()) return BL_OK;
+  const cu_blk *b = cu_host_block_at(c, c->up_list[u]);
+  if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
+  const int s = u % 2;
+  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
   for (int k = 0; k < 3; k++) {
     CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k), b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
     c->up_bytes += (int64_t)b->hbytes[k];
   }
   CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
+  return BL_OK;
+}
+
+// The share of host layers an upload step of ntok tokens gives the hook: a layer's upload time
+// against the hook's (measured in earlier upload steps, else sized from the per-pair cost, which
+// overstates it for large batches), so that the hook's layers take about as long as the uploads
+// that run meanwhile: u / (u + h). CU_OPT_HOST_SHARE, else BLOOMERY_HYBRID_HOST_SHARE (0..0.9), sets
+// it; 0 uploads every layer.
+static double host_share(const cu_ctx *c, int ntok) {
+  if (c->host_share_opt >= 0) return c->host_share_opt / 1000.0;
+  const char *env = getenv("BLOOMERY_HYBRID_HOST_SHARE");
+  if (env && env[0]) {
+    const double v = atof(env);
+    return v < 0 ? 0 : v > 0.9 ? 0.9 : v;
+  }
+  const cu_blk *b = cu_first_host_block_in_ram(c);
+  if (!b || c->pcie_bps <= 0) return 0;
+  const double up_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / c->pcie_bps;
+  const double hook_us = c->th_us_tok > 0 ? c->th_us_tok * ntok : c->pair_us * ntok * (b->n_used > 0 ? b->n_used : 1);
+  if (hook_us <= 0) return 0;
+  const double f = up_us / (up_us + hook_us);
+  return f > 0.9 ? 0.9 : f;
+}
+
+// An upload step's plan: which host blocks the hook runs (those on disk, and an evenly spread share
+// of the rest), the others uploaded in order. The first hook layer's time, read back here at the
+// next upload step, sizes the share.
+static int64_t plan_uploads(cu_ctx *c, int ntok) {
+  if (c->th_ntok > 0) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, c->th_ev[0], c->th_ev[1]) == cudaSuccess && ms > 0) {
+      const double v = 1000.0 * ms / c->th_ntok;
+      c->th_us_tok = c->th_us_tok > 0 ? 0.5 * (c->th_us_tok + v) : v;
+    }
+    (void)cudaGetLastError();
+    c->th_ntok = 0;
+  }
+  const int nh = (int)c->w->host_blocks.size();
+  c->host_mode.assign(nh, 0);
+  c->up_ord.assign(nh, -1);
+  c->up_list.clear();
+  const double f = host_share(c, ntok);
+  c->host_share = f;
+  for (int j = 0; j < nh; j++) {
+    const cu_blk *b = cu_host_block_at(c, j);
+    const bool hook = !b || cu_host_on_disk(*b) || (int)((j + 1) * f) > (int)(j * f);
+    c->host_mode[j] = hook ? 1 : 0;
+    if (!hook) {
+      c->up_ord[j] = (int)c->up_list.size();
+      c->up_list.push_back(j);
+    }
+  }
   return BL_OK;
 }
 
@@ -248,6 +300,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->upload_j = 0;
   c->upload_step = !graphed && ntok >= c->upload_min;
   if (c->upload_step) {
+    CU_OK(plan_uploads(c, ntok));
     CU_OK(issue_upload(c, 0));
     CU_OK(issue_upload(c, 1));
   }
@@ -296,12 +349,21 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
     return split_block(c, b);
   }
   if (c->upload_step) {
-    const int j = c->upload_j++, s = j % 2;
-    if (j != b.host_j) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
-    if (cu_host_on_disk(b)) {
-      CU_OK(issue_upload(c, j + 2)); // the uploads go on while the CPU reads and runs this block
-      return host_rows(c, b, ntok);
+    const int j = c->upload_j++;
+    if (j != b.host_j || j >= (int)c->host_mode.size()) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
+    if (c->host_mode[j]) {
+      // the hook runs this block while the copy stream uploads the next planned ones
+      const bool timed = c->th_ntok == 0 && c->th_ev[0] && !cu_host_on_disk(b);
+      if (timed) CU_TRY(cudaEventRecord(c->th_ev[0], c->st), "timing the host experts");
+      CU_OK(host_rows(c, b, ntok));
+      if (timed) {
+        CU_TRY(cudaEventRecord(c->th_ev[1], c->st), "timing the host experts");
+        c->th_ntok = ntok;
+      }
+      if (!cu_host_on_disk(b)) c->n_split++;
+      return BL_OK;
     }
+    const int u = c->up_ord[j], s = u % 2;
     CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
@@ -309,7 +371,7 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
     CU_OK(cu_ffn_block(c, v, ntok, big, false));
     CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
     c->n_uploaded++;
-    return issue_upload(c, j + 2);
+    return issue_upload(c, u + 2);
   }
   return host_rows(c, b, ntok);
 }
@@ -342,6 +404,8 @@ void cu_hybrid_free(cu_ctx *c) {
     if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
   }
   if (c->sync_ev) (void)cudaEventDestroy(c->sync_ev);
+  for (int i = 0; i < 2; i++)
+    if (c->th_ev[i]) (void)cudaEventDestroy(c->th_ev[i]);
   if (c->cs2) (void)cudaStreamSynchronize(c->cs2);
   if (c->fork_ev) (void)cudaEventDestroy(c->fork_ev);
   if (c->join_ev) (void)cudaEventDestroy(c->join_ev);
@@ -353,7 +417,8 @@ void cu_hybrid_free(cu_ctx *c) {
   if (c->hout) (void)cudaFreeHost(c->hout);
   if (c->dout) (void)cudaFree(c->dout);
   c->cs = c->cs2 = nullptr;
-  c->fork_ev = c->join_ev = c->sync_ev = c->up_ev[0] = c->up_ev[1] = c->done_ev[0] = c->done_ev[1] = nullptr;
+  c->fork_ev = c->join_ev = c->sync_ev = c->up_ev[0] = c->up_ev[1] = c->done_ev[0] = c->done_ev[1] = c->th_ev[0] = c->th_ev[1] = nullptr;
+  c->th_ntok = 0;
   c->hx = c->hselw = c->hout = c->dout = nullptr;
   c->hsel = nullptr;
   for (cu_host_call *h : c->host_calls) delete h;
@@ -450,6 +515,10 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
     CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
   }
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
+  CU_TRY(cudaEventCreate(&c->th_ev[0]), "creating events");
+  CU_TRY(cudaEventCreate(&c->th_ev[1]), "creating events");
+  c->th_ntok = 0;
+  c->th_us_tok = 0;
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
   if (c->mb) CU_OK(cu_pull_init(c));
@@ -486,9 +555,10 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[17] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[20] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
-                         (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0)};
-  for (int64_t i = 0; i < n && i < 17; i++) out[i] = v[i];
+                         (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
+                         c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0)};
+  for (int64_t i = 0; i < n && i < 20; i++) out[i] = v[i];
   return BL_OK;
 }

@@ -47,11 +47,13 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * Option keys of bl_cuda_set_option (cuda/ctx.h); uploadMin: batches of at least this many tokens
  * upload their host experts (cuda/hybrid.cu; 0 never; the cost model sets it); cardShare: of a token's
  * picks in a host-expert layer, how many the card computes reading them from host memory (one-token steps);
- * promoteSlots: card slots a host layer for its hottest experts (run-time promotion; 0 off). carveout (percent of L1/shared memory every
+ * promoteSlots: card slots a host layer for its hottest experts (run-time promotion; 0 off); hostShare: of
+ * an upload step's host layers, the share in thousandths the CPU runs while the next ones upload (-1:
+ * the cost model). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts

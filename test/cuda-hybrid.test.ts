@@ -70,16 +70,30 @@ gpu("experts in host memory beside the card", () => {
             expect(lines.some((l) => l.includes(`the routed experts of ${p.layers} layers stay in host memory`))).toBe(true);
             // a prompt that uploads its experts: the card's kernels on the same bytes
             be.setOption(CudaOption.uploadMin, 9);
+            be.setOption(CudaOption.hostShare, 0);
             const up = m.evalSequence(prompt, 0, 0, true);
-            const s0 = be.hostStats()!;
-            expect(s0.uploadRuns).toBe(p.layers);
+            const sUp = be.hostStats()!;
+            expect(sUp.uploadRuns).toBe(p.layers);
             expect(maxAbs(up, refPrompt)).toBe(0);
+            // half the host layers on the CPU while the others upload: each layer as the hook or
+            // the card computes it (within the hook's bound below, checked there)
+            be.setOption(CudaOption.hostShare, 500);
+            const mixed = m.evalSequence(prompt, 0, 0, true);
+            const s0 = be.hostStats()!;
+            const onHook = s0.splitRuns - sUp.splitRuns, uploaded = s0.uploadRuns - sUp.uploadRuns;
+            expect(onHook + uploaded).toBe(p.layers);
+            expect(onHook).toBe(Math.floor(p.layers * 0.5));
+            expect(s0.hostShare).toBe(0.5);
+            be.setOption(CudaOption.hostShare, -1);
             // the same prompt through the hook (the CPU's numerics for the host layers)
             be.setOption(CudaOption.uploadMin, 0);
             const hk = m.evalSequence(prompt, 0, 0, true);
             const s1 = be.hostStats()!;
             expect(s1.hookRuns - s0.hookRuns).toBe(p.layers);
             const dPrompt = maxAbs(hk, refPrompt) / std(refPrompt.subarray((prompt.length - 1) * V));
+            const dMixed = maxAbs(mixed, refPrompt) / std(refPrompt.subarray((prompt.length - 1) * V));
+            console.log(`${p.name}: a prompt with ${onHook} of ${p.layers} host layers on the CPU while the others upload: max |dlogit| / std ${dMixed.toExponential(2)}`);
+            expect(dMixed).toBeLessThan(1e-1);
             // decode steps (graphs with the hook inside): the default split of a token's picks (the
             // card reading its share from host memory), then every pick on the CPU, then every
             // pick read by the card (each step's KV row rewritten with nearly the same values)

@@ -51,6 +51,10 @@ export interface HostExpertStats {
   cpuFixedUs: number;
   cpuPickUs: number;
   cardPickUs: number;
+  /** upload steps: host layers the hook ran meanwhile, the share of host layers it was given last, its measured microseconds a token a layer */
+  splitRuns: number;
+  hostShare: number;
+  hookLayerUsPerToken: number;
   /** promotion: card slots a host layer (0: off), experts moved into them, one-token picks found resident of all picks */
   promoteSlots: number;
   promoted: number;
@@ -215,12 +219,13 @@ export class CudaBackend implements Backend {
   /** The host experts' counters; undefined when every expert is on the card. */
   hostStats(): HostExpertStats | undefined {
     if (!this.hostBlocks) return undefined;
-    const o = new BigInt64Array(17);
-    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 17), "reading the host experts' counters");
+    const o = new BigInt64Array(20);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 20), "reading the host experts' counters");
     const n = (i: number) => Number(o[i]);
     return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
       pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8),
-      promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12), copied: n(13) !== 0, cpuPickUs: n(14) / 1000, cardPickUs: n(15) / 1000, cpuFixedUs: n(16) / 1000 };
+      promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12), copied: n(13) !== 0, cpuPickUs: n(14) / 1000, cardPickUs: n(15) / 1000, cpuFixedUs: n(16) / 1000,
+      splitRuns: n(17), hostShare: n(18) / 1000, hookLayerUsPerToken: n(19) / 1000 };
   }
 
   kvPosBytes(): number {
