@@ -236,11 +236,14 @@ static int64_t issue_upload(cu_ctx *c, int u) {
   return BL_OK;
 }
 
-// The share of host layers an upload step of ntok tokens gives the hook: a layer's upload time
-// against the hook's (measured in earlier upload steps, else sized from the per-pair cost, which
-// overstates it for large batches), so that the hook's layers take about as long as the uploads
-// that run meanwhile: u / (u + h). CU_OPT_HOST_SHARE, else BLOOMERY_HYBRID_HOST_SHARE (0..0.9), sets
-// it; 0 uploads every layer.
+// The share of host layers an upload step of ntok tokens gives the hook, from a layer's upload time
+// u against the hook's h (measured in earlier upload steps, else sized from the per-pair cost, which
+// overstates it for large batches). With two staging buffers the copy stream runs at most two
+// uploads ahead, so a hook layer hides at most 2u of copying: it saves u - max(0, h - 2u), a gain
+// only where h < 3u; then the share u / (u + h), at most a third (hook layers at least two uploads
+// apart). H200, Qwen3-30B-A3B, 15 threads: h ~30 ms against u ~6.5 ms a 512-token layer, so every
+// layer uploads there (forced shares measured slower: 0.2 1,252 t/s against 1,607). CU_OPT_HOST_SHARE,
+// else BLOOMERY_HYBRID_HOST_SHARE (0..0.9), sets it; 0 uploads every layer.
 static double host_share(const cu_ctx *c, int ntok) {
   if (c->host_share_opt >= 0) return c->host_share_opt / 1000.0;
   const char *env = getenv("BLOOMERY_HYBRID_HOST_SHARE");
@@ -252,9 +255,9 @@ static double host_share(const cu_ctx *c, int ntok) {
   if (!b || c->pcie_bps <= 0) return 0;
   const double up_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / c->pcie_bps;
   const double hook_us = c->th_us_tok > 0 ? c->th_us_tok * ntok : c->pair_us * ntok * (b->n_used > 0 ? b->n_used : 1);
-  if (hook_us <= 0) return 0;
+  if (hook_us <= 0 || hook_us >= 3 * up_us) return 0;
   const double f = up_us / (up_us + hook_us);
-  return f > 0.9 ? 0.9 : f;
+  return f > 1.0 / 3 ? 1.0 / 3 : f;
 }
 
 // An upload step's plan: which host blocks the hook runs (those on disk, and an evenly spread share
