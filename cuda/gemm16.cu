@@ -17,11 +17,6 @@
 #define G16_LD (G16_BK + 8)    // shared row stride in halves (80 bytes: ldmatrix rows on distinct banks)
 #define G16_STAGES 4
 
-template <int N>
-__device__ __forceinline__ void cp_async_wait_n() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // A block decodes DEQ_ELEMS consecutive elements of the matrix (whole quant blocks: rows are
 // contiguous in the copy) into shared memory, one thread a unit, then writes them out in 16-byte
 // chunks (each thread's unit scattered straight to memory would write 8 bytes every 64).

@@ -30,6 +30,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most the newest group of the thread's copies is still in flight.
 __device__ __forceinline__ void cp_async_wait_group1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// Waits until at most the newest N groups of the thread's copies are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // The warp copies bytes [src, src + bytes) into buf (16-byte aligned) as the aligned 16-byte
 // chunks covering them (a chunk may reach up to 15 bytes past the range, inside the tensor's
