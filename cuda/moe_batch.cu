@@ -35,18 +35,6 @@ __device__ __forceinline__ void item_range(int total, int &w0, int &w1) {
 #define GU_ROWS 2 // rows of gate (and of up) a warp an item: four weight rows
 // rows of down a warp an item: four where registers allow (int8 Q6_K), else two
 __host__ __device__ constexpr int dn_rows(int type, bool q8) { return q8 && type == T_Q6_K ? 4 : 2; }
-// Items a warp of down keeps in flight for its int8 Q4_K / Q6_K rows (the f32 kernels keep two):
-// down's items are small (two Q4_K rows of 768 elements: 864 bytes), so with two a warp the card's
-// bytes in flight bound it below its bandwidth. BLOOMERY_CUDA_MB_DN_STAGES (2 or 4; read once).
-#define MB_DN_STAGES 4
-static int dn_stages(bool q8) {
-  static int v = 0;
-  if (!v) {
-    const char *e = getenv("BLOOMERY_CUDA_MB_DN_STAGES");
-    v = e && atoi(e) == 2 ? 2 : MB_DN_STAGES;
-  }
-  return q8 ? v : 2;
-}
 
 // Each warp copies its weight rows of an item into one of two stages of shared slots (cp.async,
 // stage.cuh) while it dots the other stage's: the rows of two items in flight a warp, the first
@@ -59,7 +47,7 @@ __device__ __forceinline__ const uint8_t *slot_of(const uint8_t *ws, int slot, i
 // MV_WARPS rows), rows of len elements. Shared memory (smem): the tokens' activations (nt int8
 // slots with Q8, else nt rows of floats), then each warp's two stages of R weight slots. begin
 // enters the kernel (cu_pdl_entry) and takes the block's range [w0, w1) of the step's items.
-template <int T, bool Q8, int R, int NS = 2>
+template <int T, bool Q8, int R>
 struct mb_frame {
   int lane, warp, rb, slot, xb, cpt, w0, w1;
   uint8_t *act, *ws;
@@ -72,7 +60,7 @@ struct mb_frame {
     slot = copy_slot_bytes(rb);
     xb = x8_bytes(len);
     act = reinterpret_cast<uint8_t *>(smem);
-    ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * len * sizeof(float)) + (size_t)warp * NS * R * slot;
+    ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * len * sizeof(float)) + (size_t)warp * 2 * R * slot;
     cu_pdl_entry();
     cpt = (rows + per * MV_WARPS - 1) / (per * MV_WARPS);
     item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
@@ -194,12 +182,12 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
 
 // down: a tile's rows staged when the block's range enters it; dn_rows weight rows a warp an
 // item; one output row a pair (ypair, stored, no atomics).
-template <int T, bool Q8, int NS = 2>
+template <int T, bool Q8>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
   extern __shared__ float4 dyn_smem4[];
   constexpr int R = dn_rows(T, Q8);
   const int ff = a.down.ne0, n = a.down.ne1;
-  mb_frame<T, Q8, R, NS> f;
+  mb_frame<T, Q8, R> f;
   f.begin(a, dyn_smem4, ff, n, R);
   if (f.w0 >= f.w1) return; // the whole block
   const int lane = f.lane, warp = f.warp, cpt = f.cpt;
@@ -216,10 +204,10 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
     }
     return true;
   };
-#pragma unroll
-  for (int i = 0; i < NS; i++) f.issue(rows_of, f.w0 + i, i);
+  f.issue(rows_of, f.w0, 0);
+  f.issue(rows_of, f.w0 + 1, 1);
   int cur = -1, p0 = 0, cnt = 0;
-  for (int w = f.w0, s = 0; w < f.w1; w++, s = s + 1 == NS ? 0 : s + 1) {
+  for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
     const int tile = w / cpt;
     if (tile != cur) {
       tile_pairs(a, tile, p0, cnt);
@@ -228,7 +216,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
       else stage_rows_f(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, reinterpret_cast<float *>(f.act));
       cur = tile;
     }
-    cp_async_wait_n<NS - 1>(); // item w's copies (the next NS - 1 items' may still be in flight)
+    cp_async_wait_group1();
     __syncwarp();
     const uint8_t *src[R];
     int r0;
@@ -255,7 +243,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
       }
     }
     __syncwarp(); // stage s is refilled
-    f.issue(rows_of, w + NS, s);
+    f.issue(rows_of, w + 2, s);
   }
 }
 
@@ -333,7 +321,7 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
              reinterpret_cast<uintptr_t>(a.hq) % 16 == 0 && (size_t)ntok * x8_bytes(n) <= a.hq_cap;
   // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
   p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
-  p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * dn_stages(p.q8_dn) * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
+  p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
 
@@ -377,9 +365,7 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
       if (!pre) a.hq = nullptr;
     }
   }
-  mb_kernel kd = mb_kernel_of<down_of>(a.down.type, p.q8_dn);
-  if (p.q8_dn && dn_stages(true) == MB_DN_STAGES) kd = a.down.type == T_Q4_K ? k_mb_down<T_Q4_K, true, MB_DN_STAGES> : k_mb_down<T_Q6_K, true, MB_DN_STAGES>;
-  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu);
+  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = mb_kernel_of<down_of>(a.down.type, p.q8_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
   CU_OK(resident_blocks(kg, p.smem_gu, &grid_gu));
@@ -453,8 +439,6 @@ int64_t cu_moe_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, MB_DN_STAGES>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, MB_DN_STAGES>, smem_optin, w));
   CU_OK(cu_kernel_prefs(k_mb_pick<4>, w));
   return cu_kernel_prefs(k_mb_pick<8>, w);
 }
