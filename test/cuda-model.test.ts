@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CudaFast, CudaOption, cudaStatus } from "../ffi/cuda.ts";
 import type { Batch } from "../src/engine/backend.ts";
-import { CudaBackend } from "../src/engine/cuda-backend.ts";
+import { CUDA_SPLIT_MAX, CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
 import { chooseBackend, PlacementError } from "../src/engine/placement.ts";
 import { synth } from "../src/cli/synth.ts";
@@ -106,7 +106,8 @@ gpu("the CUDA forward against the CPU exact path (synthetic models)", () => {
       const gpuM = Model.load(file, { nCtx: 64, nGpuLayers: "all" });
       try {
         const V = cpu.hp.nVocab;
-        const prompt = Array.from({ length: 20 }, (_, i) => (i * 7919 + 13) % V);
+        // 40 tokens: past CUDA_SPLIT_MAX, so the prompt kernels (batches of 9-24 run as decode steps)
+        const prompt = Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % V);
         const a = cpu.evalSequence(prompt, 0, 0, true), b = gpuM.evalSequence(prompt, 0, 0, true);
         const sd = std(a.subarray((prompt.length - 1) * V));
         const dPrompt = maxAbs(b, a) / sd;
@@ -882,6 +883,53 @@ gpu("a decode batch with a slot's tokens apart reads the rows the step writes", 
     } finally {
       cpu.close();
       m.close();
+      rmSync(file, { force: true });
+    }
+  });
+});
+
+// Batches of 9..CUDA_SPLIT_MAX tokens run as decode steps of at most 8 (src/engine/cuda-backend.ts
+// splitPieces): a 14-token chunk after a 30-token prefix, with every row's logits and with the
+// card's top-k, against the same chunk in one forward of the prompt kernels (BLOOMERY_CUDA_SPLIT_MAX=0).
+gpu("batches of 9-24 tokens as decode steps", () => {
+  test(`test-moe:Q4_K_M: a 14-token chunk in two steps, within the int8 bound of one prompt batch`, async () => {
+    expect(CUDA_SPLIT_MAX).toBeGreaterThanOrEqual(14);
+    const file = join(tmp, "split-test-moe.gguf");
+    await synth({ model: "test-moe", quant: "Q4_K_M", out: file, layers: 0, seed: 41 });
+    const prev = process.env.BLOOMERY_CUDA_SPLIT_MAX;
+    const run = (splitMax: string | undefined) => {
+      if (splitMax === undefined) delete process.env.BLOOMERY_CUDA_SPLIT_MAX;
+      else process.env.BLOOMERY_CUDA_SPLIT_MAX = splitMax;
+      const m = Model.load(file, { nCtx: 128, maxTokens: 64, nGpuLayers: "all" });
+      try {
+        const V = m.hp.nVocab, be = m.backend as CudaBackend;
+        const toks = Array.from({ length: 44 }, (_, i) => (i * 613 + 29) % V);
+        m.evalSequence(toks.slice(0, 30), 0);
+        const s0 = be.stats().steps;
+        const all = m.evalSequence(toks.slice(30), 30, 0, true);
+        const steps = be.stats().steps - s0;
+        // the card's top 8 of rows 3 and 13 of the chunk (the same chunk again: its KV rows rewritten)
+        const ids = new Int32Array(16), vals = new Float32Array(16);
+        const chunk = Int32Array.from(toks.slice(30));
+        be.forwardTopK({ tokens: chunk, pos: Int32Array.from(chunk, (_, i) => 30 + i), seq: new Int32Array(14), outRows: Int32Array.of(3, 13), logits: new Float32Array(0) }, 8, ids, vals);
+        return { all, steps, ids, V };
+      } finally {
+        m.close();
+      }
+    };
+    try {
+      const split = run(undefined), one = run("0");
+      const V = split.V;
+      const d = maxAbs(split.all, one.all) / std(one.all.subarray(13 * V));
+      console.log(`split: ${split.steps} steps against ${one.steps}; max |dlogit| / std ${d.toExponential(2)}`);
+      expect(split.steps).toBe(2);
+      expect(one.steps).toBe(1);
+      expect(d).toBeLessThan(1e-1); // int8 activations in the decode steps (ggml's numerics)
+      // the top-k rows pick the argmax of the full rows of the same run
+      for (const [j, row] of [[0, 3], [1, 13]] as const) expect(split.ids[8 * j]).toBe(argmax(split.all.subarray(row * V, (row + 1) * V)));
+    } finally {
+      if (prev === undefined) delete process.env.BLOOMERY_CUDA_SPLIT_MAX;
+      else process.env.BLOOMERY_CUDA_SPLIT_MAX = prev;
       rmSync(file, { force: true });
     }
   });

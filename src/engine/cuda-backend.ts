@@ -65,6 +65,50 @@ export interface HostExpertStats {
 /** The largest batch of the batch-invariant mode (the decode kernels' MV_MAX_NT). */
 export const CUDA_INVARIANT_TOKENS = 8;
 
+/**
+ * Batches of 9 to this many tokens run as steps of at most 8 (the decode-batch kernels, each
+ * weight row read once a step) when no experts stay in host memory: the prompt kernels decode the
+ * weights of every expert a batch touches, so on the H200 a 14-token batch of Qwen3-30B-A3B took
+ * 27 ms there against ~6 ms a step of 8 (a prompt's last chunk after a cache restore, a new chat
+ * turn). BLOOMERY_CUDA_SPLIT_MAX sets it (8 or less: never).
+ */
+export const CUDA_SPLIT_MAX = 24;
+
+/** A batch's pieces of at most 8 tokens: [first token, end, first output row, end]; null: one forward. */
+export function splitPieces(n: number, outRows: Int32Array, splitMax: number): [number, number, number, number][] | null {
+  const step = CUDA_INVARIANT_TOKENS;
+  if (n <= step || n > splitMax) return null;
+  // the output rows ascending (their logits rows in the same order): each piece's are a run of them
+  for (let j = 1; j < outRows.length; j++) if (outRows[j] <= outRows[j - 1]) return null;
+  const k = Math.ceil(n / step), size = Math.ceil(n / k);
+  const out: [number, number, number, number][] = [];
+  let o = 0;
+  for (let i0 = 0; i0 < n; i0 += size) {
+    const i1 = Math.min(n, i0 + size);
+    let o1 = o;
+    while (o1 < outRows.length && outRows[o1] < i1) o1++;
+    out.push([i0, i1, o, o1]);
+    o = o1;
+  }
+  return out;
+}
+
+function splitMaxFromEnv(): number {
+  const v = Number(process.env.BLOOMERY_CUDA_SPLIT_MAX ?? CUDA_SPLIT_MAX);
+  return Number.isInteger(v) && v >= 0 ? v : CUDA_SPLIT_MAX;
+}
+
+/** Tokens [i0, i1) of a batch with its output rows [o0, o1) (renumbered), their logits in `logits`. */
+function piece(b: Batch, i0: number, i1: number, o0: number, o1: number, logits: Float32Array): Batch {
+  return {
+    tokens: b.tokens.subarray(i0, i1),
+    pos: b.pos.subarray(i0, i1),
+    seq: b.seq.subarray(i0, i1),
+    outRows: Int32Array.from(b.outRows.subarray(o0, o1), (r) => r - i0),
+    logits,
+  };
+}
+
 /** The program's tensors on one card. Free it after the backends made from it. */
 export class CudaWeights {
   private handle: bigint;
@@ -109,6 +153,7 @@ export class CudaBackend implements Backend {
   private ctx: bigint;
   private batchSlots = new Slots(BATCH_SLOTS);
   readonly maxTokens: number;
+  private readonly splitMax = splitMaxFromEnv();
   readonly nSlots: number;
   readonly nCtxSlot: number;
   private hook: HostHook | undefined;
@@ -163,7 +208,19 @@ export class CudaBackend implements Backend {
   }
 
   forward(b: Batch): void {
-    checkCuda(cuda().bl_cuda_forward(this.ctx, ptr(this.fill(b, true).i)), "forward");
+    const pieces = this.pieces(b);
+    if (!pieces) {
+      checkCuda(cuda().bl_cuda_forward(this.ctx, ptr(this.fill(b, true).i)), "forward");
+      return;
+    }
+    const V = this.hp.nVocab;
+    for (const [i0, i1, o0, o1] of pieces) this.forward(piece(b, i0, i1, o0, o1, b.logits.subarray(o0 * V, o1 * V)));
+  }
+
+  /** The steps a batch of 9..splitMax tokens runs as (splitPieces), or null. */
+  private pieces(b: Batch): [number, number, number, number][] | null {
+    if (this.hostBlocks > 0 || this.splitMax <= CUDA_INVARIANT_TOKENS) return null;
+    return splitPieces(b.tokens.length, b.outRows, this.splitMax);
   }
 
   /**
@@ -175,6 +232,15 @@ export class CudaBackend implements Backend {
     if (ids.length < b.outRows.length * k || vals.length < b.outRows.length * k) throw new Error("forwardTopK: output arrays too small");
     if (b.outRows.length === 0) {
       this.forward(b);
+      return;
+    }
+    const pieces = this.pieces(b);
+    if (pieces) {
+      for (const [i0, i1, o0, o1] of pieces) {
+        const p = piece(b, i0, i1, o0, o1, b.logits);
+        if (o1 > o0) this.forwardTopK(p, k, ids.subarray(o0 * k, o1 * k), vals.subarray(o0 * k, o1 * k));
+        else this.forward(p);
+      }
       return;
     }
     checkCuda(cuda().bl_cuda_forward_topk(this.ctx, ptr(this.fill(b, false).i), k, ptr(ids), ptr(vals)), "forward");
