@@ -130,6 +130,7 @@ struct cu_ctx {
   float *h_out;          // pinned: logits rows or top-k values/ids
   int64_t h_out_bytes;
   std::vector<cu_graph> graphs;
+  std::vector<cu_graph> graph_seen; // decode shapes run once on the stream (captured when they come back; kept across cu_drop_graphs)
   int use_graphs, prefill_min;
   int64_t steps, graph_steps;
   // BLOOMERY_CUDA_PROFILE=1: an event at each section start (graphs off); time per section summed

@@ -1,6 +1,7 @@
 // bloomery CUDA library: one forward pass of the program for a batch. Batches of up to
 // MV_MAX_NT tokens take the decode kernels and are captured once per (tokens, output rows,
-// top-k) as a CUDA graph, replayed with the new tokens, positions and slots copied in before;
+// top-k, attention class) as a CUDA graph the second time such a step runs (the first runs on
+// the stream), replayed with the new tokens, positions and slots copied in before;
 // larger batches take the tensor-core products, grouped experts and flash attention. One host
 // synchronisation per step (the outputs' copy back).
 #include <stdio.h>
@@ -838,6 +839,15 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
       c->graph_steps++;
       return BL_OK;
     }
+  // a shape met for the first time runs on the stream: capturing and instantiating a step costs
+  // several milliseconds on a 48-layer model, worth it only for shapes that come back (a prompt's
+  // last pieces after a cache restore, a rare batch size, are often met once)
+  bool seen = false;
+  for (const cu_graph &g : c->graph_seen) seen = seen || (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls);
+  if (!seen) {
+    c->graph_seen.push_back({ntok, nout, topk, c->acls, nullptr});
+    return cu_enqueue(c, ntok, nout, topk, 0);
+  }
   cudaGraph_t gr = nullptr;
   CU_TRY(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "capturing the decode graph");
   const int64_t s = cu_enqueue(c, ntok, nout, topk, 0);
@@ -938,7 +948,7 @@ extern "C" int64_t bl_cuda_forward_topk(uint64_t ctx, const bl_batch *batch, int
 extern "C" int64_t bl_cuda_test_replay(uint64_t h, int64_t n, double *out) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out || n < 1 || n > 100000) return cu_fail(BL_E_INVAL, "test_replay: bad arguments");
-  if (c->graphs.empty()) return cu_fail(BL_E_INVAL, "test_replay: no decode graph captured yet (run a decode step first)");
+  if (c->graphs.empty()) return cu_fail(BL_E_INVAL, "test_replay: no decode graph captured yet (a shape is captured the second time it runs: run a decode step twice first)");
   CU_TRY(cudaSetDevice(c->dev), "selecting the device");
   cudaGraphExec_t g = c->graphs[0].exec;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
