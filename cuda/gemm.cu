@@ -6,6 +6,7 @@
 // takes its tiles (expert, first row, count) from a list the card wrote (routed experts).
 #include "common.cuh"
 #include "internal.h"
+#include "gemm_tile.cuh"
 #include "mma.cuh"
 #include "quants.cuh"
 #include "stage.cuh"
@@ -145,38 +146,10 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
     if (!RAW && a.b16) cp_async_wait_all();
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < GEMM_BK / 16; kk++) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm_x4(af[mt], sA + (32 * warp + 16 * mt + (lane & 15)) * LDK + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int np = 0; np < BN / 16; np++) {
-        uint32_t b[4];
-        ldsm_x4(b, sB + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * LDK + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-          mma16816(acc[mt][2 * np], af[mt], b[0], b[1]);
-          mma16816(acc[mt][2 * np + 1], af[mt], b[2], b[3]);
-        }
-      }
-    }
+    for (int kk = 0; kk < GEMM_BK / 16; kk++) tile_k16<BN>(acc, sA, LDK, sB, LDK, kk * 16, warp, lane);
   }
   if (!swiglu) {
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          const int grow = r0 + 32 * warp + 16 * mt + gid + (q >= 2 ? 8 : 0);
-          const int col = 8 * nt + 2 * tig + (q & 1);
-          if (grow >= nrows || col >= count) continue;
-          float v = acc[mt][nt][q];
-          if (job.bias) v += job.bias[grow];
-          float *cp = job.c + (size_t)(start + col) * job.ldc + grow;
-          if (a.mode == EPI_ADD) *cp += v;
-          else *cp = v;
-        }
+    tile_store<BN>(acc, r0, nrows, start, count, job.c, job.ldc, job.bias, a.mode == EPI_ADD, warp, lane);
     return;
   }
   // SwiGLU: gate rows 0..63 and up rows 64..127 meet in shared memory

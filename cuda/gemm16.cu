@@ -9,6 +9,7 @@
 // products.
 #include "common.cuh"
 #include "internal.h"
+#include "gemm_tile.cuh"
 #include "mma.cuh"
 #include "quants.cuh"
 #include "stage.cuh"
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(128) k_gemm16(gemm16_args a) {
   const gemm16_job &job = a.job[jb];
   const int r0 = bx * GEMM_BM, nrows = job.rows, K = a.K;
   const int start = blockIdx.y * BN, count = min(BN, a.ntok - start);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   constexpr int CPR = G16_BK / 8;                  // 16-byte chunks a row's slice
   constexpr int ACH = GEMM_BM * CPR / 128, BCH = BN * CPR / 128;
   const __half *asrc[ACH], *bsrc[BCH];
@@ -116,38 +117,10 @@ __global__ void __launch_bounds__(128) k_gemm16(gemm16_args a) {
     cp_async_commit();
     const __half *A = sA + (ks % G16_STAGES) * GEMM_BM * G16_LD, *B = sB + (ks % G16_STAGES) * BN * G16_LD;
 #pragma unroll
-    for (int kk = 0; kk < G16_BK / 16; kk++) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm_x4(af[mt], A + (32 * warp + 16 * mt + (lane & 15)) * G16_LD + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int np = 0; np < BN / 16; np++) {
-        uint32_t b[4];
-        ldsm_x4(b, B + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * G16_LD + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-          mma16816(acc[mt][2 * np], af[mt], b[0], b[1]);
-          mma16816(acc[mt][2 * np + 1], af[mt], b[2], b[3]);
-        }
-      }
-    }
+    for (int kk = 0; kk < G16_BK / 16; kk++) tile_k16<BN>(acc, A, G16_LD, B, G16_LD, kk * 16, warp, lane);
   }
   cp_async_wait_all();
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const int grow = r0 + 32 * warp + 16 * mt + gid + (q >= 2 ? 8 : 0);
-        const int col = 8 * nt + 2 * tig + (q & 1);
-        if (grow >= nrows || col >= count) continue;
-        float v = acc[mt][nt][q];
-        if (job.bias) v += job.bias[grow];
-        float *cp = job.c + (size_t)(start + col) * job.ldc + grow;
-        if (a.mode == EPI_ADD) *cp += v;
-        else *cp = v;
-      }
+  tile_store<BN>(acc, r0, nrows, start, count, job.c, job.ldc, job.bias, a.mode == EPI_ADD, warp, lane);
 }
 
 static size_t gemm16_smem(int bn) { return (size_t)G16_STAGES * (GEMM_BM + bn) * G16_LD * sizeof(__half); }
