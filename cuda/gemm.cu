@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   while (jb + 1 < a.njobs && bx >= a.job[jb].blocks) bx -= a.job[jb++].blocks;
   const gemm_job &job = a.job[jb];
   const int r0 = bx * rows_here, nrows = job.w.ne1, K = job.w.ne0;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int i = tid; i < BN; i += 128) brow[i] = i < count ? (a.b_rows ? a.b_rows[start + i] : start + i) : -1;
   const uint8_t *w1 = job.w.d + (size_t)e * job.w.nb2;
   const uint8_t *w2 = swiglu ? a.w2.d + (size_t)e * a.w2.nb2 : w1;
@@ -156,15 +156,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   constexpr int LDC = BN + 4;
   float *sC = reinterpret_cast<float *>(g_raw);
   __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const int row = 32 * warp + 16 * mt + gid + (q >= 2 ? 8 : 0), col = 8 * nt + 2 * tig + (q & 1);
-        sC[row * LDC + col] = acc[mt][nt][q];
-      }
+  tile_each<BN>(acc, warp, lane, [&](int row, int col, float v) { sC[row * LDC + col] = v; });
   __syncthreads();
   for (int i = tid; i < (GEMM_BM / 2) * BN; i += 128) {
     const int col = i / (GEMM_BM / 2), row = i - col * (GEMM_BM / 2);

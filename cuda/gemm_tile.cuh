@@ -25,25 +25,30 @@ __device__ __forceinline__ void tile_k16(float (&acc)[2][BN / 8][4], const __hal
   }
 }
 
-// The tile's outputs: weight row r0 + (warp's rows) below nrows, activation row start + col for
-// col < count, at c + (start + col) * ldc + row, plus bias[row]; added to what is there when add.
-template <int BN>
-__device__ __forceinline__ void tile_store(const float (&acc)[2][BN / 8][4], int r0, int nrows, int start, int count, float *c, int ldc,
-                                           const float *bias, bool add, int warp, int lane) {
+// f(row, col, value) for each of the thread's tile entries: row in the block's 128 weight rows,
+// col in its BN activation rows.
+template <int BN, class F>
+__device__ __forceinline__ void tile_each(const float (&acc)[2][BN / 8][4], int warp, int lane, F &&f) {
   const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
     for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const int grow = r0 + 32 * warp + 16 * mt + gid + (q >= 2 ? 8 : 0);
-        const int col = 8 * nt + 2 * tig + (q & 1);
-        if (grow >= nrows || col >= count) continue;
-        float v = acc[mt][nt][q];
-        if (bias) v += bias[grow];
-        float *cp = c + (size_t)(start + col) * ldc + grow;
-        if (add) *cp += v;
-        else *cp = v;
-      }
+      for (int q = 0; q < 4; q++) f(32 * warp + 16 * mt + gid + (q >= 2 ? 8 : 0), 8 * nt + 2 * tig + (q & 1), acc[mt][nt][q]);
+}
+
+// The tile's outputs: weight row r0 + row below nrows, activation row start + col for col <
+// count, at c + (start + col) * ldc + r0 + row, plus its bias; added to what is there when add.
+template <int BN>
+__device__ __forceinline__ void tile_store(const float (&acc)[2][BN / 8][4], int r0, int nrows, int start, int count, float *c, int ldc,
+                                           const float *bias, bool add, int warp, int lane) {
+  tile_each<BN>(acc, warp, lane, [&](int row, int col, float v) {
+    const int grow = r0 + row;
+    if (grow >= nrows || col >= count) return;
+    if (bias) v += bias[grow];
+    float *cp = c + (size_t)(start + col) * ldc + grow;
+    if (add) *cp += v;
+    else *cp = v;
+  });
 }
