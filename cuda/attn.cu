@@ -60,8 +60,86 @@ __global__ void k_qk(qk_args a) {
   }
 }
 
-int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok) {
+// FAST_QKTOK: a block a token, a warp a head at a time (k_qk made 18,432 blocks of two warps for a
+// 512-token prompt of Qwen3-30B-A3B, each forming the rotation factors again). The same arithmetic
+// as k_qk: the factors once a token by k_qk's formula, each head's squares summed as k_qk's
+// threads and block_sum sum them (a lane takes each of k_qk's warps' part in turn), the same
+// scaling and rotation expressions.
+#define QKT_WARPS 8
+#define QKT_HD_MAX 256
+__global__ void __launch_bounds__(QKT_WARPS * 32) k_qk_tok(qk_args a) {
+  cu_pdl_entry();
+  __shared__ float s_cs[QKT_HD_MAX / 2], s_sn[QKT_HD_MAX / 2];
+  __shared__ float s_x[QKT_WARPS][QKT_HD_MAX];
+  const int t = blockIdx.x, hd = a.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
+  const int32_t pos = a.pos[t];
+  for (int p = threadIdx.x; p < r.n_rot / 2; p += blockDim.x) {
+    float theta_extrap = (float)pos;
+    for (int q = 0; q < p; q++) theta_extrap *= r.theta_scale;
+    const float theta_interp = r.freq_scale * theta_extrap;
+    float theta = theta_interp;
+    if (r.ext_factor != 0.0f) {
+      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
+      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
+      theta = theta_interp * (1 - mix) + theta_extrap * mix;
+    }
+    s_cs[p] = cosf(theta) * r.mscale;
+    s_sn[p] = sinf(theta) * r.mscale;
+  }
+  __syncthreads();
+  const int T = ((hd / 2 + 31) / 32) * 32, nvw = T / 32; // k_qk's threads and warps a head
+  float *xs = s_x[warp];
+  for (int hi = warp; hi < a.nh + a.nkv; hi += QKT_WARPS) {
+    const bool is_k = hi >= a.nh;
+    const int head = is_k ? hi - a.nh : hi;
+    float *vec = is_k ? a.k + (size_t)t * a.ldk + head * hd : a.q + (size_t)t * a.ldq + head * hd;
+    for (int i = lane; i < hd; i += 32) xs[i] = vec[i];
+    __syncwarp();
+    const float *nw = is_k ? a.kn : a.qn;
+    if (nw) {
+      float mine = 0.0f; // lane w: k_qk's warp w's sum, as block_sum holds it in red[w]
+      for (int w = 0; w < nvw; w++) {
+        float ss = 0.0f;
+        for (int i = 32 * w + lane; i < hd; i += T) ss += xs[i] * xs[i];
+        ss = warp_sum(ss);
+        if (lane == w) mine = ss;
+      }
+      const float tot = warp_sum(lane < nvw ? mine : 0.0f);
+      const float sc = 1.0f / sqrtf(tot / (float)hd + a.eps);
+      for (int i = lane; i < hd; i += 32) xs[i] = xs[i] * sc * nw[i];
+      __syncwarp();
+    }
+    for (int p = lane; p < r.n_rot / 2; p += 32) {
+      const float cs = s_cs[p], sn = s_sn[p];
+      const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
+      const float x0 = xs[ia], x1 = xs[ib];
+      xs[ia] = x0 * cs - x1 * sn;
+      xs[ib] = x0 * sn + x1 * cs;
+    }
+    __syncwarp();
+    if (!is_k) {
+      for (int i = lane; i < hd; i += 32) vec[i] = xs[i];
+    } else {
+      const size_t off = (size_t)a.seq[t] * a.slot_stride + (size_t)pos * a.kd + (size_t)head * hd;
+      const float *vv = a.v + (size_t)t * a.ldv + head * hd;
+      for (int i = lane; i < hd; i += 32) {
+        a.kc[off + i] = __float2half_rn(xs[i]);
+        a.vc[off + i] = __float2half_rn(vv[i]);
+      }
+    }
+    __syncwarp(); // xs is the next head's
+  }
+}
+
+int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok) {
+  if (tok) *tok = false;
   if (a.hd > 1024 || a.hd % 2) return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", a.hd);
+  if ((cu_fast & FAST_QKTOK) && a.hd <= QKT_HD_MAX && a.rope.n_rot <= a.hd) {
+    if (ntok > 0) CU_LAUNCH("q/k norm and rope (a block a token)", k_qk_tok, dim3(ntok), dim3(QKT_WARPS * 32), 0, st, a);
+    if (tok) *tok = ntok > 0;
+    return BL_OK;
+  }
   int threads = ((a.hd / 2 + 31) / 32) * 32;
   if (threads < 32) threads = 32;
   CU_LAUNCH("q/k norm and rope", k_qk, dim3(a.nh + a.nkv, ntok), dim3(threads), 0, st, a);
@@ -300,5 +378,6 @@ int64_t cu_attn_dec_init() {
   CU_OK(cu_kernel_prefs(k_attn_dec<HD, 8>, w));
   P(64) P(128) P(256)
 #undef P
+  CU_OK(cu_kernel_prefs(k_qk_tok, w));
   return cu_kernel_prefs(k_qk, w);
 }

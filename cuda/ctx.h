@@ -114,8 +114,8 @@ struct cu_ctx {
   __half *act16;
   size_t act16_elems;
   // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
-  // FAST_GEMMB16 expert blocks
-  int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16;
+  // FAST_GEMMB16 expert blocks, FAST_QKTOK Q/K preparations
+  int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
   // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
   void *kv_stage;
   uint8_t *kv_host[2];

@@ -420,7 +420,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     return attn_out_batch(c, b, ntok);
   }
   cu_mark(c, S_QK);
-  CU_OK(cu_qk_prep(c->st, qa, ntok));
+  bool qk_tok = false;
+  CU_OK(cu_qk_prep(c->st, qa, ntok, &qk_tok));
+  if (qk_tok) c->n_qktok++;
   cu_mark(c, S_ATTN);
   if (big && cu_flash_supported(hd)) {
     fa_args f;

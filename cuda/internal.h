@@ -142,12 +142,15 @@ int64_t cu_moe_dec_init(int smem_optin);
 // then a selection launch (route_big.cu). FAST_FA2: prompt attention with the query heads of a KV
 // group sharing each staged K/V tile, the next tile copied while this one is used (fa.cu). The same
 // FAST_GEMMB16: prompt batches' expert products take their activation rows as halves converted
-// once (h) or written so by gate/up (the SwiGLU rows), copied into the tiles by cp.async. The same
+// once (h) or written so by gate/up (the SwiGLU rows), copied into the tiles by cp.async.
+// FAST_QKTOK: the Q/K norm, RoPE and cache write of prompt batches (and decode batches with a
+// slot's tokens together) by a block a token (attn.cu k_qk_tok). The same
 // values bit for bit with each off (A/B runs), except FAST_ROUTEBIG (a bound, stated by its test).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
-  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_ALL = 65535,
+  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536,
+  FAST_ALL = 131071,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -242,7 +245,7 @@ struct qk_args {
   int nh, nkv, hd;
   rope_params rope;
 };
-int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok);
+int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok = nullptr); // *tok: k_qk_tok took it (FAST_QKTOK)
 struct attn_args {
   const float *q;
   int ldq;

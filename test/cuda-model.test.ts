@@ -840,6 +840,15 @@ gpu("prompt batches' expert products on f16 activation rows give the tiles' logi
   }
 });
 
+// Q/K norm, RoPE and the cache write a block a token (CudaFast.qkTok, cuda/attn.cu k_qk_tok): the
+// same factors, sums and expressions as k_qk, so bit for bit.
+gpu("prompt batches' Q/K preparation a block a token gives k_qk's logits", () => {
+  for (const c of F16_CASES) {
+    test(`${caseName(c)}: prompts of 200 and 200+136, bit for bit`, () =>
+      promptBitForBit(c, "qk", CudaFast.qkTok, [200, 136], (be) => be.stats().qkTok));
+  }
+});
+
 gpu("prompt batches' dense products from f16 weight copies give the tiles' logits", () => {
   for (const c of F16_CASES) {
     test(`${caseName(c)}: prompts of 200 and 200+136, bit for bit`, () =>
