@@ -8,6 +8,7 @@
 
 #include "common.cuh"
 #include "internal.h"
+#include "rope.cuh"
 
 // grid: x over q heads then kv heads, y over tokens; block: hd / 2 threads (at least 32).
 __global__ void k_qk(qk_args a) {
@@ -32,20 +33,9 @@ __global__ void k_qk(qk_args a) {
   const rope_params &r = a.rope;
   const int32_t pos = a.pos[t];
   for (int p = threadIdx.x; p < r.n_rot / 2; p += blockDim.x) {
-    float theta_extrap = (float)pos;
-    for (int s = 0; s < p; s++) theta_extrap *= r.theta_scale;
-    const float theta_interp = r.freq_scale * theta_extrap;
-    float theta = theta_interp;
-    if (r.ext_factor != 0.0f) {
-      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
-      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
-      theta = theta_interp * (1 - mix) + theta_extrap * mix;
-    }
-    const float cs = cosf(theta) * r.mscale, sn = sinf(theta) * r.mscale;
-    const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
-    const float x0 = xs[ia], x1 = xs[ib];
-    xs[ia] = x0 * cs - x1 * sn;
-    xs[ib] = x0 * sn + x1 * cs;
+    float cs, sn;
+    rope_factors(r, pos, p, cs, sn);
+    rope_rotate(xs, r, p, cs, sn);
   }
   __syncthreads();
   if (!is_k) {
@@ -75,17 +65,7 @@ __global__ void __launch_bounds__(QKT_WARPS * 32) k_qk_tok(qk_args a) {
   const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
   const int32_t pos = a.pos[t];
   for (int p = threadIdx.x; p < r.n_rot / 2; p += blockDim.x) {
-    float theta_extrap = (float)pos;
-    for (int q = 0; q < p; q++) theta_extrap *= r.theta_scale;
-    const float theta_interp = r.freq_scale * theta_extrap;
-    float theta = theta_interp;
-    if (r.ext_factor != 0.0f) {
-      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
-      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
-      theta = theta_interp * (1 - mix) + theta_extrap * mix;
-    }
-    s_cs[p] = cosf(theta) * r.mscale;
-    s_sn[p] = sinf(theta) * r.mscale;
+    rope_factors(r, pos, p, s_cs[p], s_sn[p]);
   }
   __syncthreads();
   const int T = ((hd / 2 + 31) / 32) * 32, nvw = T / 32; // k_qk's threads and warps a head
@@ -110,13 +90,7 @@ __global__ void __launch_bounds__(QKT_WARPS * 32) k_qk_tok(qk_args a) {
       for (int i = lane; i < hd; i += 32) xs[i] = xs[i] * sc * nw[i];
       __syncwarp();
     }
-    for (int p = lane; p < r.n_rot / 2; p += 32) {
-      const float cs = s_cs[p], sn = s_sn[p];
-      const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
-      const float x0 = xs[ia], x1 = xs[ib];
-      xs[ia] = x0 * cs - x1 * sn;
-      xs[ib] = x0 * sn + x1 * cs;
-    }
+    for (int p = lane; p < r.n_rot / 2; p += 32) rope_rotate(xs, r, p, s_cs[p], s_sn[p]);
     __syncwarp();
     if (!is_k) {
       for (int i = lane; i < hd; i += 32) vec[i] = xs[i];

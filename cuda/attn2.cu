@@ -19,6 +19,7 @@
 #include "common.cuh"
 #include "dot8.cuh"
 #include "internal.h"
+#include "rope.cuh"
 #include "stage.cuh"
 
 #define A2_THREADS 256
@@ -121,17 +122,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // rotation factors of this position (shared by every head)
   const rope_params r = a.rope; // by value: a reference would copy the parameter to local memory
   for (int p = tid; !prepped && p < r.n_rot / 2; p += A2_THREADS) {
-    float theta_extrap = (float)pos;
-    for (int s = 0; s < p; s++) theta_extrap *= r.theta_scale;
-    const float theta_interp = r.freq_scale * theta_extrap;
-    float theta = theta_interp;
-    if (r.ext_factor != 0.0f) {
-      const float y = ((float)p - r.corr_lo) / fmaxf(0.001f, r.corr_hi - r.corr_lo);
-      const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r.ext_factor;
-      theta = theta_interp * (1 - mix) + theta_extrap * mix;
-    }
-    scs[p] = cosf(theta) * r.mscale;
-    ssn[p] = sinf(theta) * r.mscale;
+    rope_factors(r, pos, p, scs[p], ssn[p]);
   }
   cu_pdl_wait();
   if (prepped && p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, max(p0, s0), min(min(p1, p0 + A2_WP), pos + 1), 1, 0);
