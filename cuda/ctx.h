@@ -167,10 +167,9 @@ struct cu_ctx {
   cudaEvent_t up_ev[2], done_ev[2], sync_ev;
   int upload_step, upload_j, upload_min;
   double pcie_bps, pair_us;
-  // an upload step's plan (cu_hybrid_begin): host block j run by the hook (host_mode 1: the card's
-  // PCIe copies of the next uploaded layers go on meanwhile) or uploaded; the uploaded ones in order
-  // (up_list) and each one's place in that order (up_ord; -1: not uploaded this step)
-  std::vector<uint8_t> host_mode;
+  // an upload step's plan (cu_hybrid_begin): the host blocks uploaded, in order (up_list), and each
+  // host block's place in that order (up_ord; -1: the hook runs it while the copy stream uploads
+  // the next planned ones)
   std::vector<int> up_list, up_ord;
   double th_us_tok;      // a hook layer's measured microseconds a token in upload steps (0: none yet)
   double host_share;     // the share of host layers the last upload step gave the hook

@@ -116,6 +116,10 @@ static mv_args dense_mv(cu_ctx *c, const gemm_job &gj, const float *b, int ldb, 
 
 // Dense products of the same activation rows (ldb) with up to 3 matrices: tensor cores when the
 // shapes allow (one launch for matrices of one type), else the decode product.
+// Activation rows a dense prompt product's tile takes (both tensor-core paths): 32 where tiles of
+// 64 would leave the card under two blocks an SM, else 64.
+static int prompt_tile_rows(const cu_ctx *c, int row_blocks, int ntok) { return row_blocks * ((ntok + 63) / 64) < 2 * c->sm_count ? 32 : 64; }
+
 // FAST_GEMM16: a prompt batch's dense products from f16 copies (gemm16.cu): each job's weights
 // decoded once into c->w16 (F16 rows read in place), the rows converted once into c->b16, every
 // job in one pipelined launch; bit for bit gemm.cu's result. *done false: not this batch.
@@ -158,7 +162,7 @@ static int64_t dense_f16(cu_ctx *c, const gemm_job *jobs, int n, const float *b,
   g.K = K;
   g.ntok = ntok;
   g.mode = epi;
-  CU_OK(cu_gemm16(c->st, g, row_blocks * ((ntok + 63) / 64) < 2 * c->sm_count ? 32 : 64));
+  CU_OK(cu_gemm16(c->st, g, prompt_tile_rows(c, row_blocks, ntok)));
   c->n_gemm16++;
   *done = true;
   return BL_OK;
@@ -185,10 +189,9 @@ static int64_t dense_products(cu_ctx *c, const gemm_job *jobs, int n, const floa
       g.ldb = ldb;
       g.ntok = ntok;
       g.mode = epi;
-      // tiles of 32 activation rows when 64 would leave the card under two blocks an SM
       int row_blocks = 0;
       for (int q = 0; q < g.njobs; q++) row_blocks += (g.job[q].w.ne1 + GEMM_BM - 1) / GEMM_BM;
-      const int bn = row_blocks * ((ntok + 63) / 64) < 2 * c->sm_count ? 32 : 64;
+      const int bn = prompt_tile_rows(c, row_blocks, ntok);
       CU_OK(cu_gemm(c->st, g, bn, (ntok + bn - 1) / bn));
       continue;
     }

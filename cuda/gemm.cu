@@ -57,10 +57,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   const uint8_t *w1 = job.w.d + (size_t)e * job.w.nb2;
   const uint8_t *w2 = swiglu ? a.w2.d + (size_t)e * a.w2.nb2 : w1;
   float acc[2][BN / 8][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  tile_zero<BN>(acc);
   // weight row `row` of the tile (swiglu: gate rows, then the matching up rows); ok: inside the matrix
   auto row_ptr = [&](int row, bool &ok) -> const uint8_t * {
     int grow;

@@ -98,10 +98,7 @@ __global__ void __launch_bounds__(128) k_gemm16(gemm16_args a) {
     for (int i = 0; i < BCH; i++) cp_async16(B + bdst[i], bsrc[i] + k0);
   };
   float acc[2][BN / 8][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  tile_zero<BN>(acc);
   const int nk = K / G16_BK;
 #pragma unroll
   for (int s = 0; s < G16_STAGES - 1; s++) {

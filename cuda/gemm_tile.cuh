@@ -7,6 +7,15 @@
 #include "common.cuh"
 #include "mma.cuh"
 
+// The tile's accumulators cleared.
+template <int BN>
+__device__ __forceinline__ void tile_zero(float (&acc)[2][BN / 8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+}
+
 // acc += A[32w.., k..k+15] x B[.., k..k+15]^T (A rows lda halves apart, B rows ldb).
 template <int BN>
 __device__ __forceinline__ void tile_k16(float (&acc)[2][BN / 8][4], const __half *A, int lda, const __half *B, int ldb, int k, int warp, int lane) {

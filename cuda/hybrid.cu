@@ -274,7 +274,6 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
     c->th_ntok = 0;
   }
   const int nh = (int)c->w->host_blocks.size();
-  c->host_mode.assign(nh, 0);
   c->up_ord.assign(nh, -1);
   c->up_list.clear();
   const double f = host_share(c, ntok);
@@ -282,7 +281,6 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
   for (int j = 0; j < nh; j++) {
     const cu_blk *b = cu_host_block_at(c, j);
     const bool hook = !b || cu_host_on_disk(*b) || (int)((j + 1) * f) > (int)(j * f);
-    c->host_mode[j] = hook ? 1 : 0;
     if (!hook) {
       c->up_ord[j] = (int)c->up_list.size();
       c->up_list.push_back(j);
@@ -353,8 +351,8 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
   }
   if (c->upload_step) {
     const int j = c->upload_j++;
-    if (j != b.host_j || j >= (int)c->host_mode.size()) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
-    if (c->host_mode[j]) {
+    if (j != b.host_j || j >= (int)c->up_ord.size()) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
+    if (c->up_ord[j] < 0) {
       // the hook runs this block while the copy stream uploads the next planned ones
       const bool timed = c->th_ntok == 0 && c->th_ev[0] && !cu_host_on_disk(b);
       if (timed) CU_TRY(cudaEventRecord(c->th_ev[0], c->st), "timing the host experts");

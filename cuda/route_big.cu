@@ -27,19 +27,12 @@ __host__ __device__ constexpr int rb_smem_bytes(int bm) { return 2 * (bm + RB_BN
 static_assert(RB_WARPS * 32 * RB_BN * (int)sizeof(float) <= rb_smem_bytes(32), "partial sums fit the staging buffers");
 static_assert(RB_WARPS * 16 * RB_BN * (int)sizeof(float) <= rb_smem_bytes(16), "partial sums fit the staging buffers");
 
-struct rb_args {
-  const float *h; // normalised rows (ldh floats apart, 16-byte aligned)
-  int ldh, n, ntok;
-  const float *w; // F32 router [n_expert][ldw] (16-byte aligned rows)
-  int ldw, n_expert;
-  float *logits; // [ntok][n_expert]
-};
 
 // Copies K stage s (elements [s * RB_KC, s * RB_KC + RB_KC), zeros past n) of the block's rows:
 // the expert rows (rows past n_expert repeat a valid row; their sums are never stored) when W, the
 // token rows when H (the same for rows past ntok).
 template <int BM, bool W, bool H>
-__device__ __forceinline__ void rb_stage(const rb_args &a, float *buf, int s, int t0, int x0) {
+__device__ __forceinline__ void rb_stage(const router_args &a, float *buf, int s, int t0, int x0) {
   const int k0 = s * RB_KC;
   constexpr int CPR = RB_KC / 4; // 16-byte chunks a row
   if (W)
@@ -58,7 +51,7 @@ __device__ __forceinline__ void rb_stage(const rb_args &a, float *buf, int s, in
 
 // grid: x over tiles of RB_BN experts, y over tiles of BM tokens.
 template <int BM>
-__global__ void __launch_bounds__(RB_THREADS) k_route_big(rb_args a) {
+__global__ void __launch_bounds__(RB_THREADS) k_route_big(router_args a) {
   constexpr int TI = BM / 8; // tokens a lane
   extern __shared__ float4 dyn_smem4[];
   float *sm = reinterpret_cast<float *>(dyn_smem4);
@@ -159,20 +152,11 @@ int64_t cu_route_big(cudaStream_t st, const router_args &a, int smem_limit) {
     return cu_fail(BL_E_UNSUPPORTED, "router (prompt batches): %d tokens of %d elements, %d experts with %d used do not take the tiled product", a.ntok,
                    a.n, a.n_expert, a.k);
   CU_OK(cu_rmsnorm(st, a.x, a.ldx, nullptr, a.n, a.normw, a.eps, a.h, a.ldh, a.ntok));
-  rb_args p;
-  p.h = a.h;
-  p.ldh = a.ldh;
-  p.n = a.n;
-  p.ntok = a.ntok;
-  p.w = a.w;
-  p.ldw = a.ldw;
-  p.n_expert = a.n_expert;
-  p.logits = a.logits;
   const int bm = rb_rows(a), xt = (a.n_expert + RB_BN - 1) / RB_BN;
   const dim3 grid(xt, (a.ntok + bm - 1) / bm);
   const char *w = "router product (prompt batches)";
-  if (bm == 32) CU_LAUNCH(w, k_route_big<32>, grid, dim3(RB_THREADS), rb_smem_bytes(32), st, p);
-  else CU_LAUNCH(w, k_route_big<16>, grid, dim3(RB_THREADS), rb_smem_bytes(16), st, p);
+  if (bm == 32) CU_LAUNCH(w, k_route_big<32>, grid, dim3(RB_THREADS), rb_smem_bytes(32), st, a);
+  else CU_LAUNCH(w, k_route_big<16>, grid, dim3(RB_THREADS), rb_smem_bytes(16), st, a);
   const dim3 gs((a.ntok + RS_WARPS - 1) / RS_WARPS), bs(RS_WARPS * 32);
   w = "router picks (prompt batches)";
   if (a.n_expert <= 128) CU_LAUNCH(w, k_route_sel<4>, gs, bs, 0, st, a.logits, a.ntok, a.n_expert, a.k, a.norm_topk, a.w_scale, a.sel, a.selw);

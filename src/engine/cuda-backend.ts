@@ -219,8 +219,7 @@ export class CudaBackend implements Backend {
 
   /** The steps a batch of 9..splitMax tokens runs as (splitPieces), or null. */
   private pieces(b: Batch): [number, number, number, number][] | null {
-    if (this.hostBlocks > 0 || this.splitMax <= CUDA_INVARIANT_TOKENS) return null;
-    return splitPieces(b.tokens.length, b.outRows, this.splitMax);
+    return this.hostBlocks > 0 ? null : splitPieces(b.tokens.length, b.outRows, this.splitMax);
   }
 
   /**
