@@ -197,12 +197,14 @@ struct mb8<T_Q8_0> {
 };
 
 // The rows' units against staged rows sl[0 .. cnt) (x8 slots xb bytes apart from xq).
+// lane: this lane's first unit; stride: lanes sharing the rows (32: a warp; fewer: a lane group).
 template <int T, int R>
-__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, uint32_t sl, float (&acc)[R][MB_NT], int lane) {
+__device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint8_t *xq, int xb, int n, int cnt, uint32_t sl, float (&acc)[R][MB_NT], int lane,
+                                       int stride = 32) {
   using Q = qt<T>;
   using D = mb8<T>;
   const int nunits = (n / Q::BE) * D::UPB;
-  for (int k = lane; k < nunits; k += 32) {
+  for (int k = lane; k < nunits; k += stride) {
     const int b = k / D::UPB, u = k - b * D::UPB, g0 = b * (Q::BE / 32);
     const uint8_t *p[R];
 #pragma unroll

@@ -283,6 +283,26 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   if constexpr (Q8) x8 = quantize_x8(xs, na, x8mem);
   if (!has) return;
   float acc = 0.0f;
+  if constexpr (Q8) {
+    if (a.flat) {
+      // every pick's row in one round (per >= K): lane k takes (pick, unit) k, k + 32, ... so all
+      // 32 lanes work however few units a row has (12 for a 768-wide Q4_K row)
+      using D = d8<T>;
+      if (!a.sel) issue(0, K);
+      cp_async_wait_all();
+      __syncwarp();
+      const int nunits = (ff / Q::BE) * D::UPB;
+      for (int k = lane; k < K * nunits; k += 32) {
+        const int jj = k / nunits, uu = k - jj * nunits, b = uu / D::UPB, u = uu - b * D::UPB;
+        const uint8_t *rp = a.down.d + (size_t)ssel[jj] * a.down.nb2 + (size_t)row * a.down.nb1;
+        const uint8_t *p = buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
+        acc += sw[jj] * D::unit(p + (size_t)b * Q::BB, u, x8, jj * (ff / 32) + b * (Q::BE / 32));
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) a.x[row] += acc;
+      return;
+    }
+  }
   for (int j0 = 0; j0 < K; j0 += per) {
     const int cnt = K - j0 < per ? K - j0 : per;
     if (!a.sel || j0 > 0) issue(j0, cnt);
@@ -456,6 +476,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
   CU_TRY(e, "one-token expert gate/up");
   fmoe_args d = a;
   d.cap = p.cap_dn;
+  d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   const dim3 g2((a.down.ne1 + 7) / 8);
   if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), p.smem_dn, st, d);
   else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), p.smem_dn, st, d);

@@ -145,12 +145,16 @@ int64_t cu_moe_dec_init(int smem_optin);
 // once (h) or written so by gate/up (the SwiGLU rows), copied into the tiles by cp.async.
 // FAST_QKTOK: the Q/K norm, RoPE and cache write of prompt batches (and decode batches with a
 // slot's tokens together) by a block a token (attn.cu k_qk_tok). The same
-// values bit for bit with each off (A/B runs), except FAST_ROUTEBIG (a bound, stated by its test).
+// FAST_DNG: decode batches' grouped down on int8 rows of up to 48 units a lane group of 4 or 8
+// lanes a row (moe_batch.cu dn_lanes). FAST_DOWN1: the one-token down's lanes spread over every
+// (pick, unit) of a row (fastdec.cu k_fdown). The same values bit for bit with each off (A/B runs),
+// except FAST_ROUTEBIG, FAST_DNG and FAST_DOWN1 (a bound, stated by their tests: a row's units
+// are summed in another order).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
-  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536,
-  FAST_ALL = 131071,
+  FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
+  FAST_ALL = 524287,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -197,6 +201,7 @@ struct fmoe_args {
   float *x;       // residual (down.ne1)
   int cap;
   int q8;         // int8 activations allowed
+  int flat;       // down (set by cu_fmoe, FAST_DOWN1): every pick's row staged at once, a warp's lanes over all (pick, unit)
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done);
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);

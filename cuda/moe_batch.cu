@@ -33,8 +33,19 @@ __device__ __forceinline__ void item_range(int total, int &w0, int &w1) {
 }
 
 #define GU_ROWS 2 // rows of gate (and of up) a warp an item: four weight rows
-// rows of down a warp an item: four where registers allow (int8 Q6_K), else two
-__host__ __device__ constexpr int dn_rows(int type, bool q8) { return q8 && type == T_Q6_K ? 4 : 2; }
+// Lanes a row of down takes (G) and rows of down a warp an item. G = 32 (a whole warp a row): four
+// rows where registers allow (int8 Q6_K), else two. With FAST_DNG, int8 rows of up to 48 units (a
+// 768-wide Q4_K row has 12, Q6_K 24) take a group of 4 (up to 24 units) or 8 lanes each, so every
+// lane dots 3-6 units instead of 12-24 of 32 lanes one, and a row's sum is 2-3 shuffles: 8 or 4
+// rows an item a warp.
+__host__ __device__ constexpr int dn_rows(int type, bool q8, int G = 32) { return G < 32 ? 32 / G : q8 && type == T_Q6_K ? 4 : 2; }
+static int dn_lanes(int type, bool q8, int ff) {
+  if (!q8 || !(cu_fast & FAST_DNG)) return 32;
+  cu_type_geom g;
+  if (!cu_type_geom_of(type, &g) || ff % g.be) return 32;
+  const int units = (ff / g.be) * (type == T_Q4_K ? 4 : 8);
+  return units <= 24 ? 4 : units <= 48 ? 8 : 32;
+}
 
 // Each warp copies its weight rows of an item into one of two stages of shared slots (cp.async,
 // stage.cuh) while it dots the other stage's: the rows of two items in flight a warp, the first
@@ -182,10 +193,11 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
 
 // down: a tile's rows staged when the block's range enters it; dn_rows weight rows a warp an
 // item; one output row a pair (ypair, stored, no atomics).
-template <int T, bool Q8>
-__global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
+template <int T, bool Q8, int G>
+__global__ void __launch_bounds__(MV_THREADS, G < 32 ? 3 : 2) k_mb_down(moe_batch_args a) {
   extern __shared__ float4 dyn_smem4[];
-  constexpr int R = dn_rows(T, Q8);
+  constexpr int R = dn_rows(T, Q8, G);
+  static_assert(G == 32 || Q8, "lane groups take int8 rows");
   const int ff = a.down.ne0, n = a.down.ne1;
   mb_frame<T, Q8, R> f;
   f.begin(a, dyn_smem4, ff, n, R);
@@ -220,7 +232,25 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_down(moe_batch_args a) {
     __syncwarp();
     const uint8_t *src[R];
     int r0;
-    if (rows_of(w, src, r0)) {
+    if constexpr (G < 32) {
+      if (rows_of(w, src, r0)) {
+        // lane group gi dots row r0 + gi * MV_WARPS (slot gi): units gl, gl + G, ... of it
+        const int gi = lane / G, gl = lane % G, r = r0 + gi * MV_WARPS;
+        const uint8_t *src_r = a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2 + (size_t)(r < n ? r : r0) * a.down.nb1;
+        const uint8_t *const rp[1] = {f.row(s, gi, src_r)};
+        float acc[1][MB_NT];
+        mb_zero(acc);
+        dot_q8<T, 1>(rp, f.act, f.xb, ff, cnt, MB_IDENT, acc, gl, G);
+#pragma unroll
+        for (int t = 0; t < MB_NT; t++) {
+          if (t >= cnt) break;
+          float y = acc[0][t];
+#pragma unroll
+          for (int o = G / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+          if (gl == 0 && r < n) a.ypair[(size_t)(p0 + t) * a.ldy + r] = y;
+        }
+      }
+    } else if (rows_of(w, src, r0)) {
       const uint8_t *rp[R];
 #pragma unroll
       for (int k = 0; k < R; k++) rp[k] = f.row(s, k, src[k]);
@@ -274,6 +304,7 @@ static bool mb_enabled() {
 struct mb_plan {
   bool q8_gu, q8_dn;
   bool pre_gu; // gate/up's rows quantized once (a.hq)
+  int g_dn;    // lanes a row of down (dn_lanes)
   size_t smem_gu, smem_dn;
 };
 
@@ -284,7 +315,7 @@ struct gu_of {
 };
 struct down_of {
   template <int T, bool Q8>
-  static mb_kernel of() { return k_mb_down<T, Q8>; }
+  static mb_kernel of() { return k_mb_down<T, Q8, 32>; }
 };
 
 // The kernel K::of<type, q8>: int8 activations for Q4_K / Q6_K rows, f32 for any type; or null.
@@ -298,6 +329,13 @@ static mb_kernel mb_kernel_of(int type, bool q8) {
 #undef C
     default: return nullptr;
   }
+}
+
+// Grouped down with G lanes a row (dn_lanes; G < 32: int8 Q4_K / Q6_K rows), or null.
+static mb_kernel down_kernel(int type, bool q8, int G) {
+  if (G == 4) return type == T_Q4_K ? k_mb_down<T_Q4_K, true, 4> : type == T_Q6_K ? k_mb_down<T_Q6_K, true, 4> : nullptr;
+  if (G == 8) return type == T_Q4_K ? k_mb_down<T_Q4_K, true, 8> : type == T_Q6_K ? k_mb_down<T_Q6_K, true, 8> : nullptr;
+  return mb_kernel_of<down_of>(type, q8);
 }
 
 static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &p) {
@@ -321,7 +359,8 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
              reinterpret_cast<uintptr_t>(a.hq) % 16 == 0 && (size_t)ntok * x8_bytes(n) <= a.hq_cap;
   // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
   p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
-  p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
+  p.g_dn = dn_lanes(a.down.type, p.q8_dn, ff);
+  p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn, p.g_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
 
@@ -365,7 +404,7 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
       if (!pre) a.hq = nullptr;
     }
   }
-  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = mb_kernel_of<down_of>(a.down.type, p.q8_dn);
+  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = down_kernel(a.down.type, p.q8_dn, p.g_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
   CU_OK(resident_blocks(kg, p.smem_gu, &grid_gu));
@@ -432,13 +471,17 @@ int64_t cu_moe_batch_init(int smem_optin) {
   const char *w = "configuring the grouped expert kernels";
 #define S(T)                                             \
   CU_OK(cu_allow_smem(k_mb_gu<T, false>, smem_optin, w)); \
-  CU_OK(cu_allow_smem(k_mb_down<T, false>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T, false, 32>, smem_optin, w));
   CU_TYPE_CASES(S)
 #undef S
   CU_OK(cu_allow_smem(k_mb_gu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 32>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 32>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 4>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 4>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 8>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 8>, smem_optin, w));
   CU_OK(cu_kernel_prefs(k_mb_pick<4>, w));
   return cu_kernel_prefs(k_mb_pick<8>, w);
 }
