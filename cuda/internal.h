@@ -144,8 +144,8 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_GEMMB16: prompt batches' expert products take their activation rows as halves converted
 // once (h) or written so by gate/up (the SwiGLU rows), copied into the tiles by cp.async.
 // FAST_QKTOK: the Q/K norm, RoPE and cache write of prompt batches (and decode batches with a
-// slot's tokens together) by a block a token (attn.cu k_qk_tok). The same
-// FAST_DNG: decode batches' grouped down on int8 rows of up to 48 units a lane group of 4 or 8
+// slot's tokens together) by a block a token (attn.cu k_qk_tok).
+// FAST_DNG: decode batches' grouped down on int8 rows of up to 48 units a lane group of 4
 // lanes a row (moe_batch.cu dn_lanes). FAST_DOWN1: the one-token down's lanes spread over every
 // (pick, unit) of a row (fastdec.cu k_fdown). The same values bit for bit with each off (A/B runs),
 // except FAST_ROUTEBIG, FAST_DNG and FAST_DOWN1 (a bound, stated by their tests: a row's units

@@ -35,16 +35,15 @@ __device__ __forceinline__ void item_range(int total, int &w0, int &w1) {
 #define GU_ROWS 2 // rows of gate (and of up) a warp an item: four weight rows
 // Lanes a row of down takes (G) and rows of down a warp an item. G = 32 (a whole warp a row): four
 // rows where registers allow (int8 Q6_K), else two. With FAST_DNG, int8 rows of up to 48 units (a
-// 768-wide Q4_K row has 12, Q6_K 24) take a group of 4 (up to 24 units) or 8 lanes each, so every
-// lane dots 3-6 units instead of 12-24 of 32 lanes one, and a row's sum is 2-3 shuffles: 8 or 4
-// rows an item a warp.
+// 768-wide Q4_K row has 12, Q6_K 24) take a group of 4 lanes each, so every lane dots 3-12 units
+// where 12-24 of 32 lanes dotted one, and a row's sum is 2 shuffles: 8 rows an item a warp.
 __host__ __device__ constexpr int dn_rows(int type, bool q8, int G = 32) { return G < 32 ? 32 / G : q8 && type == T_Q6_K ? 4 : 2; }
 static int dn_lanes(int type, bool q8, int ff) {
   if (!q8 || !(cu_fast & FAST_DNG)) return 32;
   cu_type_geom g;
   if (!cu_type_geom_of(type, &g) || ff % g.be) return 32;
   const int units = (ff / g.be) * (type == T_Q4_K ? 4 : 8);
-  return units <= 24 ? 4 : units <= 48 ? 8 : 32;
+  return units <= 48 ? 4 : 32;
 }
 
 // Each warp copies its weight rows of an item into one of two stages of shared slots (cp.async,
@@ -334,7 +333,6 @@ static mb_kernel mb_kernel_of(int type, bool q8) {
 // Grouped down with G lanes a row (dn_lanes; G < 32: int8 Q4_K / Q6_K rows), or null.
 static mb_kernel down_kernel(int type, bool q8, int G) {
   if (G == 4) return type == T_Q4_K ? k_mb_down<T_Q4_K, true, 4> : type == T_Q6_K ? k_mb_down<T_Q6_K, true, 4> : nullptr;
-  if (G == 8) return type == T_Q4_K ? k_mb_down<T_Q4_K, true, 8> : type == T_Q6_K ? k_mb_down<T_Q6_K, true, 8> : nullptr;
   return mb_kernel_of<down_of>(type, q8);
 }
 
@@ -480,8 +478,6 @@ int64_t cu_moe_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 32>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 4>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 4>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 8>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 8>, smem_optin, w));
   CU_OK(cu_kernel_prefs(k_mb_pick<4>, w));
   return cu_kernel_prefs(k_mb_pick<8>, w);
 }

@@ -70,7 +70,7 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * weights), routeBig (prompt batches' router as a tiled product), fa2 (prompt attention sharing K/V tiles
  * across a KV group's heads), gemmB16 (prompt batches' expert products on f16 activation rows), qkTok
  * (Q/K norm, RoPE and cache write a block a token), downGroups (decode batches' grouped down: a lane
- * group of 4 or 8 a row of int8 units), down1 (the one-token down's lanes over every pick's units).
+ * group of 4 a row of up to 48 int8 units), down1 (the one-token down's lanes over every pick's units).
  * 0: the general kernels only. The library
  * starts with `default` (all but pick: measured slower on the H200).
  */
