@@ -454,7 +454,7 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
          fmv_kernel(a.down.type, a.down.type, false) != nullptr;
 }
 
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat) {
   *done = false;
   fmoe_plan p;
   if (!plan_fmoe(a, smem_limit, p)) return BL_OK;
@@ -477,6 +477,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done) {
   fmoe_args d = a;
   d.cap = p.cap_dn;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
+  if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);
   if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), p.smem_dn, st, d);
   else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), p.smem_dn, st, d);

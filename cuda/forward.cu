@@ -546,9 +546,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fmoe_args fm;
     if (!moe || ntok != 1 || big || !cu_routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
-    bool done = false;
-    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done));
+    bool done = false, flat = false;
+    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
+    c->n_down1 += flat;
     return BL_OK;
   }
   const int E = (int)c->dm.E;
@@ -596,8 +597,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       }
       if (done) {
         cu_mark(c, S_EXPERTS);
-        CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done));
+        bool flat = false;
+        CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat));
         if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
+        c->n_down1 += flat;
         return BL_OK;
       }
     }
@@ -685,7 +688,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       // FAST_COMBINE: the combine left pending for the next reader of x (the next layer's Q/K/V rows fuse it)
       moe_batch_args md = mb;
       if (cu_fast & FAST_COMBINE) md.defer = &c->pend;
-      return cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready);
+      bool dng = false;
+      CU_OK(cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready, &dng));
+      c->n_dng += dng;
+      return BL_OK;
     }
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);

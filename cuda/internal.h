@@ -203,7 +203,7 @@ struct fmoe_args {
   int q8;         // int8 activations allowed
   int flat;       // down (set by cu_fmoe, FAST_DOWN1): every pick's row staged at once, a warp's lanes over all (pick, unit)
 };
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done);
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr); // *flat: down took FAST_DOWN1
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
 int64_t cu_fast_init(int smem_optin);
 // One token's attention output product fused with the router (froute.cu): x += O att, then the
@@ -420,7 +420,7 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
 // Sort (unless grouped: cu_moe_batch_pick ran; hq_ready: it quantized gate/up's rows into a.hq),
 // gate/up, down and combine (recorded in *a.defer instead when set): launches of shapes fixed by
 // ntok, no host synchronisation.
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready);
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng = nullptr); // *dng: down by lane groups (FAST_DNG)
 // Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
 // cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
 // does: one launch of one block, and (with FAST_X8, int8 gate/up and a.hq) ntok more blocks that

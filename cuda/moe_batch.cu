@@ -375,7 +375,7 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng) {
   mb_plan p;
   if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
@@ -409,6 +409,7 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
   CU_OK(resident_blocks(kd, p.smem_dn, &grid_dn));
   CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), p.smem_gu, st, a);
   CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
+  if (dng) *dng = p.g_dn < 32;
   combine_args cb = {a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok, 0};
   if (!a.defer) return cu_combine_flush(st, &cb);
   // FAST_COMBINE: added to x by whatever reads x next (the next layer's row quantization)

@@ -763,6 +763,40 @@ gpu("decode batches' picks made by the router product's last block give the logi
   }
 });
 
+// The experts' down by lane groups (CudaFast.downGroups: cuda/moe_batch.cu, 4 lanes a row of up to
+// 48 int8 units, 8 rows a warp) against a warp a row, and the one-token down with a warp's lanes
+// over every pick's units (CudaFast.down1: cuda/fastdec.cu k_fdown) against a lane a unit of one
+// pick at a time: the same int8 products, each row's units summed in another order, so a last bit
+// may move an int8 rounding downstream (as Q/K in the attention): within 1e-2 of the std and the
+// same greedy token. Counters prove each path ran (and not with its bit off). Q4_K_M: Q4_K and Q6_K
+// down; Q6_K files: Q6_K alone; rows of 256, 512 and 768 (Qwen3-30B-A3B: 12 and 24 units).
+const DOWN_CASES: BatchCase[] = [
+  { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe", quant: "Q6_K" }, { model: "test-moe-wide", quant: "Q4_K_M" },
+  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("the experts' down by lane groups and over every pick's units give the logits of a warp a row", () => {
+  for (const c of DOWN_CASES) {
+    test(`${caseName(c)}: steps of 1, 2, 5 and 8 sequences`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "dng", seed: 23, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
+        let worst = 0;
+        for (const seqs of rotatingSteps([1, 2, 5, 8], 3)) {
+          const one = seqs.length === 1;
+          const bit = one ? CudaFast.down1 : CudaFast.downGroups;
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~bit, () => (one ? t.be.stats().down1 : t.be.stats().downGroups));
+          console.log(`${c.model}:${c.quant} batch of ${seqs.length}: ${one ? "down over every pick's units" : "down by lane groups"} ${r.statA} launches, max |dlogit| / std ${r.rel.toExponential(2)} (${r.differ} of ${r.a.length} differ)`);
+          worst = Math.max(worst, r.rel);
+          expect(r.finite).toBe(true);
+          expect(r.sameArgmax).toBe(true);
+          expect(r.statA).toBeGreaterThan(0);
+          expect(r.statB).toBe(0);
+        }
+        expect(worst).toBeLessThan(1e-2);
+      });
+    });
+  }
+});
+
 // Prompt batches' tensor-core products with each K slice's stored blocks copied into shared memory
 // at once (CudaFast.gemmRaw, cuda/gemm.cu's raw path) against the direct loads: the same blocks
 // reach the same units, the same halves the same products, so a prompt's logits agree bit for bit
