@@ -61,7 +61,9 @@ template <int T, bool Q8, int R>
 struct mb_frame {
   int lane, warp, rb, slot, xb, cpt, w0, w1;
   uint8_t *act, *ws;
-  __device__ __forceinline__ void begin(const moe_batch_args &a, void *smem, int len, int rows, int per) {
+  // wait: enter with cu_pdl_entry here; false: the caller enters (after issuing copies whose
+  // addresses were written at least two kernels earlier: the tiles, read here before the wait).
+  __device__ __forceinline__ void begin(const moe_batch_args &a, void *smem, int len, int rows, int per, bool wait = true) {
     using Q = qt<T>;
     const int nt = a.ntok;
     lane = threadIdx.x & 31;
@@ -71,7 +73,7 @@ struct mb_frame {
     xb = x8_bytes(len);
     act = reinterpret_cast<uint8_t *>(smem);
     ws = act + (Q8 ? (size_t)nt * xb : (size_t)nt * len * sizeof(float)) + (size_t)warp * 2 * R * slot;
-    cu_pdl_entry();
+    if (wait) cu_pdl_entry();
     cpt = (rows + per * MV_WARPS - 1) / (per * MV_WARPS);
     item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
   }
@@ -199,7 +201,9 @@ __global__ void __launch_bounds__(MV_THREADS, G < 32 ? 3 : 2) k_mb_down(moe_batc
   static_assert(G == 32 || Q8, "lane groups take int8 rows");
   const int ff = a.down.ne0, n = a.down.ne1;
   mb_frame<T, Q8, R> f;
-  f.begin(a, dyn_smem4, ff, n, R);
+  // the tiles were written by the picks (or the sort) before gate/up's own wait returned: the
+  // first two items' weight copies go out before the wait on gate/up, whose tail they overlap
+  f.begin(a, dyn_smem4, ff, n, R, false);
   if (f.w0 >= f.w1) return; // the whole block
   const int lane = f.lane, warp = f.warp, cpt = f.cpt;
   // the item's rows r0 + i * MV_WARPS (missing ones repeat r0); false when r0 is past the end
@@ -217,6 +221,7 @@ __global__ void __launch_bounds__(MV_THREADS, G < 32 ? 3 : 2) k_mb_down(moe_batc
   };
   f.issue(rows_of, f.w0, 0);
   f.issue(rows_of, f.w0 + 1, 1);
+  cu_pdl_entry(); // gate/up's activation rows
   int cur = -1, p0 = 0, cnt = 0;
   for (int w = f.w0, s = 0; w < f.w1; w++, s ^= 1) {
     const int tile = w / cpt;
