@@ -34,3 +34,12 @@ __device__ __forceinline__ void st_h4(__half *p, float a, float b, float c, floa
   v.y = pack_h2(c, d);
   *reinterpret_cast<uint2 *>(p) = v;
 }
+
+// m16n8k32 s8 x s8 -> s32, accumulating into c (g = lane / 4, t = lane % 4):
+//   A (16x32, row): a0 row g k 4t..4t+3, a1 row g+8, a2 row g k 16+4t.., a3 row g+8 k 16+4t..
+//   B (32x8, col):  b0 k 4t..4t+3 col g, b1 k 16+4t..;  C: c0,c1 row g cols 2t, 2t+1; c2,c3 row g+8
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}

@@ -19,6 +19,7 @@
 #include "dotbatch.cuh"
 #include "internal.h"
 #include "mbpick.cuh"
+#include "mma.cuh"
 #include "quants.cuh"
 #include "route.cuh"
 #include "stage.cuh"
@@ -192,6 +193,137 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu(moe_batch_args a) {
   }
 }
 
+// gate/up on the tensor cores (FAST_GUMMA; Q4_K rows, the step's rows quantized once: a.hq). A
+// block takes an item of 16 rows of gate and the same 16 of up (32 slots, copied by all warps
+// together, two items in flight); warp w takes the rows' Q4_K blocks w, w + MV_WARPS, ...: for each
+// group of 32 one m16n8k32 s8 product of the 16 rows' nibbles (A) and the tile's pairs' int8
+// values (B, a column a pair), whose exact int32 sums take the group's scales as dot8.cuh's units
+// do (d * sc * dx * sum - dmin * m * sx). The warps' sums are added in warp order through shared
+// memory, then SwiGLU. A weight unit costs one mma for up to 8 pairs where dp4a took 16
+// instructions a pair; the activation rows lie 16 bytes more than their size apart (distinct banks).
+#define GM_ROWS 16
+static_assert(MV_WARPS * 4 == 2 * GM_ROWS, "each warp copies four of an item's 32 rows");
+__host__ __device__ constexpr int gm_xstride(int n) { return x8_bytes(n) + 16; }
+
+__global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu_mma(moe_batch_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  const int n = a.gate.ne0, ff = a.gate.ne1, nt = a.ntok, nb = n / 256;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g4 = lane >> 2, t4 = lane & 3;
+  const int rb = nb * 144, slot = copy_slot_bytes(rb), xb = x8_bytes(n), xs = gm_xstride(n);
+  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
+  uint8_t *ws = act + (size_t)nt * xs;
+  float *red = reinterpret_cast<float *>(ws + (size_t)2 * 2 * GM_ROWS * slot); // [warp][gate, up][row][pair]
+  cu_pdl_entry();
+  const int cpt = (ff + GM_ROWS - 1) / GM_ROWS;
+  int w0, w1;
+  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
+  if (w0 >= w1) return; // the whole block
+  // item w's rows into stage s: slot j < 16 gate row r0 + j, else up row r0 + j - 16 (past ff: the
+  // last row, its sums dropped); warp w copies slots 4w .. 4w + 3; one commit group either way
+  auto issue = [&](int w, int s) {
+    if (w < w1) {
+      const int tile = w / cpt, r0 = (w - tile * cpt) * GM_ROWS, e = __ldcg(&a.tiles[tile].x);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int j = 4 * warp + k, r = r0 + (j & 15) < ff ? r0 + (j & 15) : ff - 1;
+        const uint8_t *src = j < GM_ROWS ? a.gate.d + (size_t)e * a.gate.nb2 + (size_t)r * a.gate.nb1 : a.up.d + (size_t)e * a.up.nb2 + (size_t)r * a.up.nb1;
+        (void)warp_copy_async(ws + (size_t)(s * 2 * GM_ROWS + j) * slot, src, rb, lane);
+      }
+    }
+    cp_async_commit();
+  };
+  // the step's quantized rows (16-byte chunks), row t at act + t * xs
+  for (int c = threadIdx.x, per = xb >> 4; c < nt * per; c += blockDim.x) cp_async16(act + (size_t)(c / per) * xs + 16 * (c % per), a.hq + 16 * (size_t)c);
+  cp_async_commit();
+  issue(w0, 0);
+  issue(w0 + 1, 1);
+  int cur = -1, p0 = 0, cnt = 0;
+  const uint8_t *xbr = act, *xc[2] = {act, act}; // B: pair g4's row; C: pairs 2 * t4, 2 * t4 + 1
+  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+    const int tile = w / cpt, r0 = (w - tile * cpt) * GM_ROWS;
+    if (tile != cur) {
+      tile_pairs(a, tile, p0, cnt);
+      // pairs past cnt read row 0: their sums are dropped
+      auto row_of = [&](int t) { return act + (size_t)(t < cnt ? (__ldcg(a.pair_tok + p0 + t) & 7) : 0) * xs; };
+      xbr = row_of(g4);
+      xc[0] = row_of(2 * t4);
+      xc[1] = row_of(2 * t4 + 1);
+      cur = tile;
+    }
+    cp_async_wait_group1(); // item w's rows (w + 1's may still be in flight)
+    __syncthreads();        // every warp's copies
+    const uint8_t *st = ws + (size_t)s * 2 * GM_ROWS * slot;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int b = warp; b < nb; b += MV_WARPS) {
+      // rows g4 (i = 0) and g4 + 8 (i = 1) of gate (h = 0) and up (h = 1): block b
+      const uint8_t *pr[2][2];
+      float dd[2][2], dm[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          pr[h][i] = st + (size_t)(h * GM_ROWS + g4 + 8 * i) * slot + (size_t)b * 144;
+          const uint32_t v = ld32(pr[h][i]);
+          dd[h][i] = h2f((uint16_t)(v & 0xffffu));
+          dm[h][i] = h2f((uint16_t)(v >> 16));
+        }
+#pragma unroll 1
+      for (int c = 0; c < 4; c++) {
+        const int G = 8 * b + 2 * c; // the low nibbles' x group; G + 1 the high nibbles'
+        const uint32_t bl0 = ld32(xbr + 16 * x8_pos(2 * G, n) + 4 * t4), bl1 = ld32(xbr + 16 * x8_pos(2 * G + 1, n) + 4 * t4);
+        const uint32_t bh0 = ld32(xbr + 16 * x8_pos(2 * G + 2, n) + 4 * t4), bh1 = ld32(xbr + 16 * x8_pos(2 * G + 3, n) + 4 * t4);
+        float dx[2][2], sx[2][2]; // [group lo / hi][pair j]
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          const x8v X = x8_at(xc[j], n);
+          dx[0][j] = X.d[G];
+          dx[1][j] = X.d[G + 1];
+          sx[0][j] = X.s[G];
+          sx[1][j] = X.s[G + 1];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const uint32_t l0 = ld32(pr[h][0] + 16 + 32 * c + 4 * t4), m0 = ld32(pr[h][1] + 16 + 32 * c + 4 * t4);
+          const uint32_t l1 = ld32(pr[h][0] + 32 + 32 * c + 4 * t4), m1 = ld32(pr[h][1] + 32 + 32 * c + 4 * t4);
+          int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+          mma_s8(clo, l0 & 0x0F0F0F0Fu, m0 & 0x0F0F0F0Fu, l1 & 0x0F0F0F0Fu, m1 & 0x0F0F0F0Fu, bl0, bl1);
+          mma_s8(chi, (l0 >> 4) & 0x0F0F0F0Fu, (m0 >> 4) & 0x0F0F0F0Fu, (l1 >> 4) & 0x0F0F0F0Fu, (m1 >> 4) & 0x0F0F0F0Fu, bh0, bh1);
+#pragma unroll
+          for (int i = 0; i < 2; i++) {
+            int sc0, mn0, sc1, mn1;
+            k4_scale_min(2 * c, pr[h][i] + 4, sc0, mn0);
+            k4_scale_min(2 * c + 1, pr[h][i] + 4, sc1, mn1);
+            const float fs0 = dd[h][i] * i2f(sc0), fs1 = dd[h][i] * i2f(sc1), fm0 = dm[h][i] * i2f(mn0), fm1 = dm[h][i] * i2f(mn1);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+              acc[h][2 * i + j] += (fs0 * dx[0][j] * i2f(clo[2 * i + j]) + fs1 * dx[1][j] * i2f(chi[2 * i + j])) - (fm0 * sx[0][j] + fm1 * sx[1][j]);
+          }
+        }
+      }
+    }
+    float *rw = red + (size_t)warp * 2 * GM_ROWS * 8;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        rw[(h * GM_ROWS + g4 + 8 * i) * 8 + 2 * t4] = acc[h][2 * i];
+        rw[(h * GM_ROWS + g4 + 8 * i) * 8 + 2 * t4 + 1] = acc[h][2 * i + 1];
+      }
+    __syncthreads(); // every warp's sums; stage s is read
+    issue(w + 2, s);
+    if ((int)threadIdx.x < GM_ROWS * 8) {
+      const int row = threadIdx.x >> 3, t = threadIdx.x & 7, r = r0 + row;
+      float g = 0.0f, u = 0.0f;
+#pragma unroll
+      for (int v = 0; v < MV_WARPS; v++) {
+        g += red[((size_t)v * 2 * GM_ROWS + row) * 8 + t];
+        u += red[((size_t)v * 2 * GM_ROWS + GM_ROWS + row) * 8 + t];
+      }
+      if (t < cnt && r < ff) a.act[(size_t)(p0 + t) * a.ldact + r] = silu_f(g) * u;
+    }
+  }
+}
+
 // down: a tile's rows staged when the block's range enters it; dn_rows weight rows a warp an
 // item; one output row a pair (ypair, stored, no atomics).
 template <int T, bool Q8, int G>
@@ -309,7 +441,8 @@ struct mb_plan {
   bool q8_gu, q8_dn;
   bool pre_gu; // gate/up's rows quantized once (a.hq)
   int g_dn;    // lanes a row of down (dn_lanes)
-  size_t smem_gu, smem_dn;
+  bool mma_gu; // gate/up on the tensor cores (k_mb_gu_mma)
+  size_t smem_gu, smem_dn, smem_gm; // smem_gm: k_mb_gu_mma's
 };
 
 typedef void (*mb_kernel)(moe_batch_args);
@@ -363,7 +496,13 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   // activations (every token's row for gate/up, a tile's for down) + two stages of weight slots a warp
   p.smem_gu = (p.q8_gu ? (size_t)ntok * x8_bytes(n) : (size_t)ntok * n * 4) + (size_t)MV_WARPS * 2 * 2 * GU_ROWS * copy_slot_bytes((n / gg.be) * gg.bb);
   p.g_dn = dn_lanes(a.down.type, p.q8_dn, ff);
+  // the tensor-core gate/up: Q4_K rows 16-byte aligned (the copies land at a slot's start), the
+  // rows quantized once (a.hq, taken when the picks' launch or cu_moe_batch quantize them)
+  p.mma_gu = p.pre_gu && (cu_fast & FAST_GUMMA) && a.gate.type == T_Q4_K && n % 256 == 0 && a.gate.nb1 % 16 == 0 && a.up.nb1 % 16 == 0 &&
+             a.gate.nb2 % 16 == 0 && a.up.nb2 % 16 == 0 && reinterpret_cast<uintptr_t>(a.gate.d) % 16 == 0 && reinterpret_cast<uintptr_t>(a.up.d) % 16 == 0;
+  p.smem_gm = (size_t)ntok * gm_xstride(n) + (size_t)2 * 2 * GM_ROWS * copy_slot_bytes((n / 256) * 144) + (size_t)MV_WARPS * 2 * GM_ROWS * 8 * sizeof(float);
   p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn, p.g_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
+  if ((int64_t)p.smem_gm > smem_limit) p.mma_gu = false;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
 
@@ -380,7 +519,7 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng, bool *gumma) {
   mb_plan p;
   if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
@@ -407,12 +546,15 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
       if (!pre) a.hq = nullptr;
     }
   }
-  const mb_kernel kg = mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = down_kernel(a.down.type, p.q8_dn, p.g_dn);
+  const bool gm = p.mma_gu && a.hq;
+  const size_t smem_gu = gm ? p.smem_gm : p.smem_gu;
+  const mb_kernel kg = gm ? k_mb_gu_mma : mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = down_kernel(a.down.type, p.q8_dn, p.g_dn);
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
-  CU_OK(resident_blocks(kg, p.smem_gu, &grid_gu));
+  CU_OK(resident_blocks(kg, smem_gu, &grid_gu));
   CU_OK(resident_blocks(kd, p.smem_dn, &grid_dn));
-  CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), p.smem_gu, st, a);
+  CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), smem_gu, st, a);
+  if (gumma) *gumma = gm;
   CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
   if (dng) *dng = p.g_dn < 32;
   combine_args cb = {a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok, 0};
@@ -480,6 +622,7 @@ int64_t cu_moe_batch_init(int smem_optin) {
 #undef S
   CU_OK(cu_allow_smem(k_mb_gu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_gu_mma, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 32>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 32>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 4>, smem_optin, w));

@@ -797,6 +797,35 @@ gpu("the experts' down by lane groups and over every pick's units give the logit
   }
 });
 
+// Decode batches' gate/up on the tensor cores (CudaFast.guMma: cuda/moe_batch.cu k_mb_gu_mma, Q4_K
+// rows) against the dp4a kernel: the same int8 rows and exact int32 group sums, the scales applied
+// and the groups summed in another order: within 1e-2 of the std, the same greedy token, and the
+// counter proves the tensor-core kernel ran. Widths 256 (one Q4_K block: one warp of the block
+// works), 512 and 2048 (Qwen3-30B-A3B).
+const GUMMA_CASES: BatchCase[] = [
+  { model: "test-moe", quant: "Q4_K_M" }, { model: "test-moe-wide", quant: "Q4_K_M" }, { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
+];
+
+gpu("decode batches' gate/up on the tensor cores give the logits of the dp4a kernel", () => {
+  for (const c of GUMMA_CASES) {
+    test(`${caseName(c)}: steps of 2, 5 and 8 sequences`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "gumma", seed: 29, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
+        let worst = 0;
+        for (const seqs of [...rotatingSteps([2, 5, 8], 3), [1, 1, 4, 4, 4]]) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.guMma, () => t.be.stats().guMma);
+          console.log(`${c.model}:${c.quant} batch of ${seqs.length}: gate/up on the tensor cores ${r.statA} launches, max |dlogit| / std ${r.rel.toExponential(2)} (${r.differ} of ${r.a.length} differ)`);
+          worst = Math.max(worst, r.rel);
+          expect(r.finite).toBe(true);
+          expect(r.sameArgmax).toBe(true);
+          expect(r.statA).toBeGreaterThan(0);
+          expect(r.statB).toBe(0);
+        }
+        expect(worst).toBeLessThan(1e-2);
+      });
+    });
+  }
+});
+
 // Prompt batches' tensor-core products with each K slice's stored blocks copied into shared memory
 // at once (CudaFast.gemmRaw, cuda/gemm.cu's raw path) against the direct loads: the same blocks
 // reach the same units, the same halves the same products, so a prompt's logits agree bit for bit
