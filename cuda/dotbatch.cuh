@@ -237,9 +237,10 @@ __device__ __forceinline__ void x8_copy_async(uint8_t *dst, const uint8_t *src, 
 // cnt rows (src + row_of(t) * ld, written by an earlier kernel) quantized into the x8 slots
 // xq + t * x8_bytes(n) (int8 values in x8_pos order), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at
 // once. Every thread of the block calls it; ends with a block barrier.
+// xs: bytes from a slot to the next (0: x8_bytes(n), packed).
 template <class RowOf>
-__device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, int cnt, RowOf row_of, uint8_t *xq) {
-  const int ng = n / 32, total = cnt * ng, step = blockDim.x >> 2, part = threadIdx.x & 3, xb = x8_bytes(n);
+__device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, int cnt, RowOf row_of, uint8_t *xq, int xs = 0) {
+  const int ng = n / 32, total = cnt * ng, step = blockDim.x >> 2, part = threadIdx.x & 3, xb = xs > 0 ? xs : x8_bytes(n);
   for (int base = 0; base < total; base += MB_STAGE_BATCH * step) {
     float4 va[MB_STAGE_BATCH], vb[MB_STAGE_BATCH];
 #pragma unroll

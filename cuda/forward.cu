@@ -688,10 +688,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       // FAST_COMBINE: the combine left pending for the next reader of x (the next layer's Q/K/V rows fuse it)
       moe_batch_args md = mb;
       if (cu_fast & FAST_COMBINE) md.defer = &c->pend;
-      bool dng = false, gumma = false;
-      CU_OK(cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready, &dng, &gumma));
+      bool dng = false, gumma = false, dnmma = false;
+      CU_OK(cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready, &dng, &gumma, &dnmma));
       c->n_dng += dng;
       c->n_gumma += gumma;
+      c->n_dnmma += dnmma;
       return BL_OK;
     }
     moe_dec_args m;

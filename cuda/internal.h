@@ -151,12 +151,13 @@ int64_t cu_moe_dec_init(int smem_optin);
 // except FAST_ROUTEBIG, FAST_DNG and FAST_DOWN1 (a bound, stated by their tests: a row's units
 // are summed in another order). FAST_GUMMA: decode batches' grouped gate/up on Q4_K rows as
 // m16n8k32 s8 tensor-core products (moe_batch.cu k_mb_gu_mma; exact int32 sums, the scales applied
-// in another order: a bound).
+// in another order: a bound). FAST_DNMMA: their down on Q4_K / Q6_K rows the same way (k_mb_down_mma,
+// mma8.cuh; before FAST_DNG).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
-  FAST_GUMMA = 524288, FAST_ALL = 1048575,
+  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ALL = 2097151,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -423,7 +424,7 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);
 // gate/up, down and combine (recorded in *a.defer instead when set): launches of shapes fixed by
 // ntok, no host synchronisation.
 int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng = nullptr,
-                     bool *gumma = nullptr); // *dng: down by lane groups (FAST_DNG); *gumma: gate/up on the tensor cores (FAST_GUMMA)
+                     bool *gumma = nullptr, bool *dnmma = nullptr); // *dng: down by lane groups (FAST_DNG); *gumma / *dnmma: gate/up / down on the tensor cores
 // Each token's picks from its router logits ([t][n_expert], route.cuh's arithmetic, as
 // cu_route_pick) into a.sel / a.selw, and the pairs grouped by expert as cu_moe_batch's sort
 // does: one launch of one block, and (with FAST_X8, int8 gate/up and a.hq) ntok more blocks that

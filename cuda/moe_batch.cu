@@ -19,7 +19,7 @@
 #include "dotbatch.cuh"
 #include "internal.h"
 #include "mbpick.cuh"
-#include "mma.cuh"
+#include "mma8.cuh"
 #include "quants.cuh"
 #include "route.cuh"
 #include "stage.cuh"
@@ -254,53 +254,11 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu_mma(moe_batch_args a) {
     __syncthreads();        // every warp's copies
     const uint8_t *st = ws + (size_t)s * 2 * GM_ROWS * slot;
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    for (int b = warp; b < nb; b += MV_WARPS) {
-      // rows g4 (i = 0) and g4 + 8 (i = 1) of gate (h = 0) and up (h = 1): block b
-      const uint8_t *pr[2][2];
-      float dd[2][2], dm[2][2];
+    const mma8_x X = {xbr, xc[0], xc[1], n};
+    for (int b = warp; b < nb; b += MV_WARPS)
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          pr[h][i] = st + (size_t)(h * GM_ROWS + g4 + 8 * i) * slot + (size_t)b * 144;
-          const uint32_t v = ld32(pr[h][i]);
-          dd[h][i] = h2f((uint16_t)(v & 0xffffu));
-          dm[h][i] = h2f((uint16_t)(v >> 16));
-        }
-#pragma unroll 1
-      for (int c = 0; c < 4; c++) {
-        const int G = 8 * b + 2 * c; // the low nibbles' x group; G + 1 the high nibbles'
-        const uint32_t bl0 = ld32(xbr + 16 * x8_pos(2 * G, n) + 4 * t4), bl1 = ld32(xbr + 16 * x8_pos(2 * G + 1, n) + 4 * t4);
-        const uint32_t bh0 = ld32(xbr + 16 * x8_pos(2 * G + 2, n) + 4 * t4), bh1 = ld32(xbr + 16 * x8_pos(2 * G + 3, n) + 4 * t4);
-        float dx[2][2], sx[2][2]; // [group lo / hi][pair j]
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-          const x8v X = x8_at(xc[j], n);
-          dx[0][j] = X.d[G];
-          dx[1][j] = X.d[G + 1];
-          sx[0][j] = X.s[G];
-          sx[1][j] = X.s[G + 1];
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const uint32_t l0 = ld32(pr[h][0] + 16 + 32 * c + 4 * t4), m0 = ld32(pr[h][1] + 16 + 32 * c + 4 * t4);
-          const uint32_t l1 = ld32(pr[h][0] + 32 + 32 * c + 4 * t4), m1 = ld32(pr[h][1] + 32 + 32 * c + 4 * t4);
-          int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
-          mma_s8(clo, l0 & 0x0F0F0F0Fu, m0 & 0x0F0F0F0Fu, l1 & 0x0F0F0F0Fu, m1 & 0x0F0F0F0Fu, bl0, bl1);
-          mma_s8(chi, (l0 >> 4) & 0x0F0F0F0Fu, (m0 >> 4) & 0x0F0F0F0Fu, (l1 >> 4) & 0x0F0F0F0Fu, (m1 >> 4) & 0x0F0F0F0Fu, bh0, bh1);
-#pragma unroll
-          for (int i = 0; i < 2; i++) {
-            int sc0, mn0, sc1, mn1;
-            k4_scale_min(2 * c, pr[h][i] + 4, sc0, mn0);
-            k4_scale_min(2 * c + 1, pr[h][i] + 4, sc1, mn1);
-            const float fs0 = dd[h][i] * i2f(sc0), fs1 = dd[h][i] * i2f(sc1), fm0 = dm[h][i] * i2f(mn0), fm1 = dm[h][i] * i2f(mn1);
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-              acc[h][2 * i + j] += (fs0 * dx[0][j] * i2f(clo[2 * i + j]) + fs1 * dx[1][j] * i2f(chi[2 * i + j])) - (fm0 * sx[0][j] + fm1 * sx[1][j]);
-          }
-        }
-      }
-    }
+      for (int h = 0; h < 2; h++) // gate, up: rows g4 and g4 + 8 of block b
+        mma8_q4k(st + (size_t)(h * GM_ROWS + g4) * slot + (size_t)b * 144, st + (size_t)(h * GM_ROWS + g4 + 8) * slot + (size_t)b * 144, X, 8 * b, t4, acc[h]);
     float *rw = red + (size_t)warp * 2 * GM_ROWS * 8;
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -321,6 +279,70 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu_mma(moe_batch_args a) {
       }
       if (t < cnt && r < ff) a.act[(size_t)(p0 + t) * a.ldact + r] = silu_f(g) * u;
     }
+  }
+}
+
+// down on the tensor cores (FAST_DNMMA; Q4_K or Q6_K rows, int8 activations): an item is 16 *
+// MV_WARPS rows of one tile's expert, a warp's 16 rows (two stages a warp, copied by the warp itself,
+// the first two items' before the wait on gate/up), dotted over the whole row by mma8.cuh's units
+// against the tile's pairs (staged and quantized when the block's range enters the tile, rows 16
+// bytes more than their size apart); one output row a pair (ypair), no reduction across warps.
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS, 1) k_mb_down_mma(moe_batch_args a) {
+  extern __shared__ float4 dyn_smem4[];
+  using Q = qt<T>;
+  const int ff = a.down.ne0, n = a.down.ne1, nb = ff / Q::BE;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g4 = lane >> 2, t4 = lane & 3;
+  const int rb = nb * Q::BB, slot = copy_slot_bytes(rb), xs = gm_xstride(ff);
+  uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
+  uint8_t *ws = act + (size_t)MB_NT * xs + (size_t)warp * 2 * GM_ROWS * slot;
+  const int cpt = (n + GM_ROWS * MV_WARPS - 1) / (GM_ROWS * MV_WARPS);
+  // the tiles were written by the picks (or the sort) before gate/up's own wait returned
+  int w0, w1;
+  item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
+  if (w0 >= w1) return; // the whole block
+  // row j of the warp's 16 in item w (past n: the last row, its sums dropped)
+  auto src_of = [&](int w, int j) {
+    const int tile = w / cpt, r0 = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp + j;
+    return a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2 + (size_t)(r0 < n ? r0 : n - 1) * a.down.nb1;
+  };
+  auto issue = [&](int w, int s) {
+    if (w < w1)
+      for (int j = 0; j < GM_ROWS; j++) (void)warp_copy_async(ws + (size_t)(s * GM_ROWS + j) * slot, src_of(w, j), rb, lane);
+    cp_async_commit();
+  };
+  issue(w0, 0);
+  issue(w0 + 1, 1);
+  cu_pdl_entry(); // gate/up's activation rows
+  int cur = -1, p0 = 0, cnt = 0;
+  mma8_x X = {act, act, act, ff};
+  for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
+    const int tile = w / cpt, rw = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp;
+    if (tile != cur) {
+      tile_pairs(a, tile, p0, cnt);
+      __syncthreads(); // the previous tile's rows are read
+      stage_rows_q8(a.act, a.ldact, ff, cnt, [&](int t) { return p0 + t; }, act, xs);
+      // columns past cnt read row 0: their sums are dropped
+      X.xb = act + (size_t)(g4 < cnt ? g4 : 0) * xs;
+      X.xc0 = act + (size_t)(2 * t4 < cnt ? 2 * t4 : 0) * xs;
+      X.xc1 = act + (size_t)(2 * t4 + 1 < cnt ? 2 * t4 + 1 : 0) * xs;
+      cur = tile;
+    }
+    cp_async_wait_group1(); // item w's rows (w + 1's may still be in flight)
+    __syncwarp();
+    const uint8_t *p0r = ws + (size_t)(s * GM_ROWS + g4) * slot + (reinterpret_cast<uintptr_t>(src_of(w, g4)) & 15);
+    const uint8_t *p1r = ws + (size_t)(s * GM_ROWS + g4 + 8) * slot + (reinterpret_cast<uintptr_t>(src_of(w, g4 + 8)) & 15);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = 0; b < nb; b++) mma8_block<T>(p0r + (size_t)b * Q::BB, p1r + (size_t)b * Q::BB, X, b * (Q::BE / 32), t4, acc);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int t = 2 * t4 + j, r = rw + g4 + 8 * i;
+        if (t < cnt && r < n) a.ypair[(size_t)(p0 + t) * a.ldy + r] = acc[2 * i + j];
+      }
+    __syncwarp(); // stage s is refilled
+    issue(w + 2, s);
   }
 }
 
@@ -442,7 +464,8 @@ struct mb_plan {
   bool pre_gu; // gate/up's rows quantized once (a.hq)
   int g_dn;    // lanes a row of down (dn_lanes)
   bool mma_gu; // gate/up on the tensor cores (k_mb_gu_mma)
-  size_t smem_gu, smem_dn, smem_gm; // smem_gm: k_mb_gu_mma's
+  bool mma_dn; // down on the tensor cores (k_mb_down_mma)
+  size_t smem_gu, smem_dn, smem_gm, smem_dm; // smem_gm / smem_dm: k_mb_gu_mma's / k_mb_down_mma's
 };
 
 typedef void (*mb_kernel)(moe_batch_args);
@@ -503,6 +526,12 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   p.smem_gm = (size_t)ntok * gm_xstride(n) + (size_t)2 * 2 * GM_ROWS * copy_slot_bytes((n / 256) * 144) + (size_t)MV_WARPS * 2 * GM_ROWS * 8 * sizeof(float);
   p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn, p.g_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
   if ((int64_t)p.smem_gm > smem_limit) p.mma_gu = false;
+  // (the units read Q4_K words 4-byte aligned, Q6_K ones 2-byte aligned)
+  const int dal = a.down.type == T_Q4_K ? 4 : 2;
+  p.mma_dn = p.q8_dn && (cu_fast & FAST_DNMMA) && (a.down.type == T_Q4_K || a.down.type == T_Q6_K) && ff % 256 == 0 && a.down.nb1 % dal == 0 &&
+             a.down.nb2 % dal == 0 && reinterpret_cast<uintptr_t>(a.down.d) % dal == 0;
+  p.smem_dm = (size_t)MB_NT * gm_xstride(ff) + (size_t)MV_WARPS * 2 * GM_ROWS * copy_slot_bytes((ff / gd.be) * gd.bb);
+  if ((int64_t)p.smem_dm > smem_limit) p.mma_dn = false;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
 
@@ -519,7 +548,7 @@ bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit) {
   return plan_mb(a, ntok, smem_limit, p);
 }
 
-int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng, bool *gumma) {
+int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int smem_limit, bool grouped, bool hq_ready, bool *dng, bool *gumma, bool *dnmma) {
   mb_plan p;
   if (!plan_mb(a0, ntok, smem_limit, p))
     return cu_fail(BL_E_UNSUPPORTED, "experts: the grouped decode-batch kernels do not take %d tokens of %s/%s experts", ntok,
@@ -548,15 +577,18 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a0, int ntok, int sm
   }
   const bool gm = p.mma_gu && a.hq;
   const size_t smem_gu = gm ? p.smem_gm : p.smem_gu;
-  const mb_kernel kg = gm ? k_mb_gu_mma : mb_kernel_of<gu_of>(a.gate.type, p.q8_gu), kd = down_kernel(a.down.type, p.q8_dn, p.g_dn);
+  const mb_kernel kg = gm ? k_mb_gu_mma : mb_kernel_of<gu_of>(a.gate.type, p.q8_gu);
+  const mb_kernel kd = !p.mma_dn ? down_kernel(a.down.type, p.q8_dn, p.g_dn) : a.down.type == T_Q4_K ? k_mb_down_mma<T_Q4_K> : k_mb_down_mma<T_Q6_K>;
+  const size_t smem_dn = p.mma_dn ? p.smem_dm : p.smem_dn;
   if (!kg || !kd) return cu_fail(BL_E_UNSUPPORTED, "experts: %s/%s have no grouped kernel", cu_type_name(a.gate.type), cu_type_name(a.down.type));
   int grid_gu = 0, grid_dn = 0;
   CU_OK(resident_blocks(kg, smem_gu, &grid_gu));
-  CU_OK(resident_blocks(kd, p.smem_dn, &grid_dn));
+  CU_OK(resident_blocks(kd, smem_dn, &grid_dn));
   CU_LAUNCH("grouped expert gate/up", kg, dim3(grid_gu), dim3(MV_THREADS), smem_gu, st, a);
   if (gumma) *gumma = gm;
-  CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), p.smem_dn, st, a);
-  if (dng) *dng = p.g_dn < 32;
+  CU_LAUNCH("grouped expert down", kd, dim3(grid_dn), dim3(MV_THREADS), smem_dn, st, a);
+  if (dng) *dng = !p.mma_dn && p.g_dn < 32;
+  if (dnmma) *dnmma = p.mma_dn;
   combine_args cb = {a.ypair, a.ldy, a.pair_of, a.selw, a.k, a.x, a.ldx, a.down.ne1, ntok, 0};
   if (!a.defer) return cu_combine_flush(st, &cb);
   // FAST_COMBINE: added to x by whatever reads x next (the next layer's row quantization)
@@ -623,6 +655,8 @@ int64_t cu_moe_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mb_gu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_gu<T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_gu_mma, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down_mma<T_Q4_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_mb_down_mma<T_Q6_K>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 32>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q6_K, true, 32>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mb_down<T_Q4_K, true, 4>, smem_optin, w));

@@ -783,8 +783,33 @@ gpu("the experts' down by lane groups and over every pick's units give the logit
         for (const seqs of rotatingSteps([1, 2, 5, 8], 3)) {
           const one = seqs.length === 1;
           const bit = one ? CudaFast.down1 : CudaFast.downGroups;
-          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~bit, () => (one ? t.be.stats().down1 : t.be.stats().downGroups));
+          const base = CudaFast.default & ~CudaFast.downMma; // the tensor-core down comes before the lane groups
+          const r = abStep(t, seqs, base, base & ~bit, () => (one ? t.be.stats().down1 : t.be.stats().downGroups));
           console.log(`${c.model}:${c.quant} batch of ${seqs.length}: ${one ? "down over every pick's units" : "down by lane groups"} ${r.statA} launches, max |dlogit| / std ${r.rel.toExponential(2)} (${r.differ} of ${r.a.length} differ)`);
+          worst = Math.max(worst, r.rel);
+          expect(r.finite).toBe(true);
+          expect(r.sameArgmax).toBe(true);
+          expect(r.statA).toBeGreaterThan(0);
+          expect(r.statB).toBe(0);
+        }
+        expect(worst).toBeLessThan(1e-2);
+      });
+    });
+  }
+});
+
+// Decode batches' down on the tensor cores (CudaFast.downMma: cuda/moe_batch.cu k_mb_down_mma with
+// cuda/mma8.cuh's Q4_K and Q6_K units) against the lane-group dp4a kernel: exact int32 sums, the
+// scales applied in another order: within 1e-2 of the std, the same greedy token, the counter
+// proves it ran. Q4_K_M: Q4_K and Q6_K down; Q6_K files: Q6_K alone; rows of 256, 512 and 768.
+gpu("decode batches' down on the tensor cores gives the logits of the dp4a kernel", () => {
+  for (const c of DOWN_CASES) {
+    test(`${caseName(c)}: steps of 2, 5 and 8 sequences`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "dnmma", seed: 31, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
+        let worst = 0;
+        for (const seqs of [...rotatingSteps([2, 5, 8], 3), [1, 1, 4, 4, 4]]) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.downMma, () => t.be.stats().downMma);
+          console.log(`${c.model}:${c.quant} batch of ${seqs.length}: down on the tensor cores ${r.statA} launches, max |dlogit| / std ${r.rel.toExponential(2)} (${r.differ} of ${r.a.length} differ)`);
           worst = Math.max(worst, r.rel);
           expect(r.finite).toBe(true);
           expect(r.sameArgmax).toBe(true);
