@@ -301,14 +301,20 @@ __global__ void __launch_bounds__(MV_THREADS, 1) k_mb_down_mma(moe_batch_args a)
   int w0, w1;
   item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
   if (w0 >= w1) return; // the whole block
-  // row j of the warp's 16 in item w (past n: the last row, its sums dropped)
-  auto src_of = [&](int w, int j) {
-    const int tile = w / cpt, r0 = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp + j;
-    return a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2 + (size_t)(r0 < n ? r0 : n - 1) * a.down.nb1;
+  // the warp's first row in item w (its expert read once: one load, not one a row)
+  auto first_of = [&](int w, int &r0) {
+    const int tile = w / cpt;
+    r0 = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp;
+    return a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2;
   };
+  // row j of the warp's 16 from the expert's rows e (past n: the last row, its sums dropped)
+  auto row_at = [&](const uint8_t *e, int r0, int j) { return e + (size_t)(r0 + j < n ? r0 + j : n - 1) * a.down.nb1; };
   auto issue = [&](int w, int s) {
-    if (w < w1)
-      for (int j = 0; j < GM_ROWS; j++) (void)warp_copy_async(ws + (size_t)(s * GM_ROWS + j) * slot, src_of(w, j), rb, lane);
+    if (w < w1) {
+      int r0;
+      const uint8_t *e = first_of(w, r0);
+      for (int j = 0; j < GM_ROWS; j++) (void)warp_copy_async(ws + (size_t)(s * GM_ROWS + j) * slot, row_at(e, r0, j), rb, lane);
+    }
     cp_async_commit();
   };
   issue(w0, 0);
@@ -330,8 +336,10 @@ __global__ void __launch_bounds__(MV_THREADS, 1) k_mb_down_mma(moe_batch_args a)
     }
     cp_async_wait_group1(); // item w's rows (w + 1's may still be in flight)
     __syncwarp();
-    const uint8_t *p0r = ws + (size_t)(s * GM_ROWS + g4) * slot + (reinterpret_cast<uintptr_t>(src_of(w, g4)) & 15);
-    const uint8_t *p1r = ws + (size_t)(s * GM_ROWS + g4 + 8) * slot + (reinterpret_cast<uintptr_t>(src_of(w, g4 + 8)) & 15);
+    int r0;
+    const uint8_t *e = first_of(w, r0);
+    const uint8_t *p0r = ws + (size_t)(s * GM_ROWS + g4) * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4)) & 15);
+    const uint8_t *p1r = ws + (size_t)(s * GM_ROWS + g4 + 8) * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4 + 8)) & 15);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b = 0; b < nb; b++) mma8_block<T>(p0r + (size_t)b * Q::BB, p1r + (size_t)b * Q::BB, X, b * (Q::BE / 32), t4, acc);
 #pragma unroll
@@ -394,7 +402,7 @@ __global__ void __launch_bounds__(MV_THREADS, G < 32 ? 3 : 2) k_mb_down(moe_batc
       if (rows_of(w, src, r0)) {
         // lane group gi dots row r0 + gi * MV_WARPS (slot gi): units gl, gl + G, ... of it
         const int gi = lane / G, gl = lane % G, r = r0 + gi * MV_WARPS;
-        const uint8_t *src_r = a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2 + (size_t)(r < n ? r : r0) * a.down.nb1;
+        const uint8_t *src_r = src[0] + (size_t)((r < n ? r : r0) - r0) * a.down.nb1; // rows_of's row r0 of the same expert
         const uint8_t *const rp[1] = {f.row(s, gi, src_r)};
         float acc[1][MB_NT];
         mb_zero(acc);
