@@ -26,74 +26,79 @@ struct mma8_x {
 // Four bytes from 4t of 16-byte chunk c (x8_pos order) of the row at xr.
 __device__ __forceinline__ uint32_t x8_word(const uint8_t *xr, int c, int n, int t) { return ld32(xr + 16 * x8_pos(c, n) + 4 * t); }
 
-// Q4_K block at p0 (row g) and p1 (row g + 8), 16-byte aligned copies, x groups from g0:
-// acc[2i + j] += row (g + 8i) against column 2t + j.
-__device__ __forceinline__ void mma8_q4k(const uint8_t *p0, const uint8_t *p1, const mma8_x &x, int g0, int t, float (&acc)[4]) {
-  const uint8_t *const p[2] = {p0, p1};
-  float dd[2], dm[2];
+// Unit c (x groups g0 + 2c, g0 + 2c + 1: the low and high nibbles of qs bytes 32c .. 32c + 31) of
+// H pairs of Q4_K blocks p[h][0] (row g) / p[h][1] (row g + 8), 16-byte aligned copies, x groups of
+// the block from g0: acc[h][2i + j] += row (g + 8i) of pair h against column 2t + j. The
+// activations are loaded once for all H pairs.
+template <int H>
+__device__ __forceinline__ void mma8_q4k(const uint8_t *const (&p)[H][2], int c, const mma8_x &x, int g0, int t, float (&acc)[H][4]) {
+  const int G = g0 + 2 * c;
+  const uint32_t bl0 = x8_word(x.xb, 2 * G, x.n, t), bl1 = x8_word(x.xb, 2 * G + 1, x.n, t);
+  const uint32_t bh0 = x8_word(x.xb, 2 * G + 2, x.n, t), bh1 = x8_word(x.xb, 2 * G + 3, x.n, t);
+  const x8v X0 = x8_at(x.xc0, x.n), X1 = x8_at(x.xc1, x.n);
+  const float dx[2][2] = {{X0.d[G], X1.d[G]}, {X0.d[G + 1], X1.d[G + 1]}}, sx[2][2] = {{X0.s[G], X1.s[G]}, {X0.s[G + 1], X1.s[G + 1]}};
 #pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const uint32_t v = ld32(p[i]);
-    dd[i] = h2f((uint16_t)(v & 0xffffu));
-    dm[i] = h2f((uint16_t)(v >> 16));
-  }
-#pragma unroll 1
-  for (int c = 0; c < 4; c++) {
-    const int G = g0 + 2 * c; // the low nibbles' x group; G + 1 the high nibbles'
-    const uint32_t bl0 = x8_word(x.xb, 2 * G, x.n, t), bl1 = x8_word(x.xb, 2 * G + 1, x.n, t);
-    const uint32_t bh0 = x8_word(x.xb, 2 * G + 2, x.n, t), bh1 = x8_word(x.xb, 2 * G + 3, x.n, t);
-    const x8v X0 = x8_at(x.xc0, x.n), X1 = x8_at(x.xc1, x.n);
-    const float dx[2][2] = {{X0.d[G], X1.d[G]}, {X0.d[G + 1], X1.d[G + 1]}}, sx[2][2] = {{X0.s[G], X1.s[G]}, {X0.s[G + 1], X1.s[G + 1]}};
-    const uint32_t l0 = ld32(p0 + 16 + 32 * c + 4 * t), m0 = ld32(p1 + 16 + 32 * c + 4 * t);
-    const uint32_t l1 = ld32(p0 + 32 + 32 * c + 4 * t), m1 = ld32(p1 + 32 + 32 * c + 4 * t);
+  for (int h = 0; h < H; h++) {
+    const uint32_t l0 = ld32(p[h][0] + 16 + 32 * c + 4 * t), m0 = ld32(p[h][1] + 16 + 32 * c + 4 * t);
+    const uint32_t l1 = ld32(p[h][0] + 32 + 32 * c + 4 * t), m1 = ld32(p[h][1] + 32 + 32 * c + 4 * t);
     int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
     mma_s8(clo, l0 & 0x0F0F0F0Fu, m0 & 0x0F0F0F0Fu, l1 & 0x0F0F0F0Fu, m1 & 0x0F0F0F0Fu, bl0, bl1);
     mma_s8(chi, (l0 >> 4) & 0x0F0F0F0Fu, (m0 >> 4) & 0x0F0F0F0Fu, (l1 >> 4) & 0x0F0F0F0Fu, (m1 >> 4) & 0x0F0F0F0Fu, bh0, bh1);
 #pragma unroll
     for (int i = 0; i < 2; i++) {
+      const uint32_t v = ld32(p[h][i]);
+      const float dd = h2f((uint16_t)(v & 0xffffu)), dm = h2f((uint16_t)(v >> 16));
       int sc0, mn0, sc1, mn1;
-      k4_scale_min(2 * c, p[i] + 4, sc0, mn0);
-      k4_scale_min(2 * c + 1, p[i] + 4, sc1, mn1);
-      const float fs0 = dd[i] * i2f(sc0), fs1 = dd[i] * i2f(sc1), fm0 = dm[i] * i2f(mn0), fm1 = dm[i] * i2f(mn1);
+      k4_scale_min(2 * c, p[h][i] + 4, sc0, mn0);
+      k4_scale_min(2 * c + 1, p[h][i] + 4, sc1, mn1);
+      const float fs0 = dd * i2f(sc0), fs1 = dd * i2f(sc1), fm0 = dm * i2f(mn0), fm1 = dm * i2f(mn1);
 #pragma unroll
-      for (int j = 0; j < 2; j++) acc[2 * i + j] += (fs0 * dx[0][j] * i2f(clo[2 * i + j]) + fs1 * dx[1][j] * i2f(chi[2 * i + j])) - (fm0 * sx[0][j] + fm1 * sx[1][j]);
+      for (int j = 0; j < 2; j++) acc[h][2 * i + j] += (fs0 * dx[0][j] * i2f(clo[2 * i + j]) + fs1 * dx[1][j] * i2f(chi[2 * i + j])) - (fm0 * sx[0][j] + fm1 * sx[1][j]);
     }
   }
 }
 
-// Q6_K block at p0 / p1 (2-byte aligned copies), x groups from g0: unit u = 4hh + r is x group
-// g0 + u; element 32r + k of half hh: the low (r < 2) or high nibble of ql[64hh + 32(r % 2) + k]
-// with bits 2r of qh[32hh + k] above it, minus 32; a scale a 16 (scales[8hh + 2r + k / 16]).
-__device__ __forceinline__ void mma8_q6k(const uint8_t *p0, const uint8_t *p1, const mma8_x &x, int g0, int t, float (&acc)[4]) {
-  const uint8_t *const p[2] = {p0, p1};
-  const float d[2] = {h2f(ld16(p0 + 208)), h2f(ld16(p1 + 208))};
-#pragma unroll 1
-  for (int u = 0; u < 8; u++) {
-    const int hh = u >> 2, r = u & 3, G = g0 + u;
-    const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
-    uint32_t va[2], vb[2];
-    float sa[2], sb[2];
+// Unit u = 4hh + r (x group g0 + u) of a pair of Q6_K blocks p[0] / p[1] (2-byte aligned copies):
+// element 32r + k of half hh is the low (r < 2) or high nibble of ql[64hh + 32(r % 2) + k] with
+// bits 2r of qh[32hh + k] above it, minus 32; a scale a 16 (scales[8hh + 2r + k / 16]).
+__device__ __forceinline__ void mma8_q6k(const uint8_t *const (&p)[2], int u, const mma8_x &x, int g0, int t, float (&acc)[4]) {
+  const int hh = u >> 2, r = u & 3, G = g0 + u;
+  const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
+  uint32_t va[2], vb[2];
+  float sa[2], sb[2], d[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const uint8_t *ql = p[i] + 64 * hh + 32 * (r & 1) + 4 * t, *qh = p[i] + 128 + 32 * hh + 4 * t;
-      va[i] = __vsub4(((ld32a2(ql) >> ls) & 0x0F0F0F0Fu) | (((ld32a2(qh) >> hs) & 0x03030303u) << 4), 0x20202020u);
-      vb[i] = __vsub4(((ld32a2(ql + 16) >> ls) & 0x0F0F0F0Fu) | (((ld32a2(qh + 16) >> hs) & 0x03030303u) << 4), 0x20202020u);
-      sa[i] = i2f((int)(int8_t)p[i][192 + 8 * hh + 2 * r]);
-      sb[i] = i2f((int)(int8_t)p[i][192 + 8 * hh + 2 * r + 1]);
-    }
-    int ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
-    mma_s8k16(ca, va[0], va[1], x8_word(x.xb, 2 * G, x.n, t));
-    mma_s8k16(cb, vb[0], vb[1], x8_word(x.xb, 2 * G + 1, x.n, t));
-    const float dx[2] = {x8_at(x.xc0, x.n).d[G], x8_at(x.xc1, x.n).d[G]};
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-      for (int j = 0; j < 2; j++) acc[2 * i + j] += d[i] * dx[j] * (sa[i] * i2f(ca[2 * i + j]) + sb[i] * i2f(cb[2 * i + j]));
+  for (int i = 0; i < 2; i++) {
+    const uint8_t *ql = p[i] + 64 * hh + 32 * (r & 1) + 4 * t, *qh = p[i] + 128 + 32 * hh + 4 * t;
+    va[i] = __vsub4(((ld32a2(ql) >> ls) & 0x0F0F0F0Fu) | (((ld32a2(qh) >> hs) & 0x03030303u) << 4), 0x20202020u);
+    vb[i] = __vsub4(((ld32a2(ql + 16) >> ls) & 0x0F0F0F0Fu) | (((ld32a2(qh + 16) >> hs) & 0x03030303u) << 4), 0x20202020u);
+    sa[i] = i2f((int)(int8_t)p[i][192 + 8 * hh + 2 * r]);
+    sb[i] = i2f((int)(int8_t)p[i][192 + 8 * hh + 2 * r + 1]);
+    d[i] = h2f(ld16(p[i] + 208));
   }
+  int ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+  mma_s8k16(ca, va[0], va[1], x8_word(x.xb, 2 * G, x.n, t));
+  mma_s8k16(cb, vb[0], vb[1], x8_word(x.xb, 2 * G + 1, x.n, t));
+  const float dx[2] = {x8_at(x.xc0, x.n).d[G], x8_at(x.xc1, x.n).d[G]};
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) acc[2 * i + j] += d[i] * dx[j] * (sa[i] * i2f(ca[2 * i + j]) + sb[i] * i2f(cb[2 * i + j]));
 }
 
+// Units a block of type T holds (Q4_K: 4 of two groups; Q6_K: 8 of one).
 template <int T>
-__device__ __forceinline__ void mma8_block(const uint8_t *p0, const uint8_t *p1, const mma8_x &x, int g0, int t, float (&acc)[4]) {
-  if constexpr (T == T_Q4_K) mma8_q4k(p0, p1, x, g0, t, acc);
-  else mma8_q6k(p0, p1, x, g0, t, acc);
+__host__ __device__ constexpr int mma8_upb() { return T == T_Q4_K ? 4 : 8; }
+
+// Unit u of one pair of blocks p[0] / p[1] of type T (x groups of the block from g0).
+template <int T>
+__device__ __forceinline__ void mma8_unit(const uint8_t *const (&p)[2], int u, const mma8_x &x, int g0, int t, float (&acc)[4]) {
+  if constexpr (T == T_Q4_K) {
+    const uint8_t *const q[1][2] = {{p[0], p[1]}};
+    float a1[1][4] = {{acc[0], acc[1], acc[2], acc[3]}};
+    mma8_q4k<1>(q, u, x, g0, t, a1);
+#pragma unroll
+    for (int k = 0; k < 4; k++) acc[k] = a1[0][k];
+  } else {
+    mma8_q6k(p, u, x, g0, t, acc);
+  }
 }
