@@ -285,43 +285,39 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu_mma(moe_batch_args a) {
   }
 }
 
-// down on the tensor cores (FAST_DNMMA; Q4_K or Q6_K rows, int8 activations): an item is 16 rows
-// of one tile's expert, copied by all warps together (two a warp, two items in flight, the first
-// two items' before the wait on gate/up); warp w takes the rows' mma8.cuh units w, w + MV_WARPS, ...
+// down on the tensor cores (FAST_DNMMA; Q4_K or Q6_K rows, int8 activations): an item is 16 *
+// MV_WARPS rows of one tile's expert, a warp's 16 rows (measured: splitting a row's units across
+// the warps, with a reduction through shared memory, was slower: 30 / 20 us a launch against 24 / 15) (two stages a warp, copied by the warp itself,
+// the first two items' before the wait on gate/up), dotted over the whole row by mma8.cuh's units
 // against the tile's pairs (staged and quantized when the block's range enters the tile, rows 16
-// bytes more than their size apart); the warps' sums are added in warp order through shared
-// memory, one output row a pair (ypair).
+// bytes more than their size apart); one output row a pair (ypair), no reduction across warps.
 template <int T>
-__global__ void __launch_bounds__(MV_THREADS, 3) k_mb_down_mma(moe_batch_args a) {
+__global__ void __launch_bounds__(MV_THREADS, 1) k_mb_down_mma(moe_batch_args a) {
   extern __shared__ float4 dyn_smem4[];
   using Q = qt<T>;
-  constexpr int UPB = mma8_upb<T>();
   const int ff = a.down.ne0, n = a.down.ne1, nb = ff / Q::BE;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g4 = lane >> 2, t4 = lane & 3;
   const int rb = nb * Q::BB, slot = copy_slot_bytes(rb), xs = gm_xstride(ff);
   uint8_t *act = reinterpret_cast<uint8_t *>(dyn_smem4);
-  uint8_t *ws = act + (size_t)MB_NT * xs;
-  float *red = reinterpret_cast<float *>(ws + (size_t)2 * GM_ROWS * slot); // [warp][row][pair]
-  const int cpt = (n + GM_ROWS - 1) / GM_ROWS;
+  uint8_t *ws = act + (size_t)MB_NT * xs + (size_t)warp * 2 * GM_ROWS * slot;
+  const int cpt = (n + GM_ROWS * MV_WARPS - 1) / (GM_ROWS * MV_WARPS);
   // the tiles were written by the picks (or the sort) before gate/up's own wait returned
   int w0, w1;
   item_range(__ldcg(a.n_tiles) * cpt, w0, w1);
   if (w0 >= w1) return; // the whole block
-  // the item's rows of its expert: row j at the result + min(r0 + j, n - 1) rows (past n: the last
-  // row, its sums dropped); the expert read once
-  auto rows_of = [&](int w, int &r0) {
+  // the warp's first row in item w (its expert read once: one load, not one a row)
+  auto first_of = [&](int w, int &r0) {
     const int tile = w / cpt;
-    r0 = (w - tile * cpt) * GM_ROWS;
+    r0 = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp;
     return a.down.d + (size_t)__ldcg(&a.tiles[tile].x) * a.down.nb2;
   };
+  // row j of the warp's 16 from the expert's rows e (past n: the last row, its sums dropped)
   auto row_at = [&](const uint8_t *e, int r0, int j) { return e + (size_t)(r0 + j < n ? r0 + j : n - 1) * a.down.nb1; };
-  static_assert(GM_ROWS == 2 * MV_WARPS, "each warp copies two of an item's rows");
   auto issue = [&](int w, int s) {
     if (w < w1) {
       int r0;
-      const uint8_t *e = rows_of(w, r0);
-#pragma unroll
-      for (int k = 0; k < 2; k++) (void)warp_copy_async(ws + (size_t)(s * GM_ROWS + 2 * warp + k) * slot, row_at(e, r0, 2 * warp + k), rb, lane);
+      const uint8_t *e = first_of(w, r0);
+      for (int j = 0; j < GM_ROWS; j++) (void)warp_copy_async(ws + (size_t)(s * GM_ROWS + j) * slot, row_at(e, r0, j), rb, lane);
     }
     cp_async_commit();
   };
@@ -331,9 +327,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) k_mb_down_mma(moe_batch_args a)
   int cur = -1, p0 = 0, cnt = 0;
   mma8_x X = {act, act, act, ff};
   for (int w = w0, s = 0; w < w1; w++, s ^= 1) {
-    const int tile = w / cpt;
-    int r0;
-    const uint8_t *e = rows_of(w, r0);
+    const int tile = w / cpt, rw = (w - tile * cpt) * GM_ROWS * MV_WARPS + GM_ROWS * warp;
     if (tile != cur) {
       tile_pairs(a, tile, p0, cnt);
       __syncthreads(); // the previous tile's rows are read
@@ -345,31 +339,26 @@ __global__ void __launch_bounds__(MV_THREADS, 3) k_mb_down_mma(moe_batch_args a)
       cur = tile;
     }
     cp_async_wait_group1(); // item w's rows (w + 1's may still be in flight)
-    __syncthreads();        // every warp's copies
-    const uint8_t *st = ws + (size_t)s * GM_ROWS * slot;
-    const uint8_t *p0r = st + (size_t)g4 * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4)) & 15);
-    const uint8_t *p1r = st + (size_t)(g4 + 8) * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4 + 8)) & 15);
+    __syncwarp();
+    int r0;
+    const uint8_t *e = first_of(w, r0);
+    const uint8_t *p0r = ws + (size_t)(s * GM_ROWS + g4) * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4)) & 15);
+    const uint8_t *p1r = ws + (size_t)(s * GM_ROWS + g4 + 8) * slot + (reinterpret_cast<uintptr_t>(row_at(e, r0, g4 + 8)) & 15);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int k = warp; k < nb * UPB; k += MV_WARPS) {
-      const int b = k / UPB;
+    for (int b = 0; b < nb; b++) {
       const uint8_t *const p[2] = {p0r + (size_t)b * Q::BB, p1r + (size_t)b * Q::BB};
-      mma8_unit<T>(p, k - b * UPB, X, b * (Q::BE / 32), t4, acc);
+#pragma unroll 2
+      for (int u = 0; u < mma8_upb<T>(); u++) mma8_unit<T>(p, u, X, b * (Q::BE / 32), t4, acc);
     }
-    float *rw = red + (size_t)warp * GM_ROWS * 8;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-      rw[(g4 + 8 * i) * 8 + 2 * t4] = acc[2 * i];
-      rw[(g4 + 8 * i) * 8 + 2 * t4 + 1] = acc[2 * i + 1];
-    }
-    __syncthreads(); // every warp's sums; stage s is read
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int t = 2 * t4 + j, r = rw + g4 + 8 * i;
+        if (t < cnt && r < n) a.ypair[(size_t)(p0 + t) * a.ldy + r] = acc[2 * i + j];
+      }
+    __syncwarp(); // stage s is refilled
     issue(w + 2, s);
-    if ((int)threadIdx.x < GM_ROWS * 8) {
-      const int row = threadIdx.x >> 3, t = threadIdx.x & 7, r = r0 + row;
-      float y = 0.0f;
-#pragma unroll
-      for (int v = 0; v < MV_WARPS; v++) y += red[((size_t)v * GM_ROWS + row) * 8 + t];
-      if (t < cnt && r < n) a.ypair[(size_t)(p0 + t) * a.ldy + r] = y;
-    }
   }
 }
 
@@ -557,7 +546,7 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   const int dal = a.down.type == T_Q4_K ? 4 : 2;
   p.mma_dn = p.q8_dn && (cu_fast & FAST_DNMMA) && (a.down.type == T_Q4_K || a.down.type == T_Q6_K) && ff % 256 == 0 && a.down.nb1 % dal == 0 &&
              a.down.nb2 % dal == 0 && reinterpret_cast<uintptr_t>(a.down.d) % dal == 0;
-  p.smem_dm = (size_t)MB_NT * gm_xstride(ff) + (size_t)2 * GM_ROWS * copy_slot_bytes((ff / gd.be) * gd.bb) + (size_t)MV_WARPS * GM_ROWS * 8 * sizeof(float);
+  p.smem_dm = (size_t)MB_NT * gm_xstride(ff) + (size_t)MV_WARPS * 2 * GM_ROWS * copy_slot_bytes((ff / gd.be) * gd.bb);
   if ((int64_t)p.smem_dm > smem_limit) p.mma_dn = false;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit;
 }
