@@ -11,7 +11,10 @@
 // numerics) when the caller and FAST_Q8 allow it; with FAST_X8 and the caller's scratch, gate/up's
 // rows are quantized once a step (by spare blocks of the picks' launch, else x8rows.cu's kernel)
 // and each block copies them whole. down stages a tile's SwiGLU rows itself: a group of 32 of
-// them comes from rows of gate/up that other warps and blocks compute.
+// them comes from rows of gate/up that other warps and blocks compute. With FAST_GUMMA /
+// FAST_DNMMA gate/up and down run as int8 tensor-core products instead (k_mb_gu_mma,
+// k_mb_down_mma on mma8.cuh's units: 16 weight rows x the tile's pairs a product); with FAST_DNG
+// the dp4a down takes a lane group of 4 a row.
 #include <stdlib.h>
 
 #include "common.cuh"
