@@ -236,6 +236,9 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);
   // MV_MAX_NT rows of the batched int8 products' widths (the residual, attention's output)
   c->xq_bytes = cu_x8_scratch_bytes(d.E > d.qd ? d.E : d.qd);
+  // one token's K SwiGLU rows in dot8.cuh's int8 layout (q, scales, sums, sums per 16), 16-byte multiple
+  const size_t na = (size_t)d.K * d.ff;
+  c->act8_bytes = ((na + na / 32 * 8 + na / 16 * 4) + 15) / 16 * 16;
   // FAST_GEMM16's copies where batches of GEMM16_MIN_TOK rows can come: the largest dense launch's
   // weights (Q/K/V together, the attention output, a dense down) and its activation rows
   const int64_t wide = d.qd + 2 * d.kd > d.ff ? d.qd + 2 * d.kd : d.ff;
@@ -250,7 +253,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->ypair, pairs * d.E * F}, {(void **)&c->pair_tok, pairs * I}, {(void **)&c->pair_of, pairs * I},
       {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
       {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nh * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
-      {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F}, {(void **)&c->xq, c->xq_bytes},
+      {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F}, {(void **)&c->xq, c->xq_bytes}, {(void **)&c->act8, c->act8_bytes},
       {(void **)&c->rpart, (size_t)d.X * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
@@ -657,10 +660,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[17] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[18] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
-                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma};
-  for (int64_t i = 0; i < n && i < 17; i++) out[i] = v[i];
+                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8};
+  for (int64_t i = 0; i < n && i < 18; i++) out[i] = v[i];
   return BL_OK;
 }
 

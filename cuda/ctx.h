@@ -95,6 +95,8 @@ struct cu_ctx {
   const cu_weights *w;
   // work buffers (device)
   float *x, *h, *q, *k, *v, *att, *logits, *router, *selw, *act, *ypair, *part, *topv, *candv, *dense_w;
+  uint8_t *act8; // a token's SwiGLU rows quantized by the one-token gate/up for down (FAST_ACT8), act8_bytes
+  size_t act8_bytes;
   int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
   int4 *tiles;
   int *cnt_router, *cnt_attn;
@@ -116,7 +118,7 @@ struct cu_ctx {
   // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
   // FAST_GEMMB16 expert blocks, FAST_QKTOK Q/K preparations
   int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
-  int64_t n_dng, n_down1, n_gumma, n_dnmma; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
+  int64_t n_dng, n_down1, n_gumma, n_dnmma, n_act8; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
   // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
   void *kv_stage;
   uint8_t *kv_host[2];

@@ -236,6 +236,73 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   }
 }
 
+// FAST_ACT8 (int8 rows, picks in memory): gate/up with 32 rows a block (four a warp), so a block
+// holds whole groups of 32 of the SwiGLU row and quantizes them itself into a.act8 (dot8.cuh's
+// layout for the k * ff values, q8_group on the same floats k_fdown's quantize_x8 takes): down
+// copies those bytes instead of loading k * ff floats and quantizing them in every block. The same
+// values bit for bit. smem: h (n floats), its int8 row, then eight slots of cap bytes a warp.
+template <int T>
+__global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
+  using Q = qt<T>;
+  using D = d8<T>;
+  constexpr int RW = 4; // rows a warp
+  extern __shared__ float4 dyn_smem4[];
+  __shared__ float red[32];
+  __shared__ float sact[32];
+  float *xs = reinterpret_cast<float *>(dyn_smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
+  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + n);
+  uint8_t *sl = x8mem + x8_bytes(n) + (size_t)warp * 2 * RW * a.cap;
+  const int rbase = blockIdx.x * RW * W, j = blockIdx.y, ff = a.gate.ne1;
+  const int rb = (n / Q::BE) * Q::BB;
+  cu_pdl_wait();
+  xrow r;
+  xrow_load(r, a.h, n);
+  const uint8_t *pg[RW], *pu[RW];
+  {
+    const int e = pick_at(a, j);
+    const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+      const int row = rbase + warp + i * W;
+      pg[i] = warp_copy_async(sl + (size_t)(2 * i) * a.cap, g + (size_t)row * a.gate.nb1, rb, lane);
+      pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
+    }
+  }
+  xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
+  const x8v x8 = quantize_x8(xs, n, x8mem);
+  cp_async_wait_all();
+  __syncwarp();
+  const int nb = n / Q::BE;
+  float ag[RW], au[RW];
+#pragma unroll
+  for (int i = 0; i < RW; i++) ag[i] = au[i] = 0.0f;
+  for (int k = lane; k < nb * D::UPB; k += 32) {
+    const int b = k / D::UPB, u = k - b * D::UPB, gb = b * (Q::BE / 32);
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+      ag[i] += D::unit(pg[i] + (size_t)b * Q::BB, u, x8, gb);
+      au[i] += D::unit(pu[i] + (size_t)b * Q::BB, u, x8, gb);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RW; i++) {
+    const float g = warp_sum(ag[i]), u = warp_sum(au[i]);
+    if (lane == 0) {
+      const float v = silu_f(g) * u;
+      a.act[(size_t)j * ff + rbase + warp + i * W] = v;
+      sact[warp + i * W] = v;
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // the block's group of 32 (rows rbase ..): four lanes, eight values each
+    const int part = lane & 3;
+    const float4 va = reinterpret_cast<const float4 *>(sact)[2 * part], vb = reinterpret_cast<const float4 *>(sact)[2 * part + 1];
+    q8_group(va, vb, lane < 4, a.act8, fmoe_k(a) * ff, (j * ff + rbase) / 32, part);
+  }
+}
+
 // grid: x over output rows (8 a block); smem: act (k rows of ff floats), then a buffer of cap
 // bytes a warp holding as many picks' rows as fit (cap / slot), copied together. With picks in
 // memory (a.sel, written two kernels earlier: before the gate/up kernel's own wait returned) they
@@ -269,18 +336,27 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     if (has) issue(0, K < per ? K : per);
   }
   cu_pdl_wait();
-  if (na <= 32 * (int)blockDim.x) {
-    xrow r;
-    xrow_load(r, a.act, na);
-    if (!a.sel) select_experts(a, ssel, sw);
-    xrow_store(r, xs, na, 0, nullptr, 0.0f, nullptr);
-  } else {
-    if (!a.sel) select_experts(a, ssel, sw);
-    stage_plain(xs, a.act, na);
-    __syncthreads();
-  }
   x8v x8 = {};
-  if constexpr (Q8) x8 = quantize_x8(xs, na, x8mem);
+  if (Q8 && a.act8) {
+    // k_fgu8 quantized the rows (picks in memory): their bytes copied as they lie
+    for (int c = threadIdx.x; c < x8_bytes(na) >> 4; c += blockDim.x) cp_async16(x8mem + 16 * c, a.act8 + 16 * c);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    x8 = x8_at(x8mem, na);
+  } else {
+    if (na <= 32 * (int)blockDim.x) {
+      xrow r;
+      xrow_load(r, a.act, na);
+      if (!a.sel) select_experts(a, ssel, sw);
+      xrow_store(r, xs, na, 0, nullptr, 0.0f, nullptr);
+    } else {
+      if (!a.sel) select_experts(a, ssel, sw);
+      stage_plain(xs, a.act, na);
+      __syncthreads();
+    }
+    if constexpr (Q8) x8 = quantize_x8(xs, na, x8mem);
+  }
   if (!has) return;
   float acc = 0.0f;
   if constexpr (Q8) {
@@ -427,7 +503,8 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
 struct fmoe_plan {
   int cap_gu, cap_dn;
   bool q8_gu, q8_dn;
-  size_t smem_gu, smem_dn;
+  bool act8; // k_fgu8 + down reading its int8 rows (FAST_ACT8)
+  size_t smem_gu, smem_dn, smem_gu8;
 };
 
 static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
@@ -450,20 +527,26 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   p.q8_dn = q8 && d8_type(a.down.type) && ff % 32 == 0;
   p.smem_gu = (size_t)n * 4 + (p.q8_gu ? (size_t)x8_bytes(n) : 0) + 8 * 4 * (size_t)p.cap_gu;
   p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
+  // FAST_ACT8: the picks in memory, int8 rows on both sides, whole groups of 32 a block
+  p.smem_gu8 = (size_t)n * 4 + (size_t)x8_bytes(n) + 8 * 8 * (size_t)p.cap_gu;
+  p.act8 = (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
+           reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
          fmv_kernel(a.down.type, a.down.type, false) != nullptr;
 }
 
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat) {
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat, bool *act8) {
   *done = false;
   fmoe_plan p;
   if (!plan_fmoe(a, smem_limit, p)) return BL_OK;
   const int ff = a.gate.ne1, K = fmoe_k(a);
   fmoe_args g = a;
   g.cap = p.cap_gu;
+  if (!p.act8) g.act8 = nullptr;
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
-  if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  if (p.act8) e = cu_launch(a.gate.type == T_Q4_K ? k_fgu8<T_Q4_K> : k_fgu8<T_Q6_K>, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
+  else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
     switch (a.gate.type) {
@@ -476,6 +559,8 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   CU_TRY(e, "one-token expert gate/up");
   fmoe_args d = a;
   d.cap = p.cap_dn;
+  if (!p.act8) d.act8 = nullptr;
+  if (act8) *act8 = p.act8;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);
@@ -515,6 +600,8 @@ int64_t cu_fast_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fdown<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fdown<T_Q6_K, true>, smem_optin, w));
   return BL_OK;

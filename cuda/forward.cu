@@ -546,10 +546,13 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fmoe_args fm;
     if (!moe || ntok != 1 || big || !cu_routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
-    bool done = false, flat = false;
-    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat));
+    bool done = false, flat = false, act8 = false;
+    fm.act8 = c->act8; // all experts on the card: gate/up may quantize down's rows (FAST_ACT8)
+    fm.act8_cap = c->act8_bytes;
+    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
     c->n_down1 += flat;
+    c->n_act8 += act8;
     return BL_OK;
   }
   const int E = (int)c->dm.E;

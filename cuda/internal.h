@@ -152,12 +152,13 @@ int64_t cu_moe_dec_init(int smem_optin);
 // are summed in another order). FAST_GUMMA: decode batches' grouped gate/up on Q4_K rows as
 // m16n8k32 s8 tensor-core products (moe_batch.cu k_mb_gu_mma; exact int32 sums, the scales applied
 // in another order: a bound). FAST_DNMMA: their down on Q4_K / Q6_K rows the same way (k_mb_down_mma,
-// mma8.cuh; before FAST_DNG).
+// mma8.cuh; before FAST_DNG). FAST_ACT8: the one-token gate/up (32 rows a block) quantizes its
+// SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
-  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ALL = 2097151,
+  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ALL = 4194303,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -205,8 +206,11 @@ struct fmoe_args {
   int cap;
   int q8;         // int8 activations allowed
   int flat;       // down (set by cu_fmoe, FAST_DOWN1): every pick's row staged at once, a warp's lanes over all (pick, unit)
+  uint8_t *act8;  // or null: scratch (act8_cap bytes, 16-byte aligned) gate/up quantizes its SwiGLU rows into for down (FAST_ACT8)
+  size_t act8_cap;
 };
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr); // *flat: down took FAST_DOWN1
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr,
+                bool *act8 = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8)
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
 int64_t cu_fast_init(int smem_optin);
 // One token's attention output product fused with the router (froute.cu): x += O att, then the

@@ -800,6 +800,27 @@ gpu("the experts' down by lane groups and over every pick's units give the logit
   }
 });
 
+// The one-token gate/up quantizing its SwiGLU rows for down (CudaFast.act8: cuda/fastdec.cu k_fgu8,
+// 32 rows a block, q8_group on the floats down's own quantization takes) against down quantizing
+// them itself: the same int8 rows, scales and sums, so not one logit may differ; the counter proves
+// the path ran. Q4_K_M (Q4_K gate/up, Q4_K and Q6_K down), Q6_K, widths 256 / 512 / 2048.
+gpu("the one-token gate/up's int8 rows for down give the logits of down's own quantization", () => {
+  for (const c of DOWN_CASES) {
+    test(`${caseName(c)}: one-token steps, bit for bit`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "act8", seed: 37, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
+        for (const seqs of [[0], [3], [7]]) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.act8, () => t.be.stats().act8);
+          console.log(`${c.model}:${c.quant} slot ${seqs[0]}: gate/up quantized down's rows ${r.statA} times, ${r.differ} of ${r.a.length} logits differ`);
+          expect(r.finite).toBe(true);
+          expect(r.differ).toBe(0);
+          expect(r.statA).toBeGreaterThan(0);
+          expect(r.statB).toBe(0);
+        }
+      });
+    });
+  }
+});
+
 // Decode batches' down on the tensor cores (CudaFast.downMma: cuda/moe_batch.cu k_mb_down_mma with
 // cuda/mma8.cuh's Q4_K and Q6_K units) against the lane-group dp4a kernel: exact int32 sums, the
 // scales applied in another order: within 1e-2 of the std, the same greedy token, the counter
