@@ -7,6 +7,8 @@
 // weighted into the residual, each block selecting the token's experts itself from the router
 // logits (route.cuh), so the router is a plain product and no kernel waits on a selection step.
 // Q4_K and Q6_K rows take int8 activations and dp4a (dot8.cuh) when the caller allows it.
+#include <stdlib.h>
+
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
@@ -428,6 +430,18 @@ struct fmv_launch {
   size_t smem;
 };
 
+// Rows a warp for launches of one to two waves of rows (Q/K/V of one token): 2, or
+// BLOOMERY_CUDA_FMV_RPW (1-8; a measurement knob: fewer blocks each staging x).
+static int fmv_mid_rpw() {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("BLOOMERY_CUDA_FMV_RPW");
+    const int k = e && e[0] ? atoi(e) : 0;
+    v = k >= 1 && k <= 8 ? k : 2;
+  }
+  return v;
+}
+
 // Plans one launch for the given jobs (all of one type or one pair); false when they do not fit.
 static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem_limit, int sm_count, fmv_launch &L) {
   int ta = jobs[0].m.type, tb = ta;
@@ -451,7 +465,7 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   if (base.n % 4 || base.n > 32 * 32 * L.warps) return false;
   // rows a warp: one wave of blocks at 3 blocks an SM where possible; both rows of a pair in flight
   const int wave = L.warps * 3 * sm_count;
-  L.a.rpw = rows <= wave ? 1 : rows <= 2 * wave ? 2 : 8;
+  L.a.rpw = rows <= wave ? 1 : rows <= 2 * wave ? fmv_mid_rpw() : 8;
   const int cap = copy_slot_bytes(maxrb);
   if (cap > FAST_CAP_MAX) return false; // a row must fit a slot
   L.a.cap = cap;
