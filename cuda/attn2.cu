@@ -55,10 +55,10 @@ __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half 
 // The block's output values ys (CNT floats in shared memory, the heads from group g0 of 32 of the
 // row on; written by the block before the call) quantized into the x8 row dst of n values as
 // k_x8_rows<false> does (stage_rows_q8: elements 32g + 8 part .. + 7 a thread, q8_group in
-// x8_pos order). A team of four threads a group (CNT <= 1024: one pass); whole warps call
+// x8_pos order; perm false: plain order, as quantize_x8). A team of four threads a group (CNT <= 1024: one pass); whole warps call
 // q8_group. Every thread calls it.
 template <int CNT>
-__device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0) {
+__device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0, bool perm) {
   static_assert(CNT % 32 == 0 && CNT / 32 <= A2_THREADS / 4, "a team a group, one pass");
   constexpr int NG = CNT / 32;
   __syncthreads();
@@ -70,7 +70,7 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
     va = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[0];
     vb = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[1];
   }
-  q8_group(va, vb, ok, dst, n, g0 + g, part, true);
+  q8_group(va, vb, ok, dst, n, g0 + g, part, perm);
 }
 
 // grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       aout[(size_t)(h0 + h) * HD + d] = y;
       if (a.x8) sq[h][d] = y; // the scores are done with the queries
     }
-    if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
+    if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32, !a.x8_flat);
     return;
   }
   for (int i = tid; i < GM * HD; i += A2_THREADS) {
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     if (a.x8) reinterpret_cast<float4 *>(&sq[h][0])[d4] = y;
   }
   if (tid == 0) *counter = 0;
-  if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
+  if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32, !a.x8_flat);
 }
 
 bool cu_attn2_supported(int hd, int G, int n_rot) {

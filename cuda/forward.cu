@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "ctx.h"
+#include "dot8.cuh"
 
 // The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..3).
 #define ATTN_GENERAL 4
@@ -398,11 +399,19 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     attn1_args a1;
     one_token_attn(c, b, qa, a1);
     attn_forms_qk(c, b, qa, a1);
+    fo_args f;
+    const bool fused = moe && fused_router(c, b, *moe, f);
+    // FAST_ATT8: the attention also quantizes its output (plain order) for the fused output + router
+    if (fused && a2 && (cu_fast & FAST_ATT8) && qd % 32 == 0 && (size_t)x8_bytes(qd) <= c->xq_bytes) {
+      a1.x8 = c->xq;
+      a1.x8_flat = 1;
+      f.att8 = c->xq;
+      c->n_att8++;
+    }
     if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
-    fo_args f;
-    if (moe && fused_router(c, b, *moe, f)) {
+    if (fused) {
       *routed = true;
       return cu_fo(c->st, f, c->smem_limit);
     }

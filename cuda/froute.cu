@@ -58,13 +58,20 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   }
   if (tid < FO_ROWS) swn[tid] = tid < nr ? (a.normw ? __ldg(a.normw + c0 + tid) : 1.0f) : 0.0f;
   cu_pdl_wait();
-  {
+  x8v x8 = {};
+  if (Q8 && a.att8) {
+    // the attention quantized att (FAST_ATT8): its bytes copied as they lie
+    for (int c = tid; c < x8_bytes(n) >> 4; c += blockDim.x) cp_async16(x8mem + 16 * c, a.att8 + 16 * c);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    x8 = x8_at(x8mem, n);
+  } else {
     xrow r;
     xrow_load(r, a.att, n);
     xrow_store(r, xs, n, 0, nullptr, 0.0f, nullptr);
+    if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   }
-  x8v x8 = {};
-  if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   cp_async_wait_all(); // every thread: its row chunks and router columns
   __syncwarp();
   float v0 = 0.0f, v1 = 0.0f;

@@ -153,12 +153,13 @@ int64_t cu_moe_dec_init(int smem_optin);
 // m16n8k32 s8 tensor-core products (moe_batch.cu k_mb_gu_mma; exact int32 sums, the scales applied
 // in another order: a bound). FAST_DNMMA: their down on Q4_K / Q6_K rows the same way (k_mb_down_mma,
 // mma8.cuh; before FAST_DNG). FAST_ACT8: the one-token gate/up (32 rows a block) quantizes its
-// SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit).
+// SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit). FAST_ATT8: one token's
+// attention (attn2.cu) quantizes its output for the fused output + router (froute.cu), which copies it.
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
-  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ALL = 4194303,
+  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_ALL = 8388607,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK
@@ -232,6 +233,7 @@ struct fo_args {
   int32_t *sel;     // K out, ascending expert id
   float *selw;      // K out
   int cap, q8;
+  const uint8_t *att8; // or null: att already quantized (dot8.cuh's plain layout) by the attention (FAST_ATT8)
 };
 bool cu_fo_fits(const fo_args &a, int smem_limit);
 int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);
@@ -313,6 +315,7 @@ struct attn1_args {
   int long_chunk; // set by cu_attn2: long contexts' slice length past 32 slices
   uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
+  int x8_flat;    // the int8 values in plain order (one token for the fused output + router, FAST_ATT8), not x8_pos's
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

@@ -821,6 +821,27 @@ gpu("the one-token gate/up's int8 rows for down give the logits of down's own qu
   }
 });
 
+// One token's attention quantizing its output for the fused output + router (CudaFast.att8:
+// cuda/attn2.cu a2_x8 in plain order, cuda/froute.cu copying the bytes) against the product
+// quantizing att itself: q8_group on the same floats in the same groups, so not one logit may
+// differ; the counter proves the path ran.
+gpu("one token's attention output quantized by the attention gives the logits of the product's own quantization", () => {
+  for (const c of DOWN_CASES) {
+    test(`${caseName(c)}: one-token steps, bit for bit`, async () => {
+      await withAbModel(c, { dir: tmp, tag: "att8", seed: 41, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
+        for (const seqs of [[0], [3], [7]]) {
+          const r = abStep(t, seqs, CudaFast.default, CudaFast.default & ~CudaFast.att8, () => t.be.stats().att8);
+          console.log(`${c.model}:${c.quant} slot ${seqs[0]}: the attention quantized att ${r.statA} times, ${r.differ} of ${r.a.length} logits differ`);
+          expect(r.finite).toBe(true);
+          expect(r.differ).toBe(0);
+          expect(r.statA).toBeGreaterThan(0);
+          expect(r.statB).toBe(0);
+        }
+      });
+    });
+  }
+});
+
 // Decode batches' down on the tensor cores (CudaFast.downMma: cuda/moe_batch.cu k_mb_down_mma with
 // cuda/mma8.cuh's Q4_K and Q6_K units) against the lane-group dp4a kernel: exact int32 sums, the
 // scales applied in another order: within 1e-2 of the std, the same greedy token, the counter
