@@ -161,8 +161,9 @@ enum {
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_ALL = 8388607,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
-  // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in
-  FAST_DEFAULT = FAST_ALL & ~FAST_PICK
+  // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
+  // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
+  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8
 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)

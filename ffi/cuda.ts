@@ -75,9 +75,9 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * likewise; before downGroups), act8 (the one-token gate/up quantizes its SwiGLU rows for down), att8
  * (one token's attention quantizes its output for the fused output + router).
  * 0: the general kernels only. The library
- * starts with `default` (all but pick: measured slower on the H200).
+ * starts with `default` (all but pick, measured slower on the H200, and att8, measured no faster).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, all: 8388607, default: 8388607 & ~256 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, all: 8388607, default: 8388607 & ~256 & ~4194304 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

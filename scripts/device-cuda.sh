@@ -65,11 +65,11 @@ for what in "$@"; do
       for bits in 47 31; do
         BUN_BE_BUN=1 timeout 60 $BS scripts/device-cuda-probe.ts /tmp/bl/q.gguf ${CHECK_DEPTHS:-64,600,4096} check $bits 2>&1 | tee -a "$OUT/check.log"
       done
-      SAFE=8388303 # the library's default set (8388351: all but the opt-in picks) without the two checked bits (16, 32)
+      SAFE=4193999 # the library's default set (4194047: all but the opt-in picks and att8) without the two checked bits (16, 32)
       grep -q '^AGREES=47' "$OUT/check.log" && SAFE=$((SAFE | 32))
       grep -q '^AGREES=31' "$OUT/check.log" && SAFE=$((SAFE | 16))
       export BLOOMERY_SAFE_FAST=$SAFE
-      if [ "$SAFE" != 8388351 ]; then
+      if [ "$SAFE" != 4194047 ]; then
         export BLOOMERY_CUDA_FAST=$SAFE
         echo "== BLOOMERY_CUDA_FAST=$SAFE for what follows"
       fi ;;
