@@ -225,15 +225,6 @@ __device__ __forceinline__ void dot_q8(const uint8_t *const (&rp)[R], const uint
 // kernel that computes them, so their contractions into fma agree).
 __device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
-// bytes (a multiple of 16) of rows already quantized into the x8 layout (global memory, 16-byte
-// aligned, written by an earlier kernel: call after the wait) copied into dst (shared) as they
-// lie, by cp.async with all of the thread's copies in flight at once; commits them as one group
-// (the caller waits on it, then a block barrier).
-__device__ __forceinline__ void x8_copy_async(uint8_t *dst, const uint8_t *src, int bytes) {
-  for (int c = threadIdx.x; c < bytes >> 4; c += blockDim.x) cp_async16(dst + 16 * c, src + 16 * c);
-  cp_async_commit();
-}
-
 // cnt rows (src + row_of(t) * ld, written by an earlier kernel) quantized into the x8 slots
 // xq + t * x8_bytes(n) (int8 values in x8_pos order), four threads a group, MB_STAGE_BATCH groups' loads a thread in flight at
 // once. Every thread of the block calls it; ends with a block barrier.

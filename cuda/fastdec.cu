@@ -341,8 +341,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   x8v x8 = {};
   if (Q8 && a.act8) {
     // k_fgu8 quantized the rows (picks in memory): their bytes copied as they lie
-    for (int c = threadIdx.x; c < x8_bytes(na) >> 4; c += blockDim.x) cp_async16(x8mem + 16 * c, a.act8 + 16 * c);
-    cp_async_commit();
+    x8_copy_async(x8mem, a.act8, x8_bytes(na));
     cp_async_wait_all();
     __syncthreads();
     x8 = x8_at(x8mem, na);

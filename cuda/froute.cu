@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   x8v x8 = {};
   if (Q8 && a.att8) {
     // the attention quantized att (FAST_ATT8): its bytes copied as they lie
-    for (int c = tid; c < x8_bytes(n) >> 4; c += blockDim.x) cp_async16(x8mem + 16 * c, a.att8 + 16 * c);
-    cp_async_commit();
+    x8_copy_async(x8mem, a.att8, x8_bytes(n));
     cp_async_wait_all();
     __syncthreads();
     x8 = x8_at(x8mem, n);

@@ -93,11 +93,7 @@ __host__ __device__ constexpr int mma8_upb() { return T == T_Q4_K ? 4 : 8; }
 template <int T>
 __device__ __forceinline__ void mma8_unit(const uint8_t *const (&p)[2], int u, const mma8_x &x, int g0, int t, float (&acc)[4]) {
   if constexpr (T == T_Q4_K) {
-    const uint8_t *const q[1][2] = {{p[0], p[1]}};
-    float a1[1][4] = {{acc[0], acc[1], acc[2], acc[3]}};
-    mma8_q4k<1>(q, u, x, g0, t, a1);
-#pragma unroll
-    for (int k = 0; k < 4; k++) acc[k] = a1[0][k];
+    mma8_q4k<1>(reinterpret_cast<const uint8_t *const(&)[1][2]>(p), u, x, g0, t, reinterpret_cast<float(&)[1][4]>(acc));
   } else {
     mma8_q6k(p, u, x, g0, t, acc);
   }

@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mb_gu_mma(moe_batch_args a) {
     cp_async_commit();
   };
   // the step's quantized rows (16-byte chunks), row t at act + t * xs
-  for (int c = threadIdx.x, per = xb >> 4; c < nt * per; c += blockDim.x) cp_async16(act + (size_t)(c / per) * xs + 16 * (c % per), a.hq + 16 * (size_t)c);
-  cp_async_commit();
+  x8_copy_async(act, a.hq, nt * xb, xb, xs);
   issue(w0, 0);
   issue(w0 + 1, 1);
   int cur = -1, p0 = 0, cnt = 0;

@@ -28,6 +28,19 @@ __device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem,
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Closes the thread's copies issued since the last commit into a group.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// bytes (a multiple of 16) of rows already quantized into dot8.cuh's x8 layout (global memory,
+// 16-byte aligned, written by an earlier kernel: call after the wait) copied into dst (shared) as
+// they lie, by cp.async with all of the thread's copies in flight at once; with xb > 0 the rows
+// (xb bytes each) land xs bytes apart. Every thread of the block calls it; commits the copies as
+// one group (the caller waits on it, then a block barrier).
+__device__ __forceinline__ void x8_copy_async(uint8_t *dst, const uint8_t *src, int bytes, int xb = 0, int xs = 0) {
+  const int per = xb > 0 ? xb >> 4 : bytes >> 4;
+  for (int c = threadIdx.x; c < bytes >> 4; c += blockDim.x) {
+    const int r = xb > 0 ? c / per : 0;
+    cp_async16(dst + (size_t)r * (xb > 0 ? xs : 0) + 16 * (c - r * per), src + 16 * (size_t)c);
+  }
+  cp_async_commit();
+}
 // Waits until at most the newest group of the thread's copies is still in flight.
 __device__ __forceinline__ void cp_async_wait_group1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 // Waits until at most the newest N groups of the thread's copies are still in flight.

@@ -1,6 +1,7 @@
 // Decode-batch A/B runs of the CUDA library's fast bits (CudaFast): a model with 8 slots holding
 // prompts of chosen lengths, then steps of several sequences, each run once with a set of bits
 // and again (rewriting the same KV rows) with another; the two steps' logits compared.
+import { expect } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { CudaFast, CudaOption } from "../ffi/cuda.ts";
@@ -112,4 +113,28 @@ function argmaxOf(v: Float32Array): number {
 /** Steps of n distinct slots from a rotating start, for n in ns. */
 export function rotatingSteps(ns: number[], stride: number): number[][] {
   return ns.map((n, r) => Array.from({ length: n }, (_, i) => (i * stride + r) % SLOTS));
+}
+
+/**
+ * abStep for a path that sums in another order than the one it replaces: finite logits, the same
+ * greedy token, the path taken with bitsA (stat grows) and not with bitsB. Returns max |dlogit| / std.
+ */
+export function expectReordered(t: AbModel, c: AbCase, seqs: number[], bitsA: number, bitsB: number, stat: () => number, what: string): number {
+  const r = abStep(t, seqs, bitsA, bitsB, stat);
+  console.log(`${c.model}:${c.quant} batch of ${seqs.length}: ${what} ${r.statA} launches, max |dlogit| / std ${r.rel.toExponential(2)} (${r.differ} of ${r.a.length} differ)`);
+  expect(r.finite).toBe(true);
+  expect(r.sameArgmax).toBe(true);
+  expect(r.statA).toBeGreaterThan(0);
+  expect(r.statB).toBe(0);
+  return r.rel;
+}
+
+/** abStep for a path that must give the same bits as the one it replaces, taken with bitsA only. */
+export function expectExact(t: AbModel, c: AbCase, seqs: number[], bitsA: number, bitsB: number, stat: () => number, what: string): void {
+  const r = abStep(t, seqs, bitsA, bitsB, stat);
+  console.log(`${c.model}:${c.quant} slots ${seqs.join(",")}: ${what} ${r.statA} times, ${r.differ} of ${r.a.length} logits differ`);
+  expect(r.finite).toBe(true);
+  expect(r.differ).toBe(0);
+  expect(r.statA).toBeGreaterThan(0);
+  expect(r.statB).toBe(0);
 }
