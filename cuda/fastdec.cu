@@ -8,6 +8,7 @@
 // logits (route.cuh), so the router is a plain product and no kernel waits on a selection step.
 // Q4_K and Q6_K rows take int8 activations and dp4a (dot8.cuh) when the caller allows it.
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 #include "internal.h"
@@ -16,6 +17,7 @@
 #include "dot8.cuh"
 #include "rows.cuh"
 #include "stage.cuh"
+#include "l2pf.cuh"
 
 int cu_fast = FAST_DEFAULT;
 
@@ -93,6 +95,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     if (has_row(3)) q1 = issue_row(s3, jb, row_of(3), rb, lane);
     cp_async_commit();
   }
+  l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
   xrow r;
   xrow_load(r, a.x, a.n);
@@ -196,8 +199,10 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   cu_pdl_wait();
   xrow r;
   xrow_load(r, a.h, n);
-  if (a.sel) issue(pick_at(a, j));
-  else select_experts(a, ssel, sw);
+  if (a.sel) {
+    issue(pick_at(a, j));
+    if (a.l2dn) l2pf_share(a.down.d + (size_t)pick_at(a, j) * a.down.nb2, (size_t)a.down.ne1 * a.down.nb1, blockIdx.x, gridDim.x);
+  } else select_experts(a, ssel, sw);
   xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: the picks are visible too
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
@@ -270,6 +275,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
       pg[i] = warp_copy_async(sl + (size_t)(2 * i) * a.cap, g + (size_t)row * a.gate.nb1, rb, lane);
       pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
     }
+    // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
+    if (a.l2dn) l2pf_share(a.down.d + (size_t)e * a.down.nb2, (size_t)a.down.ne1 * a.down.nb1, blockIdx.x, gridDim.x);
   }
   xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
@@ -337,6 +344,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     __syncthreads();
     if (has) issue(0, K < per ? K : per);
   }
+  l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
   x8v x8 = {};
   if (Q8 && a.act8) {
@@ -506,7 +514,10 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
   }
   for (int i = 0; i < nl; i++) {
     // only the launch holding the first job writes h (once)
-    if (i > 0) L[i].a.h = nullptr;
+    if (i > 0) {
+      L[i].a.h = nullptr;
+      memset(&L[i].a.pf, 0, sizeof L[i].a.pf); // the first launch asks for it
+    }
     CU_LAUNCH("one-token product", L[i].k, dim3(L[i].grid), dim3(32 * L[i].warps), L[i].smem, st, L[i].a);
   }
   *done = true;
@@ -556,6 +567,8 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   fmoe_args g = a;
   g.cap = p.cap_gu;
   if (!p.act8) g.act8 = nullptr;
+  g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
+  memset(&g.pf, 0, sizeof g.pf);
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
   if (p.act8) e = cu_launch(a.gate.type == T_Q4_K ? k_fgu8<T_Q4_K> : k_fgu8<T_Q6_K>, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
@@ -573,6 +586,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   fmoe_args d = a;
   d.cap = p.cap_dn;
   if (!p.act8) d.act8 = nullptr;
+  d.l2dn = 0;
   if (act8) *act8 = p.act8;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   if (flat) *flat = d.flat != 0;

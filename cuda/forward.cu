@@ -266,6 +266,22 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && cu_routed_experts(c, m, fm);
 }
 
+// The bytes of a matrix (or a stack of them) for an L2 prefetch range.
+static size_t dmat_bytes(const dmat &m) { return m.d ? (m.ne2 > 1 ? (size_t)m.ne2 * (size_t)m.nb2 : (size_t)m.ne1 * (size_t)m.nb1) : 0; }
+
+// An attention block's Q/K/V weights as L2 prefetch ranges (FAST_L2W; none when off).
+static l2_pf qkv_prefetch(const cu_blk &b) {
+  l2_pf f;
+  memset(&f, 0, sizeof f);
+  if (!(cu_fast & FAST_L2W)) return f;
+  const int r[3] = {BL_ATTN_Q, BL_ATTN_K, BL_ATTN_V};
+  for (int i = 0; i < 3; i++) {
+    f.p[i] = b.t[r[i]].d;
+    f.bytes[i] = dmat_bytes(b.t[r[i]]);
+  }
+  return f;
+}
+
 // Products of the residual rows RMS-normalised on the way in (normw, eps); jobs and the rest zero.
 static mv_args normed_products(const cu_ctx *c, const float *normw, float eps) {
   const int E = (int)c->dm.E;
@@ -354,6 +370,20 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
     a.njobs = 3;
     a.q8 = 1;
+    // one token: the slot's cached keys and values fetched into L2 for the attention (FAST_L2KV)
+    l2_pf kv;
+    memset(&kv, 0, sizeof kv);
+    if (ntok == 1 && (cu_fast & FAST_L2KV)) {
+      const size_t lo = (size_t)b.layer * kv_layer_elems(c);
+      kv.kc = c->kc + lo;
+      kv.vc = c->vc + lo;
+      kv.slot_stride = (int64_t)c->p.kv_ctx * c->p.kv_k_dim;
+      kv.kd = kd;
+      kv.pos = in_pos(c);
+      kv.seq = in_seq(c);
+      a.pf = &kv;
+      c->n_l2pf++;
+    }
     // the previous MoE block's pending combine (FAST_COMBINE): fused into the rows' quantization
     // where that launch takes it, else launched before anything reads x
     a.comb = &c->pend;
@@ -407,6 +437,14 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       a1.x8_flat = 1;
       f.att8 = c->xq;
       c->n_att8++;
+    }
+    // the output product's and the router's weights fetched into L2 by the attention (FAST_L2W)
+    if (fused && a2 && (cu_fast & FAST_L2W)) {
+      a1.pf.p[0] = f.o.d;
+      a1.pf.bytes[0] = dmat_bytes(f.o);
+      a1.pf.p[1] = f.rw;
+      a1.pf.bytes[1] = (size_t)f.X * f.ldw * 4;
+      c->n_l2pf++;
     }
     if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
     else CU_OK(cu_attn1(c->st, a1, hd));
@@ -558,6 +596,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     bool done = false, flat = false, act8 = false;
     fm.act8 = c->act8; // all experts on the card: gate/up may quantize down's rows (FAST_ACT8)
     fm.act8_cap = c->act8_bytes;
+    // gate/up fetches its pick's down rows into L2 (FAST_L2DN); down the next layer's Q/K/V weights (FAST_L2W)
+    fm.l2dn = (cu_fast & FAST_L2DN) != 0;
+    if (c->next_attn) fm.pf = qkv_prefetch(*c->next_attn);
+    c->n_l2pf += fm.l2dn + (fm.pf.p[0] != nullptr);
     CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
     c->n_down1 += flat;
@@ -800,6 +842,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       }
       case BL_BLOCK_MOE:
       case BL_BLOCK_FFN:
+        c->next_attn = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_ATTN ? &bl[i + 1] : nullptr;
         if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;

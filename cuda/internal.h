@@ -54,6 +54,7 @@ struct x8_pre {
   const uint8_t *xq;
   int64_t used; // launches that took them (the context's count; bl_cuda_ctx_stats)
 };
+struct l2_pf;
 struct mv_args {
   mv_job job[3];
   int njobs;
@@ -69,6 +70,7 @@ struct mv_args {
   combine_args *comb; // cu_mv_batch: a pending combine into x (or null), fused into the rows'
                       // quantization or launched before it reads x; cleared when it launches
   x8_pre *pre;        // cu_mv_batch: rows another kernel already quantized into xq (or null)
+  const l2_pf *pf;    // one token (cu_fmv): fetched into L2 before the wait, or null
 };
 int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit);
 int64_t cu_matvec_init(int smem_optin);
@@ -155,11 +157,16 @@ int64_t cu_moe_dec_init(int smem_optin);
 // mma8.cuh; before FAST_DNG). FAST_ACT8: the one-token gate/up (32 rows a block) quantizes its
 // SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit). FAST_ATT8: one token's
 // attention (attn2.cu) quantizes its output for the fused output + router (froute.cu), which copies it.
+// FAST_L2DN / FAST_L2KV / FAST_L2W: one token's kernels fetch into L2 the bytes a later kernel of
+// the step reads while DRAM is idle (l2pf.cuh): gate/up the picked experts' down rows, Q/K/V the
+// slot's cached keys and values, the attention the output product's and router's weights, down
+// the next layer's Q/K/V weights. Hints only: the same values bit for bit.
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
-  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_ALL = 8388607,
+  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
+  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ALL = 67108863,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
@@ -168,6 +175,16 @@ enum {
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
+// Bytes a later kernel of the step reads, fetched into L2 by a launch's blocks (l2pf.cuh): up to
+// three fixed ranges (weights), then the rows [0, pos) of one slot's K and V caches (kc null: none).
+struct l2_pf {
+  const void *p[3];
+  size_t bytes[3];
+  const __half *kc, *vc; // this layer's caches
+  int64_t slot_stride;   // halves between slots
+  int kd;                // halves a position
+  const int32_t *pos, *seq; // the step's token (one token)
+};
 #define FAST_CAP_MAX 8224 // bytes of a warp's weight buffer (a 2048-float F32 row at any alignment)
 struct fmv_job {
   dmat m;
@@ -188,6 +205,7 @@ struct fmv_args {
   int cap;  // bytes a row slot takes
   int nslot; // row slots a warp (2, or 4: two pairs of rows in flight)
   int q8;   // int8 activations allowed (FAST_Q8; the forward pass sets it, the f32 conformance path does not)
+  l2_pf pf; // fetched into L2 before the wait (FAST_L2KV: the attention's cache rows)
 };
 // y = W x for one row of x, jobs grouped by type (two types in one launch where paired). Sets
 // *done false (and enqueues nothing) when the shapes need the general kernels.
@@ -210,6 +228,8 @@ struct fmoe_args {
   int flat;       // down (set by cu_fmoe, FAST_DOWN1): every pick's row staged at once, a warp's lanes over all (pick, unit)
   uint8_t *act8;  // or null: scratch (act8_cap bytes, 16-byte aligned) gate/up quantizes its SwiGLU rows into for down (FAST_ACT8)
   size_t act8_cap;
+  int l2dn;  // gate/up fetches its pick's down rows into L2 (FAST_L2DN)
+  l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr,
                 bool *act8 = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8)
@@ -317,6 +337,7 @@ struct attn1_args {
   uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
   int x8_flat;    // the int8 values in plain order (one token for the fused output + router, FAST_ATT8), not x8_pos's
+  l2_pf pf;       // fetched into L2 before the wait (FAST_L2W: the output product's and router's weights)
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

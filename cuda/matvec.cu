@@ -134,6 +134,7 @@ int64_t cu_matvec(cudaStream_t st, mv_args a, int ntok, int smem_limit) {
     f.normw = a.normw;
     f.eps = a.eps;
     f.q8 = a.q8;
+    if (a.pf) f.pf = *a.pf;
     bool done = false;
     CU_OK(cu_fmv(st, f, smem_limit, cu_sms, &done));
     if (done) return BL_OK;

@@ -73,11 +73,13 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * group of 4 a row of up to 48 int8 units), down1 (the one-token down's lanes over every pick's units),
  * guMma (decode batches' Q4_K gate/up as int8 tensor-core products), downMma (their Q4_K / Q6_K down
  * likewise; before downGroups), act8 (the one-token gate/up quantizes its SwiGLU rows for down), att8
- * (one token's attention quantizes its output for the fused output + router).
+ * (one token's attention quantizes its output for the fused output + router), l2Down / l2Kv / l2Weights
+ * (one token's kernels fetch into L2 what a later kernel reads: the picked experts' down rows, the
+ * slot's cached keys and values, the output product's, router's and next Q/K/V's weights; hints only).
  * 0: the general kernels only. The library
  * starts with `default` (all but pick, measured slower on the H200, and att8, measured no faster).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, all: 8388607, default: 8388607 & ~256 & ~4194304 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, all: 67108863, default: 67108863 & ~256 & ~4194304 } as const;
 
 export interface CudaDeviceInfo {
   index: number;
