@@ -22,6 +22,7 @@
 #include "rope.cuh"
 #include "stage.cuh"
 #include "l2pf.cuh"
+#include "attn2_mma.cuh"
 
 #define A2_THREADS 256
 #define A2_CHUNK 64       // positions a slice takes at least
@@ -32,7 +33,7 @@
 __host__ __device__ constexpr int a2_rs(int hd) { return hd * 2 + 64; }
 // WP: positions a window of key and value rows holds (64; 128 for long contexts, so that a slice
 // of up to 128 positions is copied whole before the wait)
-__host__ __device__ constexpr size_t a2_smem(int hd, int wp) { return 2 * (size_t)wp * a2_rs(hd); }
+__host__ __device__ constexpr size_t a2_smem(int hd, int wp, bool mma = false) { return 2 * (size_t)wp * (mma ? a2m_rs(hd) : a2_rs(hd)); }
 
 // Two halves packed in a word (low first) as floats.
 __device__ __forceinline__ float2 h2x2(uint32_t w) {
@@ -40,10 +41,10 @@ __device__ __forceinline__ float2 h2x2(uint32_t w) {
 }
 
 // Copies the key and value rows of positions [w0, w1) except those in [s0, s1] into the block's
-// buffers (rows of window position r at r - wb).
-template <int HD>
+// buffers (rows of window position r at r - wb, RS bytes apart).
+template <int HD, int RS>
 __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half *kb, const __half *vb, int kd, int wb, int w0, int w1, int s0, int s1) {
-  constexpr int CPR = HD * 2 / 16, RS = a2_rs(HD);
+  constexpr int CPR = HD * 2 / 16;
   const int total = (w1 - w0) * 2 * CPR;
   for (int c = threadIdx.x; c < total; c += A2_THREADS) {
     const int r = c / (2 * CPR), rem = c - r * 2 * CPR, kv = rem / CPR, ch = rem - kv * CPR;
@@ -75,9 +76,11 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
 }
 
 // grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
-template <int HD, int GM, int A2_WP>
+// MMA: a window's scores and values on the tensor cores (attn2_mma.cuh; GM = G = 8, HD 128).
+template <int HD, int GM, int A2_WP, bool MMA = false>
 __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
-  constexpr int RS = a2_rs(HD), CPR = HD * 2 / 16, CPQ = CPR / 4;
+  static_assert(!MMA || (GM == 8 && HD == 128), "the tensor-core window takes 8 heads of 128");
+  constexpr int RS = MMA ? a2m_rs(HD) : a2_rs(HD), CPR = HD * 2 / 16, CPQ = CPR / 4;
   constexpr int PPP = A2_THREADS / 4;  // positions a pass of the scores
   constexpr int HP = HD / 2;           // dimension pairs (values)
   constexpr int PGN = A2_THREADS / HP; // position groups (values)
@@ -91,7 +94,8 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   __shared__ __half sk16[HD], sv16[HD];
   __shared__ float scs[HD / 2], ssn[HD / 2];
   __shared__ float sqn[HD], skn[HD]; // norm weights (constant: loaded before the wait)
-  __shared__ __align__(16) float sp[GM][A2_WP];
+  __shared__ __align__(16) float sp[MMA ? 1 : GM][MMA ? 4 : A2_WP];
+  __shared__ __align__(16) __half sQh[MMA ? 16 : 1][MMA ? HD + 8 : 8], sPh[MMA ? 16 : 1][MMA ? A2_WP + 8 : 8];
   __shared__ float sred_m[NW][GM], sred_s[NW][GM];
   __shared__ float s_f[GM][A2_MAX_SPLITS], s_L[GM];
   __shared__ float s_m[GM], s_l[GM]; // the running max and sum per head, for indexing by a loop variable
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int p0 = si * chunk, p1 = min(n, p0 + chunk);
   const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
   const __half *kb = a.kc + base, *vb = a.vc + base;
-  if (p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, p0, min(p1, p0 + A2_WP), s0, pos);
+  if (p0 < p1) a2_issue<HD, RS>(sK, sV, kb, vb, a.kd, p0, p0, min(p1, p0 + A2_WP), s0, pos);
   for (int d = tid; d < HD; d += A2_THREADS) {
     sqn[d] = a.qn ? __ldg(a.qn + d) : 1.0f;
     skn[d] = a.kn ? __ldg(a.kn + d) : 1.0f;
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   }
   l2pf_issue(a.pf, blockIdx.x + gridDim.x * si, gridDim.x * splits); // the blocks at work share it
   cu_pdl_wait();
-  if (prepped && p0 < p1) a2_issue<HD>(sK, sV, kb, vb, a.kd, p0, max(p0, s0), min(min(p1, p0 + A2_WP), pos + 1), 1, 0);
+  if (prepped && p0 < p1) a2_issue<HD, RS>(sK, sV, kb, vb, a.kd, p0, max(p0, s0), min(min(p1, p0 + A2_WP), pos + 1), 1, 0);
   // this step's q of the block's heads, k and v of the KV head (all loads in flight)
   {
     float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kv4 = qv;
@@ -192,11 +196,23 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     l[h] = 0.0f;
     acc[h][0] = acc[h][1] = 0.0f;
   }
+  float mm = -INFINITY, lm = 0.0f, om[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // MMA: head lane / 4's
+  if constexpr (MMA) {
+    // the heads' queries as halves (rows from GM on zero); the probabilities' rows from GM on zero
+    for (int i = tid; i < 16 * HD / 2; i += A2_THREADS) {
+      const int r = i / (HD / 2), c = 2 * (i - r * (HD / 2));
+      *reinterpret_cast<uint32_t *>(&sQh[r][c]) = r < GM ? pack_h2(sq[r][c], sq[r][c + 1]) : 0u;
+    }
+    for (int i = tid; i < (16 - GM) * (A2_WP + 8) / 2; i += A2_THREADS) {
+      const int r = i / ((A2_WP + 8) / 2), c = 2 * (i - r * ((A2_WP + 8) / 2));
+      *reinterpret_cast<uint32_t *>(&sPh[GM + r][c]) = 0u;
+    }
+  }
   const int qi = tid & 3, pi = tid >> 2; // scores: quarter, position in the pass
   const int dp = tid % HP, pg = tid / HP; // values: dimension pair, position group
   for (int ws = p0; ws < p1; ws += A2_WP) {
     const int we = min(p1, ws + A2_WP), cnt = we - ws, cnt4 = (cnt + 3) & ~3;
-    if (ws != p0) a2_issue<HD>(sK, sV, kb, vb, a.kd, ws, ws, we, prepped ? 1 : pos, prepped ? 0 : pos);
+    if (ws != p0) a2_issue<HD, RS>(sK, sV, kb, vb, a.kd, ws, ws, we, prepped ? 1 : pos, prepped ? 0 : pos);
     cp_async_wait_all();
     __syncthreads(); // sk16 / sv16 written; the previous window's readers are done
     if (!prepped && pos >= ws && pos < we)
@@ -204,119 +220,140 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
         reinterpret_cast<__half *>(sK + (size_t)(pos - ws) * RS)[d] = sk16[d];
         reinterpret_cast<__half *>(sV + (size_t)(pos - ws) * RS)[d] = sv16[d];
       }
+    if constexpr (MMA) {
+      // value rows past the window up to a multiple of 16 read as zeros (their probabilities are 0)
+      const int pad = ((cnt + 15) & ~15) - cnt;
+      for (int i = tid; i < pad * (HD / 8); i += A2_THREADS)
+        *reinterpret_cast<uint4 *>(sV + (size_t)(cnt + i / (HD / 8)) * RS + 16 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
+    }
     __syncthreads();
-    // scores: 4 threads a position, each a quarter of the dimensions (chunks qi, qi + 4, ...)
-    float wmax[GM];
+    if constexpr (MMA) {
+      a2m_window<HD, A2_WP>(&sQh[0][0], sK, sV, &sPh[0][0], sred_m, sred_s, cnt, mm, lm, om);
+    } else {
+      // scores: 4 threads a position, each a quarter of the dimensions (chunks qi, qi + 4, ...)
+      float wmax[GM];
 #pragma unroll
-    for (int h = 0; h < GM; h++) wmax[h] = -INFINITY;
-    for (int t0 = 0; t0 < cnt; t0 += PPP) {
-      const int t = t0 + pi;
-      float s[GM];
+      for (int h = 0; h < GM; h++) wmax[h] = -INFINITY;
+      for (int t0 = 0; t0 < cnt; t0 += PPP) {
+        const int t = t0 + pi;
+        float s[GM];
 #pragma unroll
-      for (int h = 0; h < GM; h++) s[h] = 0.0f;
-      if (t < cnt) {
-        const uint4 *kr = reinterpret_cast<const uint4 *>(sK + (size_t)t * RS);
+        for (int h = 0; h < GM; h++) s[h] = 0.0f;
+        if (t < cnt) {
+          const uint4 *kr = reinterpret_cast<const uint4 *>(sK + (size_t)t * RS);
 #pragma unroll
-        for (int cc = 0; cc < CPQ; cc++) {
-          const int c = cc * 4 + qi;
-          const uint4 raw = kr[c];
-          const float2 k0 = h2x2(raw.x), k1 = h2x2(raw.y), k2 = h2x2(raw.z), k3 = h2x2(raw.w);
+          for (int cc = 0; cc < CPQ; cc++) {
+            const int c = cc * 4 + qi;
+            const uint4 raw = kr[c];
+            const float2 k0 = h2x2(raw.x), k1 = h2x2(raw.y), k2 = h2x2(raw.z), k3 = h2x2(raw.w);
+#pragma unroll
+            for (int h = 0; h < GM; h++) {
+              const float4 qa = *reinterpret_cast<const float4 *>(&sq[h][8 * c]);
+              const float4 qb = *reinterpret_cast<const float4 *>(&sq[h][8 * c + 4]);
+              s[h] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
+            }
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+          s[h] += __shfl_xor_sync(0xffffffffu, s[h], 1);
+          s[h] += __shfl_xor_sync(0xffffffffu, s[h], 2);
+        }
+        if (t < cnt) {
 #pragma unroll
           for (int h = 0; h < GM; h++) {
-            const float4 qa = *reinterpret_cast<const float4 *>(&sq[h][8 * c]);
-            const float4 qb = *reinterpret_cast<const float4 *>(&sq[h][8 * c + 4]);
-            s[h] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
+            if (qi == 0) sp[h][t] = s[h];
+            wmax[h] = fmaxf(wmax[h], s[h]);
           }
         }
       }
 #pragma unroll
       for (int h = 0; h < GM; h++) {
-        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 1);
-        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 2);
+        const float v = warp_max(wmax[h]);
+        if (lane == 0) sred_m[warp][h] = v;
       }
-      if (t < cnt) {
+      __syncthreads();
+      float mn[GM], al[GM];
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        float wm = sred_m[0][h];
+#pragma unroll
+        for (int w = 1; w < NW; w++) wm = fmaxf(wm, sred_m[w][h]);
+        mn[h] = fmaxf(m[h], wm);
+        al[h] = expf(m[h] - mn[h]);
+      }
+      // probabilities (the window padded to a multiple of 4 with zeros)
+      float ls[GM];
+#pragma unroll
+      for (int h = 0; h < GM; h++) ls[h] = 0.0f;
+      for (int t = tid; t < cnt4; t += A2_THREADS) {
 #pragma unroll
         for (int h = 0; h < GM; h++) {
-          if (qi == 0) sp[h][t] = s[h];
-          wmax[h] = fmaxf(wmax[h], s[h]);
+          const float pr = t < cnt ? expf(sp[h][t] - mn[h]) : 0.0f;
+          sp[h][t] = pr;
+          ls[h] += pr;
         }
       }
-    }
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-      const float v = warp_max(wmax[h]);
-      if (lane == 0) sred_m[warp][h] = v;
-    }
-    __syncthreads();
-    float mn[GM], al[GM];
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-      float wm = sred_m[0][h];
-#pragma unroll
-      for (int w = 1; w < NW; w++) wm = fmaxf(wm, sred_m[w][h]);
-      mn[h] = fmaxf(m[h], wm);
-      al[h] = expf(m[h] - mn[h]);
-    }
-    // probabilities (the window padded to a multiple of 4 with zeros)
-    float ls[GM];
-#pragma unroll
-    for (int h = 0; h < GM; h++) ls[h] = 0.0f;
-    for (int t = tid; t < cnt4; t += A2_THREADS) {
 #pragma unroll
       for (int h = 0; h < GM; h++) {
-        const float pr = t < cnt ? expf(sp[h][t] - mn[h]) : 0.0f;
-        sp[h][t] = pr;
-        ls[h] += pr;
+        const float v = warp_sum(ls[h]);
+        if (lane == 0) sred_s[warp][h] = v;
       }
-    }
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-      const float v = warp_sum(ls[h]);
-      if (lane == 0) sred_s[warp][h] = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < NW; w++) sum += sred_s[w][h];
-      l[h] = l[h] * al[h] + sum;
-      m[h] = mn[h];
-      acc[h][0] *= al[h];
-      acc[h][1] *= al[h];
-    }
-    // values: a thread a dimension pair, positions in blocks of 4 (blocks pg, pg + PGN, ...)
-    for (int t = 4 * pg; t < cnt; t += 4 * PGN) {
-      float2 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-        v[j] = t + j < cnt ? h2x2(*reinterpret_cast<const uint32_t *>(sV + (size_t)(t + j) * RS + 4 * dp)) : make_float2(0.0f, 0.0f);
+      __syncthreads();
 #pragma unroll
       for (int h = 0; h < GM; h++) {
-        const float4 p = *reinterpret_cast<const float4 *>(&sp[h][t]);
-        acc[h][0] += p.x * v[0].x + p.y * v[1].x + p.z * v[2].x + p.w * v[3].x;
-        acc[h][1] += p.x * v[0].y + p.y * v[1].y + p.z * v[2].y + p.w * v[3].y;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) sum += sred_s[w][h];
+        l[h] = l[h] * al[h] + sum;
+        m[h] = mn[h];
+        acc[h][0] *= al[h];
+        acc[h][1] *= al[h];
       }
-    }
+      // values: a thread a dimension pair, positions in blocks of 4 (blocks pg, pg + PGN, ...)
+      for (int t = 4 * pg; t < cnt; t += 4 * PGN) {
+        float2 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          v[j] = t + j < cnt ? h2x2(*reinterpret_cast<const uint32_t *>(sV + (size_t)(t + j) * RS + 4 * dp)) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+          const float4 p = *reinterpret_cast<const float4 *>(&sp[h][t]);
+          acc[h][0] += p.x * v[0].x + p.y * v[1].x + p.z * v[2].x + p.w * v[3].x;
+          acc[h][1] += p.x * v[0].y + p.y * v[1].y + p.z * v[2].y + p.w * v[3].y;
+        }
+      }
+    } // the scalar window
     __syncthreads(); // before the next window reuses the buffers
   }
   // position groups summed in order: scratch in the key buffer (done with it)
   float *scr = reinterpret_cast<float *>(dyn_smem4);
+  constexpr int PGS = MMA ? 1 : PGN; // the groups in scr
+  if constexpr (MMA) {
+    const int g8 = lane >> 2, d0 = 16 * warp + 2 * (lane & 3);
 #pragma unroll
-  for (int h = 0; h < GM; h++) *reinterpret_cast<float2 *>(scr + ((size_t)pg * GM + h) * HD + 2 * dp) = make_float2(acc[h][0], acc[h][1]);
-  if (tid == 0)
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-      s_m[h] = m[h];
-      s_l[h] = l[h];
+    for (int i = 0; i < 2; i++) *reinterpret_cast<float2 *>(scr + (size_t)g8 * HD + d0 + 8 * i) = make_float2(om[i][0], om[i][1]);
+    if (warp == 0 && (lane & 3) == 0) {
+      s_m[g8] = mm;
+      s_l[g8] = lm;
     }
+  } else {
+#pragma unroll
+    for (int h = 0; h < GM; h++) *reinterpret_cast<float2 *>(scr + ((size_t)pg * GM + h) * HD + 2 * dp) = make_float2(acc[h][0], acc[h][1]);
+    if (tid == 0)
+#pragma unroll
+      for (int h = 0; h < GM; h++) {
+        s_m[h] = m[h];
+        s_l[h] = l[h];
+      }
+  }
   __syncthreads();
   if (splits == 1) {
     for (int i = tid; i < GM * HD; i += A2_THREADS) {
       const int h = i / HD, d = i - h * HD;
       float o = 0.0f;
 #pragma unroll
-      for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
+      for (int q = 0; q < PGS; q++) o += scr[((size_t)q * GM + h) * HD + d];
       const float lh = s_l[h];
       const float y = lh > 0.0f ? o / lh : 0.0f;
       aout[(size_t)(h0 + h) * HD + d] = y;
@@ -329,7 +366,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     const int h = i / HD, d = i - h * HD;
     float o = 0.0f;
 #pragma unroll
-    for (int q = 0; q < PGN; q++) o += scr[((size_t)q * GM + h) * HD + d];
+    for (int q = 0; q < PGS; q++) o += scr[((size_t)q * GM + h) * HD + d];
     float *pp = apart + ((size_t)(h0 + h) * A2_MAX_SPLITS + si) * STS;
     pp[4 + d] = o;
     if (d == 0) {
@@ -418,9 +455,16 @@ static int a2_splits(int cls, int wp, int max_splits) {
   return max_splits < 32 && max_splits < cap ? max_splits : cap;
 }
 
+// The context class from which one token's attention takes the tensor-core window (FAST_ATTMMA;
+// BLOOMERY_CUDA_A2_MMA_CLASS=0..4 for probe runs, 4: never).
+static int a2_mma_class = 2;
+static bool a2_mma(int cls, int G, int hd) { return (cu_fast & FAST_ATTMMA) && hd == 128 && G == 8 && cls >= a2_mma_class; }
+
 template <int HD, int WP>
-static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits) {
+static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits, bool mma) {
   const dim3 grid(a.nkv * (a.G / gm), splits, a.ntok > 1 ? a.ntok : 1), th(A2_THREADS);
+  if constexpr (HD == 128)
+    if (mma) return cu_launch(k_attn2<HD, 8, WP, true>, grid, th, a2_smem(HD, WP, true), st, a);
   const size_t smem = a2_smem(HD, WP);
   if (gm == 1) return cu_launch(k_attn2<HD, 1, WP>, grid, th, smem, st, a);
   if (gm == 2) return cu_launch(k_attn2<HD, 2, WP>, grid, th, smem, st, a);
@@ -429,16 +473,18 @@ static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int s
   return cu_launch(k_attn2<HD, 4, WP>, grid, th, smem, st, a);
 }
 
-int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls) {
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma_used) {
   if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
   if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
-  const int gm = a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
+  const bool mma = a2_mma(cls, a.G, hd);
+  if (mma_used) *mma_used = mma;
+  const int gm = mma ? 8 : a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
   attn1_args b = a;
   b.long_chunk = a2_long_chunk;
   cudaError_t e;
-  if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, b, gm, splits) : launch_a2<64, 64>(st, b, gm, splits);
-  else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, b, gm, splits) : launch_a2<128, 64>(st, b, gm, splits);
-  else if (hd == 256) e = launch_a2<256, 64>(st, b, gm, splits);
+  if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, b, gm, splits, false) : launch_a2<64, 64>(st, b, gm, splits, false);
+  else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, b, gm, splits, mma) : launch_a2<128, 64>(st, b, gm, splits, mma);
+  else if (hd == 256) e = launch_a2<256, 64>(st, b, gm, splits, false);
   else return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", hd);
   CU_TRY(e, "one-token attention (head groups)");
   return BL_OK;
@@ -452,6 +498,8 @@ int64_t cu_attn2_init(int smem_optin) {
     a2_long_heads = h;
     a2_long_chunk = ch;
   }
+  env = getenv("BLOOMERY_CUDA_A2_MMA_CLASS");
+  if (env && env[0] >= '0' && env[0] <= '4' && !env[1]) a2_mma_class = env[0] - '0';
 #define P(HD, WP)                                          \
   CU_OK(cu_allow_smem(k_attn2<HD, 1, WP>, smem_optin, w)); \
   CU_OK(cu_allow_smem(k_attn2<HD, 2, WP>, smem_optin, w)); \
@@ -462,5 +510,7 @@ int64_t cu_attn2_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_attn2<128, 8, 64>, smem_optin, w));
   CU_OK(cu_allow_smem(k_attn2<64, 8, 128>, smem_optin, w));
   CU_OK(cu_allow_smem(k_attn2<128, 8, 128>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_attn2<128, 8, 64, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_attn2<128, 8, 128, true>, smem_optin, w));
   return BL_OK;
 }

@@ -357,6 +357,15 @@ static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
   return rc;
 }
 
+// One token's attention by head groups (or a decode batch's, a block column a token), counting
+// the launches that take the tensor-core window.
+static int64_t attn2(cu_ctx *c, const attn1_args &a1, int hd) {
+  bool mma = false;
+  CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3, &mma));
+  c->n_attmma += mma;
+  return BL_OK;
+}
+
 // moe: the MoE block that follows (or null); *routed: its router ran fused into the output product.
 static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa_tiles, const cu_blk *moe, bool *routed) {
   *routed = false;
@@ -446,7 +455,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       a1.pf.bytes[1] = (size_t)f.X * f.ldw * 4;
       c->n_l2pf++;
     }
-    if (a2) CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
+    if (a2) CU_OK(attn2(c, a1, hd));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
     if (fused) {
@@ -465,7 +474,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.ntok = ntok;
     a1.ldq = qd;
     attn_x8(c, b, ntok, a1);
-    CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
+    CU_OK(attn2(c, a1, hd));
     cu_mark(c, S_O);
     return attn_out_batch(c, b, ntok);
   }
@@ -501,7 +510,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     a1.ldq = qd;
     a1.prepped = 1;
     attn_x8(c, b, ntok, a1);
-    CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3));
+    CU_OK(attn2(c, a1, hd));
     cu_mark(c, S_O);
     return attn_out_batch(c, b, ntok);
   } else {

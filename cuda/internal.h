@@ -160,17 +160,22 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_L2DN / FAST_L2KV / FAST_L2W: one token's kernels fetch into L2 the bytes a later kernel of
 // the step reads while DRAM is idle (l2pf.cuh): gate/up the picked experts' down rows, Q/K/V the
 // slot's cached keys and values, the attention the output product's and router's weights, down
-// the next layer's Q/K/V weights. Hints only: the same values bit for bit.
+// the next layer's Q/K/V weights. Hints only: the same values bit for bit. FAST_ATTMMA: one token's
+// attention over longer contexts (attn2.cu, 8 query heads of 128 a KV head) forms a window's scores
+// and values as m16n8k16 f16 products (attn2_mma.cuh; q and the probabilities as halves: a bound).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
-  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ALL = 67108863,
+  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_ALL = 134217727,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
-  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8
+  // the L2 prefetches of the experts' down rows and of the next kernels' weights measured slower
+  // (tg128 -1%, tg128 @ d4096 -3%: their DRAM traffic lands on the kernel that is then on the
+  // critical path), so they are opt-in; the cached keys and values' one is on (+0.5-1.5% at 4,096)
+  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W
 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
@@ -347,7 +352,7 @@ int64_t cu_attn1_init(int smem_optin);
 // the step (cu_attn2_class of the token's position + 1; the host captures a graph per class).
 bool cu_attn2_supported(int hd, int G, int n_rot);
 int cu_attn2_class(int n);
-int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls);
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma = nullptr); // *mma: the tensor-core window (FAST_ATTMMA)
 int64_t cu_attn2_init(int smem_optin);
 int64_t cu_attn_init(int smem_optin);
 int64_t cu_attn_dec_init();
