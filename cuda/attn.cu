@@ -133,7 +133,6 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
   __shared__ __align__(16) float sacc[AD_WARPS][GM][HD];
   __shared__ float s_f[GM][AD_MAX_SPLITS], s_L[GM];
-  __shared__ int s_last;
   const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
   const int n = a.pos[t] + 1;
@@ -281,12 +280,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
     }
   }
   if (splits == 1) return;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(a.counters + (size_t)t * a.nkv + g, 1) == splits - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_arrival(a.counters + (size_t)t * a.nkv + g, splits)) return;
   // the last slice's block merges: per-slice factors first (read in parallel), then the sums
   for (int i = threadIdx.x; i < G * splits; i += blockDim.x) {
     const int h = i / splits, s2 = i - h * splits;

@@ -51,7 +51,6 @@ __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
   __shared__ float sp[GM][WP];
   __shared__ float sred[A1_THREADS / 32][GM];
   __shared__ float s_f[GM][A1_MAX_SPLITS], s_l[GM][A1_MAX_SPLITS], s_L[GM];
-  __shared__ int s_last;
   const int g = blockIdx.x, si = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.G;
   // the step's position and slot were copied in before the graph started
   const int pos = a.pos[0], n = pos + 1;
@@ -283,12 +282,7 @@ __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
           pp[1] = l[h];
         }
       }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(a.counters + g, 1) == splits - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_arrival(a.counters + g, splits)) return;
   // the last slice's block merges: per-slice factors, then the weighted sums (float4 loads)
   for (int i = tid; i < G * splits; i += A1_THREADS) {
     const int h = i / splits, s2 = i - h * splits;

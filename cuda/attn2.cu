@@ -99,7 +99,6 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   __shared__ float sred_m[NW][GM], sred_s[NW][GM];
   __shared__ float s_f[GM][A2_MAX_SPLITS], s_L[GM];
   __shared__ float s_m[GM], s_l[GM]; // the running max and sum per head, for indexing by a loop variable
-  __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.G, HS = G / GM;
   const int g = blockIdx.x / HS, hs = blockIdx.x - g * HS, si = blockIdx.y, h0 = g * G + hs * GM, t = blockIdx.z;
   const bool prepped = a.prepped != 0;
@@ -374,13 +373,8 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       pp[1] = s_l[h];
     }
   }
-  __threadfence();
-  __syncthreads();
   int *counter = a.counters + (size_t)t * a.nh + g * HS + hs;
-  if (tid == 0) s_last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_arrival(counter, splits)) return;
   // the last slice's block merges its head group: the slices' factors (a warp a head)...
   if (warp < GM) {
     const int h = warp;

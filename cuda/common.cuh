@@ -105,6 +105,23 @@ struct dmat {
 };
 
 // ---- device helpers ----
+// The block's arrival at a grid-wide counter once every thread's global writes are done: true in
+// every thread of the last of n blocks to arrive, which then reads every block's writes (L2
+// loads). One thread fences and counts after a barrier, as a grid barrier does (the barrier
+// orders the block's writes before its fence), so the block's other threads do not each wait on
+// a fence. The caller resets the counter for the next launch.
+__device__ __forceinline__ bool last_arrival(int *counter, int n) {
+  __shared__ int s_last_arrival;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counter, 1) == n - 1;
+    if (last) __threadfence();
+    s_last_arrival = last;
+  }
+  __syncthreads();
+  return s_last_arrival != 0;
+}
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

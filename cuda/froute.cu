@@ -34,7 +34,6 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   __shared__ float slg[256], sred2[256];
   __shared__ int ssel[32];
   __shared__ float sw[32], smx[2];
-  __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = a.n, E = a.E, X = a.X;
   uint8_t *base = reinterpret_cast<uint8_t *>(dyn_smem4);
   float *xs = reinterpret_cast<float *>(base);
@@ -109,12 +108,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     }
     a.part[(size_t)tid * a.ldp + blockIdx.x] = p;
   }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(a.counter, 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_arrival(a.counter, (int)gridDim.x)) return;
   // the last block: the whole new x (for its norm) and the partials, all loads in flight
   xrow rx;
   xrow_load(rx, a.x, E);

@@ -27,7 +27,6 @@ __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   __shared__ float red[32];
-  __shared__ int last;
   __shared__ int ssel[MV_WARPS][ROUTER_MAX_K];
   __shared__ float sw[MV_WARPS][ROUTER_MAX_K];
   const int t0 = blockIdx.y * NT;
@@ -60,12 +59,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
       if (lane == 0 && t < nt) a.logits[(size_t)(t0 + t) * a.n_expert + e] = v;
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_arrival(a.counters + blockIdx.y, (int)gridDim.x)) return;
   for (int t = w; t < nt; t += MV_WARPS) route_token(a, t0 + t, ssel[w], sw[w]);
   if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;
 }

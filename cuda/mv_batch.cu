@@ -331,14 +331,8 @@ __global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a, mb_pick_
   }
   if constexpr (XJ > 0) {
     // the last product block to finish picks (every block's logits written and fenced before its count)
-    __shared__ int s_last;
     const int nrb = (rows + SR - 1) / SR;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(pk.counter, 1) == nrb - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!last_arrival(pk.counter, nrb)) return;
     mb_pick_block<XJ>(jb.y, nt, rows, pk.k, pk.norm_topk, pk.w_scale, pk.sel, pk.selw, pk.pair_tok, pk.pair_of, pk.tiles, pk.n_tiles);
     if (threadIdx.x == 0) *pk.counter = 0; // for the next launch (and graph replay)
   }

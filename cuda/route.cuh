@@ -102,6 +102,16 @@ __device__ __forceinline__ void route_core(const float *lg, int X, int K, int no
   __syncwarp();
 }
 
+// A logit's sort key as one unsigned integer: greater for a greater value, then for a lower id (NaN
+// counts as -inf, -0 as +0, so equal values rank by id as the float comparisons do).
+__device__ __forceinline__ unsigned long long route_key(float v, int e) {
+  if (v != v) v = -INFINITY;
+  v += 0.0f; // -0 + 0 = +0
+  unsigned u = __float_as_uint(v);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ((unsigned long long)u << 32) | (unsigned long long)(0xffffffffu - (unsigned)e);
+}
+
 // One token's selection by a whole block (every thread calls it; X <= 8 * blockDim.x / 8, at most
 // 256; K <= 32) from X logits in shared memory: the same picks, weights and order as
 // route_core<XJ, true> on the same logits - warp 0 forms the maximum and the sum as route_core
@@ -128,20 +138,19 @@ __device__ __forceinline__ void route_block(const float *lg, int X, int K, int n
       smx[1] = sum;
     }
   }
+  // the logits' sort keys (value, then lower id) for the ranks: one 64-bit comparison a pair
+  __shared__ unsigned long long skey[256];
+  for (int i = tid; i < X; i += blockDim.x) skey[i] = route_key(lg[i], i);
+  __syncthreads();
   int xp = 8; // X rounded up to a power of two (at least 8: L <= 32 threads a logit)
   while (xp < X) xp <<= 1;
   const int L = (int)blockDim.x / xp > 1 ? (int)blockDim.x / xp : 1, e = tid / L, s = tid - e * L;
   int rank = 0;
-  float ve = 0.0f;
   if (e < X) {
-    ve = lg[e];
-    if (ve != ve) ve = -INFINITY;
+    const unsigned long long ke = skey[e];
     const int per = (X + L - 1) / L, j0 = s * per, j1 = j0 + per < X ? j0 + per : X;
-    for (int j = j0; j < j1; j++) {
-      float vj = lg[j];
-      if (vj != vj) vj = -INFINITY;
-      rank += (vj > ve || (vj == ve && j < e)) ? 1 : 0;
-    }
+#pragma unroll 8
+    for (int j = j0; j < j1; j++) rank += skey[j] > ke ? 1 : 0;
   }
   for (int o = 1; o < L && o < 32; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
   if (tid < K) { // every slot defined even if the logits are not numbers
