@@ -18,6 +18,7 @@
 #include "rows.cuh"
 #include "stage.cuh"
 #include "l2pf.cuh"
+#include "fopick.cuh"
 
 int cu_fast = FAST_DEFAULT;
 
@@ -248,6 +249,9 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // layout for the k * ff values, q8_group on the same floats k_fdown's quantize_x8 takes): down
 // copies those bytes instead of loading k * ff floats and quantizing them in every block. The same
 // values bit for bit. smem: h (n floats), its int8 row, then eight slots of cap bytes a warp.
+// FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
+// block would have (fopick.cuh, route_block), then copies its rows; block (0, 0) publishes the
+// picks for down and raises the flag down waits on.
 template <int T>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   using Q = qt<T>;
@@ -256,6 +260,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sact[32];
+  __shared__ float sfo[256], slg[256], sfw[32], smx[2];
+  __shared__ int sfe[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
   uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + n);
@@ -266,8 +272,28 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   xrow r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
+  const bool pickx = a.fo_part != nullptr;
+  if (pickx) {
+    sfo[threadIdx.x] = fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X);
+    const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: sfo visible
+    const bool first = blockIdx.x == 0 && blockIdx.y == 0;
+    fo_logits(sfo, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
+    if (a.fo_X <= 128) route_block<4>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
+    else route_block<8>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
+    if (first) {
+      if ((int)threadIdx.x < a.k) {
+        a.fo_sel[threadIdx.x] = sfe[threadIdx.x];
+        a.fo_selw[threadIdx.x] = sfw[threadIdx.x];
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicExch(a.pick_flag, 1);
+      }
+    }
+  }
   {
-    const int e = pick_at(a, j);
+    const int e = pickx ? sfe[j] : pick_at(a, j);
     const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
 #pragma unroll
     for (int i = 0; i < RW; i++) {
@@ -278,7 +304,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
     if (a.l2dn) l2pf_share(a.down.d + (size_t)e * a.down.nb2, (size_t)a.down.ne1 * a.down.nb1, blockIdx.x, gridDim.x);
   }
-  xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
+  if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
   cp_async_wait_all();
   __syncwarp();
@@ -337,6 +363,13 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     }
   };
   if (a.sel) {
+    if (a.pick_flag) {
+      // FAST_PICKX: the picks are published by gate/up's first block (running: this launch starts
+      // only once every gate/up block has passed its wait)
+      if (threadIdx.x == 0)
+        while (ld_acquire_gpu(a.pick_flag) == 0) __nanosleep(64);
+      __syncthreads();
+    }
     if ((int)threadIdx.x < K) {
       ssel[threadIdx.x] = pick_at(a, threadIdx.x);
       sw[threadIdx.x] = __ldcg(a.selw + threadIdx.x);
@@ -569,6 +602,9 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
   memset(&g.pf, 0, sizeof g.pf);
+  g.pick_flag = nullptr;
+  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32))
+    return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
   if (p.act8) e = cu_launch(a.gate.type == T_Q4_K ? k_fgu8<T_Q4_K> : k_fgu8<T_Q6_K>, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
@@ -587,6 +623,8 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   d.cap = p.cap_dn;
   if (!p.act8) d.act8 = nullptr;
   d.l2dn = 0;
+  d.fo_part = nullptr;
+  d.pick_flag = a.fo_part ? a.pick_flag : nullptr;
   if (act8) *act8 = p.act8;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   if (flat) *flat = d.flat != 0;
@@ -609,6 +647,11 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit) {
   fmoe_plan p;
   return plan_fmoe(a, smem_limit, p);
+}
+
+bool cu_fmoe_act8(const fmoe_args &a, int smem_limit) {
+  fmoe_plan p;
+  return plan_fmoe(a, smem_limit, p) && p.act8;
 }
 
 int64_t cu_fast_init(int smem_optin) {

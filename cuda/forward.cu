@@ -460,6 +460,17 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     cu_mark(c, S_O);
     if (fused) {
       *routed = true;
+      // FAST_PICKX: no last block; the experts' gate/up picks from the partials (its MoE block on the card)
+      c->pickx = false;
+      if ((cu_fast & FAST_PICKX) && !moe->host) {
+        fmoe_args fm;
+        if (cu_routed_experts(c, *moe, fm)) {
+          fm.act8 = c->act8;
+          fm.act8_cap = c->act8_bytes;
+          c->pickx = cu_fmoe_act8(fm, c->smem_limit);
+        }
+      }
+      if (c->pickx) f.pick_flag = c->cnt_fo + 2;
       return cu_fo(c->st, f, c->smem_limit);
     }
     return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
@@ -605,6 +616,19 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     bool done = false, flat = false, act8 = false;
     fm.act8 = c->act8; // all experts on the card: gate/up may quantize down's rows (FAST_ACT8)
     fm.act8_cap = c->act8_bytes;
+    if (c->pickx) {
+      // the fused router left its partial logits: gate/up picks (FAST_PICKX; the flag is cnt_fo's third int)
+      fm.fo_part = c->rpart;
+      fm.fo_ldp = c->rpart_ld;
+      fm.fo_nb = ((int)c->dm.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS;
+      fm.fo_X = b.n_expert;
+      fm.fo_logits = c->router;
+      fm.fo_sel = c->sel;
+      fm.fo_selw = c->selw;
+      fm.pick_flag = c->cnt_fo + 2;
+      c->pickx = false;
+      c->n_pickx++;
+    }
     // gate/up fetches its pick's down rows into L2 (FAST_L2DN); down the next layer's Q/K/V weights (FAST_L2W)
     fm.l2dn = (cu_fast & FAST_L2DN) != 0;
     if (c->next_attn) fm.pf = qkv_prefetch(*c->next_attn);

@@ -14,6 +14,7 @@
 #include "route.cuh"
 #include "dot8.cuh"
 #include "stage.cuh"
+#include "fopick.cuh"
 
 #define FO_WARPS 8
 #define FO_ROWS (2 * FO_WARPS) // rows of x a block
@@ -108,34 +109,17 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     }
     a.part[(size_t)tid * a.ldp + blockIdx.x] = p;
   }
+  // FAST_PICKX: the picks are the gate/up kernel's (fopick.cuh): this launch writes the partials
+  // and clears the flag down waits on (the previous layer's down is done: it precedes this wait)
+  if (a.pick_flag) {
+    if (blockIdx.x == 0 && tid == 0) *a.pick_flag = 0;
+    return;
+  }
   if (!last_arrival(a.counter, (int)gridDim.x)) return;
   // the last block: the whole new x (for its norm) and the partials, all loads in flight
   xrow rx;
   xrow_load(rx, a.x, E);
-  int xp = 8;
-  while (xp < X) xp <<= 1;
-  const int L = (int)blockDim.x / xp, e = tid % xp, sl = tid / xp, nq = a.ldp / 4, nb = gridDim.x;
-  float acc = 0.0f;
-  if (e < X) {
-    const float4 *pc = reinterpret_cast<const float4 *>(a.part + (size_t)e * a.ldp);
-    for (int q0 = sl; q0 < nq; q0 += 16 * L) {
-      float4 v[16];
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        const int q = q0 + k * L;
-        v[k] = q < nq ? __ldcg(pc + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        const int b = 4 * (q0 + k * L);
-        if (b < nb) acc += v[k].x;
-        if (b + 1 < nb) acc += v[k].y;
-        if (b + 2 < nb) acc += v[k].z;
-        if (b + 3 < nb) acc += v[k].w;
-      }
-    }
-  }
-  sred2[tid] = acc;
+  sred2[tid] = fo_sum_part(a.part, a.ldp, gridDim.x, X);
   // the norm of the new x, formed as the expert kernels' staging forms it
   float ss = 0.0f;
 #pragma unroll
@@ -145,13 +129,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   }
   ss = block_sum(ss, red); // barriers: sred2 visible
   const float sc = 1.0f / sqrtf(ss / (float)E + a.eps);
-  if (tid < X) {
-    float t = 0.0f;
-    for (int q = 0; q < L; q++) t += sred2[q * xp + tid];
-    slg[tid] = t * sc;
-    a.logits[tid] = slg[tid];
-  }
-  __syncthreads();
+  fo_logits(sred2, X, sc, slg, a.logits);
   if (X <= 128) route_block<4>(slg, X, a.K, a.norm_topk, a.w_scale, ssel, sw, smx);
   else route_block<8>(slg, X, a.K, a.norm_topk, a.w_scale, ssel, sw, smx);
   if (tid < a.K) {

@@ -163,12 +163,15 @@ int64_t cu_moe_dec_init(int smem_optin);
 // the next layer's Q/K/V weights. Hints only: the same values bit for bit. FAST_ATTMMA: one token's
 // attention over longer contexts (attn2.cu, 8 query heads of 128 a KV head) forms a window's scores
 // and values as m16n8k16 f16 products (attn2_mma.cuh; q and the probabilities as halves: a bound).
+// FAST_PICKX: the fused output + router (froute.cu) has no last block; the one-token gate/up
+// (k_fgu8) sums its partial logits and picks in every block, down waits on a flag its first
+// block raises (fopick.cuh; the same picks bit for bit).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
-  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_ALL = 134217727,
+  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_ALL = 268435455,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
@@ -234,11 +237,21 @@ struct fmoe_args {
   uint8_t *act8;  // or null: scratch (act8_cap bytes, 16-byte aligned) gate/up quantizes its SwiGLU rows into for down (FAST_ACT8)
   size_t act8_cap;
   int l2dn;  // gate/up fetches its pick's down rows into L2 (FAST_L2DN)
+  // FAST_PICKX (with act8 and sel): gate/up picks from the fused router's partials (fopick.cuh):
+  // fo_part [fo_X][fo_ldp] over fo_nb blocks, scaled by the norm of h; its block (0, 0) writes sel,
+  // selw and fo_logits, then raises *pick_flag, which down waits on before reading the picks
+  const float *fo_part;
+  int fo_ldp, fo_nb, fo_X;
+  float *fo_logits;
+  int32_t *fo_sel;
+  float *fo_selw;
+  int *pick_flag;
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr,
                 bool *act8 = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8)
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
+bool cu_fmoe_act8(const fmoe_args &a, int smem_limit); // gate/up would quantize down's rows (FAST_ACT8): FAST_PICKX can ride on it
 int64_t cu_fast_init(int smem_optin);
 // One token's attention output product fused with the router (froute.cu): x += O att, then the
 // router's logits of RMSNorm(x) and the token's picks by the last block.
@@ -260,6 +273,8 @@ struct fo_args {
   float *selw;      // K out
   int cap, q8;
   const uint8_t *att8; // or null: att already quantized (dot8.cuh's plain layout) by the attention (FAST_ATT8)
+  int *pick_flag;      // or null; set (FAST_PICKX): no last block - the gate/up kernel picks from the
+                       // partials, and this launch clears the flag its block 0 raises for down
 };
 bool cu_fo_fits(const fo_args &a, int smem_limit);
 int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);

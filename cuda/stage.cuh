@@ -16,6 +16,13 @@ __device__ __forceinline__ void cu_pdl_wait() {
 #endif
 }
 
+// A flag read with acquire semantics at GPU scope (what its writer wrote before raising it is visible).
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
@@ -96,7 +103,8 @@ __device__ __forceinline__ void xrow_load(xrow &r, const float *x, int n) {
 }
 // Stores r to xs, RMS-normalised with weights w (null: none) when norm (the same products as the
 // CPU reference: x * (1/rms) * w). Ends with a block barrier; every thread of the block calls it.
-__device__ __forceinline__ void xrow_store(const xrow &r, float *xs, int n, int norm, const float *w, float eps, float *red) {
+// Returns the scale 1/rms (1 without norm).
+__device__ __forceinline__ float xrow_store(const xrow &r, float *xs, int n, int norm, const float *w, float eps, float *red) {
   const int n4 = n >> 2;
   float4 *xs4 = reinterpret_cast<float4 *>(xs);
   if (!norm) {
@@ -106,7 +114,7 @@ __device__ __forceinline__ void xrow_store(const xrow &r, float *xs, int n, int 
       if (i < n4) xs4[i] = r.v[k];
     }
     __syncthreads();
-    return;
+    return 1.0f;
   }
   float4 wv[8];
 #pragma unroll
@@ -128,4 +136,5 @@ __device__ __forceinline__ void xrow_store(const xrow &r, float *xs, int n, int 
     if (i < n4) xs4[i] = make_float4(r.v[k].x * sc * wv[k].x, r.v[k].y * sc * wv[k].y, r.v[k].z * sc * wv[k].z, r.v[k].w * sc * wv[k].w);
   }
   __syncthreads();
+  return sc;
 }
