@@ -602,7 +602,6 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
   memset(&g.pf, 0, sizeof g.pf);
-  g.pick_flag = nullptr;
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32))
     return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
