@@ -269,6 +269,19 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
 // The bytes of a matrix (or a stack of them) for an L2 prefetch range.
 static size_t dmat_bytes(const dmat &m) { return m.d ? (m.ne2 > 1 ? (size_t)m.ne2 * (size_t)m.nb2 : (size_t)m.ne1 * (size_t)m.nb1) : 0; }
 
+// One token's slot's cached keys and values (the rows before its position) as an L2 prefetch (FAST_L2KV).
+static l2_pf cache_prefetch(const qk_args &q) {
+  l2_pf f;
+  memset(&f, 0, sizeof f);
+  f.kc = q.kc;
+  f.vc = q.vc;
+  f.slot_stride = q.slot_stride;
+  f.kd = q.kd;
+  f.pos = q.pos;
+  f.seq = q.seq;
+  return f;
+}
+
 // An attention block's Q/K/V weights as L2 prefetch ranges (FAST_L2W; none when off).
 static l2_pf qkv_prefetch(const cu_blk &b) {
   l2_pf f;
@@ -371,44 +384,6 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   *routed = false;
   const int E = (int)c->dm.E, nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim, qd = nh * hd, kd = nkv * hd;
   if (big) CU_OK(cu_combine_flush(c->st, &c->pend));
-  cu_mark(c, S_QKV);
-  if (!big) {
-    mv_args a = normed_products(c, b.vec[BL_ATTN_NORM], b.eps);
-    a.job[0] = job(b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->q, qd, EPI_STORE);
-    a.job[1] = job(b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->k, kd, EPI_STORE);
-    a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
-    a.njobs = 3;
-    a.q8 = 1;
-    // one token: the slot's cached keys and values fetched into L2 for the attention (FAST_L2KV)
-    l2_pf kv;
-    memset(&kv, 0, sizeof kv);
-    if (ntok == 1 && (cu_fast & FAST_L2KV)) {
-      const size_t lo = (size_t)b.layer * kv_layer_elems(c);
-      kv.kc = c->kc + lo;
-      kv.vc = c->vc + lo;
-      kv.slot_stride = (int64_t)c->p.kv_ctx * c->p.kv_k_dim;
-      kv.kd = kd;
-      kv.pos = in_pos(c);
-      kv.seq = in_seq(c);
-      a.pf = &kv;
-      c->n_l2pf++;
-    }
-    // the previous MoE block's pending combine (FAST_COMBINE): fused into the rows' quantization
-    // where that launch takes it, else launched before anything reads x
-    a.comb = &c->pend;
-    bool batched = false; // 2..MV_MAX_NT rows: Q, K and V in one launch, each weight row read once (mv_batch.cu)
-    CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
-    if (!batched) {
-      CU_OK(cu_combine_flush(c->st, &c->pend));
-      CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
-    }
-  } else {
-    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
-    const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
-                             gjob(b.t[BL_ATTN_V], c->v, kd, b.vec[BL_ATTN_BV])};
-    CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
-  }
-  if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
   const size_t layer = (size_t)b.layer * kv_layer_elems(c);
   qk_args qa;
   memset(&qa, 0, sizeof qa);
@@ -431,6 +406,37 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.nkv = nkv;
   qa.hd = hd;
   qa.rope = b.rope;
+  cu_mark(c, S_QKV);
+  if (!big) {
+    mv_args a = normed_products(c, b.vec[BL_ATTN_NORM], b.eps);
+    a.job[0] = job(b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->q, qd, EPI_STORE);
+    a.job[1] = job(b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->k, kd, EPI_STORE);
+    a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
+    a.njobs = 3;
+    a.q8 = 1;
+    // one token: the slot's cached keys and values fetched into L2 for the attention (FAST_L2KV)
+    l2_pf kv;
+    if (ntok == 1 && (cu_fast & FAST_L2KV)) {
+      kv = cache_prefetch(qa);
+      a.pf = &kv;
+      c->n_l2pf++;
+    }
+    // the previous MoE block's pending combine (FAST_COMBINE): fused into the rows' quantization
+    // where that launch takes it, else launched before anything reads x
+    a.comb = &c->pend;
+    bool batched = false; // 2..MV_MAX_NT rows: Q, K and V in one launch, each weight row read once (mv_batch.cu)
+    CU_OK(cu_mv_batch(c->st, a, ntok, nullptr, 0, c->smem_limit, &batched));
+    if (!batched) {
+      CU_OK(cu_combine_flush(c->st, &c->pend));
+      CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
+    }
+  } else {
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
+    const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
+                             gjob(b.t[BL_ATTN_V], c->v, kd, b.vec[BL_ATTN_BV])};
+    CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
+  }
+  if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
   const bool a2 = ntok == 1 && !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
   if (a2 || (ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot))) {
     // one token: Q/K norm, RoPE, the cache write and attention in one kernel
