@@ -201,8 +201,9 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   xrow r;
   xrow_load(r, a.h, n);
   if (a.sel) {
-    issue(pick_at(a, j));
-    if (a.l2dn) l2pf_share(a.down.d + (size_t)pick_at(a, j) * a.down.nb2, (size_t)a.down.ne1 * a.down.nb1, blockIdx.x, gridDim.x);
+    const int e = pick_at(a, j);
+    issue(e);
+    if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   } else select_experts(a, ssel, sw);
   xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: the picks are visible too
   x8v x8 = {};
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
       pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
     }
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
-    if (a.l2dn) l2pf_share(a.down.d + (size_t)e * a.down.nb2, (size_t)a.down.ne1 * a.down.nb1, blockIdx.x, gridDim.x);
+    if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   }
   if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
@@ -381,11 +382,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   cu_pdl_wait();
   x8v x8 = {};
   if (Q8 && a.act8) {
-    // k_fgu8 quantized the rows (picks in memory): their bytes copied as they lie
-    x8_copy_async(x8mem, a.act8, x8_bytes(na));
-    cp_async_wait_all();
-    __syncthreads();
-    x8 = x8_at(x8mem, na);
+    // k_fgu8 quantized the rows (picks in memory)
+    x8 = x8_copy_row(x8mem, a.act8, na);
   } else {
     if (na <= 32 * (int)blockDim.x) {
       xrow r;

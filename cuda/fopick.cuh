@@ -5,13 +5,13 @@
 // no tail of their own; both give the same logits bit for bit.
 #pragma once
 #include "common.cuh"
+#include "route.cuh"
 
-// The calling thread's share of an expert's partial sums (L = blockDim.x / xp threads an expert, xp
-// = X rounded up to a power of two, at least 8; all loads in flight). Every thread calls it; the
+// The calling thread's share of an expert's partial sums (blockDim.x / logit_span(X) threads an
+// expert; all loads in flight). Every thread calls it; the
 // caller stores the result at sred[threadIdx.x] for fo_logits.
 __device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb, int X) {
-  int xp = 8;
-  while (xp < X) xp <<= 1;
+  const int xp = logit_span(X);
   const int tid = threadIdx.x, L = (int)blockDim.x / xp, e = tid % xp, sl = tid / xp, nq = ldp / 4;
   float acc = 0.0f;
   if (e < X) {
@@ -39,8 +39,7 @@ __device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb,
 // The X logits into slg (shared memory) from the threads' shares in sred (visible: after a
 // barrier), scaled by sc (1/rms of the new x); written to out too when set. Ends with a barrier.
 __device__ __forceinline__ void fo_logits(const float *sred, int X, float sc, float *slg, float *out) {
-  int xp = 8;
-  while (xp < X) xp <<= 1;
+  const int xp = logit_span(X);
   const int tid = threadIdx.x, L = (int)blockDim.x / xp;
   if (tid < X) {
     float t = 0.0f;

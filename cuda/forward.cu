@@ -236,6 +236,15 @@ bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
   return cu_fmoe_fits(fm, c->smem_limit);
 }
 
+// cu_routed_experts for a MoE block whose experts are all on the card: gate/up may quantize down's
+// rows (FAST_ACT8).
+static bool card_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
+  if (!cu_routed_experts(c, b, fm)) return false;
+  fm.act8 = c->act8;
+  fm.act8_cap = c->act8_bytes;
+  return true;
+}
+
 // The fused attention output + router arguments for attention block a followed by MoE block m;
 // false when that path does not take them (then the output product and the router run apart).
 static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
@@ -470,11 +479,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       c->pickx = false;
       if ((cu_fast & FAST_PICKX) && !moe->host) {
         fmoe_args fm;
-        if (cu_routed_experts(c, *moe, fm)) {
-          fm.act8 = c->act8;
-          fm.act8_cap = c->act8_bytes;
-          c->pickx = cu_fmoe_act8(fm, c->smem_limit);
-        }
+        c->pickx = card_experts(c, *moe, fm) && cu_fmoe_act8(fm, c->smem_limit);
       }
       if (c->pickx) f.pick_flag = c->cnt_fo + 2;
       return cu_fo(c->st, f, c->smem_limit);
@@ -617,11 +622,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   if (routed) {
     // the picks were selected by the fused attention output + router (froute.cu)
     fmoe_args fm;
-    if (!moe || ntok != 1 || big || !cu_routed_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
+    if (!moe || ntok != 1 || big || !card_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
     bool done = false, flat = false, act8 = false;
-    fm.act8 = c->act8; // all experts on the card: gate/up may quantize down's rows (FAST_ACT8)
-    fm.act8_cap = c->act8_bytes;
     if (c->pickx) {
       // the fused router left its partial logits: gate/up picks (FAST_PICKX; the flag is cnt_fo's third int)
       fm.fo_part = c->rpart;

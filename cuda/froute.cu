@@ -60,11 +60,8 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   cu_pdl_wait();
   x8v x8 = {};
   if (Q8 && a.att8) {
-    // the attention quantized att (FAST_ATT8): its bytes copied as they lie
-    x8_copy_async(x8mem, a.att8, x8_bytes(n));
-    cp_async_wait_all();
-    __syncthreads();
-    x8 = x8_at(x8mem, n);
+    // the attention quantized att (FAST_ATT8)
+    x8 = x8_copy_row(x8mem, a.att8, n);
   } else {
     xrow r;
     xrow_load(r, a.att, n);

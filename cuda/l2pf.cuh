@@ -31,6 +31,11 @@ __device__ __forceinline__ void l2pf_share(const void *p, size_t bytes, int part
   if (b1 > b0) l2pf_bytes(reinterpret_cast<const uint8_t *>(p) + b0, b1 - b0, threadIdx.x, blockDim.x);
 }
 
+// Block part of nparts asks for its share of expert e's matrix of the stack m.
+__device__ __forceinline__ void l2pf_expert(const dmat &m, int e, int part, int nparts) {
+  l2pf_share(m.d + (size_t)e * m.nb2, (size_t)m.ne1 * m.nb1, part, nparts);
+}
+
 // Block part of nparts asks for its share of every range of f (every thread calls it). The cache
 // rows' count comes from the step's position (read from memory the host filled before the step).
 __device__ __forceinline__ void l2pf_issue(const l2_pf &f, int part, int nparts) {

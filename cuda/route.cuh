@@ -102,6 +102,14 @@ __device__ __forceinline__ void route_core(const float *lg, int X, int K, int no
   __syncwarp();
 }
 
+// X rounded up to a power of two, at least 8 (so that at most 32 threads of 256 take a logit): the
+// threads of a block over X logits are blockDim.x / logit_span(X) a logit.
+__device__ __forceinline__ int logit_span(int X) {
+  int xp = 8;
+  while (xp < X) xp <<= 1;
+  return xp;
+}
+
 // A logit's sort key as one unsigned integer: greater for a greater value, then for a lower id (NaN
 // counts as -inf, -0 as +0, so equal values rank by id as the float comparisons do).
 __device__ __forceinline__ unsigned long long route_key(float v, int e) {
@@ -142,8 +150,7 @@ __device__ __forceinline__ void route_block(const float *lg, int X, int K, int n
   __shared__ unsigned long long skey[256];
   for (int i = tid; i < X; i += blockDim.x) skey[i] = route_key(lg[i], i);
   __syncthreads();
-  int xp = 8; // X rounded up to a power of two (at least 8: L <= 32 threads a logit)
-  while (xp < X) xp <<= 1;
+  const int xp = logit_span(X);
   const int L = (int)blockDim.x / xp > 1 ? (int)blockDim.x / xp : 1, e = tid / L, s = tid - e * L;
   int rank = 0;
   if (e < X) {

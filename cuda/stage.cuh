@@ -6,6 +6,7 @@
 #pragma once
 #include "common.cuh"
 #include "quants.cuh"
+#include "dot8.cuh"
 
 // Programmatic dependent launch in two halves: wait for the previous kernel's results, then let
 // the next kernel be scheduled. Work before cu_pdl_wait may only read what no kernel of the step writes.
@@ -47,6 +48,14 @@ __device__ __forceinline__ void x8_copy_async(uint8_t *dst, const uint8_t *src, 
     cp_async16(dst + (size_t)r * (xb > 0 ? xs : 0) + 16 * (c - r * per), src + 16 * (size_t)c);
   }
   cp_async_commit();
+}
+// An int8 row of n values another kernel quantized (x8_bytes(n) bytes in dot8.cuh's layout) copied
+// into mem as it lies; waits for every copy of the thread (ends with a barrier; every thread calls it).
+__device__ __forceinline__ x8v x8_copy_row(uint8_t *mem, const uint8_t *src, int n) {
+  x8_copy_async(mem, src, x8_bytes(n));
+  cp_async_wait_all();
+  __syncthreads();
+  return x8_at(mem, n);
 }
 // Waits until at most the newest group of the thread's copies is still in flight.
 __device__ __forceinline__ void cp_async_wait_group1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
