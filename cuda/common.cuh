@@ -105,6 +105,15 @@ struct dmat {
 };
 
 // ---- device helpers ----
+// A release/acquire fence at GPU scope: with a relaxed atomic after it, the thread's (and, through a
+// barrier, its block's) earlier writes are visible to whoever observes the atomic; after an
+// atomic, what the atomic observed is visible to the thread's later reads. Not sequentially
+// consistent (__threadfence is fence.sc.gpu): none of the flag and counter patterns here needs it.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#endif
+}
 // The block's arrival at a grid-wide counter once every thread's global writes are done: true in
 // every thread of the last of n blocks to arrive, which then reads every block's writes (L2
 // loads). One thread fences and counts after a barrier, as a grid barrier does (the barrier
@@ -114,9 +123,9 @@ __device__ __forceinline__ bool last_arrival(int *counter, int n) {
   __shared__ int s_last_arrival;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
+    fence_acq_rel_gpu();
     const bool last = atomicAdd(counter, 1) == n - 1;
-    if (last) __threadfence();
+    if (last) fence_acq_rel_gpu();
     s_last_arrival = last;
   }
   __syncthreads();

@@ -233,7 +233,8 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const size_t part = (size_t)MV_MAX_NT * (c->max_splits > CU_A2_MAX_SPLITS ? c->max_splits : CU_A2_MAX_SPLITS) * ((size_t)d.qd + 4 * d.max_nh);
   const size_t kv = (size_t)c->p.kv_layers * kv_layer_elems(c) * sizeof(__half);
   c->fa_cap = (int64_t)T + (int64_t)T / 64 + 2;
-  c->rpart_ld = (int)((((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS) + 3) & ~(int64_t)3);
+  c->rpart_ld = (int)((d.X + 3) & ~(int64_t)3);
+  const size_t rpart_rows = (size_t)((d.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS);
   // MV_MAX_NT rows of the batched int8 products' widths (the residual, attention's output)
   c->xq_bytes = cu_x8_scratch_bytes(d.E > d.qd ? d.E : d.qd);
   // one token's K SwiGLU rows in dot8.cuh's int8 layout (q, scales, sums, sums per 16), 16-byte multiple
@@ -254,7 +255,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->tiles, (size_t)c->max_tiles * sizeof(int4)}, {(void **)&c->n_tiles, 64}, {(void **)&c->part, part * F},
       {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nh * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
       {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F}, {(void **)&c->xq, c->xq_bytes}, {(void **)&c->act8, c->act8_bytes},
-      {(void **)&c->rpart, (size_t)d.X * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
+      {(void **)&c->rpart, rpart_rows * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},

@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sact[32];
-  __shared__ float sfo[256], slg[256], sfw[32], smx[2];
+  __shared__ float slg[256], sfw[32], smx[2];
   __shared__ int sfe[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
@@ -275,10 +275,11 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   const uint8_t *pg[RW], *pu[RW];
   const bool pickx = a.fo_part != nullptr;
   if (pickx) {
-    sfo[threadIdx.x] = fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X);
-    const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: sfo visible
+    // the row slots are free until the picks are known: the partial sums' scratch (4 KB)
+    const float lsum = fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, reinterpret_cast<float *>(x8mem + x8_bytes(n)));
+    const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
     const bool first = blockIdx.x == 0 && blockIdx.y == 0;
-    fo_logits(sfo, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
+    fo_logits(lsum, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
     if (a.fo_X <= 128) route_block<4>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
     else route_block<8>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
     if (first) {
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        __threadfence();
+        fence_acq_rel_gpu();
         atomicExch(a.pick_flag, 1);
       }
     }
@@ -600,7 +601,8 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
   memset(&g.pf, 0, sizeof g.pf);
-  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32))
+  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
+                    a.fo_ldp % 4 || (reinterpret_cast<uintptr_t>(a.fo_part) & 15)))
     return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sxn[FO_ROWS], swn[FO_ROWS];
-  __shared__ float slg[256], sred2[256];
+  __shared__ float slg[256], sbuf[4 * FO_WARPS * 32];
   __shared__ int ssel[32];
   __shared__ float sw[32], smx[2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = a.n, E = a.E, X = a.X;
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
       p += w.x * (swn[4 * q] * sxn[4 * q]) + w.y * (swn[4 * q + 1] * sxn[4 * q + 1]) + w.z * (swn[4 * q + 2] * sxn[4 * q + 2]) +
            w.w * (swn[4 * q + 3] * sxn[4 * q + 3]);
     }
-    a.part[(size_t)tid * a.ldp + blockIdx.x] = p;
+    a.part[(size_t)blockIdx.x * a.ldp + tid] = p; // a row a block: the last block's loads coalesce
   }
   // FAST_PICKX: the picks are the gate/up kernel's (fopick.cuh): this launch writes the partials
   // and clears the flag down waits on (the previous layer's down is done: it precedes this wait)
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   // the last block: the whole new x (for its norm) and the partials, all loads in flight
   xrow rx;
   xrow_load(rx, a.x, E);
-  sred2[tid] = fo_sum_part(a.part, a.ldp, gridDim.x, X);
+  const float lsum = fo_sum_part(a.part, a.ldp, gridDim.x, X, sbuf);
   // the norm of the new x, formed as the expert kernels' staging forms it
   float ss = 0.0f;
 #pragma unroll
@@ -124,9 +124,9 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     const int i = tid + k * blockDim.x;
     if (i < (E >> 2)) ss += rx.v[k].x * rx.v[k].x + rx.v[k].y * rx.v[k].y + rx.v[k].z * rx.v[k].z + rx.v[k].w * rx.v[k].w;
   }
-  ss = block_sum(ss, red); // barriers: sred2 visible
+  ss = block_sum(ss, red);
   const float sc = 1.0f / sqrtf(ss / (float)E + a.eps);
-  fo_logits(sred2, X, sc, slg, a.logits);
+  fo_logits(lsum, X, sc, slg, a.logits);
   if (X <= 128) route_block<4>(slg, X, a.K, a.norm_topk, a.w_scale, ssel, sw, smx);
   else route_block<8>(slg, X, a.K, a.norm_topk, a.w_scale, ssel, sw, smx);
   if (tid < a.K) {
@@ -173,7 +173,7 @@ static bool plan_fo(const fo_args &a, int smem_limit, fo_plan &p) {
   p.cap = copy_slot_bytes((n / g.be) * g.bb);
   if (p.cap > FAST_CAP_MAX) return false;
   p.blocks = (E + FO_ROWS - 1) / FO_ROWS;
-  if (a.ldp < ((p.blocks + 3) & ~3)) return false;
+  if (a.ldp < ((a.X + 3) & ~3) || a.ldp % 4 || (reinterpret_cast<uintptr_t>(a.part) & 15)) return false;
   p.smem = fo_head_bytes(n, p.q8, p.cap) + (size_t)a.X * FO_WS * 4;
   return (int64_t)p.smem <= smem_limit;
 }

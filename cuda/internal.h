@@ -240,7 +240,7 @@ struct fmoe_args {
   size_t act8_cap;
   int l2dn;  // gate/up fetches its pick's down rows into L2 (FAST_L2DN)
   // FAST_PICKX (with act8 and sel): gate/up picks from the fused router's partials (fopick.cuh):
-  // fo_part [fo_X][fo_ldp] over fo_nb blocks, scaled by the norm of h; its block (0, 0) writes sel,
+  // fo_part [fo_nb][fo_ldp] (a row a block), scaled by the norm of h; its block (0, 0) writes sel,
   // selw and fo_logits, then raises *pick_flag, which down waits on before reading the picks
   const float *fo_part;
   int fo_ldp, fo_nb, fo_X;
@@ -267,7 +267,7 @@ struct fo_args {
   float w_scale;
   const float *normw; // the MoE block's norm weights (E), or null
   float eps;
-  float *part;      // [X][ldp] partial logits by block (ldp >= the block count rounded up to 4)
+  float *part;      // [blocks][ldp] partial logits, a row a block (ldp >= X rounded up to 4; 16-byte aligned)
   int ldp;
   int *counter;     // zero between launches
   float *logits;    // X out
@@ -281,7 +281,7 @@ struct fo_args {
 bool cu_fo_fits(const fo_args &a, int smem_limit);
 int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);
 int64_t cu_fo_init(int smem_optin);
-// Rows of x a fused block covers (the partial logits buffer holds ceil(E / FO_BLOCK_ROWS) rounded up to 4 columns).
+// Rows of x a fused block covers (the partial logits buffer holds ceil(E / FO_BLOCK_ROWS) rows of X rounded up to 4).
 #define FO_BLOCK_ROWS 16
 
 // ---- attention (attn.cu) ----

@@ -122,54 +122,51 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
 
 // One token's selection by a whole block (every thread calls it; X <= 8 * blockDim.x / 8, at most
 // 256; K <= 32) from X logits in shared memory: the same picks, weights and order as
-// route_core<XJ, true> on the same logits - warp 0 forms the maximum and the sum as route_core
-// does, each logit's rank (value descending, then lower id; NaN counts as -inf) is counted by L
-// threads (adjacent lanes) a logit, the K best are placed by rank, then route_tail. smx: 2 floats.
+// route_core<XJ, true> on the same logits. Each logit's rank (value descending, then lower id; NaN
+// counts as -inf) is counted by L threads (adjacent lanes) a logit and the K best are placed by
+// rank; the maximum is the first pick's logit (as route_core's, -FLT_MAX when none is a number), so
+// warp 0 forms the sum as route_core does only then, with the picks' weights and route_tail, and no
+// barrier waits on it before the ranks. smx: 2 floats (the maximum, then the sum).
 template <int XJ>
 __device__ __forceinline__ void route_block(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw, float *smx) {
   const int tid = threadIdx.x, lane = tid & 31;
-  if (tid < 32) {
-    float v[XJ];
-#pragma unroll
-    for (int j = 0; j < XJ; j++) v[j] = lane + 32 * j < X ? lg[lane + 32 * j] : -INFINITY;
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int j = 0; j < XJ; j++) mx = fmaxf(mx, v[j]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < XJ; j++)
-      if (lane + 32 * j < X) sum += expf(v[j] - mx);
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      smx[0] = mx;
-      smx[1] = sum;
-    }
-  }
   // the logits' sort keys (value, then lower id) for the ranks: one 64-bit comparison a pair
   __shared__ unsigned long long skey[256];
   for (int i = tid; i < X; i += blockDim.x) skey[i] = route_key(lg[i], i);
-  __syncthreads();
-  const int xp = logit_span(X);
-  const int L = (int)blockDim.x / xp > 1 ? (int)blockDim.x / xp : 1, e = tid / L, s = tid - e * L;
-  int rank = 0;
-  if (e < X) {
-    const unsigned long long ke = skey[e];
-    const int per = (X + L - 1) / L, j0 = s * per, j1 = j0 + per < X ? j0 + per : X;
-#pragma unroll 8
-    for (int j = j0; j < j1; j++) rank += skey[j] > ke ? 1 : 0;
-  }
-  for (int o = 1; o < L && o < 32; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
   if (tid < K) { // every slot defined even if the logits are not numbers
     ssel[tid] = tid;
     sw[tid] = 0.0f;
   }
-  __syncthreads(); // smx, and the slots' defaults
+  __syncthreads();
+  // L = 2^lL adjacent threads a logit (L * logit_span(X) <= blockDim.x): shifts, no divisions
+  const int q = (int)blockDim.x >> (__ffs(logit_span(X)) - 1), lL = q > 1 ? 31 - __clz(q) : 0, L = 1 << lL;
+  const int e = tid >> lL, s = tid & (L - 1);
+  int rank = 0;
+  if (e < X) {
+    const unsigned long long ke = skey[e];
+    const int per = (X + L - 1) >> lL, j0 = s * per, j1 = j0 + per < X ? j0 + per : X;
+#pragma unroll 8
+    for (int j = j0; j < j1; j++) rank += skey[j] > ke ? 1 : 0;
+  }
+  for (int o = 1; o < L && o < 32; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
   if (s == 0 && e < X && rank < K) {
     ssel[rank] = e;
-    sw[rank] = expf(lg[e] - smx[0]) / smx[1];
+    if (rank == 0) {
+      const float v = lg[e];
+      smx[0] = v != v ? -FLT_MAX : fmaxf(-FLT_MAX, v);
+    }
   }
   __syncthreads();
-  if (tid < 32) route_tail(K, norm_topk, w_scale, ssel, sw);
+  if (tid < 32) {
+    const float mx = smx[0];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < XJ; j++)
+      if (lane + 32 * j < X) sum += expf(lg[lane + 32 * j] - mx);
+    sum = warp_sum(sum);
+    if (lane < K) sw[lane] = expf(lg[ssel[lane]] - mx) / sum;
+    __syncwarp();
+    route_tail(K, norm_topk, w_scale, ssel, sw);
+  }
   __syncthreads();
 }
