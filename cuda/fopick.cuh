@@ -11,8 +11,9 @@
 // a thread a float4 of 4 experts (a warp reads whole rows: one coalesced line a load), each slice
 // over the blocks b = slice, slice + slices, ... ascending (16 loads in flight), then thread e < X
 // adds the slices' sums in slice order. sbuf: 4 * blockDim.x floats of shared memory. Every thread
-// calls it (it ends with a barrier); thread e < X gets expert e's sum, the others 0.
-__device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb, int X, float *sbuf) {
+// calls it (it ends with a barrier); thread e < X gets expert e's sum, the others 0. live false:
+// the same instructions without the loads (k_fo's warm-up of its tail; the sums are then zeros).
+__device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb, int X, float *sbuf, bool live = true) {
   const int tid = threadIdx.x, g4 = (X + 3) >> 2, ns = (int)blockDim.x / g4, s = tid / g4, c = tid - s * g4;
   if (s < ns) {
     const float4 *pc = reinterpret_cast<const float4 *>(part) + c;
@@ -23,7 +24,7 @@ __device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb,
 #pragma unroll
       for (int k = 0; k < 16; k++) {
         const int b = b0 + k * ns;
-        if (b < nb) v[k] = __ldcg(pc + (size_t)b * ld4);
+        v[k] = live && b < nb ? __ldcg(pc + (size_t)b * ld4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
       for (int k = 0; k < 16; k++)

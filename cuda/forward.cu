@@ -482,6 +482,8 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
         c->pickx = card_experts(c, *moe, fm) && cu_fmoe_act8(fm, c->smem_limit);
       }
       if (c->pickx) f.pick_flag = c->cnt_fo + 2;
+      f.warm = !c->pickx && (cu_fast & FAST_FOWARM);
+      c->n_fowarm += f.warm;
       return cu_fo(c->st, f, c->smem_limit);
     }
     return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);

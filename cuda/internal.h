@@ -165,13 +165,16 @@ int64_t cu_moe_dec_init(int smem_optin);
 // and values as m16n8k16 f16 products (attn2_mma.cuh; q and the probabilities as halves: a bound).
 // FAST_PICKX: the fused output + router (froute.cu) has no last block; the one-token gate/up
 // (k_fgu8) sums its partial logits and picks in every block, down waits on a flag its first
-// block raises (fopick.cuh; the same picks bit for bit).
+// block raises (fopick.cuh; the same picks bit for bit). FAST_FOWARM: every block of the fused
+// output + router runs its last block's instructions once dry before its wait, so that the last
+// block finds them in its SM's instruction cache (froute.cu fo_tail; the same values bit for bit).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
-  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_ALL = 268435455,
+  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOWARM = 268435456,
+  FAST_ALL = 536870911,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
@@ -180,7 +183,9 @@ enum {
   // critical path), so they are opt-in; the cached keys and values' one is on (+0.5-1.5% at 4,096)
   // FAST_PICKX measured slower (tg128 367 against 417: every gate/up block then pays the selection
   // the last block paid once, 12.7 -> 23.7 us a launch, while the output product drops 16 -> 9.3)
-  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX
+  // FAST_FOWARM measured slower (tg128 421.5 / 428.8 with it, 440.5 / 439.7 without, call 109: the
+  // dry run before the wait costs more than the cold instructions it saves), so it is opt-in
+  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX & ~FAST_FOWARM
 };
 extern int cu_fast;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
@@ -275,6 +280,7 @@ struct fo_args {
   float *selw;      // K out
   int cap, q8;
   const uint8_t *att8; // or null: att already quantized (dot8.cuh's plain layout) by the attention (FAST_ATT8)
+  int warm;            // the last block's instructions run once dry before the wait (FAST_FOWARM)
   int *pick_flag;      // or null; set (FAST_PICKX): no last block - the gate/up kernel picks from the
                        // partials, and this launch clears the flag its block 0 raises for down
 };
