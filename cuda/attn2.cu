@@ -75,6 +75,14 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
   q8_group(va, vb, ok, dst, n, g0 + g, part, perm);
 }
 
+// A token's slices at n positions: 64 positions a slice up to 32 slices; past that, with a window
+// of 128 (wp), slices of up to long_chunk positions; at most cap (the launch's slice count).
+__device__ __forceinline__ int a2_token_splits(int n, int wp, int long_chunk, int cap) {
+  int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
+  if (wp > A2_CHUNK && splits > 32) splits = (n + long_chunk - 1) / long_chunk;
+  return splits < cap ? splits : cap;
+}
+
 // grid: x over (KV head, head group) pairs (nkv * G / GM), y over slices (up to the class's cap); 256 threads.
 // MMA: a window's scores and values on the tensor cores (attn2_mma.cuh; GM = G = 8, HD 128).
 template <int HD, int GM, int A2_WP, bool MMA = false>
@@ -110,9 +118,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
   // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to
   // a.long_chunk (128 by default), each one window copied before the wait, up to 64 of them
-  int splits = (n + A2_CHUNK - 1) / A2_CHUNK;
-  if (A2_WP > A2_CHUNK && splits > 32) splits = (n + a.long_chunk - 1) / a.long_chunk;
-  if (splits > (int)gridDim.y) splits = (int)gridDim.y;
+  const int splits = a2_token_splits(n, A2_WP, a.long_chunk, (int)gridDim.y);
   if (si >= splits) return;
   const int chunk = (n + splits - 1) / splits;
   const int p0 = si * chunk, p1 = min(n, p0 + chunk);
@@ -373,6 +379,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       pp[1] = s_l[h];
     }
   }
+  if (a.sep_merge) return; // k_a2merge merges them (FAST_A2MERGE)
   int *counter = a.counters + (size_t)t * a.nh + g * HS + hs;
   if (!last_arrival(counter, splits)) return;
   // the last slice's block merges its head group: the slices' factors (a warp a head)...
@@ -418,6 +425,68 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   }
   if (tid == 0) *counter = 0;
   if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32, !a.x8_flat);
+}
+
+// FAST_A2MERGE: the slices' merge as a kernel of its own, a block a (head, token) - for long
+// contexts, where the last slice's block of a head group otherwise merges 8 heads' 33 slices (139
+// KB of partials) alone. Each block: the slices' factors by warp 0 (as k_attn2's merge), then
+// NQ groups of threads over the slices (slice q, q + NQ, ...), a thread a float4 of the head,
+// their sums added in group order.
+template <int HD>
+__global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) {
+  constexpr int STS = HD + 4, C4 = HD / 4, NQ = 128 / C4;
+  static_assert(NQ >= 1 && 128 % C4 == 0, "merge shape");
+  __shared__ float s_f[A2_MAX_SPLITS], s_L;
+  __shared__ float4 s_acc[NQ][C4];
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  cu_pdl_wait();
+  const int splits = a2_token_splits(a.pos[t] + 1, wp, a.long_chunk, cap);
+  if (splits <= 1) return; // the attention wrote this token's output
+  const float *ph = a.part + ((size_t)t * a.nh + h) * A2_MAX_SPLITS * STS;
+  if (tid < 32) {
+    float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int s2 = lane + 32 * j;
+      if (s2 < splits) {
+        mv[j] = __ldcg(ph + (size_t)s2 * STS);
+        lv[j] = __ldcg(ph + (size_t)s2 * STS + 1);
+        if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
+      }
+    }
+    const float M = warp_max(fmaxf(mv[0], mv[1]));
+    const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
+    const float L = warp_sum(f0 * lv[0] + f1 * lv[1]);
+    if (lane < splits) s_f[lane] = f0;
+    if (lane + 32 < splits) s_f[lane + 32] = f1;
+    if (lane == 0) s_L = L;
+  }
+  __syncthreads();
+  const int c = tid % C4, q = tid / C4;
+  const float *pp = ph + 4 + 4 * c;
+  float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+  for (int s2 = q; s2 < splits; s2 += NQ) {
+    const float f = s_f[s2];
+    const float4 v = __ldcg(reinterpret_cast<const float4 *>(pp + (size_t)s2 * STS));
+    A.x += f * v.x;
+    A.y += f * v.y;
+    A.z += f * v.z;
+    A.w += f * v.w;
+  }
+  s_acc[q][c] = A;
+  __syncthreads();
+  if (q == 0) {
+    for (int k = 1; k < NQ; k++) {
+      const float4 b = s_acc[k][c];
+      A.x += b.x;
+      A.y += b.y;
+      A.z += b.z;
+      A.w += b.w;
+    }
+    const float inv = s_L > 0.0f ? 1.0f / s_L : 0.0f;
+    *reinterpret_cast<float4 *>(a.out + (size_t)t * a.ldq + (size_t)h * HD + 4 * c) = make_float4(A.x * inv, A.y * inv, A.z * inv, A.w * inv);
+  }
 }
 
 bool cu_attn2_supported(int hd, int G, int n_rot) {
@@ -467,7 +536,7 @@ static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int s
   return cu_launch(k_attn2<HD, 4, WP>, grid, th, smem, st, a);
 }
 
-int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma_used) {
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma_used, bool *sep_used) {
   if (a.max_splits < 1) return cu_fail(BL_E_INVAL, "attention: %d splits", a.max_splits);
   if (a.G < 1 || a.G > 8 || a.nh != a.nkv * a.G) return cu_fail(BL_E_UNSUPPORTED, "attention: %d query heads a KV head", a.G);
   const bool mma = a2_mma(cls, a.G, hd);
@@ -475,12 +544,22 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mm
   const int gm = mma ? 8 : a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
   attn1_args b = a;
   b.long_chunk = a2_long_chunk;
+  // long contexts: the merge by a kernel of its own (not with the int8 row, which the merging block writes)
+  b.sep_merge = (cu_fast & FAST_A2MERGE) && cls == 3 && !a.x8 && splits > 1;
+  if (sep_used) *sep_used = b.sep_merge != 0;
   cudaError_t e;
   if (hd == 64) e = wp == 128 ? launch_a2<64, 128>(st, b, gm, splits, false) : launch_a2<64, 64>(st, b, gm, splits, false);
   else if (hd == 128) e = wp == 128 ? launch_a2<128, 128>(st, b, gm, splits, mma) : launch_a2<128, 64>(st, b, gm, splits, mma);
   else if (hd == 256) e = launch_a2<256, 64>(st, b, gm, splits, false);
   else return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d", hd);
   CU_TRY(e, "one-token attention (head groups)");
+  if (b.sep_merge) {
+    const dim3 grid(a.nh, a.ntok > 1 ? a.ntok : 1);
+    if (hd == 64) e = cu_launch(k_a2merge<64>, grid, dim3(128), 0, st, b, wp, splits);
+    else if (hd == 128) e = cu_launch(k_a2merge<128>, grid, dim3(128), 0, st, b, wp, splits);
+    else e = cu_launch(k_a2merge<256>, grid, dim3(128), 0, st, b, wp, splits);
+    CU_TRY(e, "one-token attention's merge");
+  }
   return BL_OK;
 }
 

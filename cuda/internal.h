@@ -168,13 +168,15 @@ int64_t cu_moe_dec_init(int smem_optin);
 // block raises (fopick.cuh; the same picks bit for bit). FAST_FOWARM: every block of the fused
 // output + router runs its last block's instructions once dry before its wait, so that the last
 // block finds them in its SM's instruction cache (froute.cu fo_tail; the same values bit for bit).
+// FAST_A2MERGE: long contexts' one-token attention merges its slices in a kernel of its own, a
+// block a head (attn2.cu k_a2merge; the slices summed in another order: a bound).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
   FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOWARM = 268435456,
-  FAST_ALL = 536870911,
+  FAST_A2MERGE = 536870912, FAST_ALL = 1073741823,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
@@ -366,6 +368,7 @@ struct attn1_args {
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
   int x8_flat;    // the int8 values in plain order (one token for the fused output + router, FAST_ATT8), not x8_pos's
   l2_pf pf;       // fetched into L2 before the wait (FAST_L2W: the output product's and router's weights)
+  int sep_merge;  // attn2.cu, set by cu_attn2: the slices are merged by k_a2merge (FAST_A2MERGE)
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);
@@ -375,7 +378,8 @@ int64_t cu_attn1_init(int smem_optin);
 // the step (cu_attn2_class of the token's position + 1; the host captures a graph per class).
 bool cu_attn2_supported(int hd, int G, int n_rot);
 int cu_attn2_class(int n);
-int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma = nullptr); // *mma: the tensor-core window (FAST_ATTMMA)
+// *mma: the tensor-core window (FAST_ATTMMA); *sep: the merge by a kernel of its own (FAST_A2MERGE)
+int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mma = nullptr, bool *sep = nullptr);
 int64_t cu_attn2_init(int smem_optin);
 int64_t cu_attn_init(int smem_optin);
 int64_t cu_attn_dec_init();
