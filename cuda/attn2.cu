@@ -75,6 +75,30 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
   q8_group(va, vb, ok, dst, n, g0 + g, part, perm);
 }
 
+// One head's merge factors by one warp (up to 64 slices, two a lane): each slice's partial (its
+// max, its sum, then its weighted values, sts floats apart) scaled by exp(max - M) over the
+// slices' maximum M (a slice with no weight counts for nothing); sf[s] = the factor, *sL = the
+// factors' weighted sum (the softmax denominator).
+__device__ __forceinline__ void a2_factors(const float *ph, int sts, int splits, float *sf, float *sL) {
+  const int lane = threadIdx.x & 31;
+  float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    const int s2 = lane + 32 * j;
+    if (s2 < splits) {
+      mv[j] = __ldcg(ph + (size_t)s2 * sts);
+      lv[j] = __ldcg(ph + (size_t)s2 * sts + 1);
+      if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
+    }
+  }
+  const float M = warp_max(fmaxf(mv[0], mv[1]));
+  const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
+  const float L = warp_sum(f0 * lv[0] + f1 * lv[1]); // up to 32 slices: f1 * lv[1] adds an exact 0
+  if (lane < splits) sf[lane] = f0;
+  if (lane + 32 < splits) sf[lane + 32] = f1;
+  if (lane == 0) *sL = L;
+}
+
 // A token's slices at n positions: 64 positions a slice up to 32 slices; past that, with a window
 // of 128 (wp), slices of up to long_chunk positions; at most cap (the launch's slice count).
 __device__ __forceinline__ int a2_token_splits(int n, int wp, int long_chunk, int cap) {
@@ -383,26 +407,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   int *counter = a.counters + (size_t)t * a.nh + g * HS + hs;
   if (!last_arrival(counter, splits)) return;
   // the last slice's block merges its head group: the slices' factors (a warp a head)...
-  if (warp < GM) {
-    const int h = warp;
-    const float *ph = apart + (size_t)(h0 + h) * A2_MAX_SPLITS * STS;
-    float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-      const int s2 = lane + 32 * j;
-      if (s2 < splits) {
-        mv[j] = __ldcg(ph + (size_t)s2 * STS);
-        lv[j] = __ldcg(ph + (size_t)s2 * STS + 1);
-        if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
-      }
-    }
-    const float M = warp_max(fmaxf(mv[0], mv[1]));
-    const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
-    const float L = warp_sum(f0 * lv[0] + f1 * lv[1]); // up to 32 slices: f1 * lv[1] adds an exact 0
-    if (lane < splits) s_f[h][lane] = f0;
-    if (lane + 32 < splits) s_f[h][lane + 32] = f1;
-    if (lane == 0) s_L[h] = L;
-  }
+  if (warp < GM) a2_factors(apart + (size_t)(h0 + warp) * A2_MAX_SPLITS * STS, STS, splits, s_f[warp], &s_L[warp]);
   __syncthreads();
   // ...then the weighted sums, a thread a (head, 4 dimensions), float4 loads in flight
   for (int i = tid; i < GM * HD / 4; i += A2_THREADS) {
@@ -438,29 +443,12 @@ __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) 
   static_assert(NQ >= 1 && 128 % C4 == 0, "merge shape");
   __shared__ float s_f[A2_MAX_SPLITS], s_L;
   __shared__ float4 s_acc[NQ][C4];
-  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
   cu_pdl_wait();
   const int splits = a2_token_splits(a.pos[t] + 1, wp, a.long_chunk, cap);
   if (splits <= 1) return; // the attention wrote this token's output
   const float *ph = a.part + ((size_t)t * a.nh + h) * A2_MAX_SPLITS * STS;
-  if (tid < 32) {
-    float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-      const int s2 = lane + 32 * j;
-      if (s2 < splits) {
-        mv[j] = __ldcg(ph + (size_t)s2 * STS);
-        lv[j] = __ldcg(ph + (size_t)s2 * STS + 1);
-        if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
-      }
-    }
-    const float M = warp_max(fmaxf(mv[0], mv[1]));
-    const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
-    const float L = warp_sum(f0 * lv[0] + f1 * lv[1]);
-    if (lane < splits) s_f[lane] = f0;
-    if (lane + 32 < splits) s_f[lane + 32] = f1;
-    if (lane == 0) s_L = L;
-  }
+  if (tid < 32) a2_factors(ph, STS, splits, s_f, &s_L);
   __syncthreads();
   const int c = tid % C4, q = tid / C4;
   const float *pp = ph + 4 + 4 * c;
