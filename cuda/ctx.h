@@ -105,7 +105,7 @@ struct cu_ctx {
   combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
   x8_pre attx8;       // the attention output rows' x8 slots the attention wrote for the next product (FAST_ATTX8; nt 0: none)
   float *rpart;       // the fused router's partial logits [blocks][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK)
+  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK); [2]: FAST_PICKX's flag
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;

@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sact[32];
-  __shared__ float slg[256], sfw[32], smx[2];
+  __shared__ float slg[256], sfw[32], smx[1];
   __shared__ int sfe[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;

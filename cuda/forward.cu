@@ -380,7 +380,7 @@ static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
 }
 
 // One token's attention by head groups (or a decode batch's, a block column a token), counting
-// the launches that take the tensor-core window.
+// the launches that take the tensor-core window and those merged by a kernel of their own.
 static int64_t attn2(cu_ctx *c, const attn1_args &a1, int hd) {
   bool mma = false, sep = false;
   CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3, &mma, &sep));

@@ -34,25 +34,18 @@ __host__ __device__ inline size_t fo_head_bytes(int n, bool q8, int cap) {
 // SM's cache when a last block here needs them (the tail cold took ~9.2K cycles, warm ~7.4K: call
 // 108; the dry run costs more than that saves).
 __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const float *x, int E, int X, int K, int norm_topk, float w_scale,
-                                     float eps, float *logits, int32_t *sel, float *selw, int *counter, bool dry) {
+                                     float eps, float *logits, int32_t *sel, float *selw, bool dry) {
   __shared__ float red[32];
   __shared__ float slg[256];
   __shared__ __align__(16) float sbuf[4 * FO_WARPS * 32]; // float4 stores (fo_sum_part)
   __shared__ int ssel[32];
-  __shared__ float sw[32], smx[2];
-  const int tid = threadIdx.x, Ex = dry ? 0 : E;
+  __shared__ float sw[32], smx[1];
+  const int tid = threadIdx.x, Ex = dry ? 0 : E; // dry: no loads (its scale and logits are not numbers, and unused)
   xrow rx;
   xrow_load(rx, x, Ex);
   const float lsum = fo_sum_part(part, ldp, nb, X, sbuf, !dry);
   // the norm of the new x, formed as the expert kernels' staging forms it
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const int i = tid + k * blockDim.x;
-    if (i < (Ex >> 2)) ss += rx.v[k].x * rx.v[k].x + rx.v[k].y * rx.v[k].y + rx.v[k].z * rx.v[k].z + rx.v[k].w * rx.v[k].w;
-  }
-  ss = block_sum(ss, red);
-  const float sc = 1.0f / sqrtf(ss / (float)E + eps);
+  const float sc = xrow_rms_scale(rx, Ex, eps, red);
   fo_logits(lsum, X, sc, slg, dry ? nullptr : logits);
   if (X <= 128) route_block<4>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
   else route_block<8>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
@@ -61,7 +54,6 @@ __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const f
     sel[tid] = ssel[tid];
     selw[tid] = sw[tid];
   }
-  if (tid == 0) *counter = 0;
 }
 
 template <int T, bool Q8>
@@ -91,7 +83,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     }
   }
   if (tid < FO_ROWS) swn[tid] = tid < nr ? (a.normw ? __ldg(a.normw + c0 + tid) : 1.0f) : 0.0f;
-  if (a.warm) fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, a.counter, true);
+  if (a.warm) fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, true);
   cu_pdl_wait();
   x8v x8 = {};
   if (Q8 && a.att8) {
@@ -148,7 +140,8 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     return;
   }
   if (!last_arrival(a.counter, (int)gridDim.x)) return;
-  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, a.counter, false);
+  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, false);
+  if (tid == 0) *a.counter = 0;
 }
 
 // ---- host side ----

@@ -126,7 +126,7 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
 // counts as -inf) is counted by L threads (adjacent lanes) a logit and the K best are placed by
 // rank; the maximum is the first pick's logit (as route_core's, -FLT_MAX when none is a number), so
 // warp 0 forms the sum as route_core does only then, with the picks' weights and route_tail, and no
-// barrier waits on it before the ranks. smx: 2 floats (the maximum, then the sum).
+// barrier waits on it before the ranks. smx: 1 float (the maximum).
 template <int XJ>
 __device__ __forceinline__ void route_block(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw, float *smx) {
   const int tid = threadIdx.x, lane = tid & 31;

@@ -110,6 +110,20 @@ __device__ __forceinline__ void xrow_load(xrow &r, const float *x, int n) {
     if (i < n4) r.v[k] = __ldcg(reinterpret_cast<const float4 *>(x) + i);
   }
 }
+// The scale 1/rms of the n values r holds: each thread's sum of squares in its slots' order, then
+// block_sum (barriers: every thread of the block calls it). One owner for the norm that the fused
+// router's logits and the experts' staging must form bit for bit alike.
+__device__ __forceinline__ float xrow_rms_scale(const xrow &r, int n, float eps, float *red) {
+  const int n4 = n >> 2;
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) ss += r.v[k].x * r.v[k].x + r.v[k].y * r.v[k].y + r.v[k].z * r.v[k].z + r.v[k].w * r.v[k].w;
+  }
+  ss = block_sum(ss, red);
+  return 1.0f / sqrtf(ss / (float)n + eps);
+}
 // Stores r to xs, RMS-normalised with weights w (null: none) when norm (the same products as the
 // CPU reference: x * (1/rms) * w). Ends with a block barrier; every thread of the block calls it.
 // Returns the scale 1/rms (1 without norm).
@@ -131,14 +145,7 @@ __device__ __forceinline__ float xrow_store(const xrow &r, float *xs, int n, int
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) wv[k] = w ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
   }
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i < n4) ss += r.v[k].x * r.v[k].x + r.v[k].y * r.v[k].y + r.v[k].z * r.v[k].z + r.v[k].w * r.v[k].w;
-  }
-  ss = block_sum(ss, red);
-  const float sc = 1.0f / sqrtf(ss / (float)n + eps);
+  const float sc = xrow_rms_scale(r, n, eps, red);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
     const int i = threadIdx.x + k * blockDim.x;
