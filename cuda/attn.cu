@@ -12,6 +12,7 @@
 
 // grid: x over q heads then kv heads, y over tokens; block: hd / 2 threads (at least 32).
 __global__ void k_qk(qk_args a) {
+  BL_TR_SCOPE(13);
   cu_pdl_entry();
   __shared__ float xs[1024];
   __shared__ float red[32];
@@ -58,6 +59,7 @@ __global__ void k_qk(qk_args a) {
 #define QKT_WARPS 8
 #define QKT_HD_MAX 256
 __global__ void __launch_bounds__(QKT_WARPS * 32) k_qk_tok(qk_args a) {
+  BL_TR_SCOPE(14);
   cu_pdl_entry();
   __shared__ float s_cs[QKT_HD_MAX / 2], s_sn[QKT_HD_MAX / 2];
   __shared__ float s_x[QKT_WARPS][QKT_HD_MAX];
@@ -125,6 +127,7 @@ int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok) {
 // grid: x over KV heads, y over slices (up to max_splits), z over tokens.
 template <int HD, int GM>
 __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
+  BL_TR_SCOPE(15);
   cu_pdl_entry();
   constexpr int DPL = HD / 32;          // V dims a lane
   constexpr int VB = HD >= 256 ? 4 : 8; // V rows loaded together

@@ -37,6 +37,7 @@ __device__ __forceinline__ void a1_issue(uint8_t *sK, uint8_t *sV, const __half 
 // grid: x over KV heads, y over slices (up to max_splits); 128 threads.
 template <int HD, int GM>
 __global__ void __launch_bounds__(A1_THREADS) k_attn1(attn1_args a) {
+  BL_TR_SCOPE(19);
   constexpr int WP = a1_window(HD), RS = a1_row_stride(HD), CPR = HD * 2 / 16;
   constexpr int DPT = HD > A1_THREADS ? HD / A1_THREADS : 1; // dims a thread (values)
   constexpr int PG = HD < A1_THREADS ? A1_THREADS / HD : 1;  // position groups (values)

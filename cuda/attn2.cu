@@ -111,6 +111,7 @@ __device__ __forceinline__ int a2_token_splits(int n, int wp, int long_chunk, in
 // MMA: a window's scores and values on the tensor cores (attn2_mma.cuh; GM = G = 8, HD 128).
 template <int HD, int GM, int A2_WP, bool MMA = false>
 __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
+  BL_TR_SCOPE(6);
   static_assert(!MMA || (GM == 8 && HD == 128), "the tensor-core window takes 8 heads of 128");
   constexpr int RS = MMA ? a2m_rs(HD) : a2_rs(HD), CPR = HD * 2 / 16, CPQ = CPR / 4;
   constexpr int PPP = A2_THREADS / 4;  // positions a pass of the scores
@@ -439,6 +440,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
 // their sums added in group order.
 template <int HD>
 __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) {
+  BL_TR_SCOPE(7);
   constexpr int STS = HD + 4, C4 = HD / 4, NQ = 128 / C4;
   static_assert(NQ >= 1 && 128 % C4 == 0, "merge shape");
   __shared__ float s_f[A2_MAX_SPLITS], s_L;

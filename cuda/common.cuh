@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "../ffi/bloomery.h"
+#include "trace.cuh"
 
 // ---- error store (errors.cu): the message of the last failure on this thread ----
 int64_t cu_fail(int64_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -53,6 +54,7 @@ __device__ __forceinline__ void cu_pdl_entry() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  BL_TR_WAITED();
 }
 // Whether launches carry the attribute (BLOOMERY_CUDA_PDL=0 turns it off; set by cu_init_kernels).
 extern int cu_pdl;

@@ -308,6 +308,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (c->st) (void)cudaStreamSynchronize(c->st);
   cu_hybrid_free(c);
   cu_profile_print(c);
+  cu_trace_dump();
   cu_drop_graphs(c);
   for (const buf_req &b : buffer_list(c))
     if (*b.ptr) (void)cudaFree(*b.ptr);
@@ -564,6 +565,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
   c->profile = env && env[0] && env[0] != '0';
+  cu_trace_setup();
   env = getenv("BLOOMERY_CUDA_PREFILL_MIN"); // batches of at least this many tokens take the prefill kernels (2..MV_MAX_NT+1)
   if (env && atoi(env) >= 2 && atoi(env) <= MV_MAX_NT + 1) c->prefill_min = atoi(env);
   size_t fr = 0, tot = 0;

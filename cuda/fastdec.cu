@@ -64,6 +64,7 @@ __device__ __forceinline__ float fmv_row(bool ta, const uint8_t *p, int n, const
 // dotted. Jobs of type TA or TB.
 template <int TA, int TB, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
+  BL_TR_SCOPE(1);
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
@@ -174,6 +175,7 @@ __device__ __forceinline__ int pick_at(const fmoe_args &a, int j) {
 // copies issued before the row is staged; else warp 0 selects from the logits first.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
+  BL_TR_SCOPE(2);
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   __shared__ int ssel[ROUTER_MAX_K];
@@ -255,6 +257,7 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // picks for down and raises the flag down waits on.
 template <int T>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
+  BL_TR_SCOPE(3);
   using Q = qt<T>;
   using D = d8<T>;
   constexpr int RW = 4; // rows a warp
@@ -346,6 +349,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
 // are read and the first rows' copies issued before the wait.
 template <int T, bool Q8>
 __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
+  BL_TR_SCOPE(4);
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   __shared__ int ssel[ROUTER_MAX_K];

@@ -58,6 +58,7 @@ __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const f
 
 template <int T, bool Q8>
 __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
+  BL_TR_SCOPE(5);
   using Q = qt<T>;
   extern __shared__ float4 dyn_smem4[];
   __shared__ float sxn[FO_ROWS], swn[FO_ROWS];

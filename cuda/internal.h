@@ -11,6 +11,10 @@ int64_t cu_probe(int *n_devices, int *driver);
 bool cu_has_code(int dev);
 // Kernel attributes (dynamic shared memory limits), once per process.
 int64_t cu_init_kernels(int smem_optin);
+// The kernel timeline tracer (trace.cu; only a -DBL_TRACE build records): the buffer installed
+// at the first context when BLOOMERY_CUDA_TRACE names a file; the records appended to it.
+void cu_trace_setup();
+void cu_trace_dump();
 
 // ---- the experts' weighted sum added to the residual (moe.cu), recorded until x is next read ----
 // x[t] += sum_j selw[t * k + j] * ypair[pair_of[t * k + j]] (j in pick order, n columns, ntok rows):

@@ -12,6 +12,7 @@
 
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
+  BL_TR_SCOPE(11);
   cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mv(mv_args a) {
 // Rows of a matrix dequantized to floats: row r of slab 0 is ids ? ids[t] : t, written to
 // y + t * ldy (embedding lookup; the dequantization test).
 __global__ void __launch_bounds__(256) k_rows_f32(dmat m, const int32_t *ids, float *y, int ldy) {
+  BL_TR_SCOPE(12);
   cu_pdl_entry();
   const int t = blockIdx.x;
   const int r = ids ? ids[t] : t;

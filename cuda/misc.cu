@@ -7,6 +7,7 @@
 #include "internal.h"
 
 __global__ void k_rmsnorm(const float *x, int ldx, const int32_t *rows, int n, const float *w, float eps, float *y, int ldy) {
+  BL_TR_SCOPE(8);
   cu_pdl_entry();
   __shared__ float red[32];
   const int t = blockIdx.x;
@@ -69,6 +70,7 @@ __device__ void block_best(const float *v, int n, int idx0, const uint8_t *taken
 
 // grid: x over chunks of a row, y over rows; smem: chunk values and taken flags.
 __global__ void k_topk_chunk(const float *x, int ldx, int n, int chunk, int k, float *cv, int32_t *ci) {
+  BL_TR_SCOPE(9);
   cu_pdl_entry();
   extern __shared__ float tsm[];
   __shared__ float rv[32];
@@ -98,6 +100,7 @@ __global__ void k_topk_chunk(const float *x, int ldx, int n, int chunk, int k, f
 }
 
 __global__ void k_topk_merge(const float *cv, const int32_t *ci, int per_row, int k, float *out_v, int32_t *out_i) {
+  BL_TR_SCOPE(10);
   cu_pdl_entry();
   extern __shared__ float msm[];
   __shared__ float rv[32];

@@ -23,6 +23,7 @@ __device__ __forceinline__ void route_token(const router_args &a, int t, int *ss
 // grid: x over experts (MV_WARPS a block), y over groups of NT tokens.
 template <int NT>
 __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
+  BL_TR_SCOPE(16);
   cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
@@ -85,6 +86,7 @@ int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit) {
 // grid: x over hidden rows (MV_WARPS a block), y over a token's picks, z over tokens.
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
+  BL_TR_SCOPE(17);
   cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
@@ -106,6 +108,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
 // token's picks (k rows of down), each weighted; the sum is added to x.
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
+  BL_TR_SCOPE(18);
   using Q = qt<T>;
   cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];

@@ -15,6 +15,7 @@ __device__ __forceinline__ void cu_pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  BL_TR_WAITED();
 }
 
 // A flag read with acquire semantics at GPU scope (what its writer wrote before raising it is visible).

@@ -83,14 +83,16 @@ async function buildCuda(nvccPath: string): Promise<void> {
   const archs = cudaArchs();
   const src = sources(cudaDir, [".cu"]);
   const headers = [...sources(cudaDir, [".cuh", ".h"]), join(root, "ffi", "bloomery.h")];
-  const tag = archs.join("-");
+  // --trace (or BLOOMERY_CUDA_TRACE_BUILD=1): the kernel timeline tracer compiled in (cuda/trace.cuh), a measurement build
+  const trace = process.argv.includes("--trace") || process.env.BLOOMERY_CUDA_TRACE_BUILD === "1";
+  const tag = archs.join("-") + (trace ? "-trace" : "");
   const objDir = join(build, `cuda-obj-${tag}`);
   mkdirSync(objDir, { recursive: true });
   const stamp = join(build, "libbloomery_cuda.arch");
   const sameArch = existsSync(stamp) && readFileSync(stamp, "utf8") === tag;
   const force = process.argv.includes("--force");
   const hdrTime = newest(headers);
-  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...archs.map(gencode)];
+  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...(trace ? ["-DBL_TRACE"] : []), ...archs.map(gencode)];
   const jobs: { obj: string; proc: ReturnType<typeof Bun.spawn> }[] = [];
   for (const f of src) {
     const obj = join(objDir, f.slice(cudaDir.length + 1).replace(/\.cu$/, ".o"));
