@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, a.n, x8mem);
+  BL_TR_MARK(1);
   auto put = [&](int i, float v) {
     const int rr = row_of(i);
     if (jb.bias) v += jb.bias[rr];
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
       }
       cp_async_wait_all();
     }
+    if (i == 0) BL_TR_MARK(2);
     __syncwarp();
     const uint8_t *c0 = odd ? q0 : p0, *c1 = odd ? q1 : p1;
     float v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane), v1 = 0.0f;
@@ -309,9 +311,11 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
     if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   }
+  BL_TR_MARK(1);
   if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
   cp_async_wait_all();
+  BL_TR_MARK(2);
   __syncwarp();
   const int nb = n / Q::BE;
   float ag[RW], au[RW];
@@ -389,6 +393,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   if (Q8 && a.act8) {
     // k_fgu8 quantized the rows (picks in memory)
     x8 = x8_copy_row(x8mem, a.act8, na);
+    BL_TR_MARK(1);
   } else {
     if (na <= 32 * (int)blockDim.x) {
       xrow r;
@@ -411,6 +416,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
       using D = d8<T>;
       if (!a.sel) issue(0, K);
       cp_async_wait_all();
+      BL_TR_MARK(2);
       __syncwarp();
       const int nunits = (ff / Q::BE) * D::UPB;
       for (int k = lane; k < K * nunits; k += 32) {

@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   }
   cp_async_wait_all(); // every thread: its row chunks and router columns
+  BL_TR_MARK(1);
   __syncwarp();
   float v0 = 0.0f, v1 = 0.0f;
   if constexpr (Q8) {
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     return;
   }
   if (!last_arrival(a.counter, (int)gridDim.x)) return;
+  BL_TR_MARK(2);
   fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, false);
   if (tid == 0) *a.counter = 0;
 }

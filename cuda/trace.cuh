@@ -11,6 +11,7 @@ struct tr_rec {
   uint32_t tag;  // the kernel (BL_TR_SCOPE's number)
   uint32_t grid; // blocks in the launch
   uint64_t t0, tw, te; // ns: start, past the wait (0: thread 0 did not wait), end
+  uint64_t m1, m2;     // ns: BL_TR_MARK(1) / (2) in thread 0, where the kernel has them (else 0)
 };
 
 #ifdef BL_TRACE
@@ -32,9 +33,9 @@ __device__ __forceinline__ uint64_t tr_now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// The block's wait stamp (thread 0 writes and reads it).
-__device__ __forceinline__ uint64_t &tr_wait_slot() {
-  __shared__ uint64_t w;
+// The block's stamps (thread 0 writes and reads them): 0 the wait, 1 and 2 the marks.
+__device__ __forceinline__ uint64_t *tr_slots() {
+  __shared__ uint64_t w[3];
   return w;
 }
 struct tr_scope {
@@ -43,7 +44,7 @@ struct tr_scope {
   __device__ __forceinline__ explicit tr_scope(uint32_t t) : tag(t), t0(0) {
     if (threadIdx.x == 0) {
       t0 = tr_now();
-      tr_wait_slot() = 0;
+      tr_slots()[0] = tr_slots()[1] = tr_slots()[2] = 0;
     }
   }
   __device__ __forceinline__ ~tr_scope() {
@@ -55,17 +56,24 @@ struct tr_scope {
     r.tag = tag;
     r.grid = gridDim.x * gridDim.y * gridDim.z;
     r.t0 = t0;
-    r.tw = tr_wait_slot();
+    r.tw = tr_slots()[0];
     r.te = te;
+    r.m1 = tr_slots()[1];
+    r.m2 = tr_slots()[2];
     g_tr_buf[i] = r;
   }
 };
 #define BL_TR_SCOPE(tag) tr_scope bl_tr_scope_(tag)
 #define BL_TR_WAITED()                                  \
   do {                                                  \
-    if (threadIdx.x == 0) tr_wait_slot() = tr_now();    \
+    if (threadIdx.x == 0) tr_slots()[0] = tr_now();     \
+  } while (0)
+#define BL_TR_MARK(i)                                   \
+  do {                                                  \
+    if (threadIdx.x == 0) tr_slots()[i] = tr_now();     \
   } while (0)
 #else
+#define BL_TR_MARK(i) ((void)0)
 #define BL_TR_SCOPE(tag) ((void)0)
 #define BL_TR_WAITED() ((void)0)
 #endif

@@ -11,7 +11,7 @@ const NAMES: Record<number, string> = {
   18: "moe_down", 19: "attn1",
 };
 
-interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; }
+interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; m1: number[]; m2: number[]; }
 
 const file = process.argv[2];
 if (!file) {
@@ -21,7 +21,8 @@ if (!file) {
 const si = process.argv.indexOf("--skip");
 const skip = si > 0 ? Number(process.argv[si + 1]) : 4;
 const buf = readFileSync(file);
-const n = Math.floor(buf.length / 32);
+const REC = 48;
+const n = Math.floor(buf.length / REC);
 const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
 // records grouped by (tag, grid) in append order; launches of one kernel never overlap in a step
 const open = new Map<string, Launch & { left: number }>();
@@ -29,15 +30,16 @@ const launches: Launch[] = [];
 let gran = Infinity;
 let prevT = -1;
 for (let i = 0; i < n; i++) {
-  const o = i * 32;
+  const o = i * REC;
   const tag = dv.getUint32(o, true), grid = dv.getUint32(o + 4, true);
   const t0 = Number(dv.getBigUint64(o + 8, true)), tw = Number(dv.getBigUint64(o + 16, true)), te = Number(dv.getBigUint64(o + 24, true));
   if (prevT >= 0 && te !== prevT) gran = Math.min(gran, Math.abs(te - prevT));
   prevT = te;
+  const m1 = Number(dv.getBigUint64(o + 32, true)), m2 = Number(dv.getBigUint64(o + 40, true));
   const key = `${tag}:${grid}`;
   let l = open.get(key);
   if (!l) {
-    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, left: grid };
+    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, m1: [], m2: [], left: grid };
     open.set(key, l);
   } else {
     l.t0 = Math.min(l.t0, t0);
@@ -47,6 +49,8 @@ for (let i = 0; i < n; i++) {
     l.te = Math.max(l.te, te);
     l.temin = Math.min(l.temin, te);
   }
+  if (m1) l.m1.push(m1);
+  if (m2) l.m2.push(m2);
   if (--l.left === 0) {
     open.delete(key);
     launches.push(l);
@@ -72,7 +76,7 @@ for (const s of steps.slice(skip)) {
   const k = s.map((l) => l.name).join(",");
   shapes.set(k, [...(shapes.get(k) ?? []), s]);
 }
-const best = [...shapes.values()].sort((a, b) => b.length - a.length)[0];
+const best = [...shapes.values()].filter((v) => v[0].length >= 50).sort((a, b) => b.length - a.length)[0];
 if (!best) {
   console.log(`no steps (${n} records, ${launches.length} launches)`);
   process.exit(1);
@@ -105,6 +109,19 @@ console.log("pos  kernel/grid            handoff    body   early  endspread last
 rows.forEach((r, i) => {
   if (i < 14 || i >= len - 8) console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${f(r.hand)} ${f(r.body)} ${f(r.early)} ${f(r.tail)} ${f(r.startLate)}`);
   else if (i === 14) console.log("  ...");
+});
+// the marks (BL_TR_MARK 1 and 2): median and last over the blocks, from the first wait passed
+console.log("marks from the first block past the wait (us): mark1 median/last, mark2 median/last, end");
+rows.forEach((r, i) => {
+  if (i < 1 || i > 6) return;
+  const m = (pick: (l: Launch) => number) => med(best.map((s) => pick(s[i])));
+  const tw = (l: Launch) => (Number.isFinite(l.tw) ? l.tw : l.t0);
+  const q = (v: number[], last: boolean) => (v.length ? (last ? Math.max(...v) : med(v)) : NaN);
+  const cols = [
+    m((l) => q(l.m1, false) - tw(l)), m((l) => q(l.m1, true) - tw(l)),
+    m((l) => q(l.m2, false) - tw(l)), m((l) => q(l.m2, true) - tw(l)), m((l) => l.te - tw(l)),
+  ];
+  console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${cols.map(f).join(" ")}`);
 });
 // per kernel kind: the sum over the step of handoff and body
 const kinds = new Map<string, { hand: number; body: number; n: number }>();
