@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     if (has1) v1 = fmv_row<TA, TB, Q8>(ta, c1, a.n, x8, xs, lane);
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
+    if (i == 0) BL_TR_MARK(3);
     if (lane == 0) {
       put(i, v0);
       if (has1) put(i + 1, v1);
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   }
 #pragma unroll
   for (int i = 0; i < RW; i++) {
+    if (i == 0) BL_TR_MARK(3);
     const float g = warp_sum(ag[i]), u = warp_sum(au[i]);
     if (lane == 0) {
       const float v = silu_f(g) * u;
@@ -425,6 +427,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
         const uint8_t *p = buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
         acc += sw[jj] * D::unit(p + (size_t)b * Q::BB, u, x8, jj * (ff / 32) + b * (Q::BE / 32));
       }
+      BL_TR_MARK(3);
       acc = warp_sum(acc);
       if (lane == 0) a.x[row] += acc;
       return;

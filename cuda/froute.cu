@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   }
   v0 = warp_sum(v0);
   v1 = warp_sum(v1);
+  BL_TR_MARK(2);
   if (lane == 0) {
     float x0 = 0.0f, x1 = 0.0f;
     if (p0) {
@@ -141,8 +142,9 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     if (blockIdx.x == 0 && tid == 0) *a.pick_flag = 0;
     return;
   }
-  if (!last_arrival(a.counter, (int)gridDim.x)) return;
-  BL_TR_MARK(2);
+  const bool last = last_arrival(a.counter, (int)gridDim.x);
+  BL_TR_MARK(3);
+  if (!last) return;
   fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, false);
   if (tid == 0) *a.counter = 0;
 }

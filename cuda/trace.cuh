@@ -11,7 +11,8 @@ struct tr_rec {
   uint32_t tag;  // the kernel (BL_TR_SCOPE's number)
   uint32_t grid; // blocks in the launch
   uint64_t t0, tw, te; // ns: start, past the wait (0: thread 0 did not wait), end
-  uint64_t m1, m2;     // ns: BL_TR_MARK(1) / (2) in thread 0, where the kernel has them (else 0)
+  uint64_t m1, m2, m3; // ns: BL_TR_MARK(1) / (2) / (3) in thread 0, where the kernel has them (else 0)
+  uint64_t pad;
 };
 
 #ifdef BL_TRACE
@@ -33,9 +34,9 @@ __device__ __forceinline__ uint64_t tr_now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// The block's stamps (thread 0 writes and reads them): 0 the wait, 1 and 2 the marks.
+// The block's stamps (thread 0 writes and reads them): 0 the wait, 1-3 the marks.
 __device__ __forceinline__ uint64_t *tr_slots() {
-  __shared__ uint64_t w[3];
+  __shared__ uint64_t w[4];
   return w;
 }
 struct tr_scope {
@@ -44,7 +45,7 @@ struct tr_scope {
   __device__ __forceinline__ explicit tr_scope(uint32_t t) : tag(t), t0(0) {
     if (threadIdx.x == 0) {
       t0 = tr_now();
-      tr_slots()[0] = tr_slots()[1] = tr_slots()[2] = 0;
+      tr_slots()[0] = tr_slots()[1] = tr_slots()[2] = tr_slots()[3] = 0;
     }
   }
   __device__ __forceinline__ ~tr_scope() {
@@ -60,6 +61,8 @@ struct tr_scope {
     r.te = te;
     r.m1 = tr_slots()[1];
     r.m2 = tr_slots()[2];
+    r.m3 = tr_slots()[3];
+    r.pad = 0;
     g_tr_buf[i] = r;
   }
 };

@@ -11,7 +11,7 @@ const NAMES: Record<number, string> = {
   18: "moe_down", 19: "attn1",
 };
 
-interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; m1: number[]; m2: number[]; }
+interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; m1: number[]; m2: number[]; m3: number[]; }
 
 const file = process.argv[2];
 if (!file) {
@@ -21,7 +21,7 @@ if (!file) {
 const si = process.argv.indexOf("--skip");
 const skip = si > 0 ? Number(process.argv[si + 1]) : 4;
 const buf = readFileSync(file);
-const REC = 48;
+const REC = 64;
 const n = Math.floor(buf.length / REC);
 const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
 // records grouped by (tag, grid) in append order; launches of one kernel never overlap in a step
@@ -39,7 +39,7 @@ for (let i = 0; i < n; i++) {
   const key = `${tag}:${grid}`;
   let l = open.get(key);
   if (!l) {
-    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, m1: [], m2: [], left: grid };
+    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, m1: [], m2: [], m3: [], left: grid };
     open.set(key, l);
   } else {
     l.t0 = Math.min(l.t0, t0);
@@ -51,6 +51,7 @@ for (let i = 0; i < n; i++) {
   }
   if (m1) l.m1.push(m1);
   if (m2) l.m2.push(m2);
+  if (m3) l.m3.push(m3);
   if (--l.left === 0) {
     open.delete(key);
     launches.push(l);
@@ -111,15 +112,16 @@ rows.forEach((r, i) => {
   else if (i === 14) console.log("  ...");
 });
 // the marks (BL_TR_MARK 1 and 2): median and last over the blocks, from the first wait passed
-console.log("marks from the first block past the wait (us): mark1 median/last, mark2 median/last, end");
+console.log("marks from the first block past the wait (us): mark1 median/last, mark2 median/last, mark3 median/last, end");
 rows.forEach((r, i) => {
-  if (i < 1 || i > 6) return;
+  if (i < 6 || i > 11) return;
   const m = (pick: (l: Launch) => number) => med(best.map((s) => pick(s[i])));
   const tw = (l: Launch) => (Number.isFinite(l.tw) ? l.tw : l.t0);
   const q = (v: number[], last: boolean) => (v.length ? (last ? Math.max(...v) : med(v)) : NaN);
   const cols = [
     m((l) => q(l.m1, false) - tw(l)), m((l) => q(l.m1, true) - tw(l)),
-    m((l) => q(l.m2, false) - tw(l)), m((l) => q(l.m2, true) - tw(l)), m((l) => l.te - tw(l)),
+    m((l) => q(l.m2, false) - tw(l)), m((l) => q(l.m2, true) - tw(l)),
+    m((l) => q(l.m3, false) - tw(l)), m((l) => q(l.m3, true) - tw(l)), m((l) => l.te - tw(l)),
   ];
   console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${cols.map(f).join(" ")}`);
 });
