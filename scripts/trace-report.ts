@@ -35,7 +35,7 @@ for (let i = 0; i < n; i++) {
   const t0 = Number(dv.getBigUint64(o + 8, true)), tw = Number(dv.getBigUint64(o + 16, true)), te = Number(dv.getBigUint64(o + 24, true));
   if (prevT >= 0 && te !== prevT) gran = Math.min(gran, Math.abs(te - prevT));
   prevT = te;
-  const m1 = Number(dv.getBigUint64(o + 32, true)), m2 = Number(dv.getBigUint64(o + 40, true));
+  const m1 = Number(dv.getBigUint64(o + 32, true)), m2 = Number(dv.getBigUint64(o + 40, true)), m3 = Number(dv.getBigUint64(o + 48, true));
   const key = `${tag}:${grid}`;
   let l = open.get(key);
   if (!l) {
