@@ -55,10 +55,12 @@ struct d8<T_Q4_K> {
 };
 
 // 8 words from a 2-byte aligned address (aligned loads joined by funnel shifts; reads one word more).
+// The aligned base is formed by pointer arithmetic (not through an integer), so that a shared
+// memory copy keeps its address space: ld.shared, not generic loads (38 of them in k_fdown<Q6_K>).
 __device__ __forceinline__ void ld8_a2(const uint8_t *p, uint32_t (&w)[8]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t *b = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
-  const unsigned sh = (unsigned)(a & 3) * 8u;
+  const unsigned mis = (unsigned)(reinterpret_cast<uintptr_t>(p) & 3);
+  const uint32_t *b = reinterpret_cast<const uint32_t *>(p - mis);
+  const unsigned sh = mis * 8u;
   uint32_t r[9];
 #pragma unroll
   for (int i = 0; i < 9; i++) r[i] = b[i];
@@ -109,6 +111,23 @@ __device__ __forceinline__ float dot8_row(const uint8_t *p, int nblk, const x8v 
     acc += D::unit(p + (size_t)b * Q::BB, u, x, g0 + b * (Q::BE / 32));
   }
   return acc;
+}
+
+// Two rows' lane partials in one loop (each row's units in k order, as dot8_row: the same sums
+// bit for bit), so that the two rows' units overlap instead of running one loop after the other.
+template <int T>
+__device__ __forceinline__ void dot8_row2(const uint8_t *p0, const uint8_t *p1, int nblk, const x8v &x, int lane, float &v0, float &v1) {
+  using Q = qt<T>;
+  using D = d8<T>;
+  float a0 = 0.0f, a1 = 0.0f;
+  const int nunits = nblk * D::UPB;
+  for (int k = lane; k < nunits; k += 32) {
+    const int b = k / D::UPB, u = k - b * D::UPB, g = b * (Q::BE / 32);
+    a0 += D::unit(p0 + (size_t)b * Q::BB, u, x, g);
+    a1 += D::unit(p1 + (size_t)b * Q::BB, u, x, g);
+  }
+  v0 = a0;
+  v1 = a1;
 }
 
 // The quantized row at p (n elements): q | d | s | h.

@@ -21,6 +21,7 @@
 #include "fopick.cuh"
 
 int cu_fast = FAST_DEFAULT;
+int cu_late_trig = 0;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
 __device__ __forceinline__ void stage_plain(float *xs, const float *x, int n) {
@@ -98,7 +99,8 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     cp_async_commit();
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
-  cu_pdl_wait();
+  if (a.late) cu_pdl_wait_only();
+  else cu_pdl_wait();
   xrow r;
   xrow_load(r, a.x, a.n);
   xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
@@ -106,6 +108,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, a.n, x8mem);
+  if (a.late) cu_pdl_trigger();
   BL_TR_MARK(1);
   auto put = [&](int i, float v) {
     const int rr = row_of(i);
@@ -128,8 +131,19 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     if (i == 0) BL_TR_MARK(2);
     __syncwarp();
     const uint8_t *c0 = odd ? q0 : p0, *c1 = odd ? q1 : p1;
-    float v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane), v1 = 0.0f;
-    if (has1) v1 = fmv_row<TA, TB, Q8>(ta, c1, a.n, x8, xs, lane);
+    float v0 = 0.0f, v1 = 0.0f;
+    bool done = false;
+    if constexpr (Q8) {
+      if (has1) { // both rows' units in one loop (dot8_row2: the same sums)
+        if (ta) dot8_row2<TA>(c0, c1, a.n / qt<TA>::BE, x8, lane, v0, v1);
+        else dot8_row2<TB>(c0, c1, a.n / qt<TB>::BE, x8, lane, v0, v1);
+        done = true;
+      }
+    }
+    if (!done) {
+      v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane);
+      if (has1) v1 = fmv_row<TA, TB, Q8>(ta, c1, a.n, x8, xs, lane);
+    }
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
     if (i == 0) BL_TR_MARK(3);
@@ -275,7 +289,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   uint8_t *sl = x8mem + x8_bytes(n) + (size_t)warp * 2 * RW * a.cap;
   const int rbase = blockIdx.x * RW * W, j = blockIdx.y, ff = a.gate.ne1;
   const int rb = (n / Q::BE) * Q::BB;
-  cu_pdl_wait();
+  if (a.late) cu_pdl_wait_only();
+  else cu_pdl_wait();
   xrow r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
@@ -312,6 +327,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
     if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   }
+  if (a.late) cu_pdl_trigger(); // down's blocks (their copies issued at once) come in behind these copies
   BL_TR_MARK(1);
   if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
@@ -537,6 +553,7 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
 int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *done) {
   *done = false;
   if (!(cu_fast & FAST_MV) || a.njobs <= 0 || a.njobs > 3) return BL_OK;
+  a.late = (cu_late_trig & 2) != 0;
   // one launch when the jobs have one type or a paired two; else one launch a type
   fmv_launch L[3];
   int nl = 0;
@@ -613,6 +630,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   g.cap = p.cap_gu;
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
+  g.late = (cu_late_trig & 1) != 0;
   memset(&g.pf, 0, sizeof g.pf);
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
                     a.fo_ldp % 4 || (reinterpret_cast<uintptr_t>(a.fo_part) & 15)))

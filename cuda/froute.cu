@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   __syncwarp();
   float v0 = 0.0f, v1 = 0.0f;
   if constexpr (Q8) {
-    if (p0) v0 = dot8_row<T>(p0, n / Q::BE, x8, 0, lane);
-    if (p1) v1 = dot8_row<T>(p1, n / Q::BE, x8, 0, lane);
+    if (p0 && p1) dot8_row2<T>(p0, p1, n / Q::BE, x8, lane, v0, v1); // both rows' units in one loop
+    else if (p0) v0 = dot8_row<T>(p0, n / Q::BE, x8, 0, lane);
   } else {
     if (p0) v0 = dot_window<T>(p0, n / Q::BE, xs, lane);
     if (p1) v1 = dot_window<T>(p1, n / Q::BE, xs, lane);

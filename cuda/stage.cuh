@@ -18,6 +18,20 @@ __device__ __forceinline__ void cu_pdl_wait() {
   BL_TR_WAITED();
 }
 
+// The two halves apart (a kernel that lets the next kernel in only once its own critical loads
+// are issued, so that the next kernel's early copies queue behind them: cu_late_trig).
+__device__ __forceinline__ void cu_pdl_wait_only() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  BL_TR_WAITED();
+}
+__device__ __forceinline__ void cu_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // A flag read with acquire semantics at GPU scope (what its writer wrote before raising it is visible).
 __device__ __forceinline__ int ld_acquire_gpu(const int *p) {
   int v;
