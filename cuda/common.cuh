@@ -107,6 +107,8 @@ struct dmat {
 };
 
 // ---- device helpers ----
+// A shared memory address as the 32-bit operand of cp.async / ldmatrix / mbarrier instructions.
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // A release/acquire fence at GPU scope: with a relaxed atomic after it, the thread's (and, through a
 // barrier, its block's) earlier writes are visible to whoever observes the atomic; after an
 // atomic, what the atomic observed is visible to the thread's later reads. Not sequentially

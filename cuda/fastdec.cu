@@ -22,6 +22,7 @@
 
 int cu_fast = FAST_DEFAULT;
 int cu_late_trig = 0;
+int cu_tma_gu = 0;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
 __device__ __forceinline__ void stage_plain(float *xs, const float *x, int n) {
@@ -289,6 +290,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   uint8_t *sl = x8mem + x8_bytes(n) + (size_t)warp * 2 * RW * a.cap;
   const int rbase = blockIdx.x * RW * W, j = blockIdx.y, ff = a.gate.ne1;
   const int rb = (n / Q::BE) * Q::BB;
+  __shared__ __align__(8) uint64_t tma_bar;
+  if (a.tma && threadIdx.x == 0) mbar_init(&tma_bar); // thread 0 also issues the copies (program order)
   if (a.late) cu_pdl_wait_only();
   else cu_pdl_wait();
   xrow r;
@@ -318,11 +321,28 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   {
     const int e = pickx ? sfe[j] : pick_at(a, j);
     const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
+    if (a.tma) {
+      // the block's 32 gate rows and 32 up rows are two contiguous ranges: two bulk copies by one
+      // thread (rows packed at rb bytes, the host checked the alignment), the block's slots reused
+      uint8_t *gs = x8mem + x8_bytes(n), *us = gs + (size_t)RW * W * rb;
+      if (threadIdx.x == 0) {
+        const unsigned bytes = (unsigned)(RW * W * rb);
+        mbar_expect(&tma_bar, 2 * bytes);
+        bulk_copy(gs, g + (size_t)rbase * a.gate.nb1, bytes, &tma_bar);
+        bulk_copy(us, u + (size_t)rbase * a.up.nb1, bytes, &tma_bar);
+      }
 #pragma unroll
-    for (int i = 0; i < RW; i++) {
-      const int row = rbase + warp + i * W;
-      pg[i] = warp_copy_async(sl + (size_t)(2 * i) * a.cap, g + (size_t)row * a.gate.nb1, rb, lane);
-      pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
+      for (int i = 0; i < RW; i++) {
+        pg[i] = gs + (size_t)(warp + i * W) * rb;
+        pu[i] = us + (size_t)(warp + i * W) * rb;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < RW; i++) {
+        const int row = rbase + warp + i * W;
+        pg[i] = warp_copy_async(sl + (size_t)(2 * i) * a.cap, g + (size_t)row * a.gate.nb1, rb, lane);
+        pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
+      }
     }
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
     if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
@@ -331,7 +351,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   BL_TR_MARK(1);
   if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
-  cp_async_wait_all();
+  if (a.tma) mbar_wait0(&tma_bar);
+  else cp_async_wait_all();
   BL_TR_MARK(2);
   __syncwarp();
   const int nb = n / Q::BE;
@@ -631,6 +652,12 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
   g.late = (cu_late_trig & 1) != 0;
+  {
+    // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+
+    const int rg = row_bytes(a.gate.type, a.gate.ne0);
+    const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
+    g.tma = cu_tma_gu && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0 && 2 * 32 * (int64_t)rg <= 8 * 8 * (int64_t)p.cap_gu;
+  }
   memset(&g.pf, 0, sizeof g.pf);
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
                     a.fo_ldp % 4 || (reinterpret_cast<uintptr_t>(a.fo_part) & 15)))

@@ -197,6 +197,8 @@ extern int cu_fast;
 // Kernels that let the next kernel in only after their own critical loads are issued, not right
 // after their wait (bits: 1 gate/up, 2 the one-token products): BLOOMERY_CUDA_LATE_TRIG (probe).
 extern int cu_late_trig;
+// The one-token gate/up (k_fgu8) copies its rows by bulk copies (BLOOMERY_CUDA_TMA_GU=0|1; sm_90+).
+extern int cu_tma_gu;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
 // Bytes a later kernel of the step reads, fetched into L2 by a launch's blocks (l2pf.cuh): up to
@@ -265,6 +267,7 @@ struct fmoe_args {
   int *pick_flag;
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
   int late;  // gate/up lets down in only once its rows' copies are issued (cu_late_trig & 1)
+  int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: cu_tma_gu, sm_90+, rows packed and 16-byte aligned)
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr,
                 bool *act8 = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8)

@@ -32,6 +32,36 @@ __device__ __forceinline__ void cu_pdl_trigger() {
 #endif
 }
 
+// Bulk copies by the tensor memory accelerator (sm_90+): one thread issues a whole contiguous range
+// (16-byte aligned, a multiple of 16 bytes) into shared memory, counted on an mbarrier that the
+// block's threads then wait on (phase 0: one use a launch). Callers take this path only on sm_90+.
+__device__ __forceinline__ void mbar_init(uint64_t *m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(m)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// The one arrival, expecting `bytes` of bulk copies.
+__device__ __forceinline__ void mbar_expect(uint64_t *m, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(m)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes),
+               "r"(smem_u32(m))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait0(uint64_t *m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(smem_u32(m)) : "memory");
+#endif
+}
+
 // A flag read with acquire semantics at GPU scope (what its writer wrote before raising it is visible).
 __device__ __forceinline__ int ld_acquire_gpu(const int *p) {
   int v;
