@@ -197,7 +197,7 @@ extern int cu_fast;
 // Kernels that let the next kernel in only after their own critical loads are issued, not right
 // after their wait (bits: 1 gate/up, 2 the one-token products): BLOOMERY_CUDA_LATE_TRIG (probe).
 extern int cu_late_trig;
-// The one-token gate/up (k_fgu8) copies its rows by bulk copies (BLOOMERY_CUDA_TMA_GU=0|1; sm_90+).
+// The one-token gate/up (k_fgu8) copies its rows by bulk copies (sm_90+; BLOOMERY_CUDA_TMA_GU=0: per-warp cp.async).
 extern int cu_tma_gu;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
