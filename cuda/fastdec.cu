@@ -405,7 +405,6 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;
   const bool has = row < a.down.ne1;
   const int rb = (ff / Q::BE) * Q::BB, slot = copy_slot_bytes(rb), per = a.cap / slot;
-  __shared__ __align__(8) uint64_t tma_bar;
   auto issue = [&](int j0, int cnt) {
     for (int jj = 0; jj < cnt; jj++) {
       const uint8_t *rp = a.down.d + (size_t)ssel[j0 + jj] * a.down.nb2 + (size_t)row * a.down.nb1;
@@ -424,19 +423,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
       ssel[threadIdx.x] = pick_at(a, threadIdx.x);
       sw[threadIdx.x] = __ldcg(a.selw + threadIdx.x);
     }
-    if (a.tma && threadIdx.x == 0) mbar_init(&tma_bar); // before the barrier: every waiter sees it initialised
     __syncthreads();
-    if (a.tma) {
-      // the block's 8 rows of each pick are one contiguous range: K bulk copies by thread 0 (the
-      // host checked the alignment and that every block has 8 rows), pick jj's rows at tb + jj * 8 rb
-      if (threadIdx.x == 0) {
-        uint8_t *tb = x8mem + x8_bytes(na);
-        const unsigned bytes = (unsigned)(8 * rb);
-        mbar_expect(&tma_bar, (unsigned)K * bytes);
-        for (int jj = 0; jj < K; jj++)
-          bulk_copy(tb + (size_t)jj * bytes, a.down.d + (size_t)ssel[jj] * a.down.nb2 + (size_t)blockIdx.x * 8 * a.down.nb1, bytes, &tma_bar);
-      }
-    } else if (has) issue(0, K < per ? K : per);
+    if (has) issue(0, K < per ? K : per);
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
@@ -466,16 +454,14 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
       // 32 lanes work however few units a row has (12 for a 768-wide Q4_K row)
       using D = d8<T>;
       if (!a.sel) issue(0, K);
-      if (a.tma) mbar_wait0(&tma_bar);
-      else cp_async_wait_all();
+      cp_async_wait_all();
       BL_TR_MARK(2);
       __syncwarp();
       const int nunits = (ff / Q::BE) * D::UPB;
-      const uint8_t *tb = x8mem + x8_bytes(na) + (size_t)warp * rb; // a.tma: this warp's row of pick 0
       for (int k = lane; k < K * nunits; k += 32) {
         const int jj = k / nunits, uu = k - jj * nunits, b = uu / D::UPB, u = uu - b * D::UPB;
         const uint8_t *rp = a.down.d + (size_t)ssel[jj] * a.down.nb2 + (size_t)row * a.down.nb1;
-        const uint8_t *p = a.tma ? tb + (size_t)jj * 8 * rb : buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
+        const uint8_t *p = buf + (size_t)jj * slot + (reinterpret_cast<uintptr_t>(rp) & 15);
         acc += sw[jj] * D::unit(p + (size_t)b * Q::BB, u, x8, jj * (ff / 32) + b * (Q::BE / 32));
       }
       BL_TR_MARK(3);
@@ -698,13 +684,6 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   d.pick_flag = a.fo_part ? a.pick_flag : nullptr;
   if (act8) *act8 = p.act8;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
-  {
-    // bulk copies (the flat path, picks in memory): a block's 8 rows of a pick packed, 16-byte aligned
-    const int rd = row_bytes(a.down.type, ff);
-    const uintptr_t al = reinterpret_cast<uintptr_t>(a.down.d) | (uintptr_t)a.down.nb2 | (uintptr_t)(8 * rd);
-    d.tma = cu_tma_gu && d.flat && a.sel && !d.pick_flag && d.act8 && a.down.nb1 == rd && a.down.ne1 % 8 == 0 && (al & 15) == 0 &&
-            (int64_t)K * 8 * rd <= 8 * (int64_t)p.cap_dn;
-  }
   if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);
   if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), p.smem_dn, st, d);
