@@ -443,8 +443,7 @@ static void read_env_once(int major) {
     const int v = atoi(env);
     if (v >= -1 && v <= 100) cu_carveout = v;
   }
-  env = getenv("BLOOMERY_CUDA_TMA_GU");
-  cu_tma_gu = major >= 9 && !(env && env[0] == '0'); // on by default (call 125: tg128 +4.8%)
+  cu_tma_ok = major >= 9;
   env = getenv("BLOOMERY_CUDA_LATE_TRIG");
   if (env && env[0]) cu_late_trig = atoi(env);
   env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups, 64 decode batches' rows quantized once a launch (0: the general kernels only)
@@ -667,10 +666,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[24] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[25] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
-                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_fowarm, c->n_a2merge};
-  for (int64_t i = 0; i < n && i < 24; i++) out[i] = v[i];
+                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_fowarm, c->n_a2merge, c->n_tmagu};
+  for (int64_t i = 0; i < n && i < 25; i++) out[i] = v[i];
   return BL_OK;
 }
 

@@ -122,6 +122,7 @@ struct cu_ctx {
   int64_t n_pickx;  // one-token gate/ups that picked from the fused router's partials
   int64_t n_fowarm; // fused output + router launches warming their last block's instructions (FAST_FOWARM)
   int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
+  int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
   int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)
   int64_t n_l2pf; // one-token launches fetching a later kernel's bytes into L2 (FAST_L2DN / L2KV / L2W)
   const cu_blk *next_attn; // cu_enqueue: the attention block after the MoE block being enqueued (or null)

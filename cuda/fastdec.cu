@@ -22,7 +22,7 @@
 
 int cu_fast = FAST_DEFAULT;
 int cu_late_trig = 0;
-int cu_tma_gu = 0;
+int cu_tma_ok = 0;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
 __device__ __forceinline__ void stage_plain(float *xs, const float *x, int n) {
@@ -642,7 +642,7 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
          fmv_kernel(a.down.type, a.down.type, false) != nullptr;
 }
 
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat, bool *act8) {
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat, bool *act8, bool *tma) {
   *done = false;
   fmoe_plan p;
   if (!plan_fmoe(a, smem_limit, p)) return BL_OK;
@@ -656,7 +656,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
     // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+
     const int rg = row_bytes(a.gate.type, a.gate.ne0);
     const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
-    g.tma = cu_tma_gu && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0 && 2 * 32 * (int64_t)rg <= 8 * 8 * (int64_t)p.cap_gu;
+    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0 && 2 * 32 * (int64_t)rg <= 8 * 8 * (int64_t)p.cap_gu;
   }
   memset(&g.pf, 0, sizeof g.pf);
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
@@ -683,6 +683,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   d.fo_part = nullptr;
   d.pick_flag = a.fo_part ? a.pick_flag : nullptr;
   if (act8) *act8 = p.act8;
+  if (tma) *tma = g.tma != 0;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);

@@ -627,7 +627,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fmoe_args fm;
     if (!moe || ntok != 1 || big || !card_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
-    bool done = false, flat = false, act8 = false;
+    bool done = false, flat = false, act8 = false, tma = false;
     if (c->pickx) {
       // the fused router left its partial logits: gate/up picks (FAST_PICKX; the flag is cnt_fo's third int)
       fm.fo_part = c->rpart;
@@ -645,10 +645,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fm.l2dn = (cu_fast & FAST_L2DN) != 0;
     if (c->next_attn) fm.pf = qkv_prefetch(*c->next_attn);
     c->n_l2pf += fm.l2dn + (fm.pf.p[0] != nullptr);
-    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8));
+    CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8, &tma));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
     c->n_down1 += flat;
     c->n_act8 += act8;
+    c->n_tmagu += tma;
     return BL_OK;
   }
   const int E = (int)c->dm.E;

@@ -173,14 +173,16 @@ int64_t cu_moe_dec_init(int smem_optin);
 // output + router runs its last block's instructions once dry before its wait, so that the last
 // block finds them in its SM's instruction cache (froute.cu fo_tail; the same values bit for bit).
 // FAST_A2MERGE: long contexts' one-token attention merges its slices in a kernel of its own, a
-// block a head (attn2.cu k_a2merge; the slices summed in another order: a bound).
+// block a head (attn2.cu k_a2merge; the slices summed in another order: a bound). FAST_TMAGU: the
+// one-token gate/up (k_fgu8) copies each block's gate and up rows by two bulk copies (cp.async.bulk
+// on an mbarrier, sm_90+, packed 16-byte aligned rows; the same bytes: bit for bit).
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
   FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOWARM = 268435456,
-  FAST_A2MERGE = 536870912, FAST_ALL = 1073741823,
+  FAST_A2MERGE = 536870912, FAST_TMAGU = 1073741824, FAST_ALL = 2147483647,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
   // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
@@ -197,8 +199,8 @@ extern int cu_fast;
 // Kernels that let the next kernel in only after their own critical loads are issued, not right
 // after their wait (bits: 1 gate/up, 2 the one-token products): BLOOMERY_CUDA_LATE_TRIG (probe).
 extern int cu_late_trig;
-// The one-token gate/up (k_fgu8) copies its rows by bulk copies (sm_90+; BLOOMERY_CUDA_TMA_GU=0: per-warp cp.async).
-extern int cu_tma_gu;
+// The card has bulk copies (cp.async.bulk, mbarriers: sm_90+; set once with the device's major).
+extern int cu_tma_ok;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
 // Bytes a later kernel of the step reads, fetched into L2 by a launch's blocks (l2pf.cuh): up to
@@ -267,10 +269,10 @@ struct fmoe_args {
   int *pick_flag;
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
   int late;  // gate/up lets down in only once its rows' copies are issued (cu_late_trig & 1)
-  int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: cu_tma_gu, sm_90+, rows packed and 16-byte aligned)
+  int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: FAST_TMAGU, sm_90+, rows packed and 16-byte aligned)
 };
-int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr,
-                bool *act8 = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8)
+int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr, bool *act8 = nullptr,
+                bool *tma = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8); *tma: gate/up's bulk copies (FAST_TMAGU)
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
 bool cu_fmoe_act8(const fmoe_args &a, int smem_limit); // gate/up would quantize down's rows (FAST_ACT8): FAST_PICKX can ride on it
 int64_t cu_fast_init(int smem_optin);

@@ -80,11 +80,12 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * with 8 query heads of 128 a KV head forms its scores and values on the tensor cores), pickx (the fused
  * output + router has no last block: one token's gate/up picks the experts from its partial logits), foWarm
  * (every block of the fused output + router runs its last block's instructions once, dry, before its wait),
- * a2Merge (long contexts' one-token attention merges its slices in a kernel of its own, a block a head).
+ * a2Merge (long contexts' one-token attention merges its slices in a kernel of its own, a block a head),
+ * tmaGu (the one-token gate/up copies its rows by two bulk copies a block, sm_90+).
  * 0: the general kernels only. The library
  * starts with `default` (all but pick, l2Down, l2Weights, pickx and foWarm, measured slower on the H200, and att8, measured no faster).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, attnMma: 67108864, pickx: 134217728, foWarm: 268435456, a2Merge: 536870912, all: 1073741823, default: 1073741823 & ~256 & ~4194304 & ~8388608 & ~33554432 & ~134217728 & ~268435456 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, attnMma: 67108864, pickx: 134217728, foWarm: 268435456, a2Merge: 536870912, tmaGu: 1073741824, all: 2147483647, default: 2147483647 & ~256 & ~4194304 & ~8388608 & ~33554432 & ~134217728 & ~268435456 } as const;
 
 export interface CudaDeviceInfo {
   index: number;
