@@ -444,8 +444,6 @@ static void read_env_once(int major) {
     if (v >= -1 && v <= 100) cu_carveout = v;
   }
   cu_tma_ok = major >= 9;
-  env = getenv("BLOOMERY_CUDA_LATE_TRIG");
-  if (env && env[0]) cu_late_trig = atoi(env);
   env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups, 64 decode batches' rows quantized once a launch (0: the general kernels only)
   if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
 }

@@ -21,7 +21,6 @@
 #include "fopick.cuh"
 
 int cu_fast = FAST_DEFAULT;
-int cu_late_trig = 0;
 int cu_tma_ok = 0;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
@@ -58,6 +57,20 @@ template <int TA, int TB, bool Q8>
 __device__ __forceinline__ float fmv_row(bool ta, const uint8_t *p, int n, const x8v &x8, const float *xs, int lane) {
   if constexpr (Q8) return ta ? dot8_row<TA>(p, n / qt<TA>::BE, x8, 0, lane) : dot8_row<TB>(p, n / qt<TB>::BE, x8, 0, lane);
   else return ta ? fmv_dot<TA>(p, n, xs, lane) : fmv_dot<TB>(p, n, xs, lane);
+}
+
+// A pair of rows' dot products: with int8 activations both rows' units in one loop (dot8_row2:
+// the same sums as two fmv_row calls, their latency chains overlapped).
+template <int TA, int TB, bool Q8>
+__device__ __forceinline__ void fmv_row2(bool ta, const uint8_t *p0, const uint8_t *p1, int n, const x8v &x8, const float *xs, int lane, float &v0,
+                                         float &v1) {
+  if constexpr (Q8) {
+    if (ta) dot8_row2<TA>(p0, p1, n / qt<TA>::BE, x8, lane, v0, v1);
+    else dot8_row2<TB>(p0, p1, n / qt<TB>::BE, x8, lane, v0, v1);
+  } else {
+    v0 = fmv_row<TA, TB, Q8>(ta, p0, n, x8, xs, lane);
+    v1 = fmv_row<TA, TB, Q8>(ta, p1, n, x8, xs, lane);
+  }
 }
 
 // grid: blocks of W warps over the jobs' rows, rpw rows a warp taken two at a time (both rows'
@@ -100,8 +113,7 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     cp_async_commit();
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
-  if (a.late) cu_pdl_wait_only();
-  else cu_pdl_wait();
+  cu_pdl_wait();
   xrow r;
   xrow_load(r, a.x, a.n);
   xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
@@ -109,7 +121,6 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, a.n, x8mem);
-  if (a.late) cu_pdl_trigger();
   BL_TR_MARK(1);
   auto put = [&](int i, float v) {
     const int rr = row_of(i);
@@ -133,18 +144,8 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
     __syncwarp();
     const uint8_t *c0 = odd ? q0 : p0, *c1 = odd ? q1 : p1;
     float v0 = 0.0f, v1 = 0.0f;
-    bool done = false;
-    if constexpr (Q8) {
-      if (has1) { // both rows' units in one loop (dot8_row2: the same sums)
-        if (ta) dot8_row2<TA>(c0, c1, a.n / qt<TA>::BE, x8, lane, v0, v1);
-        else dot8_row2<TB>(c0, c1, a.n / qt<TB>::BE, x8, lane, v0, v1);
-        done = true;
-      }
-    }
-    if (!done) {
-      v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane);
-      if (has1) v1 = fmv_row<TA, TB, Q8>(ta, c1, a.n, x8, xs, lane);
-    }
+    if (has1) fmv_row2<TA, TB, Q8>(ta, c0, c1, a.n, x8, xs, lane, v0, v1);
+    else v0 = fmv_row<TA, TB, Q8>(ta, c0, a.n, x8, xs, lane);
     v0 = warp_sum(v0);
     v1 = warp_sum(v1);
     if (i == 0) BL_TR_MARK(3);
@@ -292,8 +293,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   const int rb = (n / Q::BE) * Q::BB;
   __shared__ __align__(8) uint64_t tma_bar;
   if (a.tma && threadIdx.x == 0) mbar_init(&tma_bar); // thread 0 also issues the copies (program order)
-  if (a.late) cu_pdl_wait_only();
-  else cu_pdl_wait();
+  cu_pdl_wait();
   xrow r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
@@ -347,7 +347,6 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
     // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
     if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   }
-  if (a.late) cu_pdl_trigger(); // down's blocks (their copies issued at once) come in behind these copies
   BL_TR_MARK(1);
   if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
@@ -574,7 +573,6 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
 int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *done) {
   *done = false;
   if (!(cu_fast & FAST_MV) || a.njobs <= 0 || a.njobs > 3) return BL_OK;
-  a.late = (cu_late_trig & 2) != 0;
   // one launch when the jobs have one type or a paired two; else one launch a type
   fmv_launch L[3];
   int nl = 0;
@@ -651,12 +649,12 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   g.cap = p.cap_gu;
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
-  g.late = (cu_late_trig & 1) != 0;
   {
     // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+
+    // (the block's 64 rows of rg bytes fit its 64 row slots of cap_gu >= rg bytes)
     const int rg = row_bytes(a.gate.type, a.gate.ne0);
     const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
-    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0 && 2 * 32 * (int64_t)rg <= 8 * 8 * (int64_t)p.cap_gu;
+    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
   }
   memset(&g.pf, 0, sizeof g.pf);
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||

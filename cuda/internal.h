@@ -196,9 +196,6 @@ enum {
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX & ~FAST_FOWARM
 };
 extern int cu_fast;
-// Kernels that let the next kernel in only after their own critical loads are issued, not right
-// after their wait (bits: 1 gate/up, 2 the one-token products): BLOOMERY_CUDA_LATE_TRIG (probe).
-extern int cu_late_trig;
 // The card has bulk copies (cp.async.bulk, mbarriers: sm_90+; set once with the device's major).
 extern int cu_tma_ok;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
@@ -234,7 +231,6 @@ struct fmv_args {
   int nslot; // row slots a warp (2, or 4: two pairs of rows in flight)
   int q8;   // int8 activations allowed (FAST_Q8; the forward pass sets it, the f32 conformance path does not)
   l2_pf pf; // fetched into L2 before the wait (FAST_L2KV: the attention's cache rows)
-  int late; // the next kernel let in only once x is staged (cu_late_trig & 2; set by cu_fmv)
 };
 // y = W x for one row of x, jobs grouped by type (two types in one launch where paired). Sets
 // *done false (and enqueues nothing) when the shapes need the general kernels.
@@ -268,7 +264,6 @@ struct fmoe_args {
   float *fo_selw;
   int *pick_flag;
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
-  int late;  // gate/up lets down in only once its rows' copies are issued (cu_late_trig & 1)
   int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: FAST_TMAGU, sm_90+, rows packed and 16-byte aligned)
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr, bool *act8 = nullptr,

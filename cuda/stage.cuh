@@ -8,29 +8,9 @@
 #include "quants.cuh"
 #include "dot8.cuh"
 
-// Programmatic dependent launch in two halves: wait for the previous kernel's results, then let
+// Programmatic dependent launch (cu_pdl_entry): wait for the previous kernel's results, then let
 // the next kernel be scheduled. Work before cu_pdl_wait may only read what no kernel of the step writes.
-__device__ __forceinline__ void cu_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-  BL_TR_WAITED();
-}
-
-// The two halves apart (a kernel that lets the next kernel in only once its own critical loads
-// are issued, so that the next kernel's early copies queue behind them: cu_late_trig).
-__device__ __forceinline__ void cu_pdl_wait_only() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-  BL_TR_WAITED();
-}
-__device__ __forceinline__ void cu_pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cu_pdl_wait() { cu_pdl_entry(); }
 
 // Bulk copies by the tensor memory accelerator (sm_90+): one thread issues a whole contiguous range
 // (16-byte aligned, a multiple of 16 bytes) into shared memory, counted on an mbarrier that the

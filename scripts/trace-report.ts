@@ -11,7 +11,7 @@ const NAMES: Record<number, string> = {
   18: "moe_down", 19: "attn1",
 };
 
-interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; m1: number[]; m2: number[]; m3: number[]; tws: number[]; t0s: number[]; tes: number[]; m1o: number[]; m2o: number[]; m3o: number[]; }
+interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; tws: number[]; t0s: number[]; tes: number[]; m1: number[]; m2: number[]; m3: number[]; }
 
 const file = process.argv[2];
 if (!file) {
@@ -39,7 +39,7 @@ for (let i = 0; i < n; i++) {
   const key = `${tag}:${grid}`;
   let l = open.get(key);
   if (!l) {
-    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, m1: [], m2: [], m3: [], tws: [], t0s: [], tes: [], m1o: [], m2o: [], m3o: [], left: grid };
+    l = { name: `${NAMES[tag] ?? `tag${tag}`}/${grid}`, grid, t0, t0max: t0, tw: tw || Infinity, twmax: tw, te, temin: te, tws: [], t0s: [], tes: [], m1: [], m2: [], m3: [], left: grid };
     open.set(key, l);
   } else {
     l.t0 = Math.min(l.t0, t0);
@@ -53,12 +53,9 @@ for (let i = 0; i < n; i++) {
   l.tws.push(tw);
   l.t0s.push(t0);
   l.tes.push(te);
-  l.m1o.push(m1 || NaN);
-  l.m2o.push(m2 || NaN);
-  l.m3o.push(m3 || NaN);
-  if (m1) l.m1.push(m1);
-  if (m2) l.m2.push(m2);
-  if (m3) l.m3.push(m3);
+  l.m1.push(m1 || NaN);
+  l.m2.push(m2 || NaN);
+  l.m3.push(m3 || NaN);
   if (--l.left === 0) {
     open.delete(key);
     launches.push(l);
@@ -118,39 +115,32 @@ rows.forEach((r, i) => {
   if (i < 14 || i >= len - 8) console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${f(r.hand)} ${f(r.body)} ${f(r.early)} ${f(r.tail)} ${f(r.startLate)}`);
   else if (i === 14) console.log("  ...");
 });
-// the marks relative to each block's own wait: median and last over the blocks; the wait's spread
-console.log("marks from each block's own wait (us): wait spread (last - first), mark1 median/last, mark2 median/last, mark3 median/last, end median");
-rows.forEach((r, i) => {
-  if (i < 6 || i > 11) return;
-  const m = (pick: (l: Launch) => number) => med(best.map((s) => pick(s[i])));
-  const own = (l: Launch, v: number[], last: boolean) => {
-    const d = v.map((x, k) => x - (l.tws[k] || l.t0s[k])).filter(Number.isFinite);
-    if (!d.length) return NaN;
-    return last ? Math.max(...d) : med(d);
-  };
-  const cols = [
-    m((l) => l.twmax - (Number.isFinite(l.tw) ? l.tw : l.t0)),
-    m((l) => own(l, l.m1o, false)), m((l) => own(l, l.m1o, true)),
-    m((l) => own(l, l.m2o, false)), m((l) => own(l, l.m2o, true)),
-    m((l) => own(l, l.m3o, false)), m((l) => own(l, l.m3o, true)),
-    m((l) => own(l, l.tes, false)),
-  ];
-  console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${cols.map(f).join(" ")}`);
-});
-// the marks (BL_TR_MARK 1 and 2): median and last over the blocks, from the first wait passed
-console.log("marks from the first block past the wait (us): mark1 median/last, mark2 median/last, mark3 median/last, end");
-rows.forEach((r, i) => {
-  if (i < 6 || i > 11) return;
-  const m = (pick: (l: Launch) => number) => med(best.map((s) => pick(s[i])));
-  const tw = (l: Launch) => (Number.isFinite(l.tw) ? l.tw : l.t0);
-  const q = (v: number[], last: boolean) => (v.length ? (last ? Math.max(...v) : med(v)) : NaN);
-  const cols = [
-    m((l) => q(l.m1, false) - tw(l)), m((l) => q(l.m1, true) - tw(l)),
-    m((l) => q(l.m2, false) - tw(l)), m((l) => q(l.m2, true) - tw(l)),
-    m((l) => q(l.m3, false) - tw(l)), m((l) => q(l.m3, true) - tw(l)), m((l) => l.te - tw(l)),
-  ];
-  console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${cols.map(f).join(" ")}`);
-});
+// the marks (BL_TR_MARK 1-3): median and last over the blocks, from each block's own wait, then
+// from the first block's wait (where the launch's critical path starts)
+const firstWait = (l: Launch) => (Number.isFinite(l.tw) ? l.tw : l.t0);
+const ownWait = (l: Launch, k: number) => l.tws[k] || l.t0s[k];
+function fromRef(l: Launch, v: number[], ref: (l: Launch, k: number) => number, last: boolean): number {
+  const d = v.map((x, k) => x - ref(l, k)).filter(Number.isFinite);
+  if (!d.length) return NaN;
+  return last ? Math.max(...d) : med(d);
+}
+function marksTable(title: string, ref: (l: Launch, k: number) => number, lead: (l: Launch) => number[], tail: (l: Launch) => number): void {
+  console.log(title);
+  rows.forEach((r, i) => {
+    if (i < 6 || i > 11) return;
+    const m = (pick: (l: Launch) => number) => med(best.map((s) => pick(s[i])));
+    const cols = [
+      ...lead(best[0][i]).map((_, c) => m((l) => lead(l)[c])),
+      ...[0, 1, 2].flatMap((q) => [false, true].map((last) => m((l) => fromRef(l, [l.m1, l.m2, l.m3][q], ref, last)))),
+      m(tail),
+    ];
+    console.log(`${String(i).padStart(3)}  ${r.name.padEnd(20)} ${cols.map(f).join(" ")}`);
+  });
+}
+marksTable("marks from each block's own wait (us): wait spread (last - first), mark1 median/last, mark2 median/last, mark3 median/last, end median",
+  ownWait, (l) => [l.twmax - firstWait(l)], (l) => fromRef(l, l.tes, ownWait, false));
+marksTable("marks from the first block past the wait (us): mark1 median/last, mark2 median/last, mark3 median/last, end",
+  (l) => firstWait(l), () => [], (l) => l.te - firstWait(l));
 // per kernel kind: the sum over the step of handoff and body
 const kinds = new Map<string, { hand: number; body: number; n: number }>();
 for (const r of rows) {
