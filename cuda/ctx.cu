@@ -562,6 +562,9 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->prefill_min = MV_MAX_NT + 1;
   c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
   c->host_share_opt = -1;
+  c->sparse_opt = -1;
+  c->used_share = -1;
+  c->up_cur = -1;
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
@@ -652,6 +655,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
     case CU_OPT_HOST_SHARE:
       if (value < -1 || value > 900) return cu_fail(BL_E_INVAL, "set_option: host share %lld (thousandths 0..900, or -1: the cost model)", (long long)value);
       c->host_share_opt = (int)value;
+      return BL_OK;
+    case CU_OPT_SPARSE_UP:
+      if (value < -1 || value > 1) return cu_fail(BL_E_INVAL, "set_option: sparse uploads %lld (1 the used experts, 0 whole layers, -1 by the last upload step)", (long long)value);
+      c->sparse_opt = (int)value;
       return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;

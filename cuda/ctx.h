@@ -38,8 +38,11 @@ struct cu_blk {
 // CU_OPT_PROMOTE_SLOTS: card slots a host layer for promoted experts (0: off; at least the picks a token).
 // CU_OPT_HOST_SHARE: of the host layers of an upload step, the share (thousandths, 0..900) the hook
 // runs while the next ones upload; -1: sized by the cost model (the default).
+// CU_OPT_SPARSE_UP: an upload step copies only the experts its picks use, each layer once its picks
+// are made (1), or every layer whole, two layers ahead (0); -1: by the share of the experts' bytes
+// the last upload step's picks used (the default).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
-       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23 };
+       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -188,6 +191,14 @@ struct cu_ctx {
   cudaEvent_t th_ev[2];  // around the first hook layer of an upload step (timing)
   int th_ntok;           // that step's batch (0: no timing pending)
   int64_t n_split;       // host layers the hook ran inside upload steps
+  // the experts an uploaded layer's picks use (cu_hybrid_picked): counts [n_host][X] on the card and
+  // pinned; sparse steps copy only those experts, each layer once its picks are made
+  int32_t *used_d, *used_h;
+  int up_cur;            // the host block whose picks cu_ffn_block makes next (-1: none)
+  int sparse_opt;        // CU_OPT_SPARSE_UP
+  int sparse_step;       // this upload step copies the used experts only
+  double used_share;     // of the uploaded layers' expert bytes, the share the last upload step's picks used (-1: none yet)
+  int64_t n_sparse;      // layers uploaded used experts only
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
   // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
   // card addresses them, the card's sequence counter, the host thread that answers
@@ -252,6 +263,7 @@ void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
+int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs); // an uploaded host block's picks are made (before its experts)
 // pull.cu
 int64_t cu_pull_init(cu_ctx *c);
 void cu_pull_free(cu_ctx *c);

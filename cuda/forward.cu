@@ -781,6 +781,8 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   } else if (!moe) {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
+  // an uploaded host block (hybrid.cu): its picks counted, and in sparse steps its used experts copied now
+  if (moe && c->up_cur >= 0) CU_OK(cu_hybrid_picked(c, sel, ntok * K));
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)

@@ -260,6 +260,28 @@ static double host_share(const cu_ctx *c, int ntok) {
   return f > 1.0 / 3 ? 1.0 / 3 : f;
 }
 
+// Whole layers two ahead keep the copy engine busy while the card computes; a sparse step copies a
+// layer's used experts only once its picks are made, so the card waits for each copy (a sync and the
+// copy a layer, nothing ahead). Sparse pays where the picks use less than this share of the bytes:
+// the card's own work a layer is about a tenth of a whole layer's upload (H200, 512-token prompts).
+#define SPARSE_MAX_SHARE 0.85
+
+// Of the expert bytes of the layers the last upload step uploaded, the share its picks used (from
+// the counts cu_hybrid_picked left; -1: no upload step yet).
+static double last_used_share(const cu_ctx *c) {
+  double used = 0, all = 0;
+  for (int j : c->up_list) {
+    const cu_blk *b = cu_host_block_at(c, j);
+    if (!b || b->n_expert <= 0) continue;
+    const double bytes = (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]);
+    int n = 0;
+    for (int e = 0; e < b->n_expert; e++) n += c->used_h[(size_t)j * c->dm.X + e] > 0;
+    used += bytes * n / b->n_expert;
+    all += bytes;
+  }
+  return all > 0 ? used / all : -1;
+}
+
 // An upload step's plan: which host blocks the hook runs (those on disk, and an evenly spread share
 // of the rest), the others uploaded in order. The first hook layer's time, read back here at the
 // next upload step, sizes the share.
@@ -273,6 +295,10 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
     (void)cudaGetLastError();
     c->th_ntok = 0;
   }
+  if (!c->up_list.empty()) c->used_share = last_used_share(c);
+  const char *env = getenv("BLOOMERY_HYBRID_SPARSE"); // 1: the used experts only, 0: whole layers (CU_OPT_SPARSE_UP overrides)
+  const int forced = c->sparse_opt >= 0 ? c->sparse_opt : env && env[0] ? atoi(env) != 0 : -1;
+  c->sparse_step = forced >= 0 ? forced : c->used_share < SPARSE_MAX_SHARE;
   const int nh = (int)c->w->host_blocks.size();
   c->up_ord.assign(nh, -1);
   c->up_list.clear();
@@ -302,8 +328,10 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->upload_step = !graphed && ntok >= c->upload_min;
   if (c->upload_step) {
     CU_OK(plan_uploads(c, ntok));
-    CU_OK(issue_upload(c, 0));
-    CU_OK(issue_upload(c, 1));
+    if (!c->sparse_step) {
+      CU_OK(issue_upload(c, 0));
+      CU_OK(issue_upload(c, 1));
+    }
   }
   return BL_OK;
 }
@@ -365,16 +393,69 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
       return BL_OK;
     }
     const int u = c->up_ord[j], s = u % 2;
-    CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
+    if (!c->sparse_step) CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
     for (int k = 0; k < 3; k++) v.t[BL_MOE_GATE + k].d = staged(c, s, b, k);
-    CU_OK(cu_ffn_block(c, v, ntok, big, false));
+    c->up_cur = j; // its picks are counted (and in a sparse step its experts copied) once made
+    const int64_t st = cu_ffn_block(c, v, ntok, big, false);
+    const bool missed = c->up_cur >= 0;
+    c->up_cur = -1;
+    CU_OK(st);
+    if (missed) return cu_fail(BL_E_INVAL, "internal: host block %d's experts ran without its picks counted", j);
     CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
     c->n_uploaded++;
-    return issue_upload(c, u + 2);
+    return c->sparse_step ? BL_OK : issue_upload(c, u + 2);
   }
   return host_rows(c, b, ntok);
+}
+
+// How many of a layer's picks name each expert (one block; X counters in shared memory).
+__global__ void k_count_picks(const int32_t *sel, int n, int X, int32_t *cnt) {
+  extern __shared__ int sc[];
+  for (int e = threadIdx.x; e < X; e += blockDim.x) sc[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = sel[i];
+    if (e >= 0 && e < X) atomicAdd(&sc[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < X; e += blockDim.x) cnt[e] = sc[e];
+}
+
+int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
+  const int j = c->up_cur;
+  c->up_cur = -1;
+  const cu_blk *b = cu_host_block_at(c, j);
+  if (!b || !c->used_d) return cu_fail(BL_E_INVAL, "internal: picks counted for host block %d", j);
+  const int X = b->n_expert;
+  int32_t *dc = c->used_d + (size_t)j * c->dm.X, *hc = c->used_h + (size_t)j * c->dm.X;
+  k_count_picks<<<1, 256, X * sizeof(int), c->st>>>(sel, n_pairs, X, dc);
+  CU_TRY(cudaGetLastError(), "counting a layer's picks");
+  CU_TRY(cudaMemcpyAsync(hc, dc, (size_t)X * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "counting a layer's picks");
+  if (!c->sparse_step) return BL_OK;
+  // a sparse step: the counts read here, then only the used experts copied (runs of neighbours in
+  // one copy each) into the layer's staging buffer at their own offsets; the experts wait for them
+  CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
+  CU_TRY(cudaEventSynchronize(c->sync_ev), "reading a layer's picks");
+  const int u = c->up_ord[(size_t)j], s = u % 2;
+  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+  for (int e0 = 0, e1; e0 < X; e0 = e1) {
+    if (hc[e0] <= 0) {
+      e1 = e0 + 1;
+      continue;
+    }
+    for (e1 = e0 + 1; e1 < X && hc[e1] > 0;) e1++;
+    for (int k = 0; k < 3; k++) {
+      const size_t per = b->hbytes[k] / (size_t)X;
+      CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k) + per * e0, b->hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, c->cs), "uploading host experts");
+      c->up_bytes += (int64_t)(per * (e1 - e0));
+    }
+  }
+  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
+  CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
+  c->n_sparse++;
+  return BL_OK;
 }
 
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
@@ -417,6 +498,11 @@ void cu_hybrid_free(cu_ctx *c) {
   if (c->hselw) (void)cudaFreeHost(c->hselw);
   if (c->hout) (void)cudaFreeHost(c->hout);
   if (c->dout) (void)cudaFree(c->dout);
+  if (c->used_d) (void)cudaFree(c->used_d);
+  if (c->used_h) (void)cudaFreeHost(c->used_h);
+  c->used_d = c->used_h = nullptr;
+  c->up_list.clear();
+  c->used_share = -1;
   c->cs = c->cs2 = nullptr;
   c->fork_ev = c->join_ev = c->sync_ev = c->up_ev[0] = c->up_ev[1] = c->done_ev[0] = c->done_ev[1] = c->th_ev[0] = c->th_ev[1] = nullptr;
   c->th_ntok = 0;
@@ -507,6 +593,10 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_TRY(cudaMallocHost(&c->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
   CU_TRY(cudaMallocHost(&c->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
   CU_TRY(cudaMalloc(&c->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
+  const size_t ncnt = (size_t)c->dm.n_host * (size_t)c->dm.X;
+  CU_TRY(cudaMalloc(&c->used_d, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
+  CU_TRY(cudaMallocHost(&c->used_h, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
+  memset(c->used_h, 0, ncnt * sizeof(int32_t));
   CU_TRY(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "creating the upload stream");
   CU_TRY(cudaStreamCreateWithFlags(&c->cs2, cudaStreamNonBlocking), "creating the card-share stream");
   CU_TRY(cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming), "creating events");
@@ -556,10 +646,11 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[20] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[22] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
                          (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
-                         c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0)};
-  for (int64_t i = 0; i < n && i < 20; i++) out[i] = v[i];
+                         c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
+                         (int64_t)(c->used_share * 1000.0)};
+  for (int64_t i = 0; i < n && i < 22; i++) out[i] = v[i];
   return BL_OK;
 }

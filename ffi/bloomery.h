@@ -51,8 +51,11 @@ int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
 int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t rows,
                       const float *x, int64_t n, float *y);
 /* Random blocks of `type` (block indices first_block.., n_blocks of them) with small finite
- * scales giving weights of about weight_std; deterministic in (seed, block index). */
-int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std);
+ * scales giving weights of about weight_std; deterministic in (seed, block index). flags
+ * BL_SYNTH_CENTERED: Q4_K and Q5_K blocks of zero mean (each sub-block's minimum cancels its
+ * scale's offset), where plain random ones share a positive offset. */
+#define BL_SYNTH_CENTERED 1
+int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std, int64_t flags);
 
 /* ---- the model program (CPU backend; the GPU backends take the same program) ----
  * A model family file (src/models/) describes the forward pass as a list of coarse

@@ -19,7 +19,7 @@ export const cpuSymbols = {
   bl_dequantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_quantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
-  bl_synth_fill: { args: [i64, ptr, i64, i64, u64, f64], returns: i64 },
+  bl_synth_fill: { args: [i64, ptr, i64, i64, u64, f64, i64], returns: i64 },
   bl_rope_apply_block: { args: [ptr, ptr, i64, i64, i64], returns: i64 },
   bl_cpu_ctx_new: { args: [ptr, ptr], returns: i64 },
   bl_cpu_ctx_free: { args: [u64], returns: i64 },

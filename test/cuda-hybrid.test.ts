@@ -71,10 +71,27 @@ gpu("experts in host memory beside the card", () => {
             // a prompt that uploads its experts: the card's kernels on the same bytes
             be.setOption(CudaOption.uploadMin, 9);
             be.setOption(CudaOption.hostShare, 0);
+            // every layer whole, two ahead; then only the experts each layer's picks use, copied once
+            // they are made: the same bits either way
+            be.setOption(CudaOption.sparseUpload, 0);
             const up = m.evalSequence(prompt, 0, 0, true);
-            const sUp = be.hostStats()!;
-            expect(sUp.uploadRuns).toBe(p.layers);
+            const sWhole = be.hostStats()!;
+            expect(sWhole.uploadRuns).toBe(p.layers);
+            expect(sWhole.sparseRuns).toBe(0);
             expect(maxAbs(up, refPrompt)).toBe(0);
+            be.setOption(CudaOption.sparseUpload, 1);
+            const upSparse = m.evalSequence(prompt, 0, 0, true);
+            const sUp = be.hostStats()!;
+            expect(sUp.uploadRuns - sWhole.uploadRuns).toBe(p.layers);
+            expect(sUp.sparseRuns).toBe(p.layers);
+            expect(maxAbs(upSparse, refPrompt)).toBe(0);
+            // the share of the bytes the whole step's picks used, then the bytes the sparse step copied
+            expect(sUp.usedShare).toBeGreaterThan(0);
+            expect(sUp.usedShare).toBeLessThanOrEqual(1);
+            const whole = sWhole.uploadBytes, sparse = sUp.uploadBytes - sWhole.uploadBytes;
+            expect(Math.abs(sparse - sUp.usedShare * whole)).toBeLessThanOrEqual(0.002 * whole);
+            console.log(`${p.name}: ${prompt.length} tokens used ${(100 * sUp.usedShare).toFixed(1)}% of the host experts' bytes: sparse uploads ${sparse} of ${whole} bytes`);
+            be.setOption(CudaOption.sparseUpload, -1);
             // half the host layers on the CPU while the others upload: each layer as the hook or
             // the card computes it (within the hook's bound below, checked there)
             be.setOption(CudaOption.hostShare, 500);

@@ -28,7 +28,7 @@ const TYPES: T[] = [
 function synthBlocks(t: T, n: number, seed: number): Uint8Array {
   const blocks = n / t.be;
   const buf = new Uint8Array(blocks * t.bb + 16);
-  check(cpu().bl_synth_fill(t.id, ptr(buf), 0, blocks, BigInt(seed), 0.05), "synth fill");
+  check(cpu().bl_synth_fill(t.id, ptr(buf), 0, blocks, BigInt(seed), 0.05, 0), "synth fill");
   return buf.subarray(0, blocks * t.bb);
 }
 

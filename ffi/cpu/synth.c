@@ -26,7 +26,18 @@ static inline float gauss(uint64_t r) {
   return (s - 2.0f) * 1.7320508f;
 }
 
-int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std) {
+/* A K-quant block's 8 (scale, min) pairs with each min equal to its scale (the 12-byte packing of
+ * ggml's get_scale_min_k4): with dmin = mid * d every sub-block's values d*sc*q - dmin*m have mean
+ * zero over q (mid: the middle of q's range). */
+static void centre_k(uint8_t *sc, uint8_t *d16, uint8_t *dmin16, float mid) {
+  memcpy(sc + 4, sc, 4);
+  for (int j = 8; j < 12; j++) sc[j] = (uint8_t)((sc[j] & 0x0f) | (sc[j] << 4));
+  uint16_t d;
+  memcpy(&d, d16, 2);
+  put16(dmin16, 0, bl_f32_to_fp16(mid * bl_fp16_to_f32(d)));
+}
+
+int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std, int64_t flags) {
   const bl_type_traits *tr = bl_traits((int32_t)type);
   if (!tr || !dst || n_blocks < 0) return bl_fail(BL_E_INVAL, "synth_fill: bad type %lld or arguments", (long long)type);
   const int bb = tr->block_bytes;
@@ -57,8 +68,16 @@ int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_bl
       case BL_MXFP4: blk[0] = 127 - 6; break; /* 2^-6: e2m1 values up to 6 -> about 0.05 */
       case BL_Q2_K: put16(blk, offsetof(bl_block_q2_K, d), scale16(r1, ws / 12.0f)); put16(blk, offsetof(bl_block_q2_K, dmin), scale16(r2, ws / 12.0f)); break;
       case BL_Q3_K: put16(blk, offsetof(bl_block_q3_K, d), scale16(r1, ws / 40.0f)); break;
-      case BL_Q4_K: put16(blk, offsetof(bl_block_q4_K, d), scale16(r1, ws / 180.0f)); put16(blk, offsetof(bl_block_q4_K, dmin), scale16(r2, ws / 180.0f)); break;
-      case BL_Q5_K: put16(blk, offsetof(bl_block_q5_K, d), scale16(r1, ws / 360.0f)); put16(blk, offsetof(bl_block_q5_K, dmin), scale16(r2, ws / 360.0f)); break;
+      case BL_Q4_K:
+        put16(blk, offsetof(bl_block_q4_K, d), scale16(r1, ws / 180.0f));
+        put16(blk, offsetof(bl_block_q4_K, dmin), scale16(r2, ws / 180.0f));
+        if (flags & BL_SYNTH_CENTERED) centre_k(blk + offsetof(bl_block_q4_K, scales), blk + offsetof(bl_block_q4_K, d), blk + offsetof(bl_block_q4_K, dmin), 7.5f);
+        break;
+      case BL_Q5_K:
+        put16(blk, offsetof(bl_block_q5_K, d), scale16(r1, ws / 360.0f));
+        put16(blk, offsetof(bl_block_q5_K, dmin), scale16(r2, ws / 360.0f));
+        if (flags & BL_SYNTH_CENTERED) centre_k(blk + offsetof(bl_block_q5_K, scales), blk + offsetof(bl_block_q5_K, d), blk + offsetof(bl_block_q5_K, dmin), 15.5f);
+        break;
       case BL_Q6_K: put16(blk, offsetof(bl_block_q6_K, d), scale16(r1, ws / 1300.0f)); break;
       case BL_IQ4_XS: put16(blk, offsetof(bl_block_iq4_xs, d), scale16(r1, ws / 1500.0f)); break;
       default: return bl_fail(BL_E_UNSUPPORTED, "synth_fill: type %s is not generated", tr->name);

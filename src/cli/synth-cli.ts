@@ -1,4 +1,4 @@
-// bloomery CLI: `bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--seed N]`.
+// bloomery CLI: `bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--centered] [--seed N]`.
 import type { FlagTable } from "./flag-types.ts";
 import { parseWithTable, type Env } from "./flag-parse.ts";
 import { tableHelp } from "./flag-help.ts";
@@ -13,6 +13,7 @@ export const SYNTH_TABLE: FlagTable = {
     { names: ["-o", "--output"], value: { type: "string", nonEmpty: true }, hint: "FILE", key: "output", help: "the GGUF file to write", group: G, support: "supported" },
     { names: ["--layers"], value: { type: "int", min: 0 }, hint: "N", key: "layers", default: 0, help: "write only the first N layers (0 = all)", group: G, support: "supported" },
     { names: ["--skew"], value: { type: "float", min: 0 }, hint: "S", key: "skew", default: 0, help: "router skew: 0 uniform; 2-8 makes a few experts per layer chosen far more often", group: G, support: "supported" },
+    { names: ["--centered"], value: { type: "none" }, key: "centered", default: false, help: "Q4_K/Q5_K blocks of zero mean, so the router's picks vary from token to token as in a trained model (plain random blocks share an offset: every token then picks nearly the same experts)", group: G, support: "supported" },
     { names: ["--seed"], value: { type: "int", min: 0 }, hint: "N", key: "seed", default: 1, help: "random seed (same seed, same file)", group: G, support: "supported" },
     { names: ["--dry-run"], value: { type: "none" }, key: "dryRun", default: false, help: "print the size the file would have and write nothing", group: G, support: "supported" },
     { names: ["-h", "--help"], value: { type: "none" }, key: "help", help: "print this help", group: G, support: "supported", action: "help" },
@@ -29,7 +30,7 @@ export async function runSynth(argv: string[], env: Env): Promise<number> {
   if (r.positionals.length > 1) throw new Error(`synth: one model expected, got ${r.positionals.join(" ")}`);
   const [model, quant = "Q4_K_M"] = r.positionals[0].split(":");
   const v = r.values;
-  const opts = { model, quant, out: String(v.output ?? ""), layers: Number(v.layers), skew: Number(v.skew), seed: Number(v.seed) };
+  const opts = { model, quant, out: String(v.output ?? ""), layers: Number(v.layers), skew: Number(v.skew), centered: v.centered === true, seed: Number(v.seed) };
   if (v.dryRun) {
     const { writer, params } = synthWriter(opts);
     const bytes = writer.fileBytes();

@@ -1,6 +1,6 @@
 // bloomery synth: writes a GGUF with the exact tensor names, shapes and quant types of a real
 // model (`qwen3-30b-a3b:Q4_K_M`, ...) and random contents, for benchmarks and tests.
-// Usage: bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--seed N]
+// Usage: bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--centered] [--seed N]
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { GgmlType, GgufValueType, GgufWriter, TYPE_INFO, type TensorFiller } from "../gguf/index.ts";
@@ -15,6 +15,10 @@ export interface SynthOptions {
   layers?: number;
   /** router skew: 0 uniform; larger values make a few experts per layer chosen far more often */
   skew?: number;
+  /** Q4_K / Q5_K blocks of zero mean: hidden states, and so the router's picks, vary from token to
+   * token as in a trained model. Plain random K-quant blocks share a positive offset that makes every
+   * token's hidden state nearly alike: a prompt then picks the same few experts in every layer. */
+  centered?: boolean;
   seed?: number;
 }
 
@@ -28,10 +32,10 @@ export interface SynthResult {
 
 const CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-function randomFiller(type: GgmlType, seed: bigint, std: number): TensorFiller {
+function randomFiller(type: GgmlType, seed: bigint, std: number, centered: boolean): TensorFiller {
   const bb = TYPE_INFO[type].blockBytes;
   return (dst, start) => {
-    check(cpu().bl_synth_fill(type, ptr(dst), start / bb, dst.length / bb, seed, std), "synth fill");
+    check(cpu().bl_synth_fill(type, ptr(dst), start / bb, dst.length / bb, seed, std, centered ? 1 : 0), "synth fill");
   };
 }
 
@@ -77,10 +81,11 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
   const sh: Shape = { ...base, nLayer: o.layers || base.nLayer };
   const seed = o.seed ?? 1;
   const skew = o.skew ?? 0;
+  const centered = o.centered ?? false;
   const a = sh.arch;
   const w = new GgufWriter();
   w.str("general.architecture", a);
-  w.str("general.name", `${sh.name} (synthetic${sh.nLayer !== base.nLayer ? `, ${sh.nLayer} layers` : ""}${skew ? `, skew ${skew}` : ""})`);
+  w.str("general.name", `${sh.name} (synthetic${sh.nLayer !== base.nLayer ? `, ${sh.nLayer} layers` : ""}${skew ? `, skew ${skew}` : ""}${centered ? ", centered" : ""})`);
   w.str("general.type", "model");
   w.u32("general.quantization_version", 2);
   w.u32("general.file_type", mix.fileType);
@@ -115,7 +120,7 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
   const mat = (name: string, role: TensorRole, layer: number, ne: number[], std = 0.02) => {
     const t = mix.typeOf(role, layer, sh.nLayer);
     params += ne.reduce((p, d) => p * d, 1);
-    w.addTensor(name, t, ne, randomFiller(t, tseed++, std));
+    w.addTensor(name, t, ne, randomFiller(t, tseed++, std, centered));
   };
   const ones = (n: number) => f32Bytes(new Float32Array(n).fill(1));
   const norm = (name: string, n: number) => { params += n; w.addTensor(name, GgmlType.F32, [n], ones(n)); };
