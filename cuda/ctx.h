@@ -199,6 +199,11 @@ struct cu_ctx {
   int sparse_step;       // this upload step copies the used experts only
   double used_share;     // of the uploaded layers' expert bytes, the share the last upload step's picks used (-1: none yet)
   int64_t n_sparse;      // layers uploaded used experts only
+  // sparse steps: the experts copied into staging buffer s ahead of its layer's picks (those the
+  // layer's last picks used), for upload pre_u[s] (-1: none); their bytes
+  std::vector<uint8_t> pre[2];
+  int pre_u[2];
+  int64_t pre_bytes;
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
   // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
   // card addresses them, the card's sequence counter, the host thread that answers

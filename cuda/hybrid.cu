@@ -3,7 +3,8 @@
 // residual rows copied to pinned memory and back; captured in the decode graphs like any other
 // node), or - for batches past the cost model's threshold - copies the layer's experts into one of
 // two staging buffers on a copy stream, two layers ahead, and runs the card's kernels on them.
-// The host experts' pages (the mapped GGUF) are registered with the driver so uploads run at PCIe
+// A sparse upload step copies only the experts a layer's picks use: those its last picks used one
+// layer ahead, the rest once the picks are read back (a sync a layer). The host experts' pages (the mapped GGUF) are registered with the driver so uploads run at PCIe
 // speed without a second copy in RAM. Blocks whose experts are on the NVMe tier (cu_host_on_disk:
 // read from the files through the CPU's expert store) always take the hook: never uploaded, pinned,
 // read in place or promoted.
@@ -260,10 +261,12 @@ static double host_share(const cu_ctx *c, int ntok) {
   return f > 1.0 / 3 ? 1.0 / 3 : f;
 }
 
-// Whole layers two ahead keep the copy engine busy while the card computes; a sparse step copies a
-// layer's used experts only once its picks are made, so the card waits for each copy (a sync and the
-// copy a layer, nothing ahead). Sparse pays where the picks use less than this share of the bytes:
-// the card's own work a layer is about a tenth of a whole layer's upload (H200, 512-token prompts).
+// Whole layers two ahead keep the copy engine busy while the card computes. A sparse step copies a
+// layer's likely experts (those its last picks used) one layer ahead, and what they missed once its
+// picks are read back (a sync a layer): it moves only the used bytes, at per-expert copies' rate
+// (47 GB/s against 55 for whole tensors, H200). Sparse pays where the picks use less than this
+// share of the bytes (on a uniform router's 512-token prompt, with every expert used, the two
+// measured 1,600 and 1,605 t/s, docs/cuda-runs.md call 129).
 #define SPARSE_MAX_SHARE 0.85
 
 // Of the expert bytes of the layers the last upload step uploaded, the share its picks used (from
@@ -315,6 +318,8 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
   return BL_OK;
 }
 
+static int64_t prefetch_used(cu_ctx *c, int u);
+
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->host_err = 0;
   c->host_msg[0] = 0;
@@ -328,10 +333,9 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   c->upload_step = !graphed && ntok >= c->upload_min;
   if (c->upload_step) {
     CU_OK(plan_uploads(c, ntok));
-    if (!c->sparse_step) {
-      CU_OK(issue_upload(c, 0));
-      CU_OK(issue_upload(c, 1));
-    }
+    c->pre_u[0] = c->pre_u[1] = -1;
+    CU_OK(c->sparse_step ? prefetch_used(c, 0) : issue_upload(c, 0));
+    CU_OK(c->sparse_step ? prefetch_used(c, 1) : issue_upload(c, 1));
   }
   return BL_OK;
 }
@@ -423,6 +427,47 @@ __global__ void k_count_picks(const int32_t *sel, int n, int X, int32_t *cnt) {
   for (int e = threadIdx.x; e < X; e += blockDim.x) cnt[e] = sc[e];
 }
 
+// Copies the experts of host block b marked in want into staging buffer s (runs of neighbours in one
+// copy a role) on the copy stream; their bytes.
+static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *want, int64_t *bytes) {
+  const int X = b.n_expert;
+  *bytes = 0;
+  for (int e0 = 0, e1; e0 < X; e0 = e1) {
+    if (!want[e0]) {
+      e1 = e0 + 1;
+      continue;
+    }
+    for (e1 = e0 + 1; e1 < X && want[e1];) e1++;
+    for (int k = 0; k < 3; k++) {
+      const size_t per = b.hbytes[k] / (size_t)X;
+      CU_TRY(cudaMemcpyAsync(staged(c, s, b, k) + per * e0, b.hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, c->cs), "uploading host experts");
+      *bytes += (int64_t)(per * (e1 - e0));
+    }
+  }
+  c->up_bytes += *bytes;
+  return BL_OK;
+}
+
+// A sparse step copies upload u's likely experts ahead of its picks: those its layer's picks used
+// the last time (the counts still in used_h), into buffer u % 2 once the step's kernels are done
+// with what it held. The picks then copy only what this missed.
+static int64_t prefetch_used(cu_ctx *c, int u) {
+  if (u >= (int)c->up_list.size()) return BL_OK;
+  const int j = c->up_list[(size_t)u], s = u % 2;
+  const cu_blk *b = cu_host_block_at(c, j);
+  if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
+  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+  std::vector<uint8_t> &want = c->pre[s];
+  want.assign((size_t)b->n_expert, 0);
+  c->pre_u[s] = u;
+  const int32_t *last = c->used_h + (size_t)j * c->dm.X;
+  for (int e = 0; e < b->n_expert; e++) want[(size_t)e] = last[e] > 0;
+  int64_t bytes = 0;
+  CU_OK(copy_experts(c, *b, s, want.data(), &bytes));
+  c->pre_bytes += bytes;
+  return BL_OK;
+}
+
 int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   const int j = c->up_cur;
   c->up_cur = -1;
@@ -434,28 +479,25 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   CU_TRY(cudaGetLastError(), "counting a layer's picks");
   CU_TRY(cudaMemcpyAsync(hc, dc, (size_t)X * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "counting a layer's picks");
   if (!c->sparse_step) return BL_OK;
-  // a sparse step: the counts read here, then only the used experts copied (runs of neighbours in
-  // one copy each) into the layer's staging buffer at their own offsets; the experts wait for them
+  // a sparse step: the counts read here, then the used experts the copy ahead missed copied into the
+  // layer's staging buffer at their own offsets; the experts wait for them. The next upload's likely
+  // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
   CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
   CU_TRY(cudaEventSynchronize(c->sync_ev), "reading a layer's picks");
   const int u = c->up_ord[(size_t)j], s = u % 2;
-  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
-  for (int e0 = 0, e1; e0 < X; e0 = e1) {
-    if (hc[e0] <= 0) {
-      e1 = e0 + 1;
-      continue;
-    }
-    for (e1 = e0 + 1; e1 < X && hc[e1] > 0;) e1++;
-    for (int k = 0; k < 3; k++) {
-      const size_t per = b->hbytes[k] / (size_t)X;
-      CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k) + per * e0, b->hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, c->cs), "uploading host experts");
-      c->up_bytes += (int64_t)(per * (e1 - e0));
-    }
+  if (c->pre_u[s] != u) {
+    if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+    c->pre[s].assign((size_t)X, 0);
+    c->pre_u[s] = u;
   }
+  std::vector<uint8_t> miss((size_t)X);
+  for (int e = 0; e < X; e++) miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
+  int64_t bytes = 0;
+  CU_OK(copy_experts(c, *b, s, miss.data(), &bytes));
   CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
   CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
   c->n_sparse++;
-  return BL_OK;
+  return u >= 1 ? prefetch_used(c, u + 1) : BL_OK;
 }
 
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
@@ -646,11 +688,11 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[22] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[23] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
                          (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
                          c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
-                         (int64_t)(c->used_share * 1000.0)};
-  for (int64_t i = 0; i < n && i < 22; i++) out[i] = v[i];
+                         (int64_t)(c->used_share * 1000.0), c->pre_bytes};
+  for (int64_t i = 0; i < n && i < 23; i++) out[i] = v[i];
   return BL_OK;
 }

@@ -52,7 +52,8 @@ export function reportCounters(m: Model, be: Backend, before: CounterMarks, test
     process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
       `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, tokens)).toFixed(2)} ms a token), ` +
       `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB` +
-      `${hs1.sparseRuns - hs0.sparseRuns ? `; ${hs1.sparseRuns - hs0.sparseRuns} of the used experts only` : ""}` +
+      `${hs1.sparseRuns - hs0.sparseRuns ? `; ${hs1.sparseRuns - hs0.sparseRuns} of the used experts only, ` +
+        `${((hs1.prefetchedBytes - hs0.prefetchedBytes) / 2 ** 30).toFixed(1)} GiB of them ahead of the picks` : ""}` +
       `${hs1.usedShare >= 0 ? `; the picks used ${(100 * hs1.usedShare).toFixed(0)}% of the bytes` : ""})` +
       `${hs1.promoteSlots ? `; promotion (${hs1.promoteSlots} slots a layer): ${hs1.promoted - hs0.promoted} experts moved, ` +
         `${hs1.residentPicks - hs0.residentPicks} of ${hs1.picks - hs0.picks} picks on the card` : ""}\n`);
