@@ -588,6 +588,10 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nh * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_fo, 0, 64), "clearing counters");
+  // sparse uploads leave the unused experts' slabs of a staging buffer as they were: zeros or
+  // earlier weights, never uninitialised bytes (a kernel's tile past a slab's end reads finite values)
+  for (int s = 0; s < 2; s++)
+    if (c->stage[s]) CU_TRY(cudaMemset(c->stage[s], 0, (size_t)c->dm.host_layer_bytes), "clearing the staging buffers");
   CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");
   {
     std::vector<float> ones((size_t)c->dm.maxT, 1.0f);
