@@ -263,6 +263,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
+      {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
   };
   return v;
 }
@@ -315,6 +316,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (c->logits) (void)cudaFree(c->logits);
   if (c->h_in) (void)cudaFreeHost(c->h_in);
   if (c->h_out) (void)cudaFreeHost(c->h_out);
+  if (c->mb_tiles_h) (void)cudaFreeHost(c->mb_tiles_h);
   cu_kv_stage_free(c);
   if (c->st) (void)cudaStreamDestroy(c->st);
   (void)cudaGetLastError();
@@ -565,11 +567,14 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->sparse_opt = -1;
   c->used_share = -1;
   c->up_cur = -1;
+  c->mb_pairs_min = 2000;
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
   c->profile = env && env[0] && env[0] != '0';
   cu_trace_setup();
+  env = getenv("BLOOMERY_CUDA_MMA_PAIRS"); // decode batches: the tensor-core experts from this many pairs an expert (0: always)
+  if (env && env[0]) c->mb_pairs_min = (int)(atof(env) * 1000.0);
   env = getenv("BLOOMERY_CUDA_PREFILL_MIN"); // batches of at least this many tokens take the prefill kernels (2..MV_MAX_NT+1)
   if (env && atoi(env) >= 2 && atoi(env) <= MV_MAX_NT + 1) c->prefill_min = atoi(env);
   size_t fr = 0, tot = 0;
@@ -598,6 +603,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
     CU_TRY(cudaMemcpy(c->dense_w, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice), "filling buffers");
   }
   CU_TRY(cudaMallocHost(&c->h_in, 4 * c->dm.maxT * sizeof(int32_t) + (size_t)c->fa_cap * sizeof(int4)), "allocating pinned memory");
+  CU_TRY(cudaMallocHost(&c->mb_tiles_h, MB_LAYER_BITS * sizeof(int32_t)), "allocating pinned memory");
   c->h_out_bytes = (int64_t)MV_MAX_NT * c->dm.V * (int64_t)sizeof(float);
   const int64_t topk_bytes = c->dm.maxT * TOPK_MAX * 8;
   if (topk_bytes > c->h_out_bytes) c->h_out_bytes = topk_bytes;
@@ -664,6 +670,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       if (value < -1 || value > 1) return cu_fail(BL_E_INVAL, "set_option: sparse uploads %lld (1 the used experts, 0 whole layers, -1 by the last upload step)", (long long)value);
       c->sparse_opt = (int)value;
       return BL_OK;
+    case CU_OPT_MMA_PAIRS:
+      if (value < 0 || value > 1000000) return cu_fail(BL_E_INVAL, "set_option: pairs an expert %lld (thousandths, 0..1000000)", (long long)value);
+      c->mb_pairs_min = (int)value;
+      return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);
@@ -675,10 +685,11 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[25] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[26] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
-                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_fowarm, c->n_a2merge, c->n_tmagu};
-  for (int64_t i = 0; i < n && i < 25; i++) out[i] = v[i];
+                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_fowarm, c->n_a2merge, c->n_tmagu,
+                         c->n_mb_nomma};
+  for (int64_t i = 0; i < n && i < 26; i++) out[i] = v[i];
   return BL_OK;
 }
 

@@ -41,15 +41,24 @@ struct cu_blk {
 // CU_OPT_SPARSE_UP: an upload step copies only the experts its picks use, each layer once its picks
 // are made (1), or every layer whole, two layers ahead (0); -1: by the share of the experts' bytes
 // the last upload step's picks used (the default).
+// CU_OPT_MMA_PAIRS: decode batches' MoE layers whose experts got fewer pairs each than this (in
+// thousandths; 0: the tensor cores always) take the dp4a kernels (2000 by default).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
-       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24 };
+       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
 struct cu_graph {
   int ntok, nout, topk, acls;
+  uint64_t nomma; // the decode batch's MoE layers on the dp4a kernels (cu_ctx.mb_nomma)
   cudaGraphExec_t exec;
 };
+
+// Decode batches' experts on the tensor cores (FAST_GUMMA / FAST_DNMMA) pay where an expert's tile
+// holds several pairs; with one or two a tile the dp4a kernels are faster (H200, a uniform router, 8
+// streams: 828 -> 987 t/s). Each MoE layer (bit min(layer, 63)) takes the dp4a kernels while its
+// pairs an expert in the last decode batches stay under a threshold (forward.cu mb_choose).
+#define MB_LAYER_BITS 64
 
 // Largest sizes over the program's blocks (buffers are sized from them).
 struct cu_dims {
@@ -143,6 +152,16 @@ struct cu_ctx {
   int64_t fa_cap;        // attention tiles the input buffers hold
   float *h_out;          // pinned: logits rows or top-k values/ids
   int64_t h_out_bytes;
+  // the decode batches' choice of expert kernels: each MoE layer's experts (tiles) in the step, stored
+  // by the picks' launch (device, MB_LAYER_BITS), copied to pinned memory at the step's end; the
+  // batch size they are from (0: none pending), the pairs an expert a layer (running mean), the
+  // layers on the dp4a kernels, the threshold (thousandths), launches so placed
+  int32_t *mb_tiles_d, *mb_tiles_h;
+  int mb_ntok_last;
+  float mb_ppt[MB_LAYER_BITS];
+  uint64_t mb_nomma;
+  int mb_pairs_min;
+  int64_t n_mb_nomma;
   std::vector<cu_graph> graphs;
   std::vector<cu_graph> graph_seen; // decode shapes run once on the stream (captured when they come back; kept across cu_drop_graphs)
   int use_graphs, prefill_min;

@@ -604,6 +604,9 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   mb.q8 = 1;
   mb.hq = c->xq;
   mb.hq_cap = c->xq_bytes;
+  const int bit = b.layer < MB_LAYER_BITS ? b.layer : MB_LAYER_BITS - 1;
+  mb.no_mma = (c->mb_nomma >> bit) & 1;
+  mb.tile_stat = c->mb_tiles_d ? c->mb_tiles_d + bit : nullptr;
   return mb;
 }
 
@@ -792,6 +795,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       if (cu_fast & FAST_COMBINE) md.defer = &c->pend;
       bool dng = false, gumma = false, dnmma = false;
       CU_OK(cu_moe_batch(c->st, md, ntok, c->smem_limit, grouped, hq_ready, &dng, &gumma, &dnmma));
+      c->n_mb_nomma += md.no_mma && (cu_fast & (FAST_GUMMA | FAST_DNMMA)) != 0;
       c->n_dng += dng;
       c->n_gumma += gumma;
       c->n_dnmma += dnmma;
@@ -877,6 +881,8 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   // before it starts
   c->pend.ntok = 0;
   c->attx8.nt = 0; // the attention's int8 rows for the output product: never carried over from a failed step
+  const bool mb_count = ntok >= 2 && ntok <= MV_MAX_NT && c->mb_tiles_d;
+  if (mb_count) CU_TRY(cudaMemsetAsync(c->mb_tiles_d, 0, MB_LAYER_BITS * sizeof(int32_t), c->st), "clearing the experts' counts");
   for (size_t i = 0; i < bl.size(); i++) {
     const cu_blk &b = bl[i];
     if (b.kind != BL_BLOCK_ATTN) CU_OK(cu_combine_flush(c->st, &c->pend));
@@ -900,8 +906,33 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
     }
   }
   CU_OK(cu_combine_flush(c->st, &c->pend)); // a program ending with a MoE block
+  if (mb_count) CU_TRY(cudaMemcpyAsync(c->mb_tiles_h, c->mb_tiles_d, MB_LAYER_BITS * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "reading the experts' counts");
   cu_mark(c, S_END);
   return BL_OK;
+}
+
+// A decode batch's choice of expert kernels (cu_graph.nomma): the last decode batch's counts (its
+// step is complete: every step ends in a sync) folded into each layer's pairs an expert, then the
+// layers under the threshold (10% hysteresis) take the dp4a kernels.
+static void mb_choose(cu_ctx *c, int ntok) {
+  if (c->mb_ntok_last > 0 && c->mb_tiles_h) {
+    const float pairs = (float)c->mb_ntok_last * (float)c->dm.K;
+    for (int l = 0; l < MB_LAYER_BITS; l++) {
+      const int t = c->mb_tiles_h[l];
+      if (t <= 0) continue;
+      const float v = pairs / (float)t;
+      c->mb_ppt[l] = c->mb_ppt[l] > 0 ? 0.5f * (c->mb_ppt[l] + v) : v;
+    }
+  }
+  const float lo = 0.9f * c->mb_pairs_min / 1000.0f, hi = 1.1f * c->mb_pairs_min / 1000.0f;
+  uint64_t m = 0;
+  for (int l = 0; l < MB_LAYER_BITS; l++) {
+    const float v = c->mb_ppt[l];
+    const bool was = (c->mb_nomma >> l) & 1;
+    if (v > 0 && (v < lo || (was && v < hi))) m |= 1ull << l;
+  }
+  c->mb_nomma = c->mb_pairs_min > 0 ? m : 0;
+  c->mb_ntok_last = ntok;
 }
 
 // Tiles of at most 64 consecutive tokens of one slot for prefill attention: {first, count, slot, largest position}.
@@ -923,6 +954,7 @@ static int fa_tiles(const int32_t *pos, const int32_t *seq, int n, int4 *out, in
 static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   const bool graph = c->use_graphs && !c->profile && ntok < c->prefill_min;
   int n_fa = 0;
+  if (ntok >= 2 && ntok <= MV_MAX_NT) mb_choose(c, ntok);
   const int32_t *pos = c->h_in + c->dm.maxT, *seq = c->h_in + 2 * c->dm.maxT;
   if (!graph) {
     n_fa = fa_tiles(pos, seq, ntok, reinterpret_cast<int4 *>(c->h_in + 4 * c->dm.maxT), c->fa_cap);
@@ -950,7 +982,7 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   CU_OK(cu_hybrid_begin(c, ntok, graph));
   if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);
   for (const cu_graph &g : c->graphs)
-    if (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls) {
+    if (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls && g.nomma == c->mb_nomma) {
       CU_TRY(cudaGraphLaunch(g.exec, c->st), "replaying the decode graph");
       c->graph_steps++;
       return BL_OK;
@@ -959,9 +991,9 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   // several milliseconds on a 48-layer model, worth it only for shapes that come back (a prompt's
   // last pieces after a cache restore, a rare batch size, are often met once)
   bool seen = false;
-  for (const cu_graph &g : c->graph_seen) seen = seen || (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls);
+  for (const cu_graph &g : c->graph_seen) seen = seen || (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls && g.nomma == c->mb_nomma);
   if (!seen) {
-    c->graph_seen.push_back({ntok, nout, topk, c->acls, nullptr});
+    c->graph_seen.push_back({ntok, nout, topk, c->acls, c->mb_nomma, nullptr});
     return cu_enqueue(c, ntok, nout, topk, 0);
   }
   cudaGraph_t gr = nullptr;
@@ -974,7 +1006,7 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
     return s;
   }
   if (e != cudaSuccess) return cu_fail_cuda(e, "capturing the decode graph");
-  cu_graph g = {ntok, nout, topk, c->acls, nullptr};
+  cu_graph g = {ntok, nout, topk, c->acls, c->mb_nomma, nullptr};
   const cudaError_t ei = cudaGraphInstantiate(&g.exec, gr, 0);
   (void)cudaGraphDestroy(gr);
   if (ei != cudaSuccess) return cu_fail_cuda(ei, "instantiating the decode graph");

@@ -487,6 +487,8 @@ struct moe_batch_args {
   uint8_t *hq;            // scratch the int8 gate/up quantizes h into once a step (x8rows.cu's
   size_t hq_cap;          // layout; null: each block stages h itself), its bytes
   combine_args *defer;    // FAST_COMBINE: the combine recorded here (nothing pending there before), not launched
+  int no_mma;             // the dp4a kernels even where FAST_GUMMA / FAST_DNMMA would take the tensor cores
+  int32_t *tile_stat;     // the picks' launch stores the step's tiles (experts) here (null: not counted)
 };
 // Whether the grouped kernels take the step (else cu_moe_dec); BLOOMERY_CUDA_MOE_BATCH=0: never.
 bool cu_moe_batch_fits(const moe_batch_args &a, int ntok, int smem_limit);

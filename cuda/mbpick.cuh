@@ -12,7 +12,7 @@
 // in pair order. Every thread of the block (MV_THREADS) calls it; the logits are read by __ldcg.
 template <int XJ>
 __device__ __forceinline__ void mb_pick_block(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel, float *selw,
-                                              int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles) {
+                                              int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles, int32_t *tile_stat = nullptr) {
   __shared__ int ssel[MB_NT * ROUTER_MAX_K];
   __shared__ float sw[MB_NT * ROUTER_MAX_K];
   __shared__ int cnt[32 * XJ], start[32 * XJ];
@@ -56,7 +56,10 @@ __device__ __forceinline__ void mb_pick_block(const float *logits, int ntok, int
       if (c[j] > 0) tiles[tt++] = make_int4(e, p, c[j], 0);
       p += c[j];
     }
-    if (lane == 31) *n_tiles = ti;
+    if (lane == 31) {
+      *n_tiles = ti;
+      if (tile_stat) *tile_stat = ti; // the layer's experts this step (the host's choice of kernels, forward.cu)
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < np; i += blockDim.x) {

@@ -459,14 +459,14 @@ __global__ void __launch_bounds__(MV_THREADS, G < 32 ? 3 : 2) k_mb_down(moe_batc
 template <int XJ>
 __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel,
                                                         float *selw, int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles,
-                                                        const float *h, int ldh, int n, uint8_t *hq) {
+                                                        const float *h, int ldh, int n, uint8_t *hq, int32_t *tile_stat) {
   cu_pdl_entry();
   if (blockIdx.x > 0) {
     const int t = (int)blockIdx.x - 1;
     stage_rows_q8(h + (size_t)t * ldh, 0, n, 1, [](int) { return 0; }, hq + (size_t)t * x8_bytes(n));
     return;
   }
-  mb_pick_block<XJ>(logits, ntok, X, K, norm_topk, w_scale, sel, selw, pair_tok, pair_of, tiles, n_tiles);
+  mb_pick_block<XJ>(logits, ntok, X, K, norm_topk, w_scale, sel, selw, pair_tok, pair_of, tiles, n_tiles, tile_stat);
 }
 
 // ---- host side ----
@@ -539,14 +539,14 @@ static bool plan_mb(const moe_batch_args &a, int ntok, int smem_limit, mb_plan &
   p.g_dn = dn_lanes(a.down.type, p.q8_dn, ff);
   // the tensor-core gate/up: Q4_K rows 16-byte aligned (the copies land at a slot's start), the
   // rows quantized once (a.hq, taken when the picks' launch or cu_moe_batch quantize them)
-  p.mma_gu = p.pre_gu && (cu_fast & FAST_GUMMA) && a.gate.type == T_Q4_K && n % 256 == 0 && a.gate.nb1 % 16 == 0 && a.up.nb1 % 16 == 0 &&
+  p.mma_gu = p.pre_gu && (cu_fast & FAST_GUMMA) && !a.no_mma && a.gate.type == T_Q4_K && n % 256 == 0 && a.gate.nb1 % 16 == 0 && a.up.nb1 % 16 == 0 &&
              a.gate.nb2 % 16 == 0 && a.up.nb2 % 16 == 0 && reinterpret_cast<uintptr_t>(a.gate.d) % 16 == 0 && reinterpret_cast<uintptr_t>(a.up.d) % 16 == 0;
   p.smem_gm = (size_t)ntok * gm_xstride(n) + (size_t)2 * 2 * GM_ROWS * copy_slot_bytes((n / 256) * 144) + (size_t)MV_WARPS * 2 * GM_ROWS * 8 * sizeof(float);
   p.smem_dn = (p.q8_dn ? (size_t)ntok * x8_bytes(ff) : (size_t)ntok * ff * 4) + (size_t)MV_WARPS * 2 * dn_rows(a.down.type, p.q8_dn, p.g_dn) * copy_slot_bytes((ff / gd.be) * gd.bb);
   if ((int64_t)p.smem_gm > smem_limit) p.mma_gu = false;
   // (the units read Q4_K words 4-byte aligned, Q6_K ones 2-byte aligned)
   const int dal = a.down.type == T_Q4_K ? 4 : 2;
-  p.mma_dn = p.q8_dn && (cu_fast & FAST_DNMMA) && (a.down.type == T_Q4_K || a.down.type == T_Q6_K) && ff % 256 == 0 && a.down.nb1 % dal == 0 &&
+  p.mma_dn = p.q8_dn && (cu_fast & FAST_DNMMA) && !a.no_mma && (a.down.type == T_Q4_K || a.down.type == T_Q6_K) && ff % 256 == 0 && a.down.nb1 % dal == 0 &&
              a.down.nb2 % dal == 0 && reinterpret_cast<uintptr_t>(a.down.d) % dal == 0;
   p.smem_dm = (size_t)MB_NT * gm_xstride(ff) + (size_t)MV_WARPS * 2 * GM_ROWS * copy_slot_bytes((ff / gd.be) * gd.bb);
   if ((int64_t)p.smem_dm > smem_limit) p.mma_dn = false;
@@ -634,10 +634,10 @@ int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float 
   const int blocks = 1 + (pre ? ntok : 0);
   if (a.n_expert <= 128)
     CU_LAUNCH("router picks and grouping", k_mb_pick<4>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
-              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
+              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq, a.tile_stat);
   else
     CU_LAUNCH("router picks and grouping", k_mb_pick<8>, dim3(blocks), dim3(MV_THREADS), 0, st, logits, ntok, a.n_expert, a.k, norm_topk, w_scale, sel,
-              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq);
+              selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq, a.tile_stat);
   *hq_ready = pre;
   return BL_OK;
 }

@@ -50,11 +50,13 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * promoteSlots: card slots a host layer for its hottest experts (run-time promotion; 0 off); hostShare: of
  * an upload step's host layers, the share in thousandths the CPU runs while the next ones upload (-1:
  * the cost model); sparseUpload: an upload step copies only the experts its picks use, a layer at a time
- * (1), every layer whole two ahead (0), or by the share the last upload step's picks used (-1, the default). carveout (percent of L1/shared memory every
+ * (1), every layer whole two ahead (0), or by the share the last upload step's picks used (-1, the default);
+ * mmaPairs: decode batches' MoE layers whose experts got fewer pairs each than this (thousandths; 0:
+ * never) in the last batches take the dp4a kernels instead of the tensor cores (2000 by default). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts

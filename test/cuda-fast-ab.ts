@@ -1,6 +1,7 @@
 // Decode-batch A/B runs of the CUDA library's fast bits (CudaFast): a model with 8 slots holding
 // prompts of chosen lengths, then steps of several sequences, each run once with a set of bits
-// and again (rewriting the same KV rows) with another; the two steps' logits compared.
+// and again (rewriting the same KV rows) with another; the two steps' logits compared. The
+// decode batches' run-time choice of expert kernels (CudaOption.mmaPairs) is off in them.
 import { expect } from "bun:test";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -11,9 +12,9 @@ import { Model } from "../src/engine/model.ts";
 import { synth } from "../src/cli/synth.ts";
 import { maxAbs, std } from "./logit-math.ts";
 
-export interface AbCase { model: string; quant: string; layers?: number; fixture?: string }
+export interface AbCase { model: string; quant: string; layers?: number; fixture?: string; centered?: boolean }
 
-export const caseName = (c: AbCase): string => `${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}`;
+export const caseName = (c: AbCase): string => `${c.model}:${c.quant}${c.layers ? ` (${c.layers} layers)` : ""}${c.centered ? " centered" : ""}`;
 
 /** A loaded model with every slot holding a prompt; len[s] is slot s's next position. */
 export interface AbModel {
@@ -40,10 +41,12 @@ export async function withAbModel(c: AbCase, o: AbOptions, fn: (t: AbModel) => v
   let file = c.fixture;
   if (!file) {
     file = join(o.dir, `${o.tag}-${c.model}-${c.quant}.gguf`);
-    await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: o.seed });
+    await synth({ model: c.model, quant: c.quant, out: file, layers: c.layers ?? 0, seed: o.seed, centered: c.centered });
   }
   const m = Model.load(file, { nCtx: o.nCtx, nSlots: SLOTS, maxTokens: o.maxTokens, nGpuLayers: "all" });
   const be = m.backend as CudaBackend;
+  // the kernels the bits name: decode batches' run-time move to the dp4a kernels off (cuda-mma-choice sets it itself)
+  be.setOption(CudaOption.mmaPairs, 0);
   try {
     const V = m.hp.nVocab;
     const len: number[] = [];
