@@ -567,7 +567,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->sparse_opt = -1;
   c->used_share = -1;
   c->up_cur = -1;
-  c->mb_pairs_min = 2000;
+  c->mb_pairs_min = 3000; // H200, -npl 2: 625 t/s at 2 on the benchmark file, 658 at 3, 655 at 4.5 (docs/cuda-runs.md call 142)
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");

@@ -42,7 +42,7 @@ struct cu_blk {
 // are made (1), or every layer whole, two layers ahead (0); -1: by the share of the experts' bytes
 // the last upload step's picks used (the default).
 // CU_OPT_MMA_PAIRS: decode batches' MoE layers whose experts got fewer pairs each than this (in
-// thousandths; 0: the tensor cores always) take the dp4a kernels (2000 by default).
+// thousandths; 0: the tensor cores always) take the dp4a kernels (3000 by default).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
        CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25 };
 

@@ -52,7 +52,7 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * the cost model); sparseUpload: an upload step copies only the experts its picks use, a layer at a time
  * (1), every layer whole two ahead (0), or by the share the last upload step's picks used (-1, the default);
  * mmaPairs: decode batches' MoE layers whose experts got fewer pairs each than this (thousandths; 0:
- * never) in the last batches take the dp4a kernels instead of the tensor cores (2000 by default). carveout (percent of L1/shared memory every
+ * never) in the last batches take the dp4a kernels instead of the tensor cores (3000 by default). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
