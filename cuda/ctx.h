@@ -38,9 +38,9 @@ struct cu_blk {
 // CU_OPT_PROMOTE_SLOTS: card slots a host layer for promoted experts (0: off; at least the picks a token).
 // CU_OPT_HOST_SHARE: of the host layers of an upload step, the share (thousandths, 0..900) the hook
 // runs while the next ones upload; -1: sized by the cost model (the default).
-// CU_OPT_SPARSE_UP: an upload step copies only the experts its picks use, each layer once its picks
-// are made (1), or every layer whole, two layers ahead (0); -1: by the share of the experts' bytes
-// the last upload step's picks used (the default).
+// CU_OPT_SPARSE_UP: an upload step copies only the experts its picks use (1: those its last picks
+// used one layer ahead, the rest once its picks are made), or every layer whole, two layers ahead
+// (0); -1: by the share of the experts' bytes the last upload step's picks used (the default).
 // CU_OPT_MMA_PAIRS: decode batches' MoE layers whose experts got fewer pairs each than this (in
 // thousandths; 0: the tensor cores always) take the dp4a kernels (3000 by default).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,

@@ -606,7 +606,7 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
   mb.hq_cap = c->xq_bytes;
   const int bit = b.layer < MB_LAYER_BITS ? b.layer : MB_LAYER_BITS - 1;
   mb.no_mma = (c->mb_nomma >> bit) & 1;
-  mb.tile_stat = c->mb_tiles_d ? c->mb_tiles_d + bit : nullptr;
+  mb.tile_stat = c->mb_tiles_d + bit;
   return mb;
 }
 
@@ -881,7 +881,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   // before it starts
   c->pend.ntok = 0;
   c->attx8.nt = 0; // the attention's int8 rows for the output product: never carried over from a failed step
-  const bool mb_count = ntok >= 2 && ntok <= MV_MAX_NT && c->mb_tiles_d;
+  const bool mb_count = ntok >= 2 && ntok <= MV_MAX_NT;
   if (mb_count) CU_TRY(cudaMemsetAsync(c->mb_tiles_d, 0, MB_LAYER_BITS * sizeof(int32_t), c->st), "clearing the experts' counts");
   for (size_t i = 0; i < bl.size(); i++) {
     const cu_blk &b = bl[i];
@@ -915,7 +915,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
 // step is complete: every step ends in a sync) folded into each layer's pairs an expert, then the
 // layers under the threshold (10% hysteresis) take the dp4a kernels.
 static void mb_choose(cu_ctx *c, int ntok) {
-  if (c->mb_ntok_last > 0 && c->mb_tiles_h) {
+  if (c->mb_ntok_last > 0) {
     const float pairs = (float)c->mb_ntok_last * (float)c->dm.K;
     for (int l = 0; l < MB_LAYER_BITS; l++) {
       const int t = c->mb_tiles_h[l];

@@ -485,11 +485,7 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
   CU_TRY(cudaEventSynchronize(c->sync_ev), "reading a layer's picks");
   const int u = c->up_ord[(size_t)j], s = u % 2;
-  if (c->pre_u[s] != u) {
-    if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
-    c->pre[s].assign((size_t)X, 0);
-    c->pre_u[s] = u;
-  }
+  if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
   for (int e = 0; e < X; e++) miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
   int64_t bytes = 0;

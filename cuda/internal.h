@@ -518,6 +518,7 @@ struct mb_pick_args {
   uint8_t *hq; // the rows of h quantized into these x8 slots (x8_bytes(n) apart) for gate/up, or null
   int n;       // the rows' length gate/up reads
   int *counter; // the launch's block counter: zero between launches
+  int32_t *tile_stat; // moe_batch_args.tile_stat: the step's tiles stored here (null: not counted)
 };
 // Fills *p for cu_mv_batch_pick when cu_moe_batch_pick would take the step (its fits; hq set as
 // it would quantize); false otherwise.

@@ -12,7 +12,7 @@
 // in pair order. Every thread of the block (MV_THREADS) calls it; the logits are read by __ldcg.
 template <int XJ>
 __device__ __forceinline__ void mb_pick_block(const float *logits, int ntok, int X, int K, int norm_topk, float w_scale, int32_t *sel, float *selw,
-                                              int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles, int32_t *tile_stat = nullptr) {
+                                              int32_t *pair_tok, int32_t *pair_of, int4 *tiles, int32_t *n_tiles, int32_t *tile_stat) {
   __shared__ int ssel[MB_NT * ROUTER_MAX_K];
   __shared__ float sw[MB_NT * ROUTER_MAX_K];
   __shared__ int cnt[32 * XJ], start[32 * XJ];

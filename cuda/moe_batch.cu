@@ -660,6 +660,7 @@ bool cu_moe_batch_pick_plan(const moe_batch_args &a, int ntok, int smem_limit, i
   p->hq = pre ? a.hq : nullptr;
   p->n = a.gate.ne0;
   p->counter = counter;
+  p->tile_stat = a.tile_stat;
   return true;
 }
 

@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a, mb_pick_
     // the last product block to finish picks (every block's logits written and fenced before its count)
     const int nrb = (rows + SR - 1) / SR;
     if (!last_arrival(pk.counter, nrb)) return;
-    mb_pick_block<XJ>(jb.y, nt, rows, pk.k, pk.norm_topk, pk.w_scale, pk.sel, pk.selw, pk.pair_tok, pk.pair_of, pk.tiles, pk.n_tiles);
+    mb_pick_block<XJ>(jb.y, nt, rows, pk.k, pk.norm_topk, pk.w_scale, pk.sel, pk.selw, pk.pair_tok, pk.pair_of, pk.tiles, pk.n_tiles, pk.tile_stat);
     if (threadIdx.x == 0) *pk.counter = 0; // for the next launch (and graph replay)
   }
 }
