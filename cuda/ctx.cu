@@ -256,6 +256,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->cnt_attn, (size_t)MV_MAX_NT * d.max_nh * I}, {(void **)&c->cnt_router, (size_t)c->router_groups * I},
       {(void **)&c->dense_sel, T * I}, {(void **)&c->dense_w, T * F}, {(void **)&c->xq, c->xq_bytes}, {(void **)&c->act8, c->act8_bytes},
       {(void **)&c->rpart, rpart_rows * c->rpart_ld * F}, {(void **)&c->cnt_fo, 64},
+      {(void **)&c->fo_acc, (size_t)d.X * FO_ACC_STRIDE * sizeof(unsigned long long)},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
@@ -568,6 +569,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->used_share = -1;
   c->up_cur = -1;
   c->mb_pairs_min = 3000; // H200, -npl 2: 625 t/s at 2 on the benchmark file, 658 at 3, 655 at 4.5 (docs/cuda-runs.md call 142)
+  c->foacc_lim = FO_ACC_LIM;
   const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
   if (env && env[0] == '0') c->use_graphs = 0;
   env = getenv("BLOOMERY_CUDA_PROFILE");
@@ -593,6 +595,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nh * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_fo, 0, 64), "clearing counters");
+  CU_TRY(cudaMemset(c->fo_acc, 0, (size_t)c->dm.X * FO_ACC_STRIDE * sizeof(unsigned long long)), "clearing counters");
   // sparse uploads leave the unused experts' slabs of a staging buffer as they were: zeros or
   // earlier weights, never uninitialised bytes (a kernel's tile past a slab's end reads finite values)
   for (int s = 0; s < 2; s++)
@@ -674,6 +677,11 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       if (value < 0 || value > 1000000) return cu_fail(BL_E_INVAL, "set_option: pairs an expert %lld (thousandths, 0..1000000)", (long long)value);
       c->mb_pairs_min = (int)value;
       return BL_OK;
+    case CU_OPT_FOACC_LIM:
+      if (value < -126 || value > 22) return cu_fail(BL_E_INVAL, "set_option: accumulator limit 2^%lld (-126..22)", (long long)value);
+      c->foacc_lim = ldexpf(1.0f, (int)value);
+      cu_drop_graphs(c);
+      return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);
@@ -687,7 +695,7 @@ extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
   const int64_t v[26] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
-                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_fowarm, c->n_a2merge, c->n_tmagu,
+                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_foacc, c->n_a2merge, c->n_tmagu,
                          c->n_mb_nomma};
   for (int64_t i = 0; i < n && i < 26; i++) out[i] = v[i];
   return BL_OK;

@@ -43,8 +43,10 @@ struct cu_blk {
 // (0); -1: by the share of the experts' bytes the last upload step's picks used (the default).
 // CU_OPT_MMA_PAIRS: decode batches' MoE layers whose experts got fewer pairs each than this (in
 // thousandths; 0: the tensor cores always) take the dp4a kernels (3000 by default).
+// CU_OPT_FOACC_LIM: the magnitude (2^value, value -126..22; 22 by default) from which a partial
+// logit of the fused router raises FAST_FOACC's flag (tests lower it to take the float sums).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
-       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25 };
+       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25, CU_OPT_FOACC_LIM = 26 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -117,7 +119,9 @@ struct cu_ctx {
   combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
   x8_pre attx8;       // the attention output rows' x8 slots the attention wrote for the next product (FAST_ATTX8; nt 0: none)
   float *rpart;       // the fused router's partial logits [blocks][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK); [2]: FAST_PICKX's flag
+  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK); [2]: FAST_PICKX's flag; [3]: FAST_FOACC's
+  float foacc_lim;    // CU_OPT_FOACC_LIM as a float
+  unsigned long long *fo_acc; // FAST_FOACC: the fused router's accumulators, an expert every FO_ACC_STRIDE (zero between launches)
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
   __half *kc, *vc;
@@ -132,7 +136,7 @@ struct cu_ctx {
   int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
   bool pickx;       // the fused router just enqueued left its picks to the experts' gate/up (FAST_PICKX)
   int64_t n_pickx;  // one-token gate/ups that picked from the fused router's partials
-  int64_t n_fowarm; // fused output + router launches warming their last block's instructions (FAST_FOWARM)
+  int64_t n_foacc;  // fused output + router launches adding their partials into the accumulators (FAST_FOACC)
   int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
   int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
   int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)

@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // copies those bytes instead of loading k * ff floats and quantizing them in every block. The same
 // values bit for bit. smem: h (n floats), its int8 row, then eight slots of cap bytes a warp.
 // FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
-// block would have (fopick.cuh, route_block), then copies its rows; block (0, 0) publishes the
-// picks for down and raises the flag down waits on.
+// block would have (fopick.cuh, route_block; from their accumulators with FAST_FOACC), then copies
+// its rows; block (0, 0) publishes the picks for down and raises the flag down waits on.
 template <int T>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   BL_TR_SCOPE(3);
@@ -299,8 +299,11 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   const uint8_t *pg[RW], *pu[RW];
   const bool pickx = a.fo_part != nullptr;
   if (pickx) {
-    // the row slots are free until the picks are known: the partial sums' scratch (4 KB)
-    const float lsum = fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, reinterpret_cast<float *>(x8mem + x8_bytes(n)));
+    // the row slots are free until the picks are known: the partial sums' scratch (4 KB); with the
+    // accumulators (FAST_FOACC) only where a partial raised their flag, fenced for the bulk copies
+    float *scr = reinterpret_cast<float *>(x8mem + x8_bytes(n));
+    const float lsum = a.fo_acc ? fo_acc_sum(a.fo_acc, a.fo_ovf, a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr) : fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr);
+    if (a.tma) fence_proxy_async_smem(); // the barriers below order it before thread 0's copies
     const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
     const bool first = blockIdx.x == 0 && blockIdx.y == 0;
     fo_logits(lsum, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
@@ -427,6 +430,8 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
+  // FAST_PICKX with FAST_FOACC: every gate/up block has read the accumulators (that launch is done)
+  if (a.fo_acc && blockIdx.x == 0) fo_acc_reset(a.fo_acc, a.fo_ovf, a.fo_X);
   x8v x8 = {};
   if (Q8 && a.act8) {
     // k_fgu8 quantized the rows (picks in memory)
@@ -654,7 +659,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
     // (the block's 64 rows of rg bytes fit its 64 row slots of cap_gu >= rg bytes)
     const int rg = row_bytes(a.gate.type, a.gate.ne0);
     const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
-    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && !a.fo_part && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
+    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && (!a.fo_part || a.fo_acc) && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
   }
   memset(&g.pf, 0, sizeof g.pf);
   if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
@@ -680,6 +685,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   d.l2dn = 0;
   d.fo_part = nullptr;
   d.pick_flag = a.fo_part ? a.pick_flag : nullptr;
+  d.fo_acc = a.fo_part ? a.fo_acc : nullptr; // down clears them
   if (act8) *act8 = p.act8;
   if (tma) *tma = g.tma != 0;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;

@@ -483,8 +483,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
         c->pickx = card_experts(c, *moe, fm) && cu_fmoe_act8(fm, c->smem_limit);
       }
       if (c->pickx) f.pick_flag = c->cnt_fo + 2;
-      f.warm = !c->pickx && (cu_fast & FAST_FOWARM);
-      c->n_fowarm += f.warm;
+      // FAST_FOACC: the partials summed as integers on arrival (the flag is cnt_fo's fourth int)
+      if (cu_fast & FAST_FOACC) {
+        f.acc = c->fo_acc;
+        f.ovf = c->cnt_fo + 3;
+        f.acc_lim = c->foacc_lim;
+        c->n_foacc++;
+      }
       return cu_fo(c->st, f, c->smem_limit);
     }
     return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
@@ -641,6 +646,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       fm.fo_sel = c->sel;
       fm.fo_selw = c->selw;
       fm.pick_flag = c->cnt_fo + 2;
+      if (cu_fast & FAST_FOACC) { // the fused router above added its partials (its launch read the same bits)
+        fm.fo_acc = c->fo_acc;
+        fm.fo_ovf = c->cnt_fo + 3;
+      }
       c->pickx = false;
       c->n_pickx++;
     }

@@ -27,29 +27,26 @@ __host__ __device__ inline size_t fo_head_bytes(int n, bool q8, int cap) {
 }
 
 // The last block's work (every thread of the block calls it): the whole new x for its norm and the
-// partials, all loads in flight, the logits, the picks. Not inlined: the kernel's main phase is
-// compiled without it (tg128 430.9 / 425.3 inlined, 440.5 / 439.7 not, call 109), and the dry call
-// runs the same instructions. dry (FAST_FOWARM, opt-in: slower): once without memory accesses
-// beyond shared memory, before the wait on the attention, so that the instructions are in this
-// SM's cache when a last block here needs them (the tail cold took ~9.2K cycles, warm ~7.4K: call
-// 108; the dry run costs more than that saves).
+// partials' sums (all loads in flight; from the accumulators with FAST_FOACC, which it then clears),
+// the logits, the picks. Not inlined: the kernel's main phase is compiled without it (tg128 430.9 /
+// 425.3 inlined, 440.5 / 439.7 not, call 109).
 __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const float *x, int E, int X, int K, int norm_topk, float w_scale,
-                                     float eps, float *logits, int32_t *sel, float *selw, bool dry) {
+                                     float eps, float *logits, int32_t *sel, float *selw, unsigned long long *acc, int *ovf) {
   __shared__ float red[32];
   __shared__ float slg[256];
   __shared__ __align__(16) float sbuf[4 * FO_WARPS * 32]; // float4 stores (fo_sum_part)
   __shared__ int ssel[32];
   __shared__ float sw[32], smx[1];
-  const int tid = threadIdx.x, Ex = dry ? 0 : E; // dry: no loads (its scale and logits are not numbers, and unused)
+  const int tid = threadIdx.x;
   xrow rx;
-  xrow_load(rx, x, Ex);
-  const float lsum = fo_sum_part(part, ldp, nb, X, sbuf, !dry);
+  xrow_load(rx, x, E);
+  const float lsum = acc ? fo_acc_sum(acc, ovf, part, ldp, nb, X, sbuf) : fo_sum_part(part, ldp, nb, X, sbuf);
   // the norm of the new x, formed as the expert kernels' staging forms it
-  const float sc = xrow_rms_scale(rx, Ex, eps, red);
-  fo_logits(lsum, X, sc, slg, dry ? nullptr : logits);
+  const float sc = xrow_rms_scale(rx, E, eps, red);
+  fo_logits(lsum, X, sc, slg, logits); // ends with a barrier: every thread has read the flag
+  if (acc) fo_acc_reset(acc, ovf, X);
   if (X <= 128) route_block<4>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
   else route_block<8>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
-  if (dry) return;
   if (tid < K) {
     sel[tid] = ssel[tid];
     selw[tid] = sw[tid];
@@ -84,7 +81,6 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     }
   }
   if (tid < FO_ROWS) swn[tid] = tid < nr ? (a.normw ? __ldg(a.normw + c0 + tid) : 1.0f) : 0.0f;
-  if (a.warm) fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, true);
   cu_pdl_wait();
   x8v x8 = {};
   if (Q8 && a.att8) {
@@ -135,6 +131,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
            w.w * (swn[4 * q + 3] * sxn[4 * q + 3]);
     }
     a.part[(size_t)blockIdx.x * a.ldp + tid] = p; // a row a block: the last block's loads coalesce
+    if (a.acc) fo_acc_add(a.acc, a.ovf, tid, p, a.acc_lim);
   }
   // FAST_PICKX: the picks are the gate/up kernel's (fopick.cuh): this launch writes the partials
   // and clears the flag down waits on (the previous layer's down is done: it precedes this wait)
@@ -145,7 +142,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   const bool last = last_arrival(a.counter, (int)gridDim.x);
   BL_TR_MARK(3);
   if (!last) return;
-  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, false);
+  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, a.acc, a.ovf);
   if (tid == 0) *a.counter = 0;
 }
 

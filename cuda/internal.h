@@ -169,9 +169,11 @@ int64_t cu_moe_dec_init(int smem_optin);
 // and values as m16n8k16 f16 products (attn2_mma.cuh; q and the probabilities as halves: a bound).
 // FAST_PICKX: the fused output + router (froute.cu) has no last block; the one-token gate/up
 // (k_fgu8) sums its partial logits and picks in every block, down waits on a flag its first
-// block raises (fopick.cuh; the same picks bit for bit). FAST_FOWARM: every block of the fused
-// output + router runs its last block's instructions once dry before its wait, so that the last
-// block finds them in its SM's instruction cache (froute.cu fo_tail; the same values bit for bit).
+// block raises (fopick.cuh; the same picks bit for bit). FAST_FOACC: the fused output + router's
+// blocks also add their partial logits, as 64-bit integers of 2^-32, into one accumulator an
+// expert (red.add: integer sums, the same bits in any order), so whoever picks reads X integers
+// instead of summing the blocks' X x blocks floats (fopick.cuh fo_acc_sum; partials of 2^22 or
+// more, or not numbers, raise a flag and the floats are summed as without the bit: a bound).
 // FAST_A2MERGE: long contexts' one-token attention merges its slices in a kernel of its own, a
 // block a head (attn2.cu k_a2merge; the slices summed in another order: a bound). FAST_TMAGU: the
 // one-token gate/up (k_fgu8) copies each block's gate and up rows by two bulk copies (cp.async.bulk
@@ -181,7 +183,7 @@ enum {
   FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
   FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
-  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOWARM = 268435456,
+  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOACC = 268435456,
   FAST_A2MERGE = 536870912, FAST_TMAGU = 1073741824, FAST_ALL = 2147483647,
   // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
   // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
@@ -191,9 +193,7 @@ enum {
   // critical path), so they are opt-in; the cached keys and values' one is on (+0.5-1.5% at 4,096)
   // FAST_PICKX measured slower (tg128 367 against 417: every gate/up block then pays the selection
   // the last block paid once, 12.7 -> 23.7 us a launch, while the output product drops 16 -> 9.3)
-  // FAST_FOWARM measured slower (tg128 421.5 / 428.8 with it, 440.5 / 439.7 without, call 109: the
-  // dry run before the wait costs more than the cold instructions it saves), so it is opt-in
-  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX & ~FAST_FOWARM
+  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX
 };
 extern int cu_fast;
 // The card has bulk copies (cp.async.bulk, mbarriers: sm_90+; set once with the device's major).
@@ -263,6 +263,8 @@ struct fmoe_args {
   int32_t *fo_sel;
   float *fo_selw;
   int *pick_flag;
+  unsigned long long *fo_acc;       // or null: the partials' accumulators (FAST_FOACC), reset by down
+  int *fo_ovf;                      // with fo_acc: their flag (fopick.cuh fo_acc_sum)
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
   int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: FAST_TMAGU, sm_90+, rows packed and 16-byte aligned)
 };
@@ -291,7 +293,9 @@ struct fo_args {
   float *selw;      // K out
   int cap, q8;
   const uint8_t *att8; // or null: att already quantized (dot8.cuh's plain layout) by the attention (FAST_ATT8)
-  int warm;            // the last block's instructions run once dry before the wait (FAST_FOWARM)
+  unsigned long long *acc; // or null (FAST_FOACC): X accumulators FO_ACC_STRIDE apart, zero between launches
+  int *ovf;                // with acc: raised by a partial the accumulators cannot take; zero between launches
+  float acc_lim;           // with acc: the magnitude from which a partial raises it (FO_ACC_LIM at most)
   int *pick_flag;      // or null; set (FAST_PICKX): no last block - the gate/up kernel picks from the
                        // partials, and this launch clears the flag its block 0 raises for down
 };
@@ -300,6 +304,10 @@ int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);
 int64_t cu_fo_init(int smem_optin);
 // Rows of x a fused block covers (the partial logits buffer holds ceil(E / FO_BLOCK_ROWS) rows of X rounded up to 4).
 #define FO_BLOCK_ROWS 16
+// FAST_FOACC's accumulators: an expert's 64-bit sum of 2^-32 units every 128 bytes (its own L2 line),
+// partials below 2^22 in magnitude (so the sum of up to 512 blocks' stays below 2^63 units)
+#define FO_ACC_STRIDE 16
+#define FO_ACC_LIM 4194304.0f
 
 // ---- attention (attn.cu) ----
 struct rope_params {

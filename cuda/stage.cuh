@@ -22,6 +22,13 @@ __device__ __forceinline__ void mbar_init(uint64_t *m) {
 #endif
 }
 // The one arrival, expecting `bytes` of bulk copies.
+// Shared memory the block's threads wrote or read (generic proxy) before a bulk copy writes it
+// (async proxy): each thread fences, then a barrier precedes the copy's issue.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void mbar_expect(uint64_t *m, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(m)), "r"(bytes) : "memory");

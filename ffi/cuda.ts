@@ -52,11 +52,13 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * the cost model); sparseUpload: an upload step copies only the experts its picks use, a layer at a time
  * (1), every layer whole two ahead (0), or by the share the last upload step's picks used (-1, the default);
  * mmaPairs: decode batches' MoE layers whose experts got fewer pairs each than this (thousandths; 0:
- * never) in the last batches take the dp4a kernels instead of the tensor cores (3000 by default). carveout (percent of L1/shared memory every
+ * never) in the last batches take the dp4a kernels instead of the tensor cores (3000 by default);
+ * foAccLimit: the power of two (-126..22, 22 by default) from which a partial logit of the fused router
+ * takes the float sums instead of CudaFast.foAcc's accumulators (tests lower it). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25, foAccLimit: 26 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts
@@ -81,14 +83,16 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * slot's cached keys and values, the output product's, router's and next Q/K/V's weights; hints only;
  * l2Down and l2Weights measured slower, opt-in), attnMma (one token's attention past 1,024 positions
  * with 8 query heads of 128 a KV head forms its scores and values on the tensor cores), pickx (the fused
- * output + router has no last block: one token's gate/up picks the experts from its partial logits), foWarm
- * (every block of the fused output + router runs its last block's instructions once, dry, before its wait),
+ * output + router has no last block: one token's gate/up picks the experts from its partial logits), foAcc
+ * (the fused output + router's blocks add their partial logits into one 64-bit integer accumulator an
+ * expert, which the picker reads instead of summing every block's partials: integer sums, the same bits
+ * in any order; a partial of 2^22 or more takes the float sums),
  * a2Merge (long contexts' one-token attention merges its slices in a kernel of its own, a block a head),
  * tmaGu (the one-token gate/up copies its rows by two bulk copies a block, sm_90+).
  * 0: the general kernels only. The library
- * starts with `default` (all but pick, l2Down, l2Weights, pickx and foWarm, measured slower on the H200, and att8, measured no faster).
+ * starts with `default` (all but pick, l2Down, l2Weights and pickx, measured slower on the H200, and att8, measured no faster).
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, attnMma: 67108864, pickx: 134217728, foWarm: 268435456, a2Merge: 536870912, tmaGu: 1073741824, all: 2147483647, default: 2147483647 & ~256 & ~4194304 & ~8388608 & ~33554432 & ~134217728 & ~268435456 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, attnMma: 67108864, pickx: 134217728, foAcc: 268435456, a2Merge: 536870912, tmaGu: 1073741824, all: 2147483647, default: 2147483647 & ~256 & ~4194304 & ~8388608 & ~33554432 & ~134217728 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

@@ -269,21 +269,21 @@ export class CudaBackend implements Backend {
    * a later kernel's bytes into L2 (l2Prefetch: CudaFast.l2Down, l2Kv, l2Weights); attention launches
    * forming their scores and values on the tensor cores (attnMma); one-token gate/ups that picked
    * the experts from the fused router's partial logits (pickx); fused output + router launches whose
-   * blocks ran the last block's instructions once dry before their wait (foWarm); attention launches
+   * blocks added their partial logits into the integer accumulators (foAcc); attention launches
    * whose slices a kernel of its own merged (a2Merge); one-token gate/up launches whose rows came by
    * bulk copies (tmaGu); decode batches' MoE layers put on the dp4a kernels because their experts got
    * few pairs each in the last batches (mbNoMma; CudaOption.mmaPairs).
    */
   stats(): {
     weightBytes: number; kvBytes: number; steps: number; graphSteps: number; graphs: number; smCount: number; fusedCombines: number; attnX8: number;
-    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; att8: number; l2Prefetch: number; attnMma: number; pickx: number; foWarm: number; a2Merge: number; tmaGu: number; mbNoMma: number;
+    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; att8: number; l2Prefetch: number; attnMma: number; pickx: number; foAcc: number; a2Merge: number; tmaGu: number; mbNoMma: number;
   } {
     const o = new BigInt64Array(26);
     checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 26), "reading CUDA stats");
     const n = (i: number) => Number(o[i]);
     return {
       weightBytes: n(0), kvBytes: n(1), steps: n(2), graphSteps: n(3), graphs: n(4), smCount: n(5), fusedCombines: n(6), attnX8: n(7),
-      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), att8: n(18), l2Prefetch: n(19), attnMma: n(20), pickx: n(21), foWarm: n(22), a2Merge: n(23), tmaGu: n(24), mbNoMma: n(25),
+      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), att8: n(18), l2Prefetch: n(19), attnMma: n(20), pickx: n(21), foAcc: n(22), a2Merge: n(23), tmaGu: n(24), mbNoMma: n(25),
     };
   }
 
