@@ -662,6 +662,7 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
     case CU_OPT_CARD_SHARE:
       if (value < 0 || value > 64) return cu_fail(BL_E_INVAL, "set_option: card share %lld (0..64 picks)", (long long)value);
       c->card_share = (int)value;
+      c->share_auto = 0; // asked for: fixed
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_PROMOTE_SLOTS: return cu_set_promote_slots(c, value);

@@ -84,6 +84,7 @@ struct cu_weights {
   // host experts' page ranges registered with the driver (hybrid.cu); pinned: all of them were
   std::vector<std::pair<void *, size_t>> registered;
   int host_pinned;
+  mutable int share_hint; // (a hint the contexts write, not a weight) 1 + the card's share the last online sizing chose on these weights (0: none): new contexts start there
   std::vector<int> host_blocks; // blocks[host_blocks[j]] is host block j (cu_blk.host_j == j)
 };
 
@@ -186,6 +187,12 @@ struct cu_ctx {
   // one-token split (CU_OPT_CARD_SHARE picks of a token read by the card from host memory over PCIe
   // on the side stream cs2, the rest on the CPU): the picks and the CPU's sum, pinned; its sum on the card
   int card_share;
+  // share_tune.cu: the share sized online (share_auto; set by neither BLOOMERY_HYBRID_CARD_SHARE=N nor
+  // CU_OPT_CARD_SHARE) from a window of the steps' timed splits: their count and sums (us) of the
+  // card's share, its wait and the CPU's call; the CPU path's latency beyond its call; the moves made
+  int share_auto;
+  int64_t tune_n, n_share_moves, n_share_samples;
+  double tune_a, tune_w, tune_c, tune_lat;
   // pull.cu: the card's share copied into card memory first (pull_on), its slots per role, slot ids
   int pull_on;
   void *pull_buf;
@@ -232,7 +239,8 @@ struct cu_ctx {
   // card addresses them, the card's sequence counter, the host thread that answers
   struct cu_mailbox *mb, *mb_d;
   float *hx_d, *hout_d;
-  uint32_t *mb_seq;
+  uint32_t *mb_seq;        // the card's counter (then, 8 bytes on, the last post's %globaltimer)
+  uint32_t mb_times_seen;  // the last sequence cu_mailbox_times read
   struct cu_runner *runner;
   int n_calls_pub;  // host_calls entries the host thread may read (atomic release/acquire)
   int mb_broken;    // the host thread missed an answer's deadline: the context refuses further steps
@@ -314,7 +322,12 @@ int64_t cu_mailbox_check(cu_ctx *c); // after a step: did the host thread answer
 int cu_mailbox_max_calls();
 // posts call (rows x[0..n) and ni/nf picks) / waits for its answer, then x += hout (add) or x = hx
 int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, const int32_t *si, int ni, const float *sf, int nf);
-int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add);
+int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add, bool timed = false);
+int cu_mailbox_times(cu_ctx *c, double *a_us, double *w_us, double *c_us); // the timed splits since the last call (share_tune.cu)
+// share_tune.cu: after a step's synchronisation, the card's share of a token's picks moved by one
+// where the step's own timings say the slower side would gain; the rule itself (tests call it)
+int64_t cu_share_tune(cu_ctx *c);
+extern "C" int64_t bl_cuda_share_decide(int64_t K, int64_t share, double card_us, double wait_us, double cpu_us, double pick_us, double lat_us);
 
 // forward.cu
 bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm); // the one-token experts on the fused router's picks

@@ -149,7 +149,7 @@ static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k,
       CU_OK(cu_fmoe(c->st, f, c->smem_limit, &done));
       if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
     }
-    return call ? cu_mailbox_wait(c, E, true) : BL_OK;
+    return call ? cu_mailbox_wait(c, E, true, pull) : BL_OK;
   }
   if (call) {
     CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
@@ -505,6 +505,7 @@ int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
     CU_TRY(cudaStreamSynchronize(c->st), what);
   }
   CU_OK(cu_mailbox_check(c));
+  CU_OK(cu_share_tune(c));
   if (c->host_err) {
     const int64_t s = c->host_err;
     c->host_err = 0;
@@ -651,12 +652,18 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
   if (c->mb) CU_OK(cu_pull_init(c));
-  // picks of a token the card computes (one-token steps): a number, or "auto" (sized by measuring
-  // both sides, cuda/pull.cu - opt-in: on the H200 it chose 2 where 3 was 10-15% faster)
+  // picks of a token the card computes (one-token steps): a number (fixed), or "auto" (first sized
+  // by measuring both sides, cuda/pull.cu: on the H200 it chose 2 where 3 was 10-15% faster); with
+  // the copies and the mailbox, unless fixed, moved online by the steps' own timings (share_tune.cu)
+  // from where the last context on these weights left it
   const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE");
-  const bool sized = env && strcmp(env, "auto") == 0;
-  c->card_share = env && env[0] && !sized ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  const bool sized = env && strcmp(env, "auto") == 0, fixed = env && env[0] && !sized;
+  c->card_share = fixed ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;
+  c->share_auto = !fixed && c->mb && c->pull_on;
+  c->tune_n = c->n_share_moves = c->n_share_samples = 0;
+  c->tune_a = c->tune_w = c->tune_c = c->tune_lat = 0.0;
+  if (c->share_auto && !sized && c->w->share_hint > 0) c->card_share = c->w->share_hint - 1;
   if (sized && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
   env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
   if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
@@ -684,11 +691,11 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[23] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[25] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
                          (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
                          c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
-                         (int64_t)(c->used_share * 1000.0), c->pre_bytes};
-  for (int64_t i = 0; i < n && i < 23; i++) out[i] = v[i];
+                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples};
+  for (int64_t i = 0; i < n && i < 25; i++) out[i] = v[i];
   return BL_OK;
 }

@@ -29,6 +29,8 @@
 #define MB_MAX_CALLS 8192
 // the most picks a token the mailbox carries (more: the stream callbacks)
 #define MB_MAX_PICKS 32
+// the last calls' timings kept for the card's share sized online (share_tune.cu): more than a step's host layers
+#define MB_RING 128
 
 struct cu_mailbox {
   volatile uint32_t req;  // the card: the call's sequence number
@@ -38,6 +40,10 @@ struct cu_mailbox {
   volatile int32_t timeout;
   int32_t ints[2 * MB_MAX_PICKS + 1]; // the host's picks (and, for a partition, their count at [K])
   float flts[MB_MAX_PICKS];           // their weights
+  // a one-token split's timings, slot seq % MB_RING: the card's (written by its wait, the sequence
+  // last) - from the post to its wait (its own share) and its wait - and the runner's call
+  volatile uint32_t t_seq[MB_RING], a_ns[MB_RING], w_ns[MB_RING];
+  volatile uint32_t c_seq[MB_RING], c_ns[MB_RING];
 };
 
 struct cu_runner {
@@ -54,6 +60,7 @@ static int64_t now_ns() {
 
 // ---- the card's side ----
 // Writes rows x[0..n) into the host's buffer and the picks into the mailbox, then posts the call.
+// seq: the card's counter, then (8 bytes on) the post's time for the wait's timing.
 __global__ void k_mb_post(const float *x, float *hx, int n, const int32_t *si, int ni, const float *sf, int nf, cu_mailbox *mb, uint32_t *seq,
                           int call, int ntok) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) hx[i] = x[i];
@@ -68,13 +75,17 @@ __global__ void k_mb_post(const float *x, float *hx, int n, const int32_t *si, i
     mb->ntok = ntok;
     __threadfence_system();
     mb->req = s;
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    reinterpret_cast<uint64_t *>(seq)[1] = t;
   }
 }
 
 // Waits for the runner's answer to the last call (each block on its own), then x += src (add) or
 // x = src, for n floats read from host memory. After one wait of the step timed out the rest do
-// not spin (the step's result is an error).
-__global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const float *src, int n, int add) {
+// not spin (the step's result is an error). timed: a one-token split's wait, whose times (the card's
+// share since the post, the wait) go to the mailbox's ring.
+__global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const float *src, int n, int add, int timed) {
   if (threadIdx.x == 0) {
     const uint32_t s = *seq;
     uint64_t t0;
@@ -86,6 +97,17 @@ __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const f
         mb->timeout = 1;
         break;
       }
+    }
+    if (timed) {
+      uint64_t t1;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+      const uint64_t tp = reinterpret_cast<const uint64_t *>(seq)[1];
+      const uint32_t i = s % MB_RING;
+      const uint64_t a = t0 - tp, w = t1 - t0;
+      mb->a_ns[i] = a < 0xffffffffull ? (uint32_t)a : 0xffffffffu;
+      mb->w_ns[i] = w < 0xffffffffull ? (uint32_t)w : 0xffffffffu;
+      __threadfence_system();
+      mb->t_seq[i] = s;
     }
     __threadfence_system();
   }
@@ -107,10 +129,10 @@ int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, co
   return BL_OK;
 }
 
-int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add) {
+int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add, bool timed) {
   const bool copy = !add && n > MB_COPY_FLOATS;
   const int m = copy ? 0 : n, blocks = std::min(32, std::max(1, m / 2048));
-  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, m, add ? 1 : 0);
+  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, m, add ? 1 : 0, timed ? 1 : 0);
   CU_TRY(cudaGetLastError(), "waiting for the host experts");
   if (copy) CU_TRY(cudaMemcpyAsync(c->x, c->hx, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
@@ -122,7 +144,11 @@ static void serve(cu_ctx *c, uint32_t r) {
   const int idx = mb->call, n = __atomic_load_n(&c->n_calls_pub, __ATOMIC_ACQUIRE);
   if (idx >= 0 && idx < n) {
     cu_host_call *call = c->host_calls.data()[idx];
+    const int64_t t0 = now_ns();
     cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
+    const uint32_t i = r % MB_RING;
+    mb->c_ns[i] = (uint32_t)std::min<int64_t>(now_ns() - t0, 0xffffffffll);
+    mb->c_seq[i] = r;
   } else {
     snprintf(c->host_msg, sizeof c->host_msg, "host experts: internal: call %d of %d", idx, n);
     c->host_err = BL_E_INVAL;
@@ -152,6 +178,28 @@ static void run(cu_ctx *c) {
     std::unique_lock<std::mutex> lk(R->mu);
     R->cv.wait_for(lk, std::chrono::microseconds(MB_NAP_US));
   }
+}
+
+// The timed splits answered since the last call (at most the ring's last MB_RING): their count, and
+// the sums in microseconds of the card's share, the card's wait and the CPU's call. After a step's
+// synchronisation (the card's writes to the ring are then visible).
+int cu_mailbox_times(cu_ctx *c, double *a_us, double *w_us, double *c_us) {
+  *a_us = *w_us = *c_us = 0.0;
+  if (!c->mb) return 0;
+  const uint32_t done = __atomic_load_n(&c->mb->done, __ATOMIC_ACQUIRE);
+  uint32_t from = c->mb_times_seen;
+  if (done - from > MB_RING) from = done - MB_RING;
+  c->mb_times_seen = done;
+  int n = 0;
+  for (uint32_t s = from + 1; s != done + 1; s++) {
+    const uint32_t i = s % MB_RING;
+    if (s == 0 || c->mb->t_seq[i] != s || c->mb->c_seq[i] != s) continue;
+    *a_us += c->mb->a_ns[i] * 1e-3;
+    *w_us += c->mb->w_ns[i] * 1e-3;
+    *c_us += c->mb->c_ns[i] * 1e-3;
+    n++;
+  }
+  return n;
 }
 
 void cu_mailbox_arm(cu_ctx *c) {
@@ -204,8 +252,9 @@ static int64_t start(cu_ctx *c) {
   c->hx_d = static_cast<float *>(d);
   CU_TRY(cudaHostGetDevicePointer(&d, c->hout, 0), "mapping the host experts' rows");
   c->hout_d = static_cast<float *>(d);
-  CU_TRY(cudaMalloc(&c->mb_seq, sizeof(uint32_t)), "allocating the host experts' mailbox");
-  CU_TRY(cudaMemsetAsync(c->mb_seq, 0, sizeof(uint32_t), c->st), "allocating the host experts' mailbox");
+  CU_TRY(cudaMalloc(&c->mb_seq, 2 * sizeof(uint64_t)), "allocating the host experts' mailbox"); // the counter, the post's time
+  CU_TRY(cudaMemsetAsync(c->mb_seq, 0, 2 * sizeof(uint64_t), c->st), "allocating the host experts' mailbox");
+  c->mb_times_seen = 0;
   CU_TRY(cudaStreamSynchronize(c->st), "allocating the host experts' mailbox");
   c->runner = new (std::nothrow) cu_runner();
   if (!c->runner) return cu_fail(BL_E_NOMEM, "host experts: out of memory");

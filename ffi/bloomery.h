@@ -346,15 +346,21 @@ int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
  * experts copied over PCIe for the step (two layers in flight); smaller ones call the hook. One-token
  * steps may split a token's picks: the card copies its share of the experts from host memory over
  * PCIe (or reads them in place) while the CPU computes the rest (BL_CUDA_OPT card share, cuda/ctx.h
- * CU_OPT_CARD_SHARE; without one asked for, the share is sized by measuring both sides). */
+ * CU_OPT_CARD_SHARE; without one asked for, the share moves online by the steps' own timings). */
 int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn);
 /* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
  * the upload threshold (tokens), PCIe bytes a second measured, host experts pinned (1/0), the hook's
  * measured nanoseconds a (token, expert) pair, the card's share of a token's picks, promotion's slots a
  * layer, experts moved, picks found resident and all picks of the promoted one-token steps, whether
  * the card copies its share into card memory first (1/0), and the share's sizing's nanoseconds: a
- * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized). */
+ * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized); then the
+ * counters CudaBackend.hostStats() names (25 in all; the last two: the share's online moves and the splits whose timings it read). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
+/* The online sizing's rule (cuda/share_tune.cu; pure arithmetic, no card needed): the next card share
+ * of K picks from a window's means in microseconds - the card's share from post to wait, its wait
+ * for the CPU, the CPU's call - with the card's time a pick when its share is 0 and the CPU path's
+ * latency beyond its call. Moves by one at most; the CPU keeps one pick. */
+int64_t bl_cuda_share_decide(int64_t k, int64_t share, double card_us, double wait_us, double cpu_us, double pick_us, double lat_us);
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count, decode
  * batches' expert combines fused into the next layer's row quantization, and attention output
  * products that took the rows' int8 slots the attention wrote (FAST_ATTX8) (both counted as enqueued),
