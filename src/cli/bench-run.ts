@@ -49,7 +49,8 @@ export function reportCounters(m: Model, be: Backend, before: CounterMarks, test
   const hs0 = before.hs, hs1 = be.hostStats?.();
   if (hs0 && hs1) {
     const calls = hs1.hookRuns - hs0.hookRuns;
-    process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks), ${test}: ${calls} CPU calls of ` +
+    process.stderr.write(`bench: host experts (${hs1.blocks} layers, the card reading ${hs1.cardShare} of a token's picks` +
+      `${hs1.shareMoves - hs0.shareMoves ? `, moved ${hs1.shareMoves - hs0.shareMoves} times online` : ""}), ${test}: ${calls} CPU calls of ` +
       `${calls ? ((hs1.hookUs - hs0.hookUs) / calls).toFixed(1) : "0"} us (${((hs1.hookUs - hs0.hookUs) / 1000 / Math.max(1, tokens)).toFixed(2)} ms a token), ` +
       `${hs1.uploadRuns - hs0.uploadRuns} layer uploads (${((hs1.uploadBytes - hs0.uploadBytes) / 2 ** 30).toFixed(1)} GiB` +
       `${hs1.sparseRuns - hs0.sparseRuns ? `; ${hs1.sparseRuns - hs0.sparseRuns} of the used experts only, ` +
