@@ -225,6 +225,11 @@ struct buf_req {
 // The work buffers of a context (pointers filled by alloc_buffers); also used for sizing.
 static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const cu_dims &d = c->dm;
+  // lead slots for sparse steps' first uploads (hybrid.cu): BLOOMERY_HYBRID_LEAD (0..HYB_LEAD_MAX)
+  const char *lead = getenv("BLOOMERY_HYBRID_LEAD");
+  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead && lead[0] ? atoi(lead) : HYB_LEAD_MAX) : 0;
+  if (c->n_lead < 0) c->n_lead = 0;
+  if (c->n_lead > HYB_LEAD_MAX) c->n_lead = HYB_LEAD_MAX;
   const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
   const size_t pairs = T * d.K;
   c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
@@ -264,6 +269,8 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
+      {&c->stage[2], c->n_lead > 0 ? (size_t)d.host_layer_bytes : 0}, {&c->stage[3], c->n_lead > 1 ? (size_t)d.host_layer_bytes : 0},
+      {&c->stage[4], c->n_lead > 2 ? (size_t)d.host_layer_bytes : 0},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
   };
   return v;
@@ -598,7 +605,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_TRY(cudaMemset(c->fo_acc, 0, (size_t)c->dm.X * FO_ACC_STRIDE * sizeof(unsigned long long)), "clearing counters");
   // sparse uploads leave the unused experts' slabs of a staging buffer as they were: zeros or
   // earlier weights, never uninitialised bytes (a kernel's tile past a slab's end reads finite values)
-  for (int s = 0; s < 2; s++)
+  for (int s = 0; s < 2 + c->n_lead; s++)
     if (c->stage[s]) CU_TRY(cudaMemset(c->stage[s], 0, (size_t)c->dm.host_layer_bytes), "clearing the staging buffers");
   CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");
   {

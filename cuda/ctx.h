@@ -100,6 +100,17 @@ struct cu_host_call {
   int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
 };
 
+// staging slots of host experts' uploads (hybrid.cu): two in turn, and lead slots for the first uploads
+#define HYB_LEAD_MAX 3
+#define HYB_SLOTS (2 + HYB_LEAD_MAX)
+// A piece of the next step's leads to copy (dst null: slot's end, its ready event).
+struct cu_lead_run {
+  int slot;
+  uint8_t *dst;
+  const uint8_t *src;
+  size_t bytes;
+};
+
 struct cu_ctx {
   int dev;
   cudaStream_t st;
@@ -206,9 +217,22 @@ struct cu_ctx {
   std::vector<cu_host_call *> host_calls;
   volatile int64_t host_err;
   char host_msg[512];
-  void *stage[2];
-  cudaStream_t cs;
-  cudaEvent_t up_ev[2], done_ev[2], sync_ev;
+  // staging slots: 0 and 1 take uploads in turn; sparse steps put their first n_lead uploads in
+  // slots 2.. (lead slots), which the step before, when its batch asked for no logits (the prompt
+  // goes on), copies ahead in pieces between its own light layers' copies (lead_issue)
+  void *stage[HYB_SLOTS];
+  int n_lead;            // lead slots allocated (BLOOMERY_HYBRID_LEAD, 0..HYB_LEAD_MAX)
+  int step_lead;         // this step's uploads in lead slots (0: a whole step)
+  int more_follows;      // this step's batch wants no logits
+  int lead_next;         // the lead slots hold the next step's first uploads (lead_j), copied ahead
+  int lead_issued;       // this step copied the next step's leads already
+  int lead_j[HYB_LEAD_MAX];
+  int lead_planned, lead_wait; // this step planned the next leads' pieces; the slot whose wait is enqueued
+  std::vector<struct cu_lead_run> lead_runs;
+  size_t lead_pos, lead_chunk; // the next piece; bytes after each light layer
+  int64_t n_lead_runs;   // uploads a step found copied ahead by the step before
+  cudaStream_t cs, cs_miss; // uploads and copies ahead; what a layer's picks missed
+  cudaEvent_t up_ev[HYB_SLOTS], done_ev[HYB_SLOTS], miss_ev, sync_ev;
   int upload_step, upload_j, upload_min;
   double pcie_bps, pair_us;
   // an upload step's plan (cu_hybrid_begin): the host blocks uploaded, in order (up_list), and each
@@ -231,8 +255,8 @@ struct cu_ctx {
   int64_t n_sparse;      // layers uploaded used experts only
   // sparse steps: the experts copied into staging buffer s ahead of its layer's picks (those the
   // layer's last picks used), for upload pre_u[s] (-1: none); their bytes
-  std::vector<uint8_t> pre[2];
-  int pre_u[2];
+  std::vector<uint8_t> pre[HYB_SLOTS];
+  int pre_u[HYB_SLOTS];
   int64_t pre_bytes;
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
   // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
@@ -296,7 +320,7 @@ static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_sl
 int64_t cu_host_register(cu_weights *w);
 void cu_host_unregister(cu_weights *w);
 void cu_hybrid_free(cu_ctx *c);
-int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed);  // a step starts: uploads or the hook
+int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more); // more: the batch asks for no logits (its prompt goes on)  // a step starts: uploads or the hook
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
 int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs); // an uploaded host block's picks are made (before its experts)

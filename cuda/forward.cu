@@ -988,7 +988,7 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
   c->steps++;
-  CU_OK(cu_hybrid_begin(c, ntok, graph));
+  CU_OK(cu_hybrid_begin(c, ntok, graph, nout == 0));
   if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);
   for (const cu_graph &g : c->graphs)
     if (g.ntok == ntok && g.nout == nout && g.topk == topk && g.acls == c->acls && g.nomma == c->mb_nomma) {

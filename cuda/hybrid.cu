@@ -221,13 +221,17 @@ static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
   return p;
 }
 
+// The staging slot of the step's upload u: its first step_lead uploads in the lead slots (2..), the
+// others in slots 0 and 1 in turn.
+static int slot_of(const cu_ctx *c, int u) { return u < c->step_lead ? 2 + u : (u - c->step_lead) % 2; }
+
 // Copies the u-th uploaded block of the step's plan into staging buffer u % 2 on the copy stream
 // (after the step's kernels are done with what that buffer held).
 static int64_t issue_upload(cu_ctx *c, int u) {
   if (u >= (int)c->up_list.size()) return BL_OK;
   const cu_blk *b = cu_host_block_at(c, c->up_list[u]);
   if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
-  const int s = u % 2;
+  const int s = slot_of(c, u);
   if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
   for (int k = 0; k < 3; k++) {
     CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k), b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
@@ -320,7 +324,7 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
 
 static int64_t prefetch_used(cu_ctx *c, int u);
 
-int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
+int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more) {
   c->host_err = 0;
   c->host_msg[0] = 0;
   c->upload_step = 0;
@@ -331,13 +335,36 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed) {
   CU_OK(cu_promote_pass(c));
   c->upload_j = 0;
   c->upload_step = !graphed && ntok >= c->upload_min;
-  if (c->upload_step) {
-    CU_OK(plan_uploads(c, ntok));
-    c->pre_u[0] = c->pre_u[1] = -1;
-    CU_OK(c->sparse_step ? prefetch_used(c, 0) : issue_upload(c, 0));
-    CU_OK(c->sparse_step ? prefetch_used(c, 1) : issue_upload(c, 1));
+  c->more_follows = more;
+  c->lead_issued = 0;
+  c->lead_planned = 0;
+  c->lead_wait = -1;
+  if (!c->upload_step) {
+    c->lead_next = 0; // copies ahead serve the next batch of the same prompt only
+    return BL_OK;
   }
-  return BL_OK;
+  CU_OK(plan_uploads(c, ntok));
+  const int nup = (int)c->up_list.size();
+  for (int s = 0; s < HYB_SLOTS; s++) c->pre_u[s] = -1;
+  c->step_lead = c->sparse_step ? std::min(c->n_lead, std::max(0, nup - 1)) : 0; // one upload in turn at least (its picks copy the next leads)
+  if (!c->sparse_step) {
+    c->lead_next = 0;
+    CU_OK(issue_upload(c, 0));
+    return issue_upload(c, 1);
+  }
+  // the lead uploads the step before copied ahead (the same blocks), else copied now, then the
+  // first two in turn
+  for (int v = 0; v < c->step_lead; v++) {
+    if (c->lead_next && c->lead_j[v] == c->up_list[(size_t)v]) {
+      c->pre_u[2 + v] = v;
+      c->n_lead_runs++;
+    } else {
+      CU_OK(prefetch_used(c, v));
+    }
+  }
+  c->lead_next = 0;
+  CU_OK(prefetch_used(c, c->step_lead));
+  return prefetch_used(c, c->step_lead + 1);
 }
 
 // One token whose picks the fused router made: the card computes the last card_share of them,
@@ -396,7 +423,7 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
       if (!cu_host_on_disk(b)) c->n_split++;
       return BL_OK;
     }
-    const int u = c->up_ord[j], s = u % 2;
+    const int u = c->up_ord[j], s = slot_of(c, u);
     if (!c->sparse_step) CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
@@ -429,7 +456,7 @@ __global__ void k_count_picks(const int32_t *sel, int n, int X, int32_t *cnt) {
 
 // Copies the experts of host block b marked in want into staging buffer s (runs of neighbours in one
 // copy a role) on the copy stream; their bytes.
-static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *want, int64_t *bytes) {
+static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *want, int64_t *bytes, cudaStream_t st) {
   const int X = b.n_expert;
   *bytes = 0;
   for (int e0 = 0, e1; e0 < X; e0 = e1) {
@@ -440,7 +467,7 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
     for (e1 = e0 + 1; e1 < X && want[e1];) e1++;
     for (int k = 0; k < 3; k++) {
       const size_t per = b.hbytes[k] / (size_t)X;
-      CU_TRY(cudaMemcpyAsync(staged(c, s, b, k) + per * e0, b.hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, c->cs), "uploading host experts");
+      CU_TRY(cudaMemcpyAsync(staged(c, s, b, k) + per * e0, b.hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, st), "uploading host experts");
       *bytes += (int64_t)(per * (e1 - e0));
     }
   }
@@ -448,23 +475,97 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
   return BL_OK;
 }
 
-// A sparse step copies upload u's likely experts ahead of its picks: those its layer's picks used
-// the last time (the counts still in used_h), into buffer u % 2 once the step's kernels are done
-// with what it held. The picks then copy only what this missed.
+// The likely experts of host block j (those its last picks used) into want.
+static void likely(const cu_ctx *c, int j, int X, std::vector<uint8_t> &want) {
+  want.assign((size_t)X, 0);
+  const int32_t *last = c->used_h + (size_t)j * c->dm.X;
+  for (int e = 0; e < X; e++) want[(size_t)e] = last[e] > 0;
+}
+
+// A sparse step copies upload u's likely experts ahead of its picks into its slot on the copy
+// stream, once the step's kernels are done with what the slot held (a lead slot: once a copy ahead
+// the step before left there is done), and marks them ready (up_ev). The picks then copy only what
+// this missed.
 static int64_t prefetch_used(cu_ctx *c, int u) {
   if (u >= (int)c->up_list.size()) return BL_OK;
-  const int j = c->up_list[(size_t)u], s = u % 2;
+  const int j = c->up_list[(size_t)u], s = slot_of(c, u);
   const cu_blk *b = cu_host_block_at(c, j);
   if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
-  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
-  std::vector<uint8_t> &want = c->pre[s];
-  want.assign((size_t)b->n_expert, 0);
+  if (s >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->up_ev[s], 0), "ordering expert uploads");
+  else if (u - c->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+  likely(c, j, b->n_expert, c->pre[s]);
   c->pre_u[s] = u;
-  const int32_t *last = c->used_h + (size_t)j * c->dm.X;
-  for (int e = 0; e < b->n_expert; e++) want[(size_t)e] = last[e] > 0;
   int64_t bytes = 0;
-  CU_OK(copy_experts(c, *b, s, want.data(), &bytes));
+  CU_OK(copy_experts(c, *b, s, c->pre[s].data(), &bytes, c->cs));
+  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
   c->pre_bytes += bytes;
+  return BL_OK;
+}
+
+// The next step's lead uploads copied ahead into the lead slots, from this step's picks of those
+// blocks: the prompt's next batch finds them there (cu_hybrid_begin) instead of waiting for its
+// heaviest layers at its start. They go on the copy stream in pieces between this step's own copies
+// - LEAD_CHUNK_MB after each light layer's copy ahead (a layer using under half its experts: the
+// card, not the link, is then the slower), the rest after the step's last upload - so that they
+// fill the link's idle time without delaying a layer (on a stream of their own they shared the link
+// with the light layers' copies, which then waited: docs/cuda-runs.md call 147). H200, the benchmark
+// file, pp4096 at -ub 512: 12 / 24 / 48 / 96 MiB gave --cpu-moe 6,140 / 6,403 / 6,093 / 5,837 and
+// --n-cpu-moe 24 7,038 / 7,081 / 6,557 / 6,213 t/s, against 5,782 and ~6,020 without (call 149).
+#define LEAD_CHUNK_MB 24 // BLOOMERY_HYBRID_LEAD_MB overrides
+#define LEAD_PIECE ((size_t)4 << 20)
+
+// The pieces to copy: the lead blocks' likely experts, runs of neighbours cut into LEAD_PIECE.
+static int64_t lead_plan(cu_ctx *c) {
+  c->lead_runs.clear();
+  c->lead_pos = 0;
+  for (int v = 0; v < c->step_lead; v++) {
+    const int j = c->up_list[(size_t)v], s = 2 + v;
+    const cu_blk *b = cu_host_block_at(c, j);
+    if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", v);
+    likely(c, j, b->n_expert, c->pre[s]);
+    c->lead_j[v] = j;
+    const int X = b->n_expert;
+    for (int e0 = 0, e1; e0 < X; e0 = e1) {
+      if (!c->pre[s][(size_t)e0]) {
+        e1 = e0 + 1;
+        continue;
+      }
+      for (e1 = e0 + 1; e1 < X && c->pre[s][(size_t)e1];) e1++;
+      for (int k = 0; k < 3; k++) {
+        const size_t per = b->hbytes[k] / (size_t)X, end = per * (size_t)e1;
+        for (size_t off = per * (size_t)e0; off < end; off += LEAD_PIECE)
+          c->lead_runs.push_back({s, staged(c, s, *b, k) + off, b->hx[k] + off, std::min(LEAD_PIECE, end - off)});
+      }
+    }
+    c->lead_runs.push_back({s, nullptr, nullptr, 0}); // the slot's end: its ready event
+  }
+  c->lead_planned = 1;
+  return BL_OK;
+}
+
+// Up to budget bytes of the planned pieces on the copy stream (each slot's first after this step's
+// layer in it is done, its last followed by its ready event).
+static int64_t lead_issue(cu_ctx *c, size_t budget) {
+  size_t sent = 0;
+  while (c->lead_pos < c->lead_runs.size() && sent < budget) {
+    const cu_lead_run &r = c->lead_runs[c->lead_pos++];
+    if (!r.dst) {
+      CU_TRY(cudaEventRecord(c->up_ev[r.slot], c->cs), "uploading host experts");
+      continue;
+    }
+    if (c->lead_wait != r.slot) {
+      CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[r.slot], 0), "ordering expert uploads");
+      c->lead_wait = r.slot;
+    }
+    CU_TRY(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyHostToDevice, c->cs), "uploading host experts");
+    c->up_bytes += (int64_t)r.bytes;
+    c->pre_bytes += (int64_t)r.bytes;
+    sent += r.bytes;
+  }
+  if (c->lead_pos == c->lead_runs.size()) {
+    c->lead_next = 1;
+    c->lead_issued = 1;
+  }
   return BL_OK;
 }
 
@@ -484,16 +585,34 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
   CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
   CU_TRY(cudaEventSynchronize(c->sync_ev), "reading a layer's picks");
-  const int u = c->up_ord[(size_t)j], s = u % 2;
+  const int u = c->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->up_list.size();
   if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
-  for (int e = 0; e < X; e++) miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
-  int64_t bytes = 0;
-  CU_OK(copy_experts(c, *b, s, miss.data(), &bytes));
-  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
+  int missed = 0, used = 0;
+  for (int e = 0; e < X; e++) {
+    miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
+    missed += miss[(size_t)e];
+    used += hc[e] > 0;
+  }
+  if (missed) {
+    // on a stream of their own, so that they do not queue behind later layers' copies ahead (the
+    // slot is free: its last layer is done, or it is a lead slot whose layer ran a step ago)
+    if (s < 2 && u - c->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->cs_miss, c->done_ev[s], 0), "ordering expert uploads");
+    int64_t bytes = 0;
+    CU_OK(copy_experts(c, *b, s, miss.data(), &bytes, c->cs_miss));
+    CU_TRY(cudaEventRecord(c->miss_ev, c->cs_miss), "uploading host experts");
+    CU_TRY(cudaStreamWaitEvent(c->st, c->miss_ev, 0), "waiting for uploaded experts");
+  }
   CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
   c->n_sparse++;
-  return u >= 1 ? prefetch_used(c, u + 1) : BL_OK;
+  // the next upload in turn (the first two of the turn were copied at the step's start)
+  if (u + 1 >= c->step_lead + 2) CU_OK(prefetch_used(c, u + 1));
+  // the next batch of the prompt: its leads, a piece after each light layer, the rest at the last upload
+  if (c->more_follows && c->step_lead > 0 && !c->lead_issued && u >= c->step_lead && (2 * used < X || u == nup - 1)) {
+    if (!c->lead_planned) CU_OK(lead_plan(c));
+    CU_OK(lead_issue(c, u == nup - 1 ? SIZE_MAX : c->lead_chunk));
+  }
+  return BL_OK;
 }
 
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
@@ -520,10 +639,17 @@ void cu_hybrid_free(cu_ctx *c) {
   if (c->cs) (void)cudaStreamSynchronize(c->cs);
   cu_promote_free(c);
   cu_pull_free(c);
-  for (int i = 0; i < 2; i++) {
+  if (c->cs_miss) (void)cudaStreamSynchronize(c->cs_miss);
+  for (int i = 0; i < HYB_SLOTS; i++) {
     if (c->up_ev[i]) (void)cudaEventDestroy(c->up_ev[i]);
     if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
+    c->up_ev[i] = c->done_ev[i] = nullptr;
   }
+  if (c->miss_ev) (void)cudaEventDestroy(c->miss_ev);
+  c->miss_ev = nullptr;
+  if (c->cs_miss) (void)cudaStreamDestroy(c->cs_miss);
+  c->cs_miss = nullptr;
+  c->lead_next = 0;
   if (c->sync_ev) (void)cudaEventDestroy(c->sync_ev);
   for (int i = 0; i < 2; i++)
     if (c->th_ev[i]) (void)cudaEventDestroy(c->th_ev[i]);
@@ -543,7 +669,7 @@ void cu_hybrid_free(cu_ctx *c) {
   c->up_list.clear();
   c->used_share = -1;
   c->cs = c->cs2 = nullptr;
-  c->fork_ev = c->join_ev = c->sync_ev = c->up_ev[0] = c->up_ev[1] = c->done_ev[0] = c->done_ev[1] = c->th_ev[0] = c->th_ev[1] = nullptr;
+  c->fork_ev = c->join_ev = c->sync_ev = c->th_ev[0] = c->th_ev[1] = nullptr;
   c->th_ntok = 0;
   c->hx = c->hselw = c->hout = c->dout = nullptr;
   c->hsel = nullptr;
@@ -640,10 +766,14 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_TRY(cudaStreamCreateWithFlags(&c->cs2, cudaStreamNonBlocking), "creating the card-share stream");
   CU_TRY(cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming), "creating events");
   CU_TRY(cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming), "creating events");
-  for (int i = 0; i < 2; i++) {
+  CU_TRY(cudaStreamCreateWithFlags(&c->cs_miss, cudaStreamNonBlocking), "creating the upload stream");
+  for (int i = 0; i < HYB_SLOTS; i++) {
     CU_TRY(cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming), "creating events");
     CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
   }
+  CU_TRY(cudaEventCreateWithFlags(&c->miss_ev, cudaEventDisableTiming), "creating events");
+  const char *lmb = getenv("BLOOMERY_HYBRID_LEAD_MB"); // the next batch's leads copied after each light layer (MiB)
+  c->lead_chunk = (size_t)(lmb && lmb[0] && atoi(lmb) > 0 ? atoi(lmb) : LEAD_CHUNK_MB) << 20;
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
   CU_TRY(cudaEventCreate(&c->th_ev[0]), "creating events");
   CU_TRY(cudaEventCreate(&c->th_ev[1]), "creating events");
@@ -691,11 +821,11 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[25] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[26] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
                          (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
                          c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
-                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples};
-  for (int64_t i = 0; i < n && i < 25; i++) out[i] = v[i];
+                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples, c->n_lead_runs};
+  for (int64_t i = 0; i < n && i < 26; i++) out[i] = v[i];
   return BL_OK;
 }

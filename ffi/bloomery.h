@@ -354,7 +354,7 @@ int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t e
  * layer, experts moved, picks found resident and all picks of the promoted one-token steps, whether
  * the card copies its share into card memory first (1/0), and the share's sizing's nanoseconds: a
  * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized); then the
- * counters CudaBackend.hostStats() names (25 in all; the last two: the share's online moves and the splits whose timings it read). */
+ * counters CudaBackend.hostStats() names (26 in all; the last three: the share's online moves, the splits whose timings it read, and the uploads found copied ahead by the step before). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* The online sizing's rule (cuda/share_tune.cu; pure arithmetic, no card needed): the next card share
  * of K picks from a window's means in microseconds - the card's share from post to wait, its wait
