@@ -227,7 +227,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const cu_dims &d = c->dm;
   // lead slots for sparse steps' first uploads (hybrid.cu): BLOOMERY_HYBRID_LEAD (0..HYB_LEAD_MAX)
   const char *lead = getenv("BLOOMERY_HYBRID_LEAD");
-  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead && lead[0] ? atoi(lead) : HYB_LEAD_MAX) : 0;
+  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead && lead[0] ? atoi(lead) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
   if (c->n_lead < 0) c->n_lead = 0;
   if (c->n_lead > HYB_LEAD_MAX) c->n_lead = HYB_LEAD_MAX;
   const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
@@ -270,7 +270,8 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
       {&c->stage[2], c->n_lead > 0 ? (size_t)d.host_layer_bytes : 0}, {&c->stage[3], c->n_lead > 1 ? (size_t)d.host_layer_bytes : 0},
-      {&c->stage[4], c->n_lead > 2 ? (size_t)d.host_layer_bytes : 0},
+      {&c->stage[4], c->n_lead > 2 ? (size_t)d.host_layer_bytes : 0}, {&c->stage[5], c->n_lead > 3 ? (size_t)d.host_layer_bytes : 0},
+      {&c->stage[6], c->n_lead > 4 ? (size_t)d.host_layer_bytes : 0},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
   };
   return v;

@@ -101,7 +101,9 @@ struct cu_host_call {
 };
 
 // staging slots of host experts' uploads (hybrid.cu): two in turn, and lead slots for the first uploads
-#define HYB_LEAD_MAX 3
+#define HYB_LEAD_MAX 5
+// the lead slots' card memory by default (BLOOMERY_HYBRID_LEAD sets their number instead)
+#define HYB_LEAD_BYTES ((int64_t)2 << 30)
 #define HYB_SLOTS (2 + HYB_LEAD_MAX)
 // A piece of the next step's leads to copy (dst null: slot's end, its ready event).
 struct cu_lead_run {
