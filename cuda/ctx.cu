@@ -268,12 +268,10 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->kc, kv}, {(void **)&c->vc, kv},
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
-      {&c->stage[0], (size_t)d.host_layer_bytes}, {&c->stage[1], (size_t)d.host_layer_bytes},
-      {&c->stage[2], c->n_lead > 0 ? (size_t)d.host_layer_bytes : 0}, {&c->stage[3], c->n_lead > 1 ? (size_t)d.host_layer_bytes : 0},
-      {&c->stage[4], c->n_lead > 2 ? (size_t)d.host_layer_bytes : 0}, {&c->stage[5], c->n_lead > 3 ? (size_t)d.host_layer_bytes : 0},
-      {&c->stage[6], c->n_lead > 4 ? (size_t)d.host_layer_bytes : 0},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
   };
+  // the staging slots: two in turn, then the lead slots (unused ones take no memory)
+  for (int s = 0; s < HYB_SLOTS; s++) v.push_back({&c->stage[s], s < 2 + c->n_lead ? (size_t)d.host_layer_bytes : 0});
   return v;
 }
 

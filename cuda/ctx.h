@@ -226,8 +226,8 @@ struct cu_ctx {
   int n_lead;            // lead slots allocated (BLOOMERY_HYBRID_LEAD, 0..HYB_LEAD_MAX)
   int step_lead;         // this step's uploads in lead slots (0: a whole step)
   int more_follows;      // this step's batch wants no logits
-  int lead_next;         // the lead slots hold the next step's first uploads (lead_j), copied ahead
-  int lead_issued;       // this step copied the next step's leads already
+  int lead_next;         // the lead slots hold the next step's first uploads (lead_j), copied ahead (set by
+                         // the step that copied them all, cleared by the next step's start)
   int lead_j[HYB_LEAD_MAX];
   int lead_planned, lead_wait; // this step planned the next leads' pieces; the slot whose wait is enqueued
   std::vector<struct cu_lead_run> lead_runs;

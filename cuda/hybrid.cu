@@ -225,8 +225,8 @@ static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
 // others in slots 0 and 1 in turn.
 static int slot_of(const cu_ctx *c, int u) { return u < c->step_lead ? 2 + u : (u - c->step_lead) % 2; }
 
-// Copies the u-th uploaded block of the step's plan into staging buffer u % 2 on the copy stream
-// (after the step's kernels are done with what that buffer held).
+// Copies the u-th uploaded block of the step's plan into its slot on the copy stream (after the
+// step's kernels are done with what that slot held; whole steps have no lead slots: u % 2).
 static int64_t issue_upload(cu_ctx *c, int u) {
   if (u >= (int)c->up_list.size()) return BL_OK;
   const cu_blk *b = cu_host_block_at(c, c->up_list[u]);
@@ -336,7 +336,6 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more) {
   c->upload_j = 0;
   c->upload_step = !graphed && ntok >= c->upload_min;
   c->more_follows = more;
-  c->lead_issued = 0;
   c->lead_planned = 0;
   c->lead_wait = -1;
   if (!c->upload_step) {
@@ -454,11 +453,11 @@ __global__ void k_count_picks(const int32_t *sel, int n, int X, int32_t *cnt) {
   for (int e = threadIdx.x; e < X; e += blockDim.x) cnt[e] = sc[e];
 }
 
-// Copies the experts of host block b marked in want into staging buffer s (runs of neighbours in one
-// copy a role) on the copy stream; their bytes.
-static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *want, int64_t *bytes, cudaStream_t st) {
+// Calls f(k, offset, bytes) for role k's byte range of each run of neighbouring experts of host
+// block b marked in want (one copy a run and role); stops at the first status f returns that is not BL_OK.
+template <class F>
+static int64_t expert_runs(const cu_blk &b, const uint8_t *want, F f) {
   const int X = b.n_expert;
-  *bytes = 0;
   for (int e0 = 0, e1; e0 < X; e0 = e1) {
     if (!want[e0]) {
       e1 = e0 + 1;
@@ -467,10 +466,20 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
     for (e1 = e0 + 1; e1 < X && want[e1];) e1++;
     for (int k = 0; k < 3; k++) {
       const size_t per = b.hbytes[k] / (size_t)X;
-      CU_TRY(cudaMemcpyAsync(staged(c, s, b, k) + per * e0, b.hx[k] + per * e0, per * (e1 - e0), cudaMemcpyHostToDevice, st), "uploading host experts");
-      *bytes += (int64_t)(per * (e1 - e0));
+      CU_OK(f(k, per * (size_t)e0, per * (size_t)(e1 - e0)));
     }
   }
+  return BL_OK;
+}
+
+// Copies the experts of host block b marked in want into staging buffer s on stream st; their bytes.
+static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *want, int64_t *bytes, cudaStream_t st) {
+  *bytes = 0;
+  CU_OK(expert_runs(b, want, [&](int k, size_t off, size_t n) -> int64_t {
+    CU_TRY(cudaMemcpyAsync(staged(c, s, b, k) + off, b.hx[k] + off, n, cudaMemcpyHostToDevice, st), "uploading host experts");
+    *bytes += (int64_t)n;
+    return BL_OK;
+  }));
   c->up_bytes += *bytes;
   return BL_OK;
 }
@@ -526,19 +535,11 @@ static int64_t lead_plan(cu_ctx *c) {
     if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", v);
     likely(c, j, b->n_expert, c->pre[s]);
     c->lead_j[v] = j;
-    const int X = b->n_expert;
-    for (int e0 = 0, e1; e0 < X; e0 = e1) {
-      if (!c->pre[s][(size_t)e0]) {
-        e1 = e0 + 1;
-        continue;
-      }
-      for (e1 = e0 + 1; e1 < X && c->pre[s][(size_t)e1];) e1++;
-      for (int k = 0; k < 3; k++) {
-        const size_t per = b->hbytes[k] / (size_t)X, end = per * (size_t)e1;
-        for (size_t off = per * (size_t)e0; off < end; off += LEAD_PIECE)
-          c->lead_runs.push_back({s, staged(c, s, *b, k) + off, b->hx[k] + off, std::min(LEAD_PIECE, end - off)});
-      }
-    }
+    CU_OK(expert_runs(*b, c->pre[s].data(), [&](int k, size_t off0, size_t n) -> int64_t {
+      for (size_t off = off0, end = off0 + n; off < end; off += LEAD_PIECE)
+        c->lead_runs.push_back({s, staged(c, s, *b, k) + off, b->hx[k] + off, std::min(LEAD_PIECE, end - off)});
+      return BL_OK;
+    }));
     c->lead_runs.push_back({s, nullptr, nullptr, 0}); // the slot's end: its ready event
   }
   c->lead_planned = 1;
@@ -564,10 +565,7 @@ static int64_t lead_issue(cu_ctx *c, size_t budget) {
     c->pre_bytes += (int64_t)r.bytes;
     sent += r.bytes;
   }
-  if (c->lead_pos == c->lead_runs.size()) {
-    c->lead_next = 1;
-    c->lead_issued = 1;
-  }
+  if (c->lead_pos == c->lead_runs.size()) c->lead_next = 1;
   return BL_OK;
 }
 
@@ -610,7 +608,7 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   // the next upload in turn (the first two of the turn were copied at the step's start)
   if (u + 1 >= c->step_lead + 2) CU_OK(prefetch_used(c, u + 1));
   // the next batch of the prompt: its leads, a piece after each light layer, the rest at the last upload
-  if (c->more_follows && c->step_lead > 0 && !c->lead_issued && u >= c->step_lead && (2 * used < X || u == nup - 1)) {
+  if (c->more_follows && c->step_lead > 0 && !c->lead_next && u >= c->step_lead && (2 * used < X || u == nup - 1)) {
     if (!c->lead_planned) CU_OK(lead_plan(c));
     CU_OK(lead_issue(c, u == nup - 1 ? SIZE_MAX : c->lead_chunk));
   }

@@ -40,8 +40,8 @@ struct cu_mailbox {
   volatile int32_t timeout;
   int32_t ints[2 * MB_MAX_PICKS + 1]; // the host's picks (and, for a partition, their count at [K])
   float flts[MB_MAX_PICKS];           // their weights
-  // a one-token split's timings, slot seq % MB_RING: the card's (written by its wait, the sequence
-  // last) - from the post to its wait (its own share) and its wait - and the runner's call
+  // a one-token split's timings, slot seq % MB_RING, read once the step is synchronised: the card's
+  // (written by its wait) - from the post to its wait (its own share) and its wait - and the runner's call
   volatile uint32_t t_seq[MB_RING], a_ns[MB_RING], w_ns[MB_RING];
   volatile uint32_t c_seq[MB_RING], c_ns[MB_RING];
 };
@@ -106,8 +106,7 @@ __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const f
       const uint64_t a = t0 - tp, w = t1 - t0;
       mb->a_ns[i] = a < 0xffffffffull ? (uint32_t)a : 0xffffffffu;
       mb->w_ns[i] = w < 0xffffffffull ? (uint32_t)w : 0xffffffffu;
-      __threadfence_system();
-      mb->t_seq[i] = s;
+      mb->t_seq[i] = s; // read after the step's synchronisation: no fence of its own
     }
     __threadfence_system();
   }
