@@ -572,6 +572,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
   c->host_share_opt = -1;
   c->sparse_opt = -1;
+  c->cpu_tok = -1; // BLOOMERY_HYBRID_CPU_TOKENS or the default, read when the host hook is set
   c->used_share = -1;
   c->up_cur = -1;
   c->mb_pairs_min = 3000; // H200, -npl 2: 625 t/s at 2 on the benchmark file, 658 at 3, 655 at 4.5 (docs/cuda-runs.md call 142)
@@ -688,6 +689,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       if (value < -126 || value > 22) return cu_fail(BL_E_INVAL, "set_option: accumulator limit 2^%lld (-126..22)", (long long)value);
       c->foacc_lim = ldexpf(1.0f, (int)value);
       cu_drop_graphs(c);
+      return BL_OK;
+    case CU_OPT_CPU_TOKENS:
+      if (value < -1 || value > 65536) return cu_fail(BL_E_INVAL, "set_option: CPU share %lld tokens (0..65536, -1: the default)", (long long)value);
+      c->cpu_tok = value >= 0 ? (int)value : cu_cpu_share_default();
       return BL_OK;
     case CU_OPT_PDL:
       cu_pdl = value != 0 && device_major >= 9;

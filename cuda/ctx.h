@@ -45,8 +45,13 @@ struct cu_blk {
 // thousandths; 0: the tensor cores always) take the dp4a kernels (3000 by default).
 // CU_OPT_FOACC_LIM: the magnitude (2^value, value -126..22; 22 by default) from which a partial
 // logit of the fused router raises FAST_FOACC's flag (tests lower it to take the float sums).
+// CU_OPT_CPU_TOKENS: sparse prompt layers give the CPU the used experts with at most 2 x value
+// tokens that no copy ahead brought (copies ahead skip those the last picks gave at most value),
+// the lightest first while the CPU's estimated time stays under the layer's copies; 0: off; 65536:
+// all of them, no time cap (tests); -1: BLOOMERY_HYBRID_CPU_TOKENS or the default (cpu_share.cu).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
-       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25, CU_OPT_FOACC_LIM = 26 };
+       CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25, CU_OPT_FOACC_LIM = 26,
+       CU_OPT_CPU_TOKENS = 27 };
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
@@ -98,6 +103,7 @@ struct cu_host_call {
   int ntok;
   int idx; // its place in cu_ctx.host_calls (the mailbox names calls by it)
   int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
+  int rows; // a prompt layer's CPU share (cpu_share.cu): k picks a row from the pinned hb_sel / hb_w, not the mailbox
 };
 
 // staging slots of host experts' uploads (hybrid.cu): two in turn, and lead slots for the first uploads
@@ -260,6 +266,16 @@ struct cu_ctx {
   std::vector<uint8_t> pre[HYB_SLOTS];
   int pre_u[HYB_SLOTS];
   int64_t pre_bytes;
+  // cpu_share.cu: the CPU's share of a sparse prompt layer's experts - those its picks give at most
+  // 2 x cpu_tok tokens that no copy ahead brought (copies ahead skip experts the last picks gave at
+  // most cpu_tok; 0: off). Pinned: the layer's picks read back (hp_sel, hp_w); mapped: the CPU's
+  // experts (hb_mask [X]), the rows it takes (hb_tok) and their picks, -1 for the card's (hb_sel, hb_w)
+  int cpu_tok;
+  int32_t *hp_sel, *hb_tok, *hb_tok_d, *hb_sel;
+  float *hp_w, *hb_w;
+  uint8_t *hb_mask, *hb_mask_d;
+  int cpu_rows;          // the rows of the CPU's share the layer in flight adds when its experts are done (0: none)
+  int64_t n_cpu_layers, n_cpu_experts, n_cpu_pairs;
   int64_t n_hook, n_uploaded, up_bytes, hook_us;
   // the mapped-memory hand-off (mailbox.cu; null: stream callbacks): the mailbox and the rows as the
   // card addresses them, the card's sequence counter, the host thread that answers
@@ -325,7 +341,20 @@ void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more); // more: the batch asks for no logits (its prompt goes on)  // a step starts: uploads or the hook
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big); // a one-token step splits b's picks (routed by the card)
-int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs); // an uploaded host block's picks are made (before its experts)
+// an uploaded host block's picks are made (before its experts); cpu_ok: the layer may give the CPU a share
+// (a prompt batch's grouped products, whose sort and combine skip picks of -1)
+int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int ntok, int K, bool cpu_ok);
+// cpu_share.cu
+int64_t cu_cpu_share_alloc(cu_ctx *c);
+void cu_cpu_share_free(cu_ctx *c);
+int cu_cpu_share_default(); // CU_OPT_CPU_TOKENS's default (BLOOMERY_HYBRID_CPU_TOKENS, else CPU_SHARE_TOKENS)
+int cu_cpu_share_skip(const cu_ctx *c); // copies ahead skip experts the last picks gave at most this many tokens (0: none)
+int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs); // the picks read back with the counts
+// of block b's used experts no copy ahead brought (miss), the CPU takes the lightest; they leave miss
+int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int32_t *sel, int ntok, int K, double copy_us);
+int64_t cu_cpu_share_add(cu_ctx *c); // after the layer's combine: the CPU's rows added (none: nothing)
+// the hook call of a block (kept for the graphs and named by the mailbox; hybrid.cu)
+cu_host_call *cu_host_call_for(cu_ctx *c, const cu_blk &b, int ntok, int k, int rows);
 // pull.cu
 int64_t cu_pull_init(cu_ctx *c);
 void cu_pull_free(cu_ctx *c);

@@ -793,8 +793,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   } else if (!moe) {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
-  // an uploaded host block (hybrid.cu): its picks counted, and in sparse steps its used experts copied now
-  if (moe && c->up_cur >= 0) CU_OK(cu_hybrid_picked(c, sel, ntok * K));
+  // an uploaded host block (hybrid.cu): its picks counted, and in sparse steps its used experts copied
+  // now (prompt batches: or the lightest of them left to the CPU, cpu_share.cu)
+  if (moe && c->up_cur >= 0) CU_OK(cu_hybrid_picked(c, sel, selw, ntok, K, tc));
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
@@ -867,7 +868,8 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   d.n_tiles = c->n_tiles;
   d.mode = EPI_STORE;
   CU_OK(cu_gemm(c->st, d, bn, max_tiles));
-  return cu_moe_combine(c->st, c->ypair, E, c->pair_of, c->selw, K, c->x, E, E, ntok);
+  CU_OK(cu_moe_combine(c->st, c->ypair, E, c->pair_of, c->selw, K, c->x, E, E, ntok));
+  return cu_cpu_share_add(c);
 }
 
 static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {

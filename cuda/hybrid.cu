@@ -123,7 +123,7 @@ __global__ void k_add_rows(float *x, const float *y, int n) {
 
 // The hook call of a block (kept for the graphs; k: the split's host picks, -1 the partition's, 0 the
 // whole block): one a batch size with callbacks, one for every size with the mailbox (the size is posted).
-static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0);
+static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) { return cu_host_call_for(c, b, ntok, k, 0); }
 
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   if (!b.host || cu_host_on_disk(b) || ntok != 1 || big || !c->expert_fn) return false;
@@ -197,10 +197,10 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
   return split_run(c, b, &fm, -1, c->part_i + K, K + 1, c->part_f + K, K, false);
 }
 
-static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
+cu_host_call *cu_host_call_for(cu_ctx *c, const cu_blk &b, int ntok, int k, int rows) {
   if (c->mb) ntok = 0; // the mailbox carries the batch size
   for (cu_host_call *h : c->host_calls)
-    if (h->b == b.src && h->ntok == ntok && h->k == k) return h;
+    if (h->b == b.src && h->ntok == ntok && h->k == k && h->rows == rows) return h;
   if (c->mb && (int)c->host_calls.size() >= cu_mailbox_max_calls()) return nullptr; // the host thread reads the list: no reallocation
   cu_host_call *h = new (std::nothrow) cu_host_call();
   if (!h) return nullptr;
@@ -209,6 +209,7 @@ static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k) {
   h->b = b.src;
   h->ntok = ntok;
   h->k = k;
+  h->rows = rows;
   c->host_calls.push_back(h);
   __atomic_store_n(&c->n_calls_pub, (int)c->host_calls.size(), __ATOMIC_RELEASE); // the host thread reads no further
   return h;
@@ -484,11 +485,13 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
   return BL_OK;
 }
 
-// The likely experts of host block j (those its last picks used) into want.
+// The likely experts of host block j (those its last picks used; with the CPU's share on, more
+// tokens than it leaves to the CPU: cpu_share.cu) into want.
 static void likely(const cu_ctx *c, int j, int X, std::vector<uint8_t> &want) {
   want.assign((size_t)X, 0);
   const int32_t *last = c->used_h + (size_t)j * c->dm.X;
-  for (int e = 0; e < X; e++) want[(size_t)e] = last[e] > 0;
+  const int skip = cu_cpu_share_skip(c);
+  for (int e = 0; e < X; e++) want[(size_t)e] = last[e] > skip;
 }
 
 // A sparse step copies upload u's likely experts ahead of its picks into its slot on the copy
@@ -569,8 +572,8 @@ static int64_t lead_issue(cu_ctx *c, size_t budget) {
   return BL_OK;
 }
 
-int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
-  const int j = c->up_cur;
+int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int ntok, int K, bool cpu_ok) {
+  const int j = c->up_cur, n_pairs = ntok * K;
   c->up_cur = -1;
   const cu_blk *b = cu_host_block_at(c, j);
   if (!b || !c->used_d) return cu_fail(BL_E_INVAL, "internal: picks counted for host block %d", j);
@@ -580,6 +583,8 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   CU_TRY(cudaGetLastError(), "counting a layer's picks");
   CU_TRY(cudaMemcpyAsync(hc, dc, (size_t)X * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "counting a layer's picks");
   if (!c->sparse_step) return BL_OK;
+  cpu_ok = cpu_ok && sel == c->sel && cu_cpu_share_skip(c) > 0;
+  if (cpu_ok) CU_OK(cu_cpu_share_fetch(c, sel, selw, n_pairs));
   // a sparse step: the counts read here, then the used experts the copy ahead missed copied into the
   // layer's staging buffer at their own offsets; the experts wait for them. The next upload's likely
   // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
@@ -588,12 +593,18 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, int n_pairs) {
   const int u = c->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->up_list.size();
   if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
-  int missed = 0, used = 0;
+  int used = 0;
   for (int e = 0; e < X; e++) {
     miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
-    missed += miss[(size_t)e];
     used += hc[e] > 0;
   }
+  if (cpu_ok && c->pcie_bps > 0) {
+    // the CPU takes the lightest of what the copies ahead missed (cpu_share.cu)
+    const double copy_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / X * used / c->pcie_bps;
+    CU_OK(cu_cpu_share_take(c, *b, hc, miss.data(), c->sel, ntok, K, copy_us));
+  }
+  int missed = 0;
+  for (int e = 0; e < X; e++) missed += miss[(size_t)e];
   if (missed) {
     // on a stream of their own, so that they do not queue behind later layers' copies ahead (the
     // slot is free: its last layer is done, or it is a lead slot whose layer ran a step ago)
@@ -658,6 +669,7 @@ void cu_hybrid_free(cu_ctx *c) {
   if (c->join_ev) (void)cudaEventDestroy(c->join_ev);
   if (c->cs2) (void)cudaStreamDestroy(c->cs2);
   if (c->cs) (void)cudaStreamDestroy(c->cs);
+  cu_cpu_share_free(c);
   if (c->hx) (void)cudaFreeHost(c->hx);
   if (c->hsel) (void)cudaFreeHost(c->hsel);
   if (c->hselw) (void)cudaFreeHost(c->hselw);
@@ -754,7 +766,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   c->host_cpu = cpu_ctx;
   const unsigned mapped = cudaHostAllocMapped | cudaHostAllocPortable;
   CU_TRY(cudaHostAlloc(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
-  CU_TRY(cudaHostAlloc(&c->hout, (size_t)c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
+  CU_TRY(cudaHostAlloc(&c->hout, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
   CU_TRY(cudaMallocHost(&c->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
   CU_TRY(cudaMallocHost(&c->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
   CU_TRY(cudaMalloc(&c->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
@@ -781,6 +793,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   c->th_us_tok = 0;
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
+  if (c->mb) CU_OK(cu_cpu_share_alloc(c));
   if (c->mb) CU_OK(cu_pull_init(c));
   // picks of a token the card computes (one-token steps): a number (fixed), or "auto" (first sized
   // by measuring both sides, cuda/pull.cu: on the H200 it chose 2 where 3 was 10-15% faster); with
@@ -821,11 +834,12 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[26] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
+  const int64_t v[29] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
                          (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
                          (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
                          c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
-                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples, c->n_lead_runs};
-  for (int64_t i = 0; i < n && i < 26; i++) out[i] = v[i];
+                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples, c->n_lead_runs,
+                         c->n_cpu_layers, c->n_cpu_experts, c->n_cpu_pairs};
+  for (int64_t i = 0; i < n && i < 29; i++) out[i] = v[i];
   return BL_OK;
 }

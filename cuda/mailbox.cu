@@ -144,7 +144,8 @@ static void serve(cu_ctx *c, uint32_t r) {
   if (idx >= 0 && idx < n) {
     cu_host_call *call = c->host_calls.data()[idx];
     const int64_t t0 = now_ns();
-    cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
+    if (call->rows) cu_host_run(call, mb->ntok, c->hb_sel, c->hb_w, c->hout); // a prompt layer's CPU share (cpu_share.cu)
+    else cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
     const uint32_t i = r % MB_RING;
     mb->c_ns[i] = (uint32_t)std::min<int64_t>(now_ns() - t0, 0xffffffffll);
     mb->c_seq[i] = r;

@@ -15,7 +15,8 @@ __global__ void __launch_bounds__(1024) k_moe_sort(sort_args a) {
     fill[e] = 0;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < a.n_pairs; i += blockDim.x) atomicAdd(&cnt[a.sel[i]], 1);
+  for (int i = threadIdx.x; i < a.n_pairs; i += blockDim.x)
+    if (a.sel[i] >= 0) atomicAdd(&cnt[a.sel[i]], 1); // -1: a pick the CPU computes (cpu_share.cu)
   __syncthreads();
   if (threadIdx.x == 0) {
     int s = 0, nt = 0;
@@ -28,7 +29,12 @@ __global__ void __launch_bounds__(1024) k_moe_sort(sort_args a) {
   }
   __syncthreads();
   for (int i = threadIdx.x; i < a.n_pairs; i += blockDim.x) {
-    const int e = a.sel[i], p = start[e] + atomicAdd(&fill[e], 1);
+    const int e = a.sel[i];
+    if (e < 0) {
+      a.pair_of[i] = -1;
+      continue;
+    }
+    const int p = start[e] + atomicAdd(&fill[e], 1);
     a.pair_tok[p] = i / a.k;
     a.pair_of[i] = p;
   }
@@ -40,7 +46,8 @@ int64_t cu_moe_sort(cudaStream_t st, const sort_args &a) {
 }
 
 // grid: (token, chunk of 256 columns); a token's picks summed in pick order (one fma a pick, as
-// x8rows.cu's k_x8_comb sums them), their loads in flight together.
+// x8rows.cu's k_x8_comb sums them), their loads in flight together; a pair of -1 (the CPU's pick,
+// cpu_share.cu) adds nothing.
 #define COMBINE_MAX_K 16
 __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_of, const float *selw, int k, float *x, int ldx, int n) {
   cu_pdl_entry();
@@ -51,12 +58,18 @@ __global__ void k_moe_combine(const float *ypair, int ldy, const int32_t *pair_o
     float y[COMBINE_MAX_K];
 #pragma unroll
     for (int j = 0; j < COMBINE_MAX_K; j++)
-      if (j < k) y[j] = ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d];
+      if (j < k) {
+        const int p = pair_of[(size_t)t * k + j];
+        y[j] = p >= 0 ? ypair[(size_t)p * ldy + d] : 0.0f;
+      }
 #pragma unroll
     for (int j = 0; j < COMBINE_MAX_K; j++)
-      if (j < k) s = __fmaf_rn(selw[(size_t)t * k + j], y[j], s);
+      if (j < k && pair_of[(size_t)t * k + j] >= 0) s = __fmaf_rn(selw[(size_t)t * k + j], y[j], s);
   } else {
-    for (int j = 0; j < k; j++) s = __fmaf_rn(selw[(size_t)t * k + j], ypair[(size_t)pair_of[(size_t)t * k + j] * ldy + d], s);
+    for (int j = 0; j < k; j++) {
+      const int p = pair_of[(size_t)t * k + j];
+      if (p >= 0) s = __fmaf_rn(selw[(size_t)t * k + j], ypair[(size_t)p * ldy + d], s);
+    }
   }
   x[(size_t)t * ldx + d] += s;
 }

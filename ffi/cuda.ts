@@ -55,11 +55,15 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * mmaPairs: decode batches' MoE layers whose experts got fewer pairs each than this (thousandths; 0:
  * never) in the last batches take the dp4a kernels instead of the tensor cores (3000 by default);
  * foAccLimit: the power of two (-126..22, 22 by default) from which a partial logit of the fused router
- * takes the float sums instead of CudaFast.foAcc's accumulators (tests lower it). carveout (percent of L1/shared memory every
+ * takes the float sums instead of CudaFast.foAcc's accumulators (tests lower it); cpuTokens: sparse prompt
+ * layers give the CPU the used experts with at most twice this many tokens that no copy ahead brought (copies
+ * ahead skip those the last picks gave at most this many; 0 off, 65536 all of them without the time cap (tests),
+ * -1 BLOOMERY_HYBRID_CPU_TOKENS or the default;
+ * cuda/cpu_share.cu). carveout (percent of L1/shared memory every
  * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
  * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
  */
-export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25, foAccLimit: 26 } as const;
+export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25, foAccLimit: 26, cpuTokens: 27 } as const;
 
 /**
  * Bits of CudaOption.fast (cuda/internal.h FAST_*): products (staged one-token products), experts

@@ -71,6 +71,7 @@ gpu("experts in host memory beside the card", () => {
             // a prompt that uploads its experts: the card's kernels on the same bytes
             be.setOption(CudaOption.uploadMin, 9);
             be.setOption(CudaOption.hostShare, 0);
+            be.setOption(CudaOption.cpuTokens, 0); // every used expert copied (the CPU's share: test/cuda-cpu-share.test.ts)
             // every layer whole, two ahead; then only the experts each layer's picks use, copied once
             // they are made: the same bits either way
             be.setOption(CudaOption.sparseUpload, 0);

@@ -28,6 +28,7 @@ gpu("a prompt's next uploads copied ahead", () => {
       try {
         const be = m.backend as CudaBackend, V = m.hp.nVocab;
         be.setOption(CudaOption.uploadMin, 16);
+        be.setOption(CudaOption.cpuTokens, 0); // every used expert copied (the CPU's share: test/cuda-cpu-share.test.ts)
         const prompt = Array.from({ length: 128 }, (_, i) => (i * 7919 + 31) % V);
         const run = (sparse: number): Float32Array => {
           be.setOption(CudaOption.sparseUpload, sparse);

@@ -56,7 +56,9 @@ export function reportCounters(m: Model, be: Backend, before: CounterMarks, test
       `${hs1.sparseRuns - hs0.sparseRuns ? `; ${hs1.sparseRuns - hs0.sparseRuns} of the used experts only, ` +
         `${((hs1.prefetchedBytes - hs0.prefetchedBytes) / 2 ** 30).toFixed(1)} GiB of them ahead of the picks` : ""}` +
       `${hs1.usedShare >= 0 ? `; the picks used ${(100 * hs1.usedShare).toFixed(0)}% of the bytes` : ""}` +
-      `${hs1.leadRuns - hs0.leadRuns ? `; ${hs1.leadRuns - hs0.leadRuns} copied ahead by the batch before` : ""})` +
+      `${hs1.leadRuns - hs0.leadRuns ? `; ${hs1.leadRuns - hs0.leadRuns} copied ahead by the batch before` : ""}` +
+      `${hs1.cpuLayers - hs0.cpuLayers ? `; ${hs1.cpuExperts - hs0.cpuExperts} experts (${hs1.cpuPairs - hs0.cpuPairs} pairs) of ` +
+        `${hs1.cpuLayers - hs0.cpuLayers} layers on the CPU instead` : ""})` +
       `${hs1.promoteSlots ? `; promotion (${hs1.promoteSlots} slots a layer): ${hs1.promoted - hs0.promoted} experts moved, ` +
         `${hs1.residentPicks - hs0.residentPicks} of ${hs1.picks - hs0.picks} picks on the card` : ""}\n`);
   }

@@ -67,6 +67,10 @@ export interface HostExpertStats {
   shareSamples: number;
   /** sparse upload steps' first uploads found copied ahead by the step before (a prompt's next batch) */
   leadRuns: number;
+  /** sparse prompt layers that gave the CPU a share of their experts (cuda/cpu_share.cu), the experts and (token, expert) pairs it took */
+  cpuLayers: number;
+  cpuExperts: number;
+  cpuPairs: number;
   /** promotion: card slots a host layer (0: off), experts moved into them, one-token picks found resident of all picks */
   promoteSlots: number;
   promoted: number;
@@ -307,13 +311,14 @@ export class CudaBackend implements Backend {
   /** The host experts' counters; undefined when every expert is on the card. */
   hostStats(): HostExpertStats | undefined {
     if (!this.hostBlocks) return undefined;
-    const o = new BigInt64Array(26);
-    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 26), "reading the host experts' counters");
+    const o = new BigInt64Array(29);
+    checkCuda(cuda().bl_cuda_host_stats(this.ctx, ptr(o), 29), "reading the host experts' counters");
     const n = (i: number) => Number(o[i]);
     return { blocks: this.hostBlocks, hookRuns: n(0), uploadRuns: n(1), uploadBytes: n(2), hookUs: n(3), uploadMin: n(4),
       pcieBytesPerSec: n(5), pinned: n(6) !== 0, pairUs: n(7) / 1000, cardShare: n(8),
       promoteSlots: n(9), promoted: n(10), residentPicks: n(11), picks: n(12), copied: n(13) !== 0, cpuPickUs: n(14) / 1000, cardPickUs: n(15) / 1000, cpuFixedUs: n(16) / 1000,
-      splitRuns: n(17), hostShare: n(18) / 1000, hookLayerUsPerToken: n(19) / 1000, sparseRuns: n(20), usedShare: n(21) / 1000, prefetchedBytes: n(22), shareMoves: n(23), shareSamples: n(24), leadRuns: n(25) };
+      splitRuns: n(17), hostShare: n(18) / 1000, hookLayerUsPerToken: n(19) / 1000, sparseRuns: n(20), usedShare: n(21) / 1000, prefetchedBytes: n(22), shareMoves: n(23), shareSamples: n(24), leadRuns: n(25),
+      cpuLayers: n(26), cpuExperts: n(27), cpuPairs: n(28) };
   }
 
   kvPosBytes(): number {
