@@ -572,6 +572,30 @@ static int64_t lead_issue(cu_ctx *c, size_t budget) {
   return BL_OK;
 }
 
+// Waits for ev by polling: a sparse layer's picks are read while the host experts' threads idle (the
+// layer before's CPU share is done: the card waited for it), and a blocking wait's wake-up would hold
+// the card at every layer. BLOOMERY_HYBRID_SPIN=0: the blocking wait.
+static int64_t spin_wait(cudaEvent_t ev, const char *what) {
+  static const bool spin = [] {
+    const char *env = getenv("BLOOMERY_HYBRID_SPIN");
+    return !(env && env[0] == '0');
+  }();
+  if (!spin) {
+    CU_TRY(cudaEventSynchronize(ev), what);
+    return BL_OK;
+  }
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return BL_OK;
+    if (e != cudaErrorNotReady) return cu_fail_cuda(e, what);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+}
+
 int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int ntok, int K, bool cpu_ok) {
   const int j = c->up_cur, n_pairs = ntok * K;
   c->up_cur = -1;
@@ -589,7 +613,7 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int n
   // layer's staging buffer at their own offsets; the experts wait for them. The next upload's likely
   // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
   CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
-  CU_TRY(cudaEventSynchronize(c->sync_ev), "reading a layer's picks");
+  CU_OK(spin_wait(c->sync_ev, "reading a layer's picks"));
   const int u = c->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->up_list.size();
   if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
