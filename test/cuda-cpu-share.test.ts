@@ -13,21 +13,13 @@ import { CudaOption, cudaStatus } from "../ffi/cuda.ts";
 import type { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
 import { synth } from "../src/cli/synth.ts";
-import { maxAbs, std } from "./logit-math.ts";
+import { maxAbs, std, top2 } from "./logit-math.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-cpu-share: GPU tests skipped (${st.reason})`);
 const gpu = st.ok ? describe : describe.skip;
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-cpushare-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
-function argmaxGap(v: ArrayLike<number>): { id: number; gap: number } {
-  let a = 0, b = -1;
-  for (let i = 1; i < v.length; i++) {
-    if (v[i] > v[a]) { b = a; a = i; } else if (b < 0 || v[i] > v[b]) b = i;
-  }
-  return { id: a, gap: v[a] - v[b] };
-}
 
 gpu("the CPU's share of a prompt layer's experts", () => {
   for (const c of [{ model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 4 }, { model: "test-moe", quant: "Q8_0", layers: 0 }]) {
@@ -65,10 +57,10 @@ gpu("the CPU's share of a prompt layer's experts", () => {
             for (let t = 0; t < rows; t++) {
               const a = ref.subarray(t * V, (t + 1) * V), b = r.lg.subarray(t * V, (t + 1) * V);
               worst = Math.max(worst, maxAbs(a, b) / sd);
-              const ga = argmaxGap(a);
+              const ga = top2(a);
               if (ga.gap > 0.01 * sd) {
                 clear++;
-                if (argmaxGap(b).id === ga.id) same++;
+                if (top2(b).id === ga.id) same++;
               }
             }
             console.log(`${c.model}:${c.quant} cpuTokens ${tokens}${all ? ", every row's logits" : ""}: ${r.experts} experts (${r.pairs} pairs) of ${r.layers} layers on the CPU (${r.pairUs} us a pair); ` +

@@ -15,21 +15,13 @@ import type { CudaBackend } from "../src/engine/cuda-backend.ts";
 import { Model, type LoadOptions } from "../src/engine/model.ts";
 import type { PlacementFlags } from "../src/engine/plan.ts";
 import { synth } from "../src/cli/synth.ts";
-import { maxAbs, std } from "./logit-math.ts";
+import { maxAbs, std, top2 } from "./logit-math.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-hybrid: GPU tests skipped (${st.reason})`);
 const gpu = st.ok ? describe : describe.skip;
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-hybrid-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
-function top2(v: ArrayLike<number>): { id: number; gap: number } {
-  let a = 0, b = -1;
-  for (let i = 1; i < v.length; i++) {
-    if (v[i] > v[a]) { b = a; a = i; } else if (b < 0 || v[i] > v[b]) b = i;
-  }
-  return { id: a, gap: v[a] - v[b] };
-}
 
 const CASES = [
   { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 4 },

@@ -14,3 +14,12 @@ export function std(a: ArrayLike<number>): number {
   const m = s / a.length;
   return Math.sqrt(Math.max(s2 / a.length - m * m, 1e-30));
 }
+
+/** The largest value's index and its lead over the second largest. */
+export function top2(v: ArrayLike<number>): { id: number; gap: number } {
+  let a = 0, b = -1;
+  for (let i = 1; i < v.length; i++) {
+    if (v[i] > v[a]) { b = a; a = i; } else if (b < 0 || v[i] > v[b]) b = i;
+  }
+  return { id: a, gap: v[a] - v[b] };
+}
