@@ -329,6 +329,7 @@ int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more) {
   c->host_err = 0;
   c->host_msg[0] = 0;
   c->upload_step = 0;
+  c->cpu_rows = 0; // a failed step's CPU share is never added to a later one
   if (c->dm.n_host == 0) return BL_OK;
   if (c->mb_broken) return cu_fail(BL_E_DEVICE, "host experts: the host thread stopped answering in an earlier step; load the model again");
   cu_mailbox_arm(c);
