@@ -80,7 +80,6 @@ void cu_cpu_share_free(cu_ctx *c) {
 }
 
 int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs) {
-  if (!cu_cpu_share_skip(c)) return BL_OK;
   CU_TRY(cudaMemcpyAsync(c->hp_sel, sel, (size_t)n_pairs * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
   CU_TRY(cudaMemcpyAsync(c->hp_w, selw, (size_t)n_pairs * sizeof(float), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
   return BL_OK;
@@ -114,7 +113,7 @@ __global__ void k_cpu_add(float *x, int E, const int32_t *tok, const float *hout
   for (int d = threadIdx.x; d < E; d += blockDim.x) dst[d] += __ldcv(hout + (size_t)r * E + d);
 }
 
-int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int32_t *sel, int ntok, int K, double copy_us) {
+int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int ntok, int K, double expert_us) {
   c->cpu_rows = 0;
   const int T = cu_cpu_share_skip(c), X = b.n_expert;
   if (!T || K <= 0 || K > b.n_used || X <= 0 || X > c->dm.X) return BL_OK;
@@ -128,7 +127,7 @@ int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uin
   std::stable_sort(cand.begin(), cand.end(), [&](int a, int z) { return counts[a] < counts[z]; });
   // the lightest first, while the CPU's estimated time (its measured time a pair) stays under the
   // copies of the experts left to the card
-  const double per_expert_us = used > 0 ? cap_factor() * copy_us / used : 0;
+  const double per_expert_us = cap_factor() * expert_us;
   int taken = 0, pairs = 0;
   for (int e : cand) {
     const double cpu_us = (pairs + counts[e]) * c->pair_us, card_us = (used - taken - 1) * per_expert_us;
@@ -148,22 +147,20 @@ int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uin
     const int32_t *s = c->hp_sel + (size_t)t * K;
     const float *w = c->hp_w + (size_t)t * K;
     bool any = false;
-    for (int j = 0; j < K; j++) any |= s[j] >= 0 && s[j] < X && c->hb_mask[s[j]];
-    if (!any) continue;
-    c->hb_tok[nrows] = t;
-    for (int j = 0; j < K; j++) {
+    for (int j = 0; j < K; j++) { // written at row nrows, kept only when the token has a CPU pick
       const bool cpu = s[j] >= 0 && s[j] < X && c->hb_mask[s[j]];
       c->hb_sel[(size_t)nrows * K + j] = cpu ? s[j] : -1;
       c->hb_w[(size_t)nrows * K + j] = cpu ? w[j] : 0.0f;
+      any |= cpu;
     }
-    nrows++;
+    if (any) c->hb_tok[nrows++] = t;
   }
   if (!nrows) return cu_fail(BL_E_INVAL, "internal: the CPU's %d experts have no rows", taken);
   cu_host_call *call = cu_host_call_for(c, b, 0, K, 1);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   const int E = (int)c->dm.E, n_pairs = ntok * K;
   const int blocks = std::max(1, std::min(nrows, 4 * c->sm_count));
-  CU_LAUNCH("gathering the CPU's rows", k_cpu_gather, dim3(blocks), dim3(256), (size_t)X, c->st, c->x, E, c->hb_tok_d, nrows, c->hx_d, sel, n_pairs,
+  CU_LAUNCH("gathering the CPU's rows", k_cpu_gather, dim3(blocks), dim3(256), (size_t)X, c->st, c->x, E, c->hb_tok_d, nrows, c->hx_d, c->sel, n_pairs,
             c->hb_mask_d, X);
   CU_OK(cu_mailbox_post(c, call, nrows, 0, nullptr, 0, nullptr, 0));
   c->cpu_rows = nrows;

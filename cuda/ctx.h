@@ -314,6 +314,15 @@ void cu_profile_print(cu_ctx *c);
 // the CPU hook runs it for every batch; the card never uploads, pins, reads in place or promotes them.
 static inline bool cu_host_on_disk(const cu_blk &b) { return b.host && b.src && b.src->host_experts == BL_HOST_EXPERTS_DISK; }
 
+// A spinning host thread's pause between polls (the mailbox's runner, a sparse layer's wait for its picks).
+static inline void cu_cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // Host block j of the context's weights (null past the last).
 static inline const cu_blk *cu_host_block_at(const cu_ctx *c, int j) {
   return j >= 0 && j < (int)c->w->host_blocks.size() ? &c->w->blocks[(size_t)c->w->host_blocks[(size_t)j]] : nullptr;
@@ -349,9 +358,9 @@ int64_t cu_cpu_share_alloc(cu_ctx *c);
 void cu_cpu_share_free(cu_ctx *c);
 int cu_cpu_share_default(); // CU_OPT_CPU_TOKENS's default (BLOOMERY_HYBRID_CPU_TOKENS, else CPU_SHARE_TOKENS)
 int cu_cpu_share_skip(const cu_ctx *c); // copies ahead skip experts the last picks gave at most this many tokens (0: none)
-int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs); // the picks read back with the counts
+int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs); // the picks read back with the counts (the share is on: cu_cpu_share_skip)
 // of block b's used experts no copy ahead brought (miss), the CPU takes the lightest; they leave miss
-int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int32_t *sel, int ntok, int K, double copy_us);
+int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int ntok, int K, double expert_us);
 int64_t cu_cpu_share_add(cu_ctx *c); // after the layer's combine: the CPU's rows added (none: nothing)
 // the hook call of a block (kept for the graphs and named by the mailbox; hybrid.cu)
 cu_host_call *cu_host_call_for(cu_ctx *c, const cu_blk &b, int ntok, int k, int rows);

@@ -589,11 +589,7 @@ static int64_t spin_wait(cudaEvent_t ev, const char *what) {
     const cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return BL_OK;
     if (e != cudaErrorNotReady) return cu_fail_cuda(e, what);
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
+    cu_cpu_relax();
   }
 }
 
@@ -624,9 +620,9 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int n
     used += hc[e] > 0;
   }
   if (cpu_ok && c->pcie_bps > 0) {
-    // the CPU takes the lightest of what the copies ahead missed (cpu_share.cu)
-    const double copy_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / X * used / c->pcie_bps;
-    CU_OK(cu_cpu_share_take(c, *b, hc, miss.data(), c->sel, ntok, K, copy_us));
+    // the CPU takes the lightest of what the copies ahead missed (cpu_share.cu), against an expert's copy time
+    const double expert_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / X / c->pcie_bps;
+    CU_OK(cu_cpu_share_take(c, *b, hc, miss.data(), ntok, K, expert_us));
   }
   int missed = 0;
   for (int e = 0; e < X; e++) missed += miss[(size_t)e];

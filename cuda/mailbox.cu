@@ -168,11 +168,7 @@ static void run(cu_ctx *c) {
       idle_from = now_ns();
       continue;
     }
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
+    cu_cpu_relax();
     const int64_t t = now_ns(), a = R->armed_ns.load(std::memory_order_relaxed);
     if (t - std::max(idle_from, a) < (int64_t)MB_SPIN_MS * 1000000) continue;
     std::unique_lock<std::mutex> lk(R->mu);

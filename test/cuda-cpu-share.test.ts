@@ -3,8 +3,9 @@
 // (bl_cpu_expert_rows on the rows they take) while the card computes the rest; the card adds the
 // CPU's rows after its combine. The logits stay within the bound the hybrid tests hold for the CPU
 // hook against the card (int8 activations on the card, not on the CPU), with the same greedy token
-// where the margin is clear, whether the CPU takes every used expert (CudaOption.cpuTokens 65536) or
-// a few (2); off (0) gives the same bits as whole-layer uploads. Skips with a line where no card is.
+// where the margin is clear, with the CPU taking every used expert (CudaOption.cpuTokens 65536); at 2
+// tokens these 32-token batches leave it nothing (the log says how many it took), at 0 (off) the bits
+// are those of whole-layer uploads. Skips with a line where no card is.
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
