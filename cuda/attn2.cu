@@ -57,10 +57,10 @@ __device__ __forceinline__ void a2_issue(uint8_t *sK, uint8_t *sV, const __half 
 // The block's output values ys (CNT floats in shared memory, the heads from group g0 of 32 of the
 // row on; written by the block before the call) quantized into the x8 row dst of n values as
 // k_x8_rows<false> does (stage_rows_q8: elements 32g + 8 part .. + 7 a thread, q8_group in
-// x8_pos order; perm false: plain order, as quantize_x8). A team of four threads a group (CNT <= 1024: one pass); whole warps call
+// x8_pos order, as quantize_x8). A team of four threads a group (CNT <= 1024: one pass); whole warps call
 // q8_group. Every thread calls it.
 template <int CNT>
-__device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0, bool perm) {
+__device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int g0) {
   static_assert(CNT % 32 == 0 && CNT / 32 <= A2_THREADS / 4, "a team a group, one pass");
   constexpr int NG = CNT / 32;
   __syncthreads();
@@ -72,7 +72,7 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
     va = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[0];
     vb = reinterpret_cast<const float4 *>(ys + 32 * g + 8 * part)[1];
   }
-  q8_group(va, vb, ok, dst, n, g0 + g, part, perm);
+  q8_group(va, vb, ok, dst, n, g0 + g, part);
 }
 
 // One head's merge factors by one warp (up to 64 slices, two a lane): each slice's partial (its
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       aout[(size_t)(h0 + h) * HD + d] = y;
       if (a.x8) sq[h][d] = y; // the scores are done with the queries
     }
-    if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32, !a.x8_flat);
+    if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
     return;
   }
   for (int i = tid; i < GM * HD; i += A2_THREADS) {
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
     if (a.x8) reinterpret_cast<float4 *>(&sq[h][0])[d4] = y;
   }
   if (tid == 0) *counter = 0;
-  if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32, !a.x8_flat);
+  if (a.x8) a2_x8<GM * HD>(&sq[0][0], a.x8 + (size_t)blockIdx.z * x8_bytes(a.nh * HD), a.nh * HD, h0 * HD / 32);
 }
 
 // FAST_A2MERGE: the slices' merge as a kernel of its own, a block a (head, token) - for long

@@ -6,13 +6,30 @@
 #pragma once
 #include "quants.cuh"
 
-// A quantized activation row (shared memory): q[n] int8, d[n/32] scales, s[n/32] f32 sums,
-// h[n/16] int8 sums per 16.
+// A quantized activation row (shared memory): q[n] int8 in x8_pos's order, d[n/32] scales, s[n/32]
+// f32 sums, h[n/16] int8 sums per 16; pc: the 16-byte chunks x8_pos permutes (the full runs of 128).
 struct x8v {
   const int8_t *q;
   const float *d, *s;
   const int *h;
+  int pc;
 };
+
+// Where 16-byte chunk c of an x8 row's int8 values lies (every kernel's staged rows): within each
+// full run of 128 chunks (2,048 values) chunk c sits at (c % 4) * 32 + c / 4, so the 32 lanes of a
+// warp, each reading the 4 (Q4_K) or 2 (Q6_K, Q8_0) consecutive chunks of its unit, hit distinct
+// banks (in order they conflicted 4-way: lane k's chunks were 64 bytes from lane k + 1's); the rest
+// of the row in order.
+__host__ __device__ __forceinline__ int x8_pos(int c, int n) {
+  return c < (n >> 11) << 7 ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c;
+}
+
+// Chunk c (even) of x's int8 values and the one after it: the second sits 32 chunks on in a full run.
+__device__ __forceinline__ const int4 *x8_chunk_at(const x8v &x, int c, int &step) {
+  const bool in = c < x.pc;
+  step = in ? 32 : 1;
+  return reinterpret_cast<const int4 *>(x.q) + (in ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c);
+}
 
 // Whether rows of type t have an int8-activation dot here (d8<t>::ok).
 __host__ __device__ constexpr bool d8_type(int t) { return t == T_Q4_K || t == T_Q6_K; }
@@ -40,8 +57,9 @@ struct d8<T_Q4_K> {
     k4_scale_min(2 * c + 1, p + 4, sc1, m1);
     const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
     const int ga = g0 + 2 * c, gb = ga + 1;
-    const int4 *xa = reinterpret_cast<const int4 *>(x.q + 32 * ga), *xb = reinterpret_cast<const int4 *>(x.q + 32 * gb);
-    const int4 a0 = xa[0], a1 = xa[1], b0 = xb[0], b1 = xb[1];
+    int st;
+    const int4 *xa = x8_chunk_at(x, 2 * ga, st); // chunks 2ga .. 2ga + 3 (2ga % 4 == 0)
+    const int4 a0 = xa[0], a1 = xa[st], b0 = xa[2 * st], b1 = xa[3 * st];
     const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
     const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
     int s0 = 0, s1 = 0;
@@ -82,8 +100,9 @@ struct d8<T_Q6_K> {
     ld8_a2(p + 64 * hh + 32 * (r & 1), ql);
     ld8_a2(p + 128 + 32 * hh, qh);
     const int sa = (int)(int8_t)p[192 + 8 * hh + 2 * r], sb = (int)(int8_t)p[192 + 8 * hh + 2 * r + 1];
-    const int4 *xg = reinterpret_cast<const int4 *>(x.q + 32 * g);
-    const int4 x0 = xg[0], x1 = xg[1];
+    int st;
+    const int4 *xg = x8_chunk_at(x, 2 * g, st);
+    const int4 x0 = xg[0], x1 = xg[st];
     const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
     int s0 = 0, s1 = 0;
@@ -137,21 +156,14 @@ __device__ __forceinline__ x8v x8_at(const uint8_t *p, int n) {
   x.d = reinterpret_cast<const float *>(p + n);
   x.s = x.d + n / 32;
   x.h = reinterpret_cast<const int *>(x.s + n / 32);
+  x.pc = (n >> 11) << 7;
   return x;
-}
-
-// Where 16-byte chunk c of an x8 row's int8 values lies in the decode batches' staged rows
-// (dotbatch.cuh): within each full run of 128 chunks (2,048 values) chunk c sits at (c % 4) * 32 +
-// c / 4, so the 32 lanes of a warp, each reading 4 (Q4_K) or 2 (Q6_K, Q8_0) consecutive chunks of
-// its unit, hit distinct banks (in order they conflicted 4-way); the rest of the row in order.
-__device__ __forceinline__ int x8_pos(int c, int n) {
-  return c < (n >> 11) << 7 ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c;
 }
 
 // One group of 32 (four threads, part = threadIdx.x & 3, eight values each) quantized into the
 // x8 row at dst (scale amax / 127, the f32 group sum, int8 sums per 16); every lane of the warp
-// calls it (shuffles), ok: whether this group exists; perm: the int8 values in x8_pos's order.
-__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part, bool perm = false) {
+// calls it (shuffles), ok: whether this group exists; the int8 values in x8_pos's order.
+__device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t *dst, int n, int g, int part) {
   const int ng = n / 32;
   float amax = fmaxf(fmaxf(fmaxf(fabsf(va.x), fabsf(va.y)), fmaxf(fabsf(va.z), fabsf(va.w))), fmaxf(fmaxf(fabsf(vb.x), fabsf(vb.y)), fmaxf(fabsf(vb.z), fabsf(vb.w))));
   float sum = ((va.x + va.y) + (va.z + va.w)) + ((vb.x + vb.y) + (vb.z + vb.w));
@@ -170,7 +182,7 @@ __device__ __forceinline__ void q8_group(float4 va, float4 vb, bool ok, uint8_t 
   int *h = reinterpret_cast<int *>(s + ng);
   const uint32_t w0 = (uint32_t)(v0 & 255) | ((uint32_t)(v1 & 255) << 8) | ((uint32_t)(v2 & 255) << 16) | ((uint32_t)(v3 & 255) << 24);
   const uint32_t w1 = (uint32_t)(v4 & 255) | ((uint32_t)(v5 & 255) << 8) | ((uint32_t)(v6 & 255) << 16) | ((uint32_t)(v7 & 255) << 24);
-  const int at = perm ? 16 * x8_pos(2 * g + (part >> 1), n) + 8 * (part & 1) : 32 * g + 8 * part;
+  const int at = 16 * x8_pos(2 * g + (part >> 1), n) + 8 * (part & 1);
   reinterpret_cast<uint2 *>(q + at)[0] = make_uint2(w0, w1);
   if (part == 0) {
     d[g] = amax / 127.0f;

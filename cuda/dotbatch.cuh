@@ -249,7 +249,7 @@ __device__ __forceinline__ void stage_rows_q8(const float *src, int ld, int n, i
     for (int i = 0; i < MB_STAGE_BATCH; i++) {
       const int gi = base + i * step + (threadIdx.x >> 2);
       const int t = gi < total ? gi / ng : 0, g = gi - t * ng;
-      q8_group(va[i], vb[i], gi < total, xq + (size_t)t * xb, n, g, part, true);
+      q8_group(va[i], vb[i], gi < total, xq + (size_t)t * xb, n, g, part);
     }
   }
   __syncthreads();

@@ -456,10 +456,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     attn_forms_qk(c, b, qa, a1);
     fo_args f;
     const bool fused = moe && fused_router(c, b, *moe, f);
-    // FAST_ATT8: the attention also quantizes its output (plain order) for the fused output + router
+    // FAST_ATT8: the attention also quantizes its output for the fused output + router
     if (fused && a2 && (cu_fast & FAST_ATT8) && qd % 32 == 0 && (size_t)x8_bytes(qd) <= c->xq_bytes) {
       a1.x8 = c->xq;
-      a1.x8_flat = 1;
       f.att8 = c->xq;
       c->n_att8++;
     }

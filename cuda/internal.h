@@ -383,7 +383,6 @@ struct attn1_args {
   int long_chunk; // set by cu_attn2: long contexts' slice length past 32 slices
   uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
-  int x8_flat;    // the int8 values in plain order (one token for the fused output + router, FAST_ATT8), not x8_pos's
   l2_pf pf;       // fetched into L2 before the wait (FAST_L2W: the output product's and router's weights)
   int sep_merge;  // attn2.cu, set by cu_attn2: the slices are merged by k_a2merge (FAST_A2MERGE)
 };

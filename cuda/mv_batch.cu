@@ -126,7 +126,7 @@ __device__ __forceinline__ void stage_q8(const mvb_args &a, const float *scl, ui
       va = x_at(a, scl, t, 8 * g + 2 * part);
       vb = x_at(a, scl, t, 8 * g + 2 * part + 1);
     }
-    q8_group(va, vb, ok, xq + (size_t)t * xb, a.n, g, part, true);
+    q8_group(va, vb, ok, xq + (size_t)t * xb, a.n, g, part);
   }
   __syncthreads();
 }
@@ -157,7 +157,7 @@ __device__ __forceinline__ void stage_q8_row(const mvb_args &a, const float *scl
       va = x_at_rn(a, scl, t, 8 * g + 2 * part);
       vb = x_at_rn(a, scl, t, 8 * g + 2 * part + 1);
     }
-    q8_group(va, vb, ok, dst, a.n, g, part, true);
+    q8_group(va, vb, ok, dst, a.n, g, part);
   }
 }
 

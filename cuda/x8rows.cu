@@ -79,7 +79,7 @@ __device__ __forceinline__ void x8_norm_quant(const float4 (&va)[X8_PASSES], con
     // x_at's products: x * (1/rms) * w
     const float4 a = make_float4(va[p].x * s * wa[p].x, va[p].y * s * wa[p].y, va[p].z * s * wa[p].z, va[p].w * s * wa[p].w);
     const float4 b = make_float4(vb[p].x * s * wb[p].x, vb[p].y * s * wb[p].y, vb[p].z * s * wb[p].z, vb[p].w * s * wb[p].w);
-    q8_group(a, b, g < ng, dst, n, g, part, true);
+    q8_group(a, b, g < ng, dst, n, g, part);
   }
 }
 
