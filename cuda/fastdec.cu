@@ -77,7 +77,8 @@ __device__ __forceinline__ void fmv_row2(bool ta, const uint8_t *p0, const uint8
 // copies in flight together); smem: x (n floats), then a.nslot slots of cap bytes a warp (a whole
 // row each). With four slots (rpw > 2) the next pair's copies are in flight while a pair is
 // dotted. Jobs of type TA or TB.
-template <int TA, int TB, bool Q8>
+// S2: the row in two slots a thread (n <= 8 * blockDim.x; xrow_s<2>: no spills at the 80-register cap).
+template <int TA, int TB, bool Q8, bool S2 = false>
 __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   BL_TR_SCOPE(1);
   extern __shared__ float4 dyn_smem4[];
@@ -114,9 +115,13 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
-  xrow r;
-  xrow_load(r, a.x, a.n);
-  xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
+  if constexpr (S2) {
+    xrow_s<2> r;
+    xrow_load(r, a.x, a.n);
+    xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
+  } else {
+    xrow_stage(a.x, xs, a.n, a.norm, a.normw, a.eps, red);
+  }
   if (a.h && blockIdx.x == 0)
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
@@ -274,7 +279,8 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
 // block would have (fopick.cuh, route_block; from their accumulators with FAST_FOACC), then copies
 // its rows; block (0, 0) publishes the picks for down and raises the flag down waits on.
-template <int T>
+// S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 87-101 registers, not 108).
+template <int T, int S>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   BL_TR_SCOPE(3);
   using Q = qt<T>;
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   __shared__ __align__(8) uint64_t tma_bar;
   if (a.tma && threadIdx.x == 0) mbar_init(&tma_bar); // thread 0 also issues the copies (program order)
   cu_pdl_wait();
-  xrow r;
+  xrow_s<S> r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
   const bool pickx = a.fo_part != nullptr;
@@ -505,12 +511,13 @@ struct fmv_f32 {
   static void (*of())(fmv_args) { return k_fmv<A, B, false>; }
 };
 
-// The kernel for types (ta, tb) (ta == tb: one type), f32 or int8 activations, or null.
-static void (*fmv_kernel(int ta, int tb, bool q8))(fmv_args) {
+// The kernel for types (ta, tb) (ta == tb: one type), f32 or int8 activations, or null; s2: int8
+// activations with the row in two slots a thread (n <= 8 * the block's threads).
+static void (*fmv_kernel(int ta, int tb, bool q8, bool s2 = false))(fmv_args) {
   if (q8) {
-    if (ta == T_Q4_K && tb == T_Q4_K) return k_fmv<T_Q4_K, T_Q4_K, true>;
-    if (ta == T_Q6_K && tb == T_Q6_K) return k_fmv<T_Q6_K, T_Q6_K, true>;
-    if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return k_fmv<T_Q4_K, T_Q6_K, true>;
+    if (ta == T_Q4_K && tb == T_Q4_K) return s2 ? k_fmv<T_Q4_K, T_Q4_K, true, true> : k_fmv<T_Q4_K, T_Q4_K, true>;
+    if (ta == T_Q6_K && tb == T_Q6_K) return s2 ? k_fmv<T_Q6_K, T_Q6_K, true, true> : k_fmv<T_Q6_K, T_Q6_K, true>;
+    if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return s2 ? k_fmv<T_Q4_K, T_Q6_K, true, true> : k_fmv<T_Q4_K, T_Q6_K, true>;
     return nullptr;
   }
   return pair_kernel_f<fmv_f32>(ta, tb);
@@ -556,6 +563,7 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   }
   L.warps = rows >= 16 * sm_count ? 8 : 4;
   if (base.n % 4 || base.n > 32 * 32 * L.warps) return false;
+  if (q8 && base.n <= 8 * 32 * L.warps) L.k = fmv_kernel(ta, tb, true, true);
   // rows a warp: one wave of blocks at 3 blocks an SM where possible; both rows of a pair in flight
   const int wave = L.warps * 3 * sm_count;
   L.a.rpw = rows <= wave ? 1 : rows <= 2 * wave ? fmv_mid_rpw() : 8;
@@ -667,7 +675,11 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
     return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
-  if (p.act8) e = cu_launch(a.gate.type == T_Q4_K ? k_fgu8<T_Q4_K> : k_fgu8<T_Q6_K>, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
+  if (p.act8) {
+    const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
+    void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
+    e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
+  }
   else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
@@ -730,10 +742,15 @@ int64_t cu_fast_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_Q6_K, T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q4_K, true, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q6_K, T_Q6_K, true, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 2>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K, 2>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 8>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K, 8>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fdown<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fdown<T_Q6_K, true>, smem_optin, w));
   return BL_OK;

@@ -87,9 +87,7 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     // the attention quantized att (FAST_ATT8)
     x8 = x8_copy_row(x8mem, a.att8, n);
   } else {
-    xrow r;
-    xrow_load(r, a.att, n);
-    xrow_store(r, xs, n, 0, nullptr, 0.0f, nullptr);
+    xrow_stage(a.att, xs, n, 0, nullptr, 0.0f, nullptr);
     if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   }
   cp_async_wait_all(); // every thread: its row chunks and router columns

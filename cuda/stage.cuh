@@ -130,14 +130,21 @@ __device__ __forceinline__ float dot_window(const uint8_t *p, int nblk, const fl
   return acc;
 }
 
-// One activation row of n floats (n % 4 == 0, n <= 32 * blockDim.x) held in registers, all loads in flight.
-struct xrow {
-  float4 v[8];
+// One activation row of n floats (n % 4 == 0, n <= 4 * S * blockDim.x) held in registers, all loads
+// in flight: S float4 slots a thread. The kernels take S = 2 where n <= 8 * blockDim.x (a 2,048-wide
+// residual at 256 threads): eight slots, mostly unused there, held 64 registers (with the norm's
+// weights) and made the one-token products spill at their 80-register cap. Slots past n are never
+// read, so the sums and bits are the same for every S that holds the row.
+template <int S>
+struct xrow_s {
+  float4 v[S];
 };
-__device__ __forceinline__ void xrow_load(xrow &r, const float *x, int n) {
+using xrow = xrow_s<8>;
+template <int S>
+__device__ __forceinline__ void xrow_load(xrow_s<S> &r, const float *x, int n) {
   const int n4 = n >> 2;
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < S; k++) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) r.v[k] = __ldcg(reinterpret_cast<const float4 *>(x) + i);
   }
@@ -145,11 +152,12 @@ __device__ __forceinline__ void xrow_load(xrow &r, const float *x, int n) {
 // The scale 1/rms of the n values r holds: each thread's sum of squares in its slots' order, then
 // block_sum (barriers: every thread of the block calls it). One owner for the norm that the fused
 // router's logits and the experts' staging must form bit for bit alike.
-__device__ __forceinline__ float xrow_rms_scale(const xrow &r, int n, float eps, float *red) {
+template <int S>
+__device__ __forceinline__ float xrow_rms_scale(const xrow_s<S> &r, int n, float eps, float *red) {
   const int n4 = n >> 2;
   float ss = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < S; k++) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) ss += r.v[k].x * r.v[k].x + r.v[k].y * r.v[k].y + r.v[k].z * r.v[k].z + r.v[k].w * r.v[k].w;
   }
@@ -159,30 +167,44 @@ __device__ __forceinline__ float xrow_rms_scale(const xrow &r, int n, float eps,
 // Stores r to xs, RMS-normalised with weights w (null: none) when norm (the same products as the
 // CPU reference: x * (1/rms) * w). Ends with a block barrier; every thread of the block calls it.
 // Returns the scale 1/rms (1 without norm).
-__device__ __forceinline__ float xrow_store(const xrow &r, float *xs, int n, int norm, const float *w, float eps, float *red) {
+template <int S>
+__device__ __forceinline__ float xrow_store(const xrow_s<S> &r, float *xs, int n, int norm, const float *w, float eps, float *red) {
   const int n4 = n >> 2;
   float4 *xs4 = reinterpret_cast<float4 *>(xs);
   if (!norm) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < S; k++) {
       const int i = threadIdx.x + k * blockDim.x;
       if (i < n4) xs4[i] = r.v[k];
     }
     __syncthreads();
     return 1.0f;
   }
-  float4 wv[8];
+  float4 wv[S];
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < S; k++) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) wv[k] = w ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
   }
   const float sc = xrow_rms_scale(r, n, eps, red);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < S; k++) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) xs4[i] = make_float4(r.v[k].x * sc * wv[k].x, r.v[k].y * sc * wv[k].y, r.v[k].z * sc * wv[k].z, r.v[k].w * sc * wv[k].w);
   }
   __syncthreads();
   return sc;
+}
+
+// x (n floats) loaded and stored to xs as xrow_store does, in the fewest slots that hold it (2
+// where n <= 8 * blockDim.x, else 8): every thread of the block calls it; returns the scale.
+__device__ __forceinline__ float xrow_stage(const float *x, float *xs, int n, int norm, const float *w, float eps, float *red) {
+  if (n <= 8 * (int)blockDim.x) {
+    xrow_s<2> r;
+    xrow_load(r, x, n);
+    return xrow_store(r, xs, n, norm, w, eps, red);
+  }
+  xrow r;
+  xrow_load(r, x, n);
+  return xrow_store(r, xs, n, norm, w, eps, red);
 }
