@@ -197,7 +197,7 @@ __device__ __forceinline__ int pick_at(const fmoe_args &a, int j) {
 // floats), then four slots of cap bytes a warp (gate and up of both rows, copied together).
 // With picks in memory (a.sel) the block's expert is read right after the wait and its rows'
 // copies issued before the row is staged; else warp 0 selects from the logits first.
-template <int T, bool Q8>
+template <int T, bool Q8, int S = 8>
 __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   BL_TR_SCOPE(2);
   using Q = qt<T>;
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
     }
   };
   cu_pdl_wait();
-  xrow r;
+  xrow_s<S> r; // S = 2 up to 2,048 columns (stage.cuh: no spills)
   xrow_load(r, a.h, n);
   if (a.sel) {
     const int e = pick_at(a, j);
@@ -675,13 +675,13 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
     return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
+  const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
   if (p.act8) {
-    const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
     void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
     e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
   }
-  else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
-  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(s2 ? k_fgu<T_Q6_K, true, 2> : k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
     switch (a.gate.type) {
 #define L(T) \
@@ -747,6 +747,8 @@ int64_t cu_fast_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true, 2>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true, 2>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 2>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu8<T_Q6_K, 2>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 8>, smem_optin, w));
