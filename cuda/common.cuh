@@ -140,6 +140,29 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// Eight values' warp sums at once, each formed as warp_sum forms it (the same pairs added at the
+// same steps: bit for bit), by 9 shuffles instead of 40: at each step a lane keeps half of its
+// values and trades the other half with its partner. Lane l ends with the sum of value (l >> 2) & 7.
+__device__ __forceinline__ float warp_sum8(const float (&a)[8]) {
+  const int lane = threadIdx.x & 31;
+  const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+  float b[4], c[2];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float keep = h16 ? a[4 + i] : a[i], send = h16 ? a[i] : a[4 + i];
+    b[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const float keep = h8 ? b[2 + i] : b[i], send = h8 ? b[i] : b[2 + i];
+    c[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  const float keep = h4 ? c[1] : c[0], send = h4 ? c[0] : c[1];
+  float d = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  d += __shfl_xor_sync(0xffffffffu, d, 2);
+  d += __shfl_xor_sync(0xffffffffu, d, 1);
+  return d;
+}
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -375,12 +375,15 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
       au[i] += D::unit(pu[i] + (size_t)b * Q::BB, u, x8, gb);
     }
   }
-#pragma unroll
-  for (int i = 0; i < RW; i++) {
-    if (i == 0) BL_TR_MARK(3);
-    const float g = warp_sum(ag[i]), u = warp_sum(au[i]);
-    if (lane == 0) {
-      const float v = silu_f(g) * u;
+  BL_TR_MARK(3);
+  {
+    // the eight rows' sums in one exchange (warp_sum8): lane 4i holds gate row i's, lane 16 + 4i up row i's
+    static_assert(RW == 4, "warp_sum8 takes four gate and four up rows");
+    const float v8[8] = {ag[0], ag[1], ag[2], ag[3], au[0], au[1], au[2], au[3]};
+    const float s = warp_sum8(v8), u = __shfl_xor_sync(0xffffffffu, s, 16);
+    if (lane < 16 && (lane & 3) == 0) {
+      const int i = lane >> 2;
+      const float v = silu_f(s) * u;
       a.act[(size_t)j * ff + rbase + warp + i * W] = v;
       sact[warp + i * W] = v;
     }
