@@ -20,15 +20,14 @@ struct x8v {
 // warp, each reading the 4 (Q4_K) or 2 (Q6_K, Q8_0) consecutive chunks of its unit, hit distinct
 // banks (in order they conflicted 4-way: lane k's chunks were 64 bytes from lane k + 1's); the rest
 // of the row in order.
-__host__ __device__ __forceinline__ int x8_pos(int c, int n) {
-  return c < (n >> 11) << 7 ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c;
-}
+__host__ __device__ __forceinline__ int x8_slot(int c) { return (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2); } // inside a full run
+__host__ __device__ __forceinline__ int x8_pos(int c, int n) { return c < (n >> 11) << 7 ? x8_slot(c) : c; }
 
 // Chunk c (even) of x's int8 values and the one after it: the second sits 32 chunks on in a full run.
 __device__ __forceinline__ const int4 *x8_chunk_at(const x8v &x, int c, int &step) {
   const bool in = c < x.pc;
   step = in ? 32 : 1;
-  return reinterpret_cast<const int4 *>(x.q) + (in ? (c & ~127) | ((c & 3) << 5) | ((c & 127) >> 2) : c);
+  return reinterpret_cast<const int4 *>(x.q) + (in ? x8_slot(c) : c);
 }
 
 // Whether rows of type t have an int8-activation dot here (d8<t>::ok).

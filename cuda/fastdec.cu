@@ -682,8 +682,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (p.act8) {
     void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
     e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
-  }
-  else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  } else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(s2 ? k_fgu<T_Q6_K, true, 2> : k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
     switch (a.gate.type) {
