@@ -115,13 +115,8 @@ __global__ void __launch_bounds__(256, 3) k_fmv(fmv_args a) {
   }
   l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
-  if constexpr (S2) {
-    xrow_s<2> r;
-    xrow_load(r, a.x, a.n);
-    xrow_store(r, xs, a.n, a.norm, a.normw, a.eps, red);
-  } else {
-    xrow_stage(a.x, xs, a.n, a.norm, a.normw, a.eps, red);
-  }
+  if constexpr (S2) xrow_stage_s<2>(a.x, xs, a.n, a.norm, a.normw, a.eps, red);
+  else xrow_stage(a.x, xs, a.n, a.norm, a.normw, a.eps, red);
   if (a.h && blockIdx.x == 0)
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) a.h[i] = xs[i];
   x8v x8 = {};
@@ -279,7 +274,7 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
 // block would have (fopick.cuh, route_block; from their accumulators with FAST_FOACC), then copies
 // its rows; block (0, 0) publishes the picks for down and raises the flag down waits on.
-// S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 87-101 registers, not 108).
+// S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 89-100 registers, not 108).
 template <int T, int S>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   BL_TR_SCOPE(3);

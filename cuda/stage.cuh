@@ -196,15 +196,15 @@ __device__ __forceinline__ float xrow_store(const xrow_s<S> &r, float *xs, int n
   return sc;
 }
 
-// x (n floats) loaded and stored to xs as xrow_store does, in the fewest slots that hold it (2
-// where n <= 8 * blockDim.x, else 8): every thread of the block calls it; returns the scale.
-__device__ __forceinline__ float xrow_stage(const float *x, float *xs, int n, int norm, const float *w, float eps, float *red) {
-  if (n <= 8 * (int)blockDim.x) {
-    xrow_s<2> r;
-    xrow_load(r, x, n);
-    return xrow_store(r, xs, n, norm, w, eps, red);
-  }
-  xrow r;
+// x (n floats, n <= 4 * S * blockDim.x) loaded into S slots a thread and stored to xs as xrow_store
+// does: every thread of the block calls it; returns the scale.
+template <int S>
+__device__ __forceinline__ float xrow_stage_s(const float *x, float *xs, int n, int norm, const float *w, float eps, float *red) {
+  xrow_s<S> r;
   xrow_load(r, x, n);
   return xrow_store(r, xs, n, norm, w, eps, red);
+}
+// The same in the fewest slots that hold the row (2 where n <= 8 * blockDim.x, else 8).
+__device__ __forceinline__ float xrow_stage(const float *x, float *xs, int n, int norm, const float *w, float eps, float *red) {
+  return n <= 8 * (int)blockDim.x ? xrow_stage_s<2>(x, xs, n, norm, w, eps, red) : xrow_stage_s<8>(x, xs, n, norm, w, eps, red);
 }
