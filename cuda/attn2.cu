@@ -435,34 +435,44 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
 
 // FAST_A2MERGE: the slices' merge as a kernel of its own, a block a (head, token) - for long
 // contexts, where the last slice's block of a head group otherwise merges 8 heads' 33 slices (139
-// KB of partials) alone. Each block: the slices' factors by warp 0 (as k_attn2's merge), then
-// NQ groups of threads over the slices (slice q, q + NQ, ...), a thread a float4 of the head,
-// their sums added in group order.
+// KB of partials) alone. Each block: NQ groups of threads over the slices (slice q, q + NQ, ...), a
+// thread a float4 of the head, every load in flight while warp 0 forms the slices' factors (as
+// k_attn2's merge); the groups' sums added in group order. The slice count is known before the wait
+// (the step's positions are copied in before the graph starts), so the wait is followed by one
+// round of loads, not three.
 template <int HD>
 __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) {
   BL_TR_SCOPE(7);
-  constexpr int STS = HD + 4, C4 = HD / 4, NQ = 128 / C4;
+  constexpr int STS = HD + 4, C4 = HD / 4, NQ = 128 / C4, MV = (A2_MAX_SPLITS + NQ - 1) / NQ;
   static_assert(NQ >= 1 && 128 % C4 == 0, "merge shape");
   __shared__ float s_f[A2_MAX_SPLITS], s_L;
   __shared__ float4 s_acc[NQ][C4];
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
-  cu_pdl_wait();
   const int splits = a2_token_splits(a.pos[t] + 1, wp, a.long_chunk, cap);
   if (splits <= 1) return; // the attention wrote this token's output
+  cu_pdl_wait();
   const float *ph = a.part + ((size_t)t * a.nh + h) * A2_MAX_SPLITS * STS;
-  if (tid < 32) a2_factors(ph, STS, splits, s_f, &s_L);
-  __syncthreads();
   const int c = tid % C4, q = tid / C4;
   const float *pp = ph + 4 + 4 * c;
+  float4 v[MV];
+#pragma unroll
+  for (int k = 0; k < MV; k++) {
+    const int s2 = q + k * NQ;
+    v[k] = s2 < splits ? __ldcg(reinterpret_cast<const float4 *>(pp + (size_t)s2 * STS)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (tid < 32) a2_factors(ph, STS, splits, s_f, &s_L);
+  __syncthreads();
   float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-  for (int s2 = q; s2 < splits; s2 += NQ) {
-    const float f = s_f[s2];
-    const float4 v = __ldcg(reinterpret_cast<const float4 *>(pp + (size_t)s2 * STS));
-    A.x += f * v.x;
-    A.y += f * v.y;
-    A.z += f * v.z;
-    A.w += f * v.w;
+#pragma unroll
+  for (int k = 0; k < MV; k++) {
+    const int s2 = q + k * NQ;
+    if (s2 < splits) {
+      const float f = s_f[s2];
+      A.x += f * v[k].x;
+      A.y += f * v[k].y;
+      A.z += f * v[k].z;
+      A.w += f * v[k].w;
+    }
   }
   s_acc[q][c] = A;
   __syncthreads();

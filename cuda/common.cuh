@@ -56,6 +56,19 @@ __device__ __forceinline__ void cu_pdl_entry() {
 #endif
   BL_TR_WAITED();
 }
+// The two apart: the wait alone, then the next kernel let in later (a kernel whose successor's
+// early work would compete with its own).
+__device__ __forceinline__ void cu_pdl_wait_only() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  BL_TR_WAITED();
+}
+__device__ __forceinline__ void cu_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 // Whether launches carry the attribute (BLOOMERY_CUDA_PDL=0 turns it off; set by cu_init_kernels).
 extern int cu_pdl;
 

@@ -43,32 +43,42 @@ struct d8 {
 
 // Q4_K: unit u = chunk c of block b: qs bytes 32c .. 32c + 31, low nibbles are group 2c (elements
 // 64c + j), high nibbles group 2c + 1 (64c + 32 + j); y = d*sc*q - dmin*m per group.
+// A unit's activations (xl, xh: groups 2c and 2c + 1's int8 values; their scales and sums) are read
+// once by xload; rows of the same column block share them (dot), unit = dot(xload).
 template <>
 struct d8<T_Q4_K> {
   static constexpr bool ok = true;
   static constexpr int UPB = 4;
-  // p: the block (16-byte aligned copy), g0: the x group of the block's first element
-  __device__ static float unit(const uint8_t *p, int c, const x8v &x, int g0) {
-    const uint32_t dm = ld32(p);
-    const float d = h2f((uint16_t)(dm & 0xffffu)), dmin = h2f((uint16_t)(dm >> 16));
-    int sc0, m0, sc1, m1;
-    k4_scale_min(2 * c, p + 4, sc0, m0);
-    k4_scale_min(2 * c + 1, p + 4, sc1, m1);
-    const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
+  struct xu {
+    int4 a0, a1, b0, b1;
+    float da, db, sa, sb;
+  };
+  // g0: the x group of the block's first element
+  __device__ static xu xload(int c, const x8v &x, int g0) {
     const int ga = g0 + 2 * c, gb = ga + 1;
     int st;
     const int4 *xa = x8_chunk_at(x, 2 * ga, st); // chunks 2ga .. 2ga + 3 (2ga % 4 == 0)
-    const int4 a0 = xa[0], a1 = xa[st], b0 = xa[2 * st], b1 = xa[3 * st];
+    return xu{xa[0], xa[st], xa[2 * st], xa[3 * st], x.d[ga], x.d[gb], x.s[ga], x.s[gb]};
+  }
+  // p: the block (16-byte aligned copy)
+  __device__ static float dot(const uint8_t *p, int c, const xu &v) {
+    const uint4 hd = *reinterpret_cast<const uint4 *>(p); // d and dmin, the 12 scale bytes: one load
+    const float d = h2f((uint16_t)(hd.x & 0xffffu)), dmin = h2f((uint16_t)(hd.x >> 16));
+    int sc0, m0, sc1, m1;
+    k4_scale_min2(c, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+    const uint4 qa = *reinterpret_cast<const uint4 *>(p + 16 + 32 * c), qb = *reinterpret_cast<const uint4 *>(p + 32 + 32 * c);
     const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-    const int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    const int xl[8] = {v.a0.x, v.a0.y, v.a0.z, v.a0.w, v.a1.x, v.a1.y, v.a1.z, v.a1.w};
+    const int xh[8] = {v.b0.x, v.b0.y, v.b0.z, v.b0.w, v.b1.x, v.b1.y, v.b1.z, v.b1.w};
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       s0 = __dp4a((int)(q[i] & 0x0F0F0F0Fu), xl[i], s0);
       s1 = __dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s1);
     }
-    return d * (i2f(sc0) * x.d[ga] * i2f(s0) + i2f(sc1) * x.d[gb] * i2f(s1)) - dmin * (i2f(m0) * x.s[ga] + i2f(m1) * x.s[gb]);
+    return d * (i2f(sc0) * v.da * i2f(s0) + i2f(sc1) * v.db * i2f(s1)) - dmin * (i2f(m0) * v.sa + i2f(m1) * v.sb);
   }
+  __device__ static float unit(const uint8_t *p, int c, const x8v &x, int g0) { return dot(p, c, xload(c, x, g0)); }
 };
 
 // 8 words from a 2-byte aligned address (aligned loads joined by funnel shifts; reads one word more).
@@ -87,34 +97,43 @@ __device__ __forceinline__ void ld8_a2(const uint8_t *p, uint32_t (&w)[8]) {
 
 // Q6_K: unit u = 4hh + r of block b is x group 8b + u: element 128hh + 32r + l (l < 32) is the low
 // (r < 2) or high nibble of ql[64hh + 32(r % 2) + l] with bits 2r of qh[32hh + l] above it, minus
-// 32; scale scales[8hh + 2r + l/16]; y = d * scale * (q - 32).
+// 32; scale scales[8hh + 2r + l/16]; y = d * scale * (q - 32). xload / dot as Q4_K's.
 template <>
 struct d8<T_Q6_K> {
   static constexpr bool ok = true;
   static constexpr int UPB = 8;
-  __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) {
-    const int hh = u >> 2, r = u & 3, g = g0 + u;
+  struct xu {
+    int4 x0, x1;
+    int h0, h1;
+    float d;
+  };
+  __device__ static xu xload(int u, const x8v &x, int g0) {
+    const int g = g0 + u;
+    int st;
+    const int4 *xg = x8_chunk_at(x, 2 * g, st);
+    return xu{xg[0], xg[st], x.h[2 * g], x.h[2 * g + 1], x.d[g]};
+  }
+  __device__ static float dot(const uint8_t *p, int u, const xu &v) {
+    const int hh = u >> 2, r = u & 3;
     const float d = h2f(ld16(p + 208));
     uint32_t ql[8], qh[8];
     ld8_a2(p + 64 * hh + 32 * (r & 1), ql);
     ld8_a2(p + 128 + 32 * hh, qh);
     const int sa = (int)(int8_t)p[192 + 8 * hh + 2 * r], sb = (int)(int8_t)p[192 + 8 * hh + 2 * r + 1];
-    int st;
-    const int4 *xg = x8_chunk_at(x, 2 * g, st);
-    const int4 x0 = xg[0], x1 = xg[st];
-    const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const int xw[8] = {v.x0.x, v.x0.y, v.x0.z, v.x0.w, v.x1.x, v.x1.y, v.x1.z, v.x1.w};
     const unsigned ls = 4u * (unsigned)(r >> 1), hs = 2u * (unsigned)r;
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      const uint32_t v = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
-      if (i < 4) s0 = __dp4a((int)v, xw[i], s0);
-      else s1 = __dp4a((int)v, xw[i], s1);
+      const uint32_t w = ((ql[i] >> ls) & 0x0F0F0F0Fu) | (((qh[i] >> hs) & 0x03030303u) << 4);
+      if (i < 4) s0 = __dp4a((int)w, xw[i], s0);
+      else s1 = __dp4a((int)w, xw[i], s1);
     }
-    s0 -= 32 * x.h[2 * g];
-    s1 -= 32 * x.h[2 * g + 1];
-    return d * x.d[g] * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
+    s0 -= 32 * v.h0;
+    s1 -= 32 * v.h1;
+    return d * v.d * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
   }
+  __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) { return dot(p, u, xload(u, x, g0)); }
 };
 
 // Lane partial of a row of nblk blocks at p (a shared copy) against x groups from g0.
@@ -141,8 +160,9 @@ __device__ __forceinline__ void dot8_row2(const uint8_t *p0, const uint8_t *p1, 
   const int nunits = nblk * D::UPB;
   for (int k = lane; k < nunits; k += 32) {
     const int b = k / D::UPB, u = k - b * D::UPB, g = b * (Q::BE / 32);
-    a0 += D::unit(p0 + (size_t)b * Q::BB, u, x, g);
-    a1 += D::unit(p1 + (size_t)b * Q::BB, u, x, g);
+    const typename D::xu v = D::xload(u, x, g); // read once for both rows
+    a0 += D::dot(p0 + (size_t)b * Q::BB, u, v);
+    a1 += D::dot(p1 + (size_t)b * Q::BB, u, v);
   }
   v0 = a0;
   v1 = a1;

@@ -241,11 +241,12 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
     float ag0 = 0.0f, au0 = 0.0f, ag1 = 0.0f, au1 = 0.0f;
     for (int k = lane; k < nb * D::UPB; k += 32) {
       const int b = k / D::UPB, u = k - b * D::UPB, gb = b * (Q::BE / 32);
-      ag0 += D::unit(pg0 + (size_t)b * Q::BB, u, x8, gb);
-      au0 += D::unit(pu0 + (size_t)b * Q::BB, u, x8, gb);
+      const typename D::xu v = D::xload(u, x8, gb); // read once for the four rows
+      ag0 += D::dot(pg0 + (size_t)b * Q::BB, u, v);
+      au0 += D::dot(pu0 + (size_t)b * Q::BB, u, v);
       if (has1) {
-        ag1 += D::unit(pg1 + (size_t)b * Q::BB, u, x8, gb);
-        au1 += D::unit(pu1 + (size_t)b * Q::BB, u, x8, gb);
+        ag1 += D::dot(pg1 + (size_t)b * Q::BB, u, v);
+        au1 += D::dot(pu1 + (size_t)b * Q::BB, u, v);
       }
     }
     g0 = warp_sum(ag0);
@@ -274,7 +275,9 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
 // FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
 // block would have (fopick.cuh, route_block; from their accumulators with FAST_FOACC), then copies
 // its rows; block (0, 0) publishes the picks for down and raises the flag down waits on.
-// S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 89-100 registers, not 108).
+// S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 82 registers, not 108).
+// Down is let in (PDL) only once the block's rows are in: its blocks copy their rows as soon as they
+// are resident, and those copies would otherwise share DRAM with gate/up's own (call 174: +1.9%).
 template <int T, int S>
 __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   BL_TR_SCOPE(3);
@@ -284,7 +287,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sact[32];
-  __shared__ float slg[256], sfw[32], smx[1];
+  __shared__ float sfw[32], smx[1];
   __shared__ int sfe[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
@@ -294,22 +297,27 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   const int rb = (n / Q::BE) * Q::BB;
   __shared__ __align__(8) uint64_t tma_bar;
   if (a.tma && threadIdx.x == 0) mbar_init(&tma_bar); // thread 0 also issues the copies (program order)
-  cu_pdl_wait();
+  cu_pdl_wait_only();
   xrow_s<S> r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
   const bool pickx = a.fo_part != nullptr;
   if (pickx) {
-    // the row slots are free until the picks are known: the partial sums' scratch (4 KB); with the
-    // accumulators (FAST_FOACC) only where a partial raised their flag, fenced for the bulk copies
-    float *scr = reinterpret_cast<float *>(x8mem + x8_bytes(n));
+    // the row slots are free until the picks are known: the partial sums' scratch (4 KB; with the
+    // accumulators, FAST_FOACC, only where a partial raised their flag), the logits (1 KB) and the
+    // ranks' keys (2 KB), fenced for the bulk copies
+    float *scr = reinterpret_cast<float *>(x8mem + x8_bytes(n)), *slg = scr + 1024;
+    unsigned long long *skey = reinterpret_cast<unsigned long long *>(slg + 256);
     const float lsum = a.fo_acc ? fo_acc_sum(a.fo_acc, a.fo_ovf, a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr) : fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr);
-    if (a.tma) fence_proxy_async_smem(); // the barriers below order it before thread 0's copies
     const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
     const bool first = blockIdx.x == 0 && blockIdx.y == 0;
     fo_logits(lsum, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
-    if (a.fo_X <= 128) route_block<4>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
-    else route_block<8>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx);
+    if (a.fo_X <= 128) route_block<4>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx, skey);
+    else route_block<8>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx, skey);
+    if (a.tma) {
+      fence_proxy_async_smem(); // the scratch's accesses before thread 0's bulk copies overwrite it
+      __syncthreads();
+    }
     if (first) {
       if ((int)threadIdx.x < a.k) {
         a.fo_sel[threadIdx.x] = sfe[threadIdx.x];
@@ -356,6 +364,7 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   const x8v x8 = quantize_x8(xs, n, x8mem);
   if (a.tma) mbar_wait0(&tma_bar);
   else cp_async_wait_all();
+  cu_pdl_trigger(); // down may come in now
   BL_TR_MARK(2);
   __syncwarp();
   const int nb = n / Q::BE;
@@ -364,10 +373,11 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   for (int i = 0; i < RW; i++) ag[i] = au[i] = 0.0f;
   for (int k = lane; k < nb * D::UPB; k += 32) {
     const int b = k / D::UPB, u = k - b * D::UPB, gb = b * (Q::BE / 32);
+    const typename D::xu v = D::xload(u, x8, gb); // read once for the eight rows
 #pragma unroll
     for (int i = 0; i < RW; i++) {
-      ag[i] += D::unit(pg[i] + (size_t)b * Q::BB, u, x8, gb);
-      au[i] += D::unit(pu[i] + (size_t)b * Q::BB, u, x8, gb);
+      ag[i] += D::dot(pg[i] + (size_t)b * Q::BB, u, v);
+      au[i] += D::dot(pu[i] + (size_t)b * Q::BB, u, v);
     }
   }
   BL_TR_MARK(3);
@@ -406,7 +416,9 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = fmoe_k(a);
   const int ff = a.down.ne0, na = K * ff;
-  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + na);
+  // with gate/up's int8 rows (a.act8) no float row: the smaller footprint lets a down block sit
+  // beside two gate/up blocks on an SM, so every block issues its copies early
+  uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + (Q8 && a.act8 ? 0 : na));
   uint8_t *buf = x8mem + (Q8 ? x8_bytes(na) : 0) + (size_t)warp * a.cap;
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;
   const bool has = row < a.down.ne1;
@@ -620,7 +632,7 @@ struct fmoe_plan {
   int cap_gu, cap_dn;
   bool q8_gu, q8_dn;
   bool act8; // k_fgu8 + down reading its int8 rows (FAST_ACT8)
-  size_t smem_gu, smem_dn, smem_gu8;
+  size_t smem_gu, smem_dn, smem_gu8, smem_dn8; // smem_dn8: down on gate/up's int8 rows (no float row)
 };
 
 static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
@@ -645,6 +657,7 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
   // FAST_ACT8: the picks in memory, int8 rows on both sides, whole groups of 32 a block
   p.smem_gu8 = (size_t)n * 4 + (size_t)x8_bytes(n) + 8 * 8 * (size_t)p.cap_gu;
+  p.smem_dn8 = (size_t)x8_bytes(K * ff) + 8 * (size_t)p.cap_dn;
   p.act8 = (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
            reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
@@ -660,15 +673,17 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   g.cap = p.cap_gu;
   if (!p.act8) g.act8 = nullptr;
   g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
+  // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+;
+  // the block's 64 rows then take 64 * rg bytes of shared memory, not 64 slots of cap_gu
+  const int rg = row_bytes(a.gate.type, a.gate.ne0);
   {
-    // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+
-    // (the block's 64 rows of rg bytes fit its 64 row slots of cap_gu >= rg bytes)
-    const int rg = row_bytes(a.gate.type, a.gate.ne0);
     const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
     g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && (!a.fo_part || a.fo_acc) && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
   }
+  const size_t rows8 = g.tma ? 8 * 8 * (size_t)rg : 8 * 8 * (size_t)p.cap_gu; // k_fgu8's row region
   memset(&g.pf, 0, sizeof g.pf);
-  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || 8 * 8 * (size_t)p.cap_gu < 4 * 256 * 4 ||
+  // the picking's scratch in the row region: partial sums (4 KB), logits (1 KB), keys (2 KB)
+  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || rows8 < 4 * 256 * 4 + 256 * 4 + 256 * 8 ||
                     a.fo_ldp % 4 || (reinterpret_cast<uintptr_t>(a.fo_part) & 15)))
     return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
@@ -676,7 +691,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
   if (p.act8) {
     void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
-    e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8, st, g);
+    e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8 - 8 * 8 * (size_t)p.cap_gu + rows8, st, g);
   } else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(s2 ? k_fgu<T_Q6_K, true, 2> : k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
@@ -700,8 +715,9 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
   if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);
-  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), p.smem_dn, st, d);
-  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), p.smem_dn, st, d);
+  const size_t smem_dq = p.act8 ? p.smem_dn8 : p.smem_dn; // int8 kernels: no float row with act8
+  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), smem_dq, st, d);
+  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), smem_dq, st, d);
   else
     switch (a.down.type) {
 #define L(T) \

@@ -37,6 +37,7 @@ __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const f
   __shared__ __align__(16) float sbuf[4 * FO_WARPS * 32]; // float4 stores (fo_sum_part)
   __shared__ int ssel[32];
   __shared__ float sw[32], smx[1];
+  __shared__ unsigned long long skey[256];
   const int tid = threadIdx.x;
   xrow rx;
   xrow_load(rx, x, E);
@@ -45,8 +46,8 @@ __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const f
   const float sc = xrow_rms_scale(rx, E, eps, red);
   fo_logits(lsum, X, sc, slg, logits); // ends with a barrier: every thread has read the flag
   if (acc) fo_acc_reset(acc, ovf, X);
-  if (X <= 128) route_block<4>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
-  else route_block<8>(slg, X, K, norm_topk, w_scale, ssel, sw, smx);
+  if (X <= 128) route_block<4>(slg, X, K, norm_topk, w_scale, ssel, sw, smx, skey);
+  else route_block<8>(slg, X, K, norm_topk, w_scale, ssel, sw, smx, skey);
   if (tid < K) {
     sel[tid] = ssel[tid];
     selw[tid] = sw[tid];

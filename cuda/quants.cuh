@@ -200,6 +200,19 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *s, int &sc, i
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
+// The scales and mins of groups 2c and 2c + 1 (c = 0..3) from the 12 scale bytes as three words
+// (s0: bytes 0..3, s1: 4..7, s2: 8..11), without branches: k4_scale_min's values. The four 6-bit
+// values of groups 0..3 or 4..7 are formed a byte each in one word, then the pair shifted out.
+__device__ __forceinline__ void k4_scale_min2(int c, uint32_t s0, uint32_t s1, uint32_t s2, int &sc0, int &m0, int &sc1, int &m1) {
+  const bool hi = c >= 2;
+  const uint32_t scw = hi ? ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u)) : (s0 & 0x3F3F3F3Fu);
+  const uint32_t mw = hi ? (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u)) : (s1 & 0x3F3F3F3Fu);
+  const unsigned sh = 16u * (unsigned)(c & 1);
+  sc0 = (int)((scw >> sh) & 0xFFu);
+  sc1 = (int)((scw >> (sh + 8u)) & 0xFFu);
+  m0 = (int)((mw >> sh) & 0xFFu);
+  m1 = (int)((mw >> (sh + 8u)) & 0xFFu);
+}
 // Q4_K: y = d*sc*q - dmin*m; unit u = 2c + h: qs bytes 32c + 16h .. +15: low nibbles are
 // elements 64c + 16h + i (group 2c), high nibbles 64c + 32 + 16h + i (group 2c + 1).
 template <>

@@ -126,12 +126,13 @@ __device__ __forceinline__ unsigned long long route_key(float v, int e) {
 // counts as -inf) is counted by L threads (adjacent lanes) a logit and the K best are placed by
 // rank; the maximum is the first pick's logit (as route_core's, -FLT_MAX when none is a number), so
 // warp 0 forms the sum as route_core does only then, with the picks' weights and route_tail, and no
-// barrier waits on it before the ranks. smx: 1 float (the maximum).
+// barrier waits on it before the ranks. smx: 1 float (the maximum); skey: 256 keys of scratch
+// (shared memory, 8-byte aligned).
 template <int XJ>
-__device__ __forceinline__ void route_block(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw, float *smx) {
+__device__ __forceinline__ void route_block(const float *lg, int X, int K, int norm_topk, float w_scale, int *ssel, float *sw, float *smx,
+                                            unsigned long long *skey) {
   const int tid = threadIdx.x, lane = tid & 31;
   // the logits' sort keys (value, then lower id) for the ranks: one 64-bit comparison a pair
-  __shared__ unsigned long long skey[256];
   for (int i = tid; i < X; i += blockDim.x) skey[i] = route_key(lg[i], i);
   if (tid < K) { // every slot defined even if the logits are not numbers
     ssel[tid] = tid;
