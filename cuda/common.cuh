@@ -45,19 +45,11 @@ int64_t cu_allow_smem(K k, int optin, const char *what) {
   CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes), what);
   return cu_kernel_prefs(k, what);
 }
-// Programmatic dependent launch (sm_90 and newer): every kernel starts by waiting for the
-// previous kernel of its stream (all of its results visible), then lets the next kernel be
-// scheduled, so launches overlap the tails of their predecessors. Without the launch
-// attribute (cu_pdl off, older cards) both instructions are no-ops.
-__device__ __forceinline__ void cu_pdl_entry() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-  BL_TR_WAITED();
-}
-// The two apart: the wait alone, then the next kernel let in later (a kernel whose successor's
-// early work would compete with its own).
+// Programmatic dependent launch (sm_90 and newer): a kernel waits for the previous kernel of its
+// stream (all of its results visible), then lets the next kernel be scheduled, so launches overlap
+// the tails of their predecessors. Without the launch attribute (cu_pdl off, older cards) both
+// instructions are no-ops. The two apart: a kernel whose successor's early work would compete with
+// its own lets it in later (k_fgu8, once its rows are in).
 __device__ __forceinline__ void cu_pdl_wait_only() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -68,6 +60,11 @@ __device__ __forceinline__ void cu_pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+// Every other kernel: the wait, then the next kernel let in at once.
+__device__ __forceinline__ void cu_pdl_entry() {
+  cu_pdl_wait_only();
+  cu_pdl_trigger();
 }
 // Whether launches carry the attribute (BLOOMERY_CUDA_PDL=0 turns it off; set by cu_init_kernels).
 extern int cu_pdl;

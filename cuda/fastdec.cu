@@ -635,6 +635,9 @@ struct fmoe_plan {
   size_t smem_gu, smem_dn, smem_gu8, smem_dn8; // smem_dn8: down on gate/up's int8 rows (no float row)
 };
 
+// k_fgu8's shared memory: x (n floats), its int8 row, then the block's row region (rows bytes).
+static size_t gu8_smem(int n, size_t rows) { return (size_t)n * 4 + (size_t)x8_bytes(n) + rows; }
+
 static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   if (!(cu_fast & FAST_MOE)) return false;
   const int n = a.gate.ne0, ff = a.gate.ne1, K = fmoe_k(a);
@@ -656,7 +659,7 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   p.smem_gu = (size_t)n * 4 + (p.q8_gu ? (size_t)x8_bytes(n) : 0) + 8 * 4 * (size_t)p.cap_gu;
   p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
   // FAST_ACT8: the picks in memory, int8 rows on both sides, whole groups of 32 a block
-  p.smem_gu8 = (size_t)n * 4 + (size_t)x8_bytes(n) + 8 * 8 * (size_t)p.cap_gu;
+  p.smem_gu8 = gu8_smem(n, 8 * 8 * (size_t)p.cap_gu); // the most it takes (rows in slots, not packed)
   p.smem_dn8 = (size_t)x8_bytes(K * ff) + 8 * (size_t)p.cap_dn;
   p.act8 = (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
            reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
@@ -691,7 +694,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
   if (p.act8) {
     void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
-    e = cu_launch(k, dim3(ff / 32, K), dim3(256), p.smem_gu8 - 8 * 8 * (size_t)p.cap_gu + rows8, st, g);
+    e = cu_launch(k, dim3(ff / 32, K), dim3(256), gu8_smem(a.gate.ne0, rows8), st, g);
   } else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(s2 ? k_fgu<T_Q6_K, true, 2> : k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
   else
