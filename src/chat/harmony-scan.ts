@@ -129,8 +129,9 @@ export class JsonExtent {
       if (c === '"') this.inStr = true;
       else if (c === "{" || c === "[") this.stack.push(c);
       else if (c === "}" || c === "]") {
-        const open = this.stack.pop();
+        const open = this.stack[this.stack.length - 1];
         if (open === undefined || (open === "{") !== (c === "}")) return -(i + 2);
+        this.stack.pop();
         if (this.stack.length === 0) return i + 1;
       }
     }
