@@ -4,6 +4,7 @@
 // the forced-call and structured-reply grammars, the reasoning budget, malformed output.
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { parseArgs } from "../src/cli/flags.ts";
 import { GrammarMatcher } from "../src/grammar/index.ts";
 import { type FakeServer, type Script, fakeServer } from "./fake-engine.ts";
 import { FIXTURES, hasFixtures } from "./paths.ts";
@@ -68,6 +69,14 @@ describe.skipIf(!fixture)("gpt-oss through the server (scripted engine)", () => 
     const flagged = server(() => "", { chatTemplateKwargs: { reasoning_effort: "low" } });
     expect(await effort({}, flagged)).toBe("low");
     expect(await effort({ reasoning_effort: "high" }, flagged)).toBe("high");
+    // --reasoning-effort LEVEL (parsed as the command line has it)
+    const parsed = parseArgs(["-m", GGUF, "--reasoning-effort", "high"], {});
+    if (parsed.action !== "serve") throw new Error("expected serve options");
+    expect(parsed.options.reasoningEffort).toBe("high");
+    const level = server(() => "", { reasoningEffort: parsed.options.reasoningEffort });
+    expect(await effort({}, level)).toBe("high");
+    expect(await effort({ reasoning_effort: "low" }, level)).toBe("low");
+    expect(await effort({}, server(() => "", { reasoningEffort: "default" }))).toBe("medium");
     // the Responses API's reasoning.effort is the same field
     const rs = server(() => `${THOUGHT}${FINAL}`);
     await rs.post("/v1/responses", { input: "Hi", reasoning: { effort: "high" } });

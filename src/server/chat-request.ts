@@ -105,6 +105,8 @@ export function renderChatPrompt(ctx: ServerContext, body: Body): {
     if (!tpl.caps.supports_tools && policy.mode !== "none") msgs = withToolSystem(msgs, policy.offered);
   }
   const kwargs: Record<string, unknown> = { ...o.chatTemplateKwargs };
+  // --reasoning-effort is one of llama's default template kwargs ("default": the template's own)
+  if (o.reasoningEffort !== "default") kwargs.reasoning_effort = o.reasoningEffort;
   const kw = body.chat_template_kwargs;
   if (kw !== undefined && kw !== null) {
     if (typeof kw !== "object" || Array.isArray(kw)) throw badField("chat_template_kwargs", "expected an object");
