@@ -253,3 +253,44 @@ describe.skipIf(!fixture)("gpt-oss through the server (scripted engine)", () => 
     );
   });
 });
+
+describe.skipIf(!fixture)("gpt-oss's special tokens, token by token as the engine streams them", () => {
+  // the harmony specials as gpt-oss's GGUF holds them: control tokens
+  const SPECIALS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"];
+  const tokenServer = (script: Script) => fakeServer(TEMPLATE, GGUF, script, {}, { specials: SPECIALS, tokens: true });
+
+  test("the vocabulary: <|return|> and <|call|> end the generation, <|end|> and the markers are text", () => {
+    const tok = tokenServer(() => "").ctx.tokenizer;
+    const id = (t: string) => tok.encode(t, { addSpecial: false, parseSpecial: true });
+    for (const t of SPECIALS) expect(id(t)).toHaveLength(1);
+    expect(tok.isEog(id("<|return|>")[0])).toBe(true);
+    expect(tok.isEog(id("<|call|>")[0])).toBe(true);
+    for (const t of ["<|end|>", "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"]) {
+      expect(tok.isEog(id(t)[0])).toBe(false);
+      expect(tok.decode(id(t), { skipSpecial: true })).toBe(t);
+    }
+  });
+
+  test("a final reply ends at <|return|>", async () => {
+    const s = tokenServer(() => `${THOUGHT}${FINAL}<|return|><|start|>assistant<|channel|>final<|message|>never read`);
+    const r = await json(await s.post("/v1/chat/completions", { messages: USER }));
+    expect(r.choices[0]).toMatchObject({ finish_reason: "stop", message: { content: "It is sunny in Seoul.", reasoning_content: "The user wants the weather." } });
+  });
+
+  test("a call ends the turn at <|call|>, streamed", async () => {
+    const s = tokenServer(() => `${THOUGHT}${CALL}<|call|><|start|>assistant<|channel|>final<|message|>never read`);
+    const events = await sse(await s.post("/v1/chat/completions", { messages: USER, tools: [WEATHER], stream: true }));
+    const deltas = events.flatMap((e) => (e === "[DONE]" ? [] : e.choices.map((c: any) => c.delta)));
+    expect(deltas.map((d) => d.reasoning_content ?? "").join("")).toBe("The user wants the weather.");
+    expect(deltas.map((d) => d.content ?? "").join("")).toBe("");
+    const args = deltas.flatMap((d) => d.tool_calls ?? []).map((c: any) => c.function.arguments).join("");
+    expect(args).toBe('{"city": "Seoul"}');
+    expect(events[events.length - 2].choices[0].finish_reason).toBe("tool_calls");
+  });
+
+  test("the template's own call form, as the model copies it from the history", async () => {
+    const s = tokenServer(() => `${THOUGHT}<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Busan"}<|call|>`);
+    const r = await json(await s.post("/v1/chat/completions", { messages: USER, tools: [WEATHER] }));
+    expect(r.choices[0].message.tool_calls[0].function).toEqual({ name: "get_weather", arguments: '{"city":"Busan"}' });
+  });
+});

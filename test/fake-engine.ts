@@ -1,13 +1,15 @@
 // Test helper: the real HTTP app (buildApp) on a ServerContext whose engine is scripted: each
-// generation streams a text the test chooses, in pseudo-random token-sized pieces, and records
-// the request (prompt, grammar ...) for the test to check. The tokenizer is a real GGUF's.
+// generation streams a text the test chooses, in pseudo-random token-sized pieces (or, with
+// `tokens`, as the engine would: encoded, decoded token by token with special tokens skipped,
+// stopped at the first end-of-generation token), and records the request for the test to check.
+// The tokenizer is a real GGUF's, optionally with extra control tokens (a family's specials).
 import { defaultServerOptions, type ServerOptions } from "../src/cli/flags.ts";
 import type { EngineClient } from "../src/engine/client.ts";
 import type { DoneEvent, GenerateRequest, ModelInfo, StopType, TokenEvent } from "../src/engine/protocol.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { buildApp } from "../src/server/app.ts";
 import { ServerContext } from "../src/server/state.ts";
-import { Tokenizer, vocabFromMetadata } from "../src/tokenizer/index.ts";
+import { StreamDecoder, Tokenizer, TokenType, vocabFromMetadata } from "../src/tokenizer/index.ts";
 
 export type EngineRequest = Omit<GenerateRequest, "id">;
 
@@ -40,8 +42,24 @@ function done(stopType: StopType, n: number, prompt: number): DoneEvent {
 export class FakeEngine {
   readonly requests: EngineRequest[] = [];
   seed = 1;
+  /** Set: scripts are tokenized and streamed token by token as the engine's task does. */
+  tokenizer: Tokenizer | null = null;
 
   constructor(public script: Script) {}
+
+  /** The script as the engine would stream it: one event per token, up to the first EOG token. */
+  private tokenEvents(text: string, ignoreEos: boolean): { events: TokenEvent[]; eog: boolean } {
+    const tok = this.tokenizer!;
+    const dec = new StreamDecoder(tok, { skipSpecial: true });
+    const events: TokenEvent[] = [];
+    for (const id of tok.encode(text, { addSpecial: false, parseSpecial: true })) {
+      if (tok.isEog(id) && !ignoreEos) return { events, eog: true };
+      events.push({ id: 0, token: id, text: dec.push(id) });
+    }
+    const rest = dec.flush();
+    if (rest !== "") events.push({ id: 0, token: 0, text: rest });
+    return { events, eog: false };
+  }
 
   async generate(req: EngineRequest, handlers: { onTokens?: (e: TokenEvent[]) => void; signal?: AbortSignal } = {}): Promise<DoneEvent> {
     const call = this.requests.length;
@@ -49,13 +67,15 @@ export class FakeEngine {
     const s = this.script(req, call);
     const { text, stop } = typeof s === "string" ? { text: s, stop: undefined } : s;
     let n = 0;
-    for (const p of pieces(text, this.seed + call)) {
+    const tokens = this.tokenizer ? this.tokenEvents(text, req.ignoreEos) : null;
+    const events = tokens ? tokens.events : pieces(text, this.seed + call).map((p, i): TokenEvent => ({ id: 0, token: 100 + (i % 50), text: p }));
+    for (const e of events) {
       await Promise.resolve();
       if (handlers.signal?.aborted) return done("cancel", n, req.prompt.length);
-      handlers.onTokens?.([{ id: 0, token: 100 + (n % 50), text: p }]);
+      handlers.onTokens?.([e]);
       n++;
     }
-    return done(stop ?? "eos", n, req.prompt.length);
+    return done(stop ?? (tokens && !tokens.eog ? "limit" : "eos"), n, req.prompt.length);
   }
 }
 
@@ -66,13 +86,30 @@ export interface FakeServer {
   post(path: string, body: unknown): Promise<Response>;
 }
 
+export interface FakeVocab {
+  /** Control tokens appended to the GGUF's vocabulary (as a family's GGUF marks its specials). */
+  specials?: string[];
+  /** Stream scripts token by token through this vocabulary (FakeEngine.tokenizer). */
+  tokens?: boolean;
+}
+
 /** The app with `template` as the model's chat template, the tokenizer of `ggufPath`, and a scripted engine. */
-export function fakeServer(template: string, ggufPath: string, script: Script, opts: Partial<ServerOptions> = {}): FakeServer {
+export function fakeServer(template: string, ggufPath: string, script: Script, opts: Partial<ServerOptions> = {}, vocab: FakeVocab = {}): FakeServer {
   const o: ServerOptions = { ...defaultServerOptions(), ...opts };
   const ctx = new ServerContext(o, [], () => {});
   const g = GgufFile.open(ggufPath);
-  ctx.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => g.raw(k)));
+  const extra = vocab.specials ?? [];
+  ctx.tokenizer = Tokenizer.fromVocab(
+    vocabFromMetadata((k) => {
+      const v = g.raw(k);
+      if (extra.length === 0) return v;
+      if (k === "tokenizer.ggml.tokens") return [...(v as string[]), ...extra];
+      if (k === "tokenizer.ggml.token_type") return [...Array.from(v as ArrayLike<number>), ...extra.map(() => TokenType.CONTROL)];
+      return v;
+    }),
+  );
   const engine = new FakeEngine(script);
+  if (vocab.tokens) engine.tokenizer = ctx.tokenizer;
   ctx.client = engine as unknown as EngineClient;
   const info: ModelInfo = {
     path: ggufPath, arch: "gpt-oss", name: "fake", nVocab: ctx.tokenizer.nVocab, nCtxTrain: 4096, nEmbd: 64, nParams: 1, sizeBytes: 1,
