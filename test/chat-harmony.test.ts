@@ -333,7 +333,11 @@ const CASES: Case[] = [
   { name: "blank reasoning is dropped", text: "<|channel|>analysis<|message|> \n <|end|><|start|>assistant<|channel|>final<|message|>Hi", expect: { reasoning_content: "", content: "Hi" } },
   { name: "reasoning keeps its own whitespace", text: "<|channel|>analysis<|message|>\n a \n<|end|><|start|>assistant<|channel|>final<|message|> Hi ", expect: { reasoning_content: "\n a \n", content: " Hi " } },
   { name: "an output that reopens the turn", text: `<|start|>assistant${A}${F}`, expect: THOUGHTS },
-  { name: "a rendered <|return|> ends the final message", text: `${A}${F}<|return|>`, expect: THOUGHTS },
+  {
+    name: "marker-like text inside a body stays there (only <|end|> ends it, as in llama.cpp)",
+    text: "<|channel|>analysis<|message|>About <|start|> and <|return|><|end|><|start|>assistant<|channel|>final<|message|>Use <|call|> or <|start|>x",
+    expect: { reasoning_content: "About <|start|> and <|return|>", content: "Use <|call|> or <|start|>x" },
+  },
   { name: "unicode split anywhere", text: "<|channel|>analysis<|message|>생각 🤔<|end|><|start|>assistant<|channel|>final<|message|>안녕 👋 «ok»", expect: { reasoning_content: "생각 🤔", content: "안녕 👋 «ok»" } },
   { name: "empty output", text: "", expect: { content: "", reasoning_content: "", tool_calls: [] } },
   { name: "cut off inside a header", text: `${A}<|start|>assistant<|channel|>fin`, expect: { content: "", reasoning_content: "I'm\nthinking" } },

@@ -3,9 +3,9 @@
 // `to=functions.NAME` as tool calls (llama.cpp's gpt-oss handler, common/parsers/gpt-oss.cpp).
 //
 // The output is read as the sequence of messages it is: the prompt ends with `<|start|>assistant`,
-// so it opens with a header (`<|channel|>analysis<|message|>`), a body ends at `<|end|>` (or
-// `<|return|>` / `<|call|>` when a client renders them, or the next `<|start|>`), and the next
-// message opens with `<|start|>assistant`. Where llama.cpp fails the request because the output
+// so it opens with a header (`<|channel|>analysis<|message|>`), a body runs to `<|end|>` (as in
+// llama.cpp; `<|return|>` and `<|call|>` end the generation and never reach the text), and the
+// next message opens with `<|start|>assistant`. Where llama.cpp fails the request because the output
 // does not fit (text outside any message, an unknown channel, a call that is not JSON), the text
 // from there on is returned as content instead. Calls to recipients that are not callable tools
 // (`to=python`, builtins, tools the request did not offer) are dropped, as llama.cpp does.
@@ -44,9 +44,8 @@ type Mode =
   | { m: "after-call" }
   | { m: "raw" };
 
-/** Texts that end a message body; `<|start|>` is left for the next message. */
-const BODY_ENDS = [H_END, H_RETURN, H_CALL, "<|start|>"];
-const CALL_ENDS = [H_CALL, H_END];
+/** What may follow a call's arguments before the next message (`<|call|>` when a client renders it). */
+const CALL_ENDS = [H_CALL, H_END, H_RETURN];
 
 function isWs(c: string): boolean {
   return c === " " || c === "\n" || c === "\t" || c === "\r";
@@ -56,15 +55,6 @@ function trimStartWs(s: string): string {
   let i = 0;
   while (i < s.length && isWs(s[i])) i++;
   return i === 0 ? s : s.slice(i);
-}
-
-function firstOf(text: string, markers: string[]): { at: number; marker: string } | null {
-  let best: { at: number; marker: string } | null = null;
-  for (const m of markers) {
-    const at = text.indexOf(m);
-    if (at >= 0 && (best === null || at < best.at)) best = { at, marker: m };
-  }
-  return best;
 }
 
 /**
@@ -262,20 +252,16 @@ export class HarmonyStream {
   }
 
   private readBody(body: Body, final: boolean): boolean {
-    const hit = firstOf(this.pending, BODY_ENDS);
-    if (hit === null) {
-      const keep = final ? 0 : partialSuffix(this.pending, BODY_ENDS);
+    const at = this.pending.indexOf(H_END);
+    if (at < 0) {
+      const keep = final ? 0 : partialSuffix(this.pending, [H_END]);
       this.emitBody(body, this.pending.slice(0, this.pending.length - keep));
       this.pending = this.pending.slice(this.pending.length - keep);
       return false;
     }
-    this.emitBody(body, this.pending.slice(0, hit.at));
-    if (hit.marker === "<|start|>") {
-      this.pending = this.pending.slice(hit.at);
-    } else {
-      if (body === "raw-analysis" && hit.marker === H_END) this.emitContent(H_END);
-      this.pending = this.pending.slice(hit.at + hit.marker.length);
-    }
+    this.emitBody(body, this.pending.slice(0, at));
+    if (body === "raw-analysis") this.emitContent(H_END);
+    this.pending = this.pending.slice(at + H_END.length);
     this.mode = { m: "between" };
     return true;
   }
