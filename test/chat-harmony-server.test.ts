@@ -185,6 +185,22 @@ describe.skipIf(!fixture)("gpt-oss through the server (scripted engine)", () => 
     expect(m.reasoning_content.length).toBeLessThan(30);
   });
 
+  test("reasoning budget 0 ends the analysis as soon as it opens; before a forced call the grammar goes on after <|end|>", async () => {
+    const long = "<|channel|>analysis<|message|>one two three four five<|end|>";
+    // token by token through the harmony specials, so the kept tokens are real ones
+    const specials = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"];
+    const s = fakeServer(TEMPLATE, GGUF, (_req, call) => (call === 0 ? `${long}${FINAL}<|return|>` : `${FINAL}<|return|>`), {}, { specials, tokens: true });
+    const r = await json(await s.post("/v1/chat/completions", { messages: USER, reasoning_budget_tokens: 0 }));
+    expect(r.choices[0].message).toEqual({ role: "assistant", content: "It is sunny in Seoul." });
+    expect(s.ctx.tokenizer.decode(s.engine.requests[1].prompt).endsWith("<|channel|>analysis<|message|><|end|>")).toBe(true);
+    const t = server((_req, call) => (call === 0 ? `${long}${CALL}` : CALL));
+    const rt = await json(await t.post("/v1/chat/completions", { messages: USER, tools: [WEATHER], tool_choice: "required", reasoning_budget_tokens: 2 }));
+    expect(rt.choices[0].message.tool_calls[0].function.arguments).toBe('{"city": "Seoul"}');
+    const after = GrammarMatcher.compile(t.engine.requests[1].grammar!);
+    expect(after.clone().accepts(new TextEncoder().encode(CALL))).toBe(true);
+    expect(after.clone().accepts(new TextEncoder().encode(CALL.slice("<|start|>assistant".length)))).toBe(false);
+  });
+
   test("malformed output is content, never an error", async () => {
     for (const text of ["Just plain text.", `${THOUGHT}garbage after the analysis`, "<|channel|>bogus<|message|>x"]) {
       const s = server(() => text);
