@@ -29,8 +29,9 @@ export class MappedWeights {
         this.maps.set(path, { base: out[0], size: out[1] });
         if (huge) this.readHuge(path, huge);
         const mapped = (t: GgufTensorInfo) => !this.hugeRange(t);
-        if (populate === true && !this.huge.length) prefault(out[0], out[1]);
-        else if (populate === true) this.prefaultTensors(path, mapped);
+        // only the tensors' pages: a file's header and any bytes past its last tensor are never read
+        // (a 100 GiB sparse tail once prefaulted for minutes)
+        if (populate === true) this.prefaultTensors(path, mapped);
         else if (populate) this.prefaultTensors(path, (t) => populate(t) && mapped(t));
       }
     } catch (e) {
