@@ -34,7 +34,7 @@ beforeAll(() => {
       { path: "Qwen3-Coder-30B-A3B-Instruct-Q8_0.gguf", content: bytes(5000, 7) },
     ],
   });
-}, 600000); // may build dist/bloomery-serve
+}, 600000); // may build the tests' executable (build/test/bloomery-serve)
 afterAll(() => hub.stop());
 
 const hubEnv = (extra: Record<string, string> = {}) => agentEnv({ HF_ENDPOINT: hub.url, ...extra });
