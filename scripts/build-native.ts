@@ -67,6 +67,10 @@ try {
   throw e;
 }
 
+say(choice.kind === "cpu"
+  ? `building the CPU library, no CUDA library (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`
+  : `building the CPU library and the CUDA library for ${choice.archs.join(", ")} (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`);
+
 // CPU library: baseline x86-64 code; SIMD paths carry their own target attributes and are
 // chosen at run time from cpuid, never by the build machine.
 const cpuDir = join(root, "ffi", "cpu");
@@ -93,7 +97,7 @@ const cudaLib = join(build, "libbloomery_cuda.so");
 const cudaDir = join(root, "cuda");
 if (choice.kind === "cpu") {
   if (!existsSync(cudaLib)) writeFileSync(cudaLib, "");
-  say(`no CUDA library in this build: ${choice.why}`);
+  say("no CUDA library in this build: the executable runs on the CPU");
   record(null);
 } else {
   await buildCuda(nvcc!, choice.archs, choice.why);

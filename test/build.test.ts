@@ -102,6 +102,7 @@ describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () =
     const p = Bun.spawnSync([process.execPath, "scripts/build-native.ts", "--build-dir", dir, "--cuda", "sm_90,compute_120", "--jobs", "3"], { cwd: ROOT, env: cleanEnv({ NVCC: fakeNvcc() }), stdout: "pipe", stderr: "pipe" });
     const out = p.stdout.toString();
     expect(p.exitCode).toBe(0);
+    expect(out).toStartWith("build-native: building the CPU library and the CUDA library for sm_90, compute_120 (as --cuda asks) [choose: --cuda cpu|native|release|sm_XX,...]\n");
     expect(out).toContain("libbloomery_cpu.so is up to date");
     expect(out).toContain(`CUDA library for sm_90, compute_120, as --cuda asks: ${cuSources} of ${cuSources} sources to compile, 3 at a time`);
     const lines = out.split("\n").filter((l) => /^build-native: \[\d+\/\d+\] cuda\/\w+\.cu \d+\.\d s \(\d+:\d\d elapsed\)$/.test(l));
@@ -129,7 +130,8 @@ describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () =
     const dir = buildDir("b3");
     const p = Bun.spawnSync([process.execPath, "scripts/build-native.ts", "--build-dir", dir], { cwd: ROOT, env: cleanEnv({ NVCC: fakeNvcc(), PATH: "/usr/bin:/bin" }), stdout: "pipe", stderr: "pipe" });
     expect(p.exitCode).toBe(0);
-    expect(p.stdout.toString()).toContain("no CUDA library in this build: nvcc is here but no NVIDIA card is");
+    expect(p.stdout.toString()).toStartWith("build-native: building the CPU library, no CUDA library (nvcc is here but no NVIDIA card is");
+    expect(p.stdout.toString()).toContain("no CUDA library in this build: the executable runs on the CPU");
     expect(readFileSync(join(dir, "libbloomery_cuda.so")).length).toBe(0);
     expect(JSON.parse(readFileSync(join(dir, "native-build.json"), "utf8")).cuda).toBeNull();
   });

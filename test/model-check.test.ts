@@ -2,7 +2,7 @@
 // one token short of the embedding rows, gate and up experts of different types, block_count smaller
 // than the layers present, NaN weights (one token's forward pass), and the real files passing.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, truncateSync, copyFileSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Model } from "../src/engine/model.ts";
@@ -41,6 +41,26 @@ describe.skipIf(!hasFixtures)("model check", () => {
     for (const p of ["demo-model/bloomery-demo-q8_0.gguf", "demo-model/bloomery-demo-q4_k_m.gguf", "tiny-qwen3moe/tiny.gguf", "tiny-qwen3moe/tiny-q8_0.gguf"]) {
       expect(check(join(FIXTURES, p))).toEqual([]);
     }
+  });
+
+  test("the check is generic: the families' fixture files (deepseek2, glm4moe, gpt-oss, qwen3next, qwen35moe) pass it with hparams from their metadata", () => {
+    const famDir = join(FIXTURES, "families");
+    if (!existsSync(famDir)) return;
+    const seen: string[] = [];
+    for (const fam of readdirSync(famDir)) {
+      const f = GgufFile.open(join(famDir, fam, `${fam}.gguf`));
+      const a = f.str("general.architecture");
+      const n = (k: string, d = 0) => { const v = f.raw(`${a}.${k}`); return typeof v === "number" ? v : d; };
+      const E = n("embedding_length"), H = n("attention.head_count");
+      const hp = {
+        arch: a, nVocab: f.tensor("token_embd.weight")!.ne[1], nEmbd: E, nLayer: n("block_count"), nCtxTrain: n("context_length"), nHead: H,
+        nHeadKv: n("attention.head_count_kv", H), headDim: n("attention.key_length", E / H), nFf: n("expert_feed_forward_length"),
+        nExpert: n("expert_count"), nExpertUsed: n("expert_used_count"), eps: 1e-6, kvLayers: n("block_count"),
+      };
+      expect(checkModelFile(f, hp)).toEqual([]);
+      seen.push(a);
+    }
+    expect(seen.length).toBeGreaterThanOrEqual(5);
   });
 
   test("a vocabulary one token short of the embedding rows is refused", () => {
