@@ -2,6 +2,9 @@
 // line every 2 s and one at the end (a line redrawn in place on a terminal); on stderr, so --json's
 // stdout stays events only (the real executable, the threshold lowered to show it on the demo).
 import { describe, expect, test } from "bun:test";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { LOAD_PROGRESS_MIN_BYTES, prefaultRanges, type ProgressSink } from "../src/engine/load-progress.ts";
 import { EXE } from "./exe.ts";
 import { ensureBuilt } from "./server-helpers.ts";
@@ -57,7 +60,7 @@ describe("the executable", () => {
     ensureBuilt();
     const p = Bun.spawn([EXE, "--demo", "--port", "0", "--json"], {
       cwd: ROOT, stdout: "pipe", stderr: "pipe",
-      env: { ...process.env, BLOOMERY_LOAD_PROGRESS_MIN_MIB: "1", XDG_CACHE_HOME: `${ROOT}/build/test-cache` },
+      env: { ...process.env, BLOOMERY_LOAD_PROGRESS_MIN_MIB: "1", XDG_CACHE_HOME: mkdtempSync(join(tmpdir(), "bloomery-progress-")) },
     });
     const dec = new TextDecoder();
     let out = "";
