@@ -137,6 +137,18 @@ describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () =
   });
 });
 
+describe("the two set-up lines", () => {
+  test("README's two lines, and the npm scripts they run: start builds dist/ and serves the demo; test builds its own executable", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    expect(readme).toContain("    npm ci && npm start ");
+    expect(readme).toContain("    npm ci && npm test ");
+    const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
+    expect(pkg.scripts.start).toBe("bun scripts/build.ts && dist/bloomery-serve --demo");
+    expect(pkg.scripts.test).toBe("bun scripts/build.ts --for-tests && bun test --timeout 120000");
+    expect(readFileSync(join(ROOT, ".ci", "run"), "utf8")).toContain("npm test");
+  });
+});
+
 describe("the demo model in the repository", () => {
   test("the committed asset is whole; a missing file, a Git LFS pointer or a changed file is refused saying how to restore it", () => {
     expect(checkDemoAsset(ROOT)).toBe(join(ROOT, DEMO_ASSET));
