@@ -3,8 +3,9 @@
 // with the libraries, the engine worker and the demo model embedded: dist/bloomery-serve, or --out PATH.
 // `--for-tests` (npm test) writes the tests' own executable, build/test/bloomery-serve, and never dist/;
 // with BLOOMERY_TEST_EXE set it compiles nothing (the tests run that executable).
+// `--no-demo` leaves the demo model out (an executable 15 MB smaller, for carry-limited device runs).
 // Usage: bun scripts/build.ts [--cuda cpu|native|release|sm_XX,...] [--cuda-arch sm_XX,...] [--out PATH]
-//        [--for-tests] [--jobs N] [--force] [--trace]
+//        [--for-tests] [--no-demo] [--jobs N] [--force] [--trace]
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { checkDemoAsset, DemoAssetError } from "./demo-asset.ts";
@@ -24,6 +25,7 @@ if (argv.includes("-h") || argv.includes("--help")) {
                 default: native with a card, release in CI (CI set) with nvcc, else cpu
   --out PATH    the executable (default dist/bloomery-serve)
   --for-tests   the tests' executable build/test/bloomery-serve (npm test); nothing when BLOOMERY_TEST_EXE is set
+  --no-demo     leave the demo model out (--demo then says this build has none)
   --jobs N      nvcc processes at once (default: the CPU count; env BLOOMERY_BUILD_JOBS)`);
   process.exit(0);
 }
@@ -48,10 +50,11 @@ function run(cmd: string[]): void {
 }
 
 const forTests = argv.includes("--for-tests");
+const noDemo = argv.includes("--no-demo");
 const given = process.env.BLOOMERY_TEST_EXE;
 const out = resolve(root, value("--out") ?? (forTests ? TEST_EXE : join(root, "dist", "bloomery-serve")));
 // build-native reads the CUDA choice from the same arguments
-const nativeArgs = argv.filter((a, i) => a !== "--for-tests" && a !== "--out" && argv[i - 1] !== "--out");
+const nativeArgs = argv.filter((a, i) => a !== "--for-tests" && a !== "--no-demo" && a !== "--out" && argv[i - 1] !== "--out");
 
 if (forTests && given) {
   console.log(`build: the tests run BLOOMERY_TEST_EXE=${given} (compiled by you): building the native libraries for the tests that load them, no executable`);
@@ -73,22 +76,24 @@ try {
 // the CUDA library goes in only when this build made one (a CPU build embeds an empty stand-in:
 // the executable then says it has no CUDA library and runs on the CPU)
 const native = JSON.parse(readFileSync(join(root, "build", "native-build.json"), "utf8")) as { cuda: string[] | null };
-const empty = join(root, "build", "empty", "libbloomery_cuda.so");
-if (!native.cuda) {
-  mkdirSync(dirname(empty), { recursive: true });
-  if (!existsSync(empty)) writeFileSync(empty, "");
-}
+const stand = (name: string): string => {
+  const p = join(root, "build", "empty", name);
+  mkdirSync(dirname(p), { recursive: true });
+  if (!existsSync(p)) writeFileSync(p, "");
+  return p;
+};
 const what = native.cuda ? `the CPU and CUDA (${native.cuda.join(", ")}) libraries` : "the CPU library (no CUDA library)";
-console.log(`build: compiling ${show(out)} with ${what}, the engine worker and the demo model (${show(demo)}) ...`);
+console.log(`build: compiling ${show(out)} with ${what}, the engine worker and ${noDemo ? "no demo model (--no-demo)" : `the demo model (${show(demo)})`} ...`);
 mkdirSync(dirname(out), { recursive: true });
 const t0 = performance.now();
 const result = await Bun.build({
   entrypoints: ENTRYPOINTS.map((e) => join(root, e)),
   compile: { outfile: out },
-  plugins: native.cuda ? [] : [{
-    name: "bloomery-cpu-only",
+  plugins: [{
+    name: "bloomery-stand-ins",
     setup(b) {
-      b.onResolve({ filter: /(^|\/)build\/libbloomery_cuda\.so$/ }, () => ({ path: empty }));
+      if (!native.cuda) b.onResolve({ filter: /(^|\/)build\/libbloomery_cuda\.so$/ }, () => ({ path: stand("libbloomery_cuda.so") }));
+      if (noDemo) b.onResolve({ filter: /(^|\/)assets\/demo\/bloomery-demo-q8_0\.gguf$/ }, () => ({ path: stand("bloomery-demo-q8_0.gguf") }));
     },
   }],
 });

@@ -199,6 +199,12 @@ describe.skipIf(!canClone)("a checkout as a clone has it (no ../shared, no build
     expect(t).toContain("build: build/test/bloomery-serve in");
     expect(existsSync(join(clone, "build", "test", "bloomery-serve"))).toBe(true);
     expect(existsSync(join(clone, "dist"))).toBe(false);
+    // --no-demo (device runs with a carry limit): 15 MB smaller, and --demo says so
+    const nd = join(clone, "build", "nodemo");
+    expect(sh(["scripts/build.ts", "--cuda", "cpu", "--no-demo", "--out", nd])).toContain("and no demo model (--no-demo)");
+    const none = Bun.spawnSync([nd, "--demo"], { cwd: work, env, stdout: "pipe", stderr: "pipe" });
+    expect(none.exitCode).toBe(3);
+    expect(none.stderr.toString()).toContain("this build has no demo model (it was built with --no-demo)");
     const d = sh(["scripts/build.ts", "--cuda", "cpu"]);
     expect(d).toContain("with the CPU library (no CUDA library), the engine worker and the demo model (assets/demo/bloomery-demo-q8_0.gguf)");
     const exe = join(clone, "dist", "bloomery-serve");

@@ -7,7 +7,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 
 const NAME = "bloomery-demo-q8_0.gguf";
-const NONE = "this build has no demo model (assets/demo/bloomery-demo-q8_0.gguf was empty when it was built: restore it with git checkout -- assets/demo and build again); pass a model with -m";
+const NONE = "this build has no demo model (it was built with --no-demo); pass a model with -m, or build without --no-demo";
 
 function cacheDir(): string {
   return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "bloomery");
