@@ -52,17 +52,22 @@ export function checkModelFile(f: GgufFile, hp: HParams): string[] {
   want("output.weight", (x) => x.ne[0] === E && x.ne[1] === hp.nVocab, `the output projection should be [${E}, ${hp.nVocab}] (embedding_length, vocabulary)`);
   want("output_norm.weight", (x) => x.ne[0] === E && x.ne.length === 1, `a norm of embedding_length ${E}`);
 
-  // layers: every blk.N must be one of block_count's layers
+  // layers: every blk.N must be one of block_count's layers (the key itself: a family may run fewer,
+  // as llama.cpp's GLM-4.5 and DeepSeek-V3 files count their next-token-prediction layers in it)
+  const arch = f.raw("general.architecture");
+  const key = `${typeof arch === "string" ? arch : hp.arch}.block_count`;
+  const bc = f.raw(key);
+  const blockCount = typeof bc === "number" ? bc : hp.nLayer;
   const extra = new Map<number, number>();
   for (const name of f.tensors.keys()) {
     const m = LAYER_RE.exec(name);
-    if (m && Number(m[1]) >= hp.nLayer) extra.set(Number(m[1]), (extra.get(Number(m[1])) ?? 0) + 1);
+    if (m && Number(m[1]) >= blockCount) extra.set(Number(m[1]), (extra.get(Number(m[1])) ?? 0) + 1);
   }
   if (extra.size) {
     const layers = [...extra.keys()].sort((a, b) => a - b);
     const n = [...extra.values()].reduce((a, b) => a + b, 0);
     const list = layers.length > 4 ? `blk.${layers[0]}.* to blk.${layers[layers.length - 1]}.*` : layers.map((l) => `blk.${l}.*`).join(", ");
-    faults.push(`${hp.arch}.block_count is ${hp.nLayer} but the file holds ${n} tensors of ${layers.length} more layer${layers.length > 1 ? "s" : ""} (${list}): block_count is wrong or the file mixes two models`);
+    faults.push(`${safeText(key)} is ${blockCount} but the file holds ${n} tensors of ${layers.length} more layer${layers.length > 1 ? "s" : ""} (${list}): block_count is wrong or the file mixes two models`);
   }
 
   for (let i = 0; i < hp.nLayer && faults.length < 8; i++) {
