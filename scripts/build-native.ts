@@ -1,18 +1,40 @@
-// bloomery: builds the native libraries into build/ (the CPU library with gcc; the CUDA
-// library with nvcc when nvcc is present). Usage: bun scripts/build-native.ts [--cuda-arch sm_90,...]
-import { readdirSync, mkdirSync, statSync, existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+// bloomery: builds the native libraries into build/: the CPU library with gcc, and the CUDA library
+// with nvcc for the architectures chosen (scripts/build-cuda-mode.ts: --cuda cpu | native | release |
+// sm_XX,..., or --cuda-arch / BLOOMERY_CUDA_ARCH; by default the card in this machine, every release
+// target in CI, else the CPU only), saying what it builds and why, with a progress line per CUDA source.
+// Usage: bun scripts/build-native.ts [--cuda MODE] [--cuda-arch sm_90,...] [--jobs N] [--force] [--trace] [--build-dir DIR]
+// It records its choice in build/native-build.json (scripts/build.ts embeds the CUDA library only
+// when this build made one).
+import { readdirSync, mkdirSync, statSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { join, resolve } from "node:path";
+import { BuildChoiceError, chooseCuda, findNvcc, probeCards, type CudaChoice } from "./build-cuda-mode.ts";
 
 const root = join(import.meta.dir, "..");
-const build = join(root, "build");
+const argv = process.argv.slice(2);
+// --build-dir DIR: where the libraries and objects go (default build/; the build's own tests use another)
+const build = argv.includes("--build-dir") ? resolve(argv[argv.indexOf("--build-dir") + 1]) : join(root, "build");
+const force = argv.includes("--force");
+const t0 = performance.now();
 mkdirSync(build, { recursive: true });
+
+function say(line: string): void {
+  console.log(`build-native: ${line}`);
+}
+
+function fail(line: string): never {
+  console.error(`build-native: ${line}`);
+  process.exit(1);
+}
 
 function run(cmd: string[]): void {
   const p = Bun.spawnSync(cmd, { stdout: "inherit", stderr: "inherit" });
-  if (p.exitCode !== 0) {
-    console.error(`build-native: failed: ${cmd.join(" ")}`);
-    process.exit(1);
-  }
+  if (p.exitCode !== 0) fail(`failed: ${cmd.join(" ")}`);
+}
+
+function clock(ms: number): string {
+  const s = Math.round(ms / 1000);
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
 }
 
 function newest(paths: string[]): number {
@@ -26,52 +48,69 @@ function sources(dir: string, ext: string[]): string[] {
     .sort();
 }
 
+function jobs(): number {
+  const i = argv.indexOf("--jobs");
+  const v = i >= 0 ? argv[i + 1] : process.env.BLOOMERY_BUILD_JOBS;
+  if (v === undefined) return Math.max(1, availableParallelism());
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) fail(`--jobs / BLOOMERY_BUILD_JOBS: expected a positive integer, got '${v}'`);
+  return n;
+}
+
+// what to build: said before anything compiles
+const nvcc = findNvcc(process.env, existsSync);
+let choice: CudaChoice;
+try {
+  choice = chooseCuda(argv, process.env, { nvcc, cards: nvcc ? probeCards() : null, ci: !!process.env.CI && process.env.CI !== "false" });
+} catch (e) {
+  if (e instanceof BuildChoiceError) fail(e.message);
+  throw e;
+}
+
+say(choice.kind === "cpu"
+  ? `building the CPU library, no CUDA library (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`
+  : `building the CPU library and the CUDA library for ${choice.archs.join(", ")} (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`);
+
 // CPU library: baseline x86-64 code; SIMD paths carry their own target attributes and are
 // chosen at run time from cpuid, never by the build machine.
 const cpuDir = join(root, "ffi", "cpu");
 const cpuSrc = sources(cpuDir, [".c"]);
 const cpuDeps = [...cpuSrc, ...sources(cpuDir, [".h"]), join(root, "ffi", "bloomery.h")];
 const cpuLib = join(build, "libbloomery_cpu.so");
-if (!existsSync(cpuLib) || newest(cpuDeps) > statSync(cpuLib).mtimeMs || process.argv.includes("--force")) {
+if (!existsSync(cpuLib) || newest(cpuDeps) > statSync(cpuLib).mtimeMs || force) {
+  say(`compiling the CPU library (${cpuSrc.length} C sources, gcc) ...`);
+  const c0 = performance.now();
   run([
     "gcc", "-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
     "-Wno-unused-parameter", "-fvisibility=default", "-pthread",
     "-o", cpuLib, ...cpuSrc, "-lm",
   ]);
-  console.log(`build-native: ${cpuLib}`);
+  say(`${cpuLib} in ${clock(performance.now() - c0)}`);
+} else {
+  say(`${cpuLib} is up to date`);
 }
 
-// CUDA library: one object per cuda/*.cu (compiled in parallel), linked with the static CUDA
-// runtime, so only the driver is needed at run time. SASS for sm_86, sm_90 and sm_120a plus PTX
-// for newer cards by default; BLOOMERY_CUDA_ARCH=sm_90 (or --cuda-arch sm_90,...) builds only
-// those, for quick device runs. Without nvcc an empty placeholder stands in: the executable then
-// says it has no CUDA library and runs on the CPU.
+// CUDA library: one object per cuda/*.cu, a pool of nvcc jobs, linked with the static CUDA runtime
+// so only the driver is needed at run time. Without one (the CPU only) an empty placeholder stands
+// in where none was built before: the executable then says it has no CUDA library and runs on the CPU.
 const cudaLib = join(build, "libbloomery_cuda.so");
 const cudaDir = join(root, "cuda");
-const nvcc = findNvcc();
-if (!nvcc) {
-  if (!existsSync(cudaLib)) await Bun.write(cudaLib, "");
-  console.log("build-native: nvcc not found: no CUDA library in this build (the engine runs on the CPU)");
+if (choice.kind === "cpu") {
+  if (!existsSync(cudaLib)) writeFileSync(cudaLib, "");
+  say("no CUDA library in this build: the executable runs on the CPU");
+  record(null);
 } else {
-  await buildCuda(nvcc);
+  await buildCuda(nvcc!, choice.archs, choice.why);
+  record(choice.archs);
 }
 
-function findNvcc(): string | undefined {
-  const cands = [process.env.NVCC, Bun.which("nvcc"), "/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"];
-  return cands.find((p): p is string => !!p && existsSync(p));
+function record(archs: string[] | null): void {
+  writeFileSync(join(build, "native-build.json"), `${JSON.stringify({ cuda: archs, trace: archs ? trace() : false }, null, 1)}\n`);
 }
 
-function cudaArchs(): string[] {
-  const i = process.argv.indexOf("--cuda-arch");
-  const spec = i >= 0 ? process.argv[i + 1] : process.env.BLOOMERY_CUDA_ARCH;
-  const list = (spec ?? "sm_86,sm_90,sm_120a,compute_120").split(",").map((s) => s.trim()).filter(Boolean);
-  for (const a of list) {
-    if (!/^(sm|compute)_\d+a?$/.test(a)) {
-      console.error(`build-native: bad CUDA architecture '${a}' (sm_90, sm_120a, compute_120, ...)`);
-      process.exit(1);
-    }
-  }
-  return list;
+function trace(): boolean {
+  // --trace (or BLOOMERY_CUDA_TRACE_BUILD=1): the kernel timeline tracer compiled in (cuda/trace.cuh), a measurement build
+  return argv.includes("--trace") || process.env.BLOOMERY_CUDA_TRACE_BUILD === "1";
 }
 
 function gencode(a: string): string {
@@ -79,34 +118,66 @@ function gencode(a: string): string {
   return a.startsWith("sm_") ? `-gencode=arch=compute_${num},code=sm_${num}` : `-gencode=arch=compute_${num},code=compute_${num}`;
 }
 
-async function buildCuda(nvccPath: string): Promise<void> {
-  const archs = cudaArchs();
+async function buildCuda(nvccPath: string, archs: string[], why: string): Promise<void> {
   const src = sources(cudaDir, [".cu"]);
   const headers = [...sources(cudaDir, [".cuh", ".h"]), join(root, "ffi", "bloomery.h")];
-  // --trace (or BLOOMERY_CUDA_TRACE_BUILD=1): the kernel timeline tracer compiled in (cuda/trace.cuh), a measurement build
-  const trace = process.argv.includes("--trace") || process.env.BLOOMERY_CUDA_TRACE_BUILD === "1";
-  const tag = archs.join("-") + (trace ? "-trace" : "");
+  const tr = trace();
+  const tag = archs.join("-") + (tr ? "-trace" : "");
   const objDir = join(build, `cuda-obj-${tag}`);
   mkdirSync(objDir, { recursive: true });
   const stamp = join(build, "libbloomery_cuda.arch");
   const sameArch = existsSync(stamp) && readFileSync(stamp, "utf8") === tag;
-  const force = process.argv.includes("--force");
   const hdrTime = newest(headers);
-  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...(trace ? ["-DBL_TRACE"] : []), ...archs.map(gencode)];
-  const jobs: { obj: string; proc: ReturnType<typeof Bun.spawn> }[] = [];
-  for (const f of src) {
-    const obj = join(objDir, f.slice(cudaDir.length + 1).replace(/\.cu$/, ".o"));
-    if (!force && existsSync(obj) && statSync(obj).mtimeMs > Math.max(statSync(f).mtimeMs, hdrTime)) continue;
-    jobs.push({ obj, proc: Bun.spawn([nvccPath, ...common, "-c", f, "-o", obj], { stdout: "inherit", stderr: "inherit" }) });
+  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...(tr ? ["-DBL_TRACE"] : []), ...archs.map(gencode)];
+  const objOf = (f: string) => join(objDir, f.slice(cudaDir.length + 1).replace(/\.cu$/, ".o"));
+  const todo = src.filter((f) => force || !existsSync(objOf(f)) || statSync(objOf(f)).mtimeMs <= Math.max(statSync(f).mtimeMs, hdrTime));
+  const objs = src.map(objOf);
+  const n = jobs();
+  if (todo.length) {
+    say(`CUDA library for ${archs.join(", ")}${tr ? " (with the tracer)" : ""}, ${why}: ${todo.length} of ${src.length} sources to compile, ${Math.min(n, todo.length)} at a time (each takes nvcc from seconds to minutes; every one is reported as it ends)`);
   }
-  const objs = src.map((f) => join(objDir, f.slice(cudaDir.length + 1).replace(/\.cu$/, ".o")));
-  const codes = await Promise.all(jobs.map((j) => j.proc.exited));
-  if (codes.some((c) => c !== 0)) {
-    console.error("build-native: a CUDA source failed to compile");
-    process.exit(1);
+  await compileAll(nvccPath, common, todo, objOf, n);
+  if (!todo.length && sameArch && existsSync(cudaLib) && statSync(cudaLib).size > 0 && statSync(cudaLib).mtimeMs >= newest(objs)) {
+    say(`${cudaLib} (${archs.join(", ")}) is up to date`);
+    return;
   }
-  if (!jobs.length && sameArch && existsSync(cudaLib) && statSync(cudaLib).size > 0 && statSync(cudaLib).mtimeMs >= newest(objs)) return;
+  say(`linking ${cudaLib} ...`);
   run([nvccPath, "-shared", "-cudart", "static", ...archs.map(gencode), "-Xcompiler", "-static-libstdc++,-static-libgcc", "-o", cudaLib, ...objs]);
   await Bun.write(stamp, tag);
-  console.log(`build-native: ${cudaLib} (${archs.join(", ")})`);
+  say(`${cudaLib} (${archs.join(", ")}) after ${clock(performance.now() - t0)}`);
+}
+
+/** Compile the sources with at most `n` nvcc processes at once; a line as each ends, a heartbeat each minute. */
+async function compileAll(nvccPath: string, common: string[], todo: string[], objOf: (f: string) => string, n: number): Promise<void> {
+  const running = new Map<string, number>();
+  let next = 0, done = 0, failed = 0;
+  const name = (f: string) => f.slice(root.length + 1);
+  const heartbeat = setInterval(() => {
+    const now = performance.now();
+    const list = [...running].map(([f, s]) => `${name(f)} (${clock(now - s)})`).join(", ");
+    say(`still compiling ${list}; ${done} of ${todo.length} done, ${clock(now - t0)} elapsed`);
+  }, 60000);
+  const worker = async () => {
+    while (next < todo.length && !failed) {
+      const f = todo[next++];
+      const s = performance.now();
+      running.set(f, s);
+      const p = Bun.spawn([nvccPath, ...common, "-c", f, "-o", objOf(f)], { stdout: "inherit", stderr: "inherit" });
+      const code = await p.exited;
+      running.delete(f);
+      if (code !== 0) {
+        failed++;
+        console.error(`build-native: ${name(f)} failed to compile (nvcc exit ${code})`);
+        continue;
+      }
+      done++;
+      say(`[${done}/${todo.length}] ${name(f)} ${((performance.now() - s) / 1000).toFixed(1)} s (${clock(performance.now() - t0)} elapsed)`);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.min(n, todo.length) }, worker));
+  } finally {
+    clearInterval(heartbeat);
+  }
+  if (failed) fail("a CUDA source failed to compile");
 }

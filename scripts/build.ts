@@ -1,23 +1,104 @@
-// bloomery: `bun run build`: builds the native libraries, then compiles dist/bloomery-serve (one
-// executable with the libraries and the engine worker embedded).
-import { join } from "node:path";
-import { mkdirSync } from "node:fs";
-import { prepareDemoAsset } from "./demo-asset.ts";
+// bloomery: `npm run build` / `bun scripts/build.ts`: builds the native libraries (scripts/build-native.ts:
+// the CPU library, and the CUDA library for the architectures chosen), then compiles one executable
+// with the libraries, the engine worker and the demo model embedded: dist/bloomery-serve, or --out PATH.
+// `--for-tests` (npm test) writes the tests' own executable, build/test/bloomery-serve, and never dist/;
+// with BLOOMERY_TEST_EXE set it compiles nothing (the tests run that executable).
+// `--no-demo` leaves the demo model out (an executable 15 MB smaller, for carry-limited device runs).
+// Usage: bun scripts/build.ts [--cuda cpu|native|release|sm_XX,...] [--cuda-arch sm_XX,...] [--out PATH]
+//        [--for-tests] [--no-demo] [--jobs N] [--force] [--trace]
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { checkDemoAsset, DemoAssetError } from "./demo-asset.ts";
+import { CUDA_USAGE } from "./build-cuda-mode.ts";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
+const argv = process.argv.slice(2);
+const TEST_EXE = join(root, "build", "test", "bloomery-serve");
+const ENTRYPOINTS = ["src/cli/main.ts", "src/engine/worker.ts"];
+
+if (argv.includes("-h") || argv.includes("--help")) {
+  console.log(`usage: bun scripts/build.ts [--cuda MODE] [--out PATH] [--for-tests] [--jobs N] [--force] [--trace]
+  --cuda MODE   which CUDA code to compile: ${CUDA_USAGE}
+                cpu: none (the executable runs on the CPU); native: the cards in this machine (nvidia-smi);
+                release: every release target (sm_86, sm_90, sm_120a and PTX compute_120: long on few cores)
+                default: native with a card, release in CI (CI set) with nvcc, else cpu
+  --out PATH    the executable (default dist/bloomery-serve)
+  --for-tests   the tests' executable build/test/bloomery-serve (npm test); nothing when BLOOMERY_TEST_EXE is set
+  --no-demo     leave the demo model out (--demo then says this build has none)
+  --jobs N      nvcc processes at once (default: the CPU count; env BLOOMERY_BUILD_JOBS)`);
+  process.exit(0);
+}
+
+function value(name: string): string | undefined {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
+
+/** A path as the lines show it: relative inside the checkout, else absolute. */
+function show(p: string): string {
+  const r = relative(root, p);
+  return r.startsWith("..") ? p : r;
+}
 
 function run(cmd: string[]): void {
   const p = Bun.spawnSync(cmd, { cwd: root, stdout: "inherit", stderr: "inherit" });
   if (p.exitCode !== 0) {
-    console.error(`build: failed: ${cmd.join(" ")}`);
+    console.error(`build: failed: ${cmd.map(show).join(" ")}`);
     process.exit(1);
   }
 }
 
-run([bun, "scripts/build-native.ts", ...process.argv.slice(2)]);
+const forTests = argv.includes("--for-tests");
+const noDemo = argv.includes("--no-demo");
+const given = process.env.BLOOMERY_TEST_EXE;
+const out = resolve(root, value("--out") ?? (forTests ? TEST_EXE : join(root, "dist", "bloomery-serve")));
+// build-native reads the CUDA choice from the same arguments
+const nativeArgs = argv.filter((a, i) => a !== "--for-tests" && a !== "--no-demo" && a !== "--out" && argv[i - 1] !== "--out");
 
-prepareDemoAsset(root);
-mkdirSync(join(root, "dist"), { recursive: true });
-run([bun, "build", "--compile", "src/cli/main.ts", "src/engine/worker.ts", "--outfile", "dist/bloomery-serve"]);
-console.log("build: dist/bloomery-serve");
+if (forTests && given) {
+  console.log(`build: the tests run BLOOMERY_TEST_EXE=${given} (compiled by you): building the native libraries for the tests that load them, no executable`);
+}
+run([bun, "scripts/build-native.ts", ...nativeArgs]);
+if (forTests && given) process.exit(0);
+
+let demo: string;
+try {
+  demo = checkDemoAsset(root);
+} catch (e) {
+  if (e instanceof DemoAssetError) {
+    console.error(`build: ${e.message}`);
+    process.exit(1);
+  }
+  throw e;
+}
+
+// the CUDA library goes in only when this build made one (a CPU build embeds an empty stand-in:
+// the executable then says it has no CUDA library and runs on the CPU)
+const native = JSON.parse(readFileSync(join(root, "build", "native-build.json"), "utf8")) as { cuda: string[] | null };
+const stand = (name: string): string => {
+  const p = join(root, "build", "empty", name);
+  mkdirSync(dirname(p), { recursive: true });
+  if (!existsSync(p)) writeFileSync(p, "");
+  return p;
+};
+const what = native.cuda ? `the CPU and CUDA (${native.cuda.join(", ")}) libraries` : "the CPU library (no CUDA library)";
+console.log(`build: compiling ${show(out)} with ${what}, the engine worker and ${noDemo ? "no demo model (--no-demo)" : `the demo model (${show(demo)})`} ...`);
+mkdirSync(dirname(out), { recursive: true });
+const t0 = performance.now();
+const result = await Bun.build({
+  entrypoints: ENTRYPOINTS.map((e) => join(root, e)),
+  compile: { outfile: out },
+  plugins: [{
+    name: "bloomery-stand-ins",
+    setup(b) {
+      if (!native.cuda) b.onResolve({ filter: /(^|\/)build\/libbloomery_cuda\.so$/ }, () => ({ path: stand("libbloomery_cuda.so") }));
+      if (noDemo) b.onResolve({ filter: /(^|\/)assets\/demo\/bloomery-demo-q8_0\.gguf$/ }, () => ({ path: stand("bloomery-demo-q8_0.gguf") }));
+    },
+  }],
+});
+if (!result.success || !existsSync(out)) {
+  console.error(`build: bun build --compile failed:\n${result.logs.map(String).join("\n")}`);
+  process.exit(1);
+}
+console.log(`build: ${show(out)} in ${((performance.now() - t0) / 1000).toFixed(1)} s${forTests ? " (the tests' own executable: dist/ is left as it is)" : ""}`);

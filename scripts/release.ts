@@ -71,7 +71,8 @@ function capture(cmd: string[]): string | null {
 /** Build the target's native libraries (scripts/build-native.ts owns how) and stage copies of them. */
 function stageLibraries(t: ReleaseTarget, stage: string): Map<string, string> {
   const args = [process.execPath, "scripts/build-native.ts"];
-  if (t.cuda) args.push("--cuda-arch", t.cuda.archs.join(","));
+  // a CUDA target's own architectures; a target without CUDA compiles none (its library is a stand-in)
+  args.push(...(t.cuda ? ["--cuda-arch", t.cuda.archs.join(",")] : ["--cuda", "cpu"]));
   run(args, `${t.id}: building the native libraries`);
   const libs = new Map<string, string>();
   for (const lib of t.libs) {

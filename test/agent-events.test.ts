@@ -25,7 +25,7 @@ beforeAll(() => {
       { path: "Qwen3-30B-A3B-Instruct-2507-Q4_K_M.gguf", content: DEMO_BYTES },
     ],
   });
-}, 600000); // may build dist/bloomery-serve
+}, 600000); // may build the tests' executable (build/test/bloomery-serve)
 afterAll(() => hub.stop());
 
 const names = (events: Record<string, any>[]) => events.map((e) => e.event);

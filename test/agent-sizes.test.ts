@@ -12,7 +12,8 @@ import {
   cardNeed, contextLadder, cudaWorkBytes, fitContext, geometryFromGguf, geometryFromKnown, hostNeed, kvBytes, needAt,
   CARD_MARGIN, HOST_MARGIN, type Geometry,
 } from "../src/cli/agent-sizes.ts";
-import { placementsOf, recommend, type ModelQuants } from "../src/cli/agent-recommend.ts";
+import { placementLabel, placementsOf, recommend, type ModelQuants } from "../src/cli/agent-recommend.ts";
+import { cardSplit } from "../src/cli/agent-card-share.ts";
 import { machineFor } from "../src/cli/agent-resolve.ts";
 import { planStart } from "../src/cli/agent-plan.ts";
 import { findKnownModel, KNOWN_MODELS, DEMO_NAME } from "../src/cli/known-models.ts";
@@ -180,7 +181,7 @@ describe("recommend", () => {
     expect(small).toMatchObject({ quant: "Q4_K_M", placement: "cuda:0", n_ctx: 262144, n_slots: 5 });
     expect(small.command).toBe("bloomery-serve -hf unsloth/Qwen3-30B-A3B-Instruct-2507-GGUF:Q4_K_M -ngl all -c 262144");
     expect(r.models.every((m) => m.fits)).toBe(true);
-    expect(r.not_implemented.experts_in_host_ram).toContain("not implemented");
+    expect(r.not_implemented.dense_tensors_on_host).toContain("routed experts in host RAM beside a card are (--cpu-moe, --n-cpu-moe N");
   });
 
   test("a 24 GB card and 64 GB of RAM: the 30B on the card; the 235B fits nowhere", () => {
@@ -194,13 +195,40 @@ describe("recommend", () => {
     for (const q of big.quants) for (const p of q.placements) expect(p.fits).toBe(false);
   });
 
-  test("with 256 GB of RAM the 235B runs on the CPU, and would fit the card with its experts in RAM (not implemented)", () => {
+  test("with 256 GB of RAM the 235B runs on the card with its experts in host RAM (it was proposed on the CPU)", () => {
     const r = recommend(machine([{ name: "RTX 4090", free: 23 * GiB }], 256 * GiB), all(), FIT);
     const big = byName(r, "Qwen3-235B-A22B-Instruct-2507");
-    expect(big.recommended).toMatchObject({ quant: "Q4_K_M", placement: "cpu" });
-    expect(big.recommended!.command).toContain("-ngl 0");
-    expect(big.why).toContain("it does not fit RTX 4090");
+    const rec = big.recommended!;
+    expect(rec).toMatchObject({ quant: "Q4_K_M", placement: "cuda:0+host", device_name: "RTX 4090" });
+    expect(rec.host_expert_layers).toBeGreaterThan(0);
+    const flag = rec.host_expert_layers >= 94 ? "--cpu-moe" : `--n-cpu-moe ${rec.host_expert_layers}`;
+    expect(rec.command).toBe(`bloomery-serve -hf unsloth/Qwen3-235B-A22B-Instruct-2507-GGUF:Q4_K_M -ngl all ${flag} -c ${rec.n_ctx}`);
+    expect(rec.need_bytes + CARD_MARGIN).toBeLessThanOrEqual(23 * GiB);
+    expect(rec.host_bytes + HOST_MARGIN).toBeLessThanOrEqual(256 * GiB);
+    expect(big.why).toContain("in host RAM");
+    expect(big.why).toContain("it does not fit all on RTX 4090");
     expect(big.fits_with_experts_in_ram).toBe(true);
+  });
+
+  test("a hybrid start takes the fewest host layers that leave a 32k context: one layer fewer does not", () => {
+    // the 30B's Q4_K_M (17 GiB) beside a 16 GiB card: some layers' experts in RAM
+    const m = machine([{ name: "16 GiB card", free: 15.5 * GiB }], 64 * GiB);
+    const mq = knownQuants("Qwen3-30B-A3B-Instruct-2507");
+    mq.quants = mq.quants.filter((q) => q.quant.name === "Q4_K_M");
+    const r = recommend(m, [mq], FIT).models[0];
+    const rec = r.recommended!;
+    expect(rec.placement).toBe("cuda:0+host");
+    expect(rec.n_ctx).toBeGreaterThanOrEqual(32768);
+    const n = rec.host_expert_layers;
+    expect(n).toBeGreaterThan(0);
+    expect(n).toBeLessThan(48);
+    expect(rec.command).toContain(`-ngl all --n-cpu-moe ${n} -c ${rec.n_ctx}`);
+    // the start it proposes is the one the plan at load makes: the card's share with --n-cpu-moe n fits, with n - 1 it does not reach 32k
+    const g = mq.quants[0].geometry;
+    const pm = { card: { name: "16 GiB card", freeBytes: 15.5 * GiB }, hostAvailableBytes: 64 * GiB };
+    const fewer = fitContext(g, "card", 15.5 * GiB, { ...FIT, exact: false, split: cardSplit(g, { nCpuMoe: n - 1 }, pm) });
+    expect(fewer === undefined || fewer.nCtx < 32768).toBe(true);
+    expect(fitContext(g, "card", 15.5 * GiB, { ...FIT, exact: false, split: cardSplit(g, { nCpuMoe: n }, pm) })!.nCtx).toBe(rec.n_ctx);
   });
 
   test("a card too small for Q4_K_M takes IQ4_XS (the card beats the CPU)", () => {
@@ -208,13 +236,14 @@ describe("recommend", () => {
     const rec = r.models[0].recommended!;
     expect(rec).toMatchObject({ quant: "IQ4_XS", placement: "cuda:0" });
     const q4 = r.models[0].quants.find((q) => q.quant === "Q4_K_M")!;
-    expect(q4.placements.map((p) => [p.placement, p.fits])).toEqual([["cuda:0", false], ["cpu", true]]);
+    expect(q4.placements.map((p) => [p.placement, p.fits])).toEqual([["cuda:0", false], ["cuda:0+host", true], ["cpu", true]]);
     expect(q4.decode_bytes_per_token).toBeGreaterThan(r.models[0].quants.find((q) => q.quant === "IQ4_XS")!.decode_bytes_per_token);
   });
 
   test("the card with the most free memory first; a card without code in this build is skipped", () => {
     const two = machine([{ name: "A", free: 10 * GiB }, { name: "B", free: 30 * GiB }], 8 * GiB);
-    expect(placementsOf(two).map((p) => p.name)).toEqual(["B", "A", "CPU"]);
+    expect(placementsOf(two).map((p) => p.name)).toEqual(["B", "A", "B", "A", "CPU"]);
+    expect(placementsOf(two).map(placementLabel)).toEqual(["cuda:1", "cuda:0", "cuda:1+host", "cuda:0+host", "cpu"]);
     const rec = recommend(two, [knownQuants("Qwen3-30B-A3B")], FIT).models[0].recommended!;
     expect(rec.placement).toBe("cuda:1");
     expect(rec.command).toContain("-ngl all -dev CUDA1");
@@ -228,7 +257,7 @@ describe("recommend", () => {
     const o = (argv: string[]) => (parseArgs(argv, {}) as { options: ServerOptions }).options;
     expect(placementsOf(machineFor(o(["-ngl", "0"]), m)).map((p) => p.kind)).toEqual(["cpu"]);
     expect(placementsOf(machineFor(o(["-dev", "none"]), m)).map((p) => p.kind)).toEqual(["cpu"]);
-    expect(placementsOf(machineFor(o([]), m)).map((p) => p.kind)).toEqual(["cuda", "cpu"]);
+    expect(placementsOf(machineFor(o([]), m)).map((p) => p.kind)).toEqual(["cuda", "cuda", "cpu"]);
   });
 });
 

@@ -61,7 +61,7 @@ describe("generate", () => {
     expect(b.code).toBe(2);
     expect(b.stderr).toContain("--bogus");
     const c = runCli(["generate", "-m", join(FIXTURES, "demo-model", "heldout.txt"), "-p", "x"]);
-    expect(c.code).toBe(1);
+    expect(c.code).toBe(6); // E_BAD_MODEL, as the server exits (it was 1)
     expect(c.stderr).toContain("bad magic");
   });
 });

@@ -1,10 +1,15 @@
-// Test helper: how to run bloomery-serve: the compiled executable when `npm run build` made it,
-// else the TypeScript entry point through Bun (same code, for quick local runs).
+// Test helper: which bloomery-serve the tests run. Their own executable, build/test/bloomery-serve
+// (`npm test` compiles it with `scripts/build.ts --for-tests`; a test that needs it builds it when it
+// is missing or older than the sources), so the tests never write dist/; or, when BLOOMERY_TEST_EXE
+// names one (dist/bloomery-serve, an unpacked release), that executable as it is, never rebuilt.
+// runCli falls back to the TypeScript entry point through Bun when no executable is there.
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { ROOT } from "./paths.ts";
 
-export const EXE = join(ROOT, "dist", "bloomery-serve");
+/** Set when BLOOMERY_TEST_EXE names the executable to test (it is used as it is). */
+export const GIVEN_EXE = process.env.BLOOMERY_TEST_EXE ? resolve(process.env.BLOOMERY_TEST_EXE) : undefined;
+export const EXE = GIVEN_EXE ?? join(ROOT, "build", "test", "bloomery-serve");
 
 export function serveCommand(): string[] {
   if (existsSync(EXE)) return [EXE];

@@ -4,6 +4,7 @@ import { mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServer, type RunningServer } from "./server-helpers.ts";
+import { EXE } from "./exe.ts";
 import { FIXTURES } from "./paths.ts";
 
 let srv: RunningServer;
@@ -29,7 +30,7 @@ describe("--demo", () => {
   });
 
   test("--demo with -m is refused", async () => {
-    const p = Bun.spawnSync([join(import.meta.dir, "..", "dist", "bloomery-serve"), "--demo", "-m", "x.gguf"], { stderr: "pipe" });
+    const p = Bun.spawnSync([EXE, "--demo", "-m", "x.gguf"], { stderr: "pipe" });
     expect(p.exitCode).toBe(2);
     expect(p.stderr.toString()).toContain("--demo serves the built-in demo model");
   });

@@ -1,10 +1,11 @@
-// Test helper for the server tests: build dist/bloomery-serve when it is missing or older than
-// the sources, start it on a free port (--port 0) with a fixture model, read the address it
-// prints, wait until /health answers 200, stop it at the end.
+// Test helper for the server tests: build the tests' executable (build/test/bloomery-serve, never
+// dist/) when it is missing or older than the sources (or use BLOOMERY_TEST_EXE as it is), start it
+// on a free port (--port 0) with a fixture model, read the address it prints, wait until /health
+// answers 200, stop it at the end.
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { EXE } from "./exe.ts";
+import { EXE, GIVEN_EXE } from "./exe.ts";
 import { FIXTURES, ROOT } from "./paths.ts";
 
 export const DEMO_MODEL = join(FIXTURES, "demo-model", "bloomery-demo-q8_0.gguf");
@@ -22,13 +23,18 @@ function newestSource(dir: string): number {
 
 let built = false;
 
-/** Builds the executable (bun run build) when it is missing or stale. */
+/** Builds the tests' executable (scripts/build.ts --for-tests) when it is missing or stale; a given one (BLOOMERY_TEST_EXE) must exist. */
 export function ensureBuilt(): void {
   if (built) return;
+  if (GIVEN_EXE) {
+    if (!existsSync(GIVEN_EXE)) throw new Error(`BLOOMERY_TEST_EXE=${GIVEN_EXE} does not exist`);
+    built = true;
+    return;
+  }
   const stale = !existsSync(EXE) || Math.max(newestSource(join(ROOT, "src")), newestSource(join(ROOT, "ffi"))) > statSync(EXE).mtimeMs;
   if (stale) {
-    const p = Bun.spawnSync([process.execPath, "scripts/build.ts"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
-    if (p.exitCode !== 0) throw new Error(`building dist/bloomery-serve failed:\n${p.stdout.toString()}\n${p.stderr.toString()}`);
+    const p = Bun.spawnSync([process.execPath, "scripts/build.ts", "--for-tests"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    if (p.exitCode !== 0) throw new Error(`building ${EXE} failed:\n${p.stdout.toString()}\n${p.stderr.toString()}`);
   }
   built = true;
 }

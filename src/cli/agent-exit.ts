@@ -1,9 +1,10 @@
 // bloomery CLI: the named exit codes of bloomery-serve (docs/agents.md) and AgentError, the refusal
 // that carries one: what was refused, its code name, and the command to run next.
 import { isHfError, type HfError, type HfErrorCode } from "../hf/index.ts";
-import { GgufError } from "../gguf/index.ts";
+import { GgufError, safeText } from "../gguf/index.ts";
 import { EngineOptionError } from "../server/engine-options.ts";
 import { PlacementError } from "../engine/placement.ts";
+import { isModelCheckMessage } from "../engine/model-check.ts";
 
 /** Exit status of every way bloomery-serve ends. */
 export const EXIT_CODES = {
@@ -30,6 +31,9 @@ export const EXIT_MEANINGS: Readonly<Record<ExitName, string>> = {
   E_PORT_IN_USE: "the port to listen on is taken (or needs privileges this user lacks)",
 };
 
+/** Longest message or next command an AgentError carries. */
+const MAX_MESSAGE = 4000;
+
 /** The JSON `error` event (and the `refusal` of a dry-run plan). */
 export interface ErrorEvent {
   event: "error";
@@ -48,14 +52,18 @@ export class AgentError extends Error {
   override readonly name = "AgentError";
   readonly exitCode: number;
 
+  readonly next: string;
+
   constructor(
     readonly code: ExitName,
     message: string,
-    readonly next: string,
+    next: string,
     /** the finer reason when there is one (an HfError code such as E_HF_AUTH) */
     readonly detail?: string,
   ) {
-    super(message);
+    // what reaches a terminal is escaped and bounded, whatever a file, a server or a flag put in it
+    super(safeText(message, MAX_MESSAGE, true));
+    this.next = safeText(next, MAX_MESSAGE);
     this.exitCode = EXIT_CODES[code];
   }
 
@@ -135,7 +143,7 @@ export function fromHfError(e: HfError, argv: readonly string[]): AgentError {
 export function toAgentError(e: unknown, argv: readonly string[]): AgentError {
   if (e instanceof AgentError) return e;
   if (isHfError(e)) return fromHfError(e, argv);
-  if (e instanceof GgufError) return new AgentError("E_BAD_MODEL", e.message, "bloomery-serve --recommend   # models bloomery runs");
+  if (e instanceof GgufError) return ggufAgentError(e);
   if (e instanceof EngineOptionError) return new AgentError("E_USAGE", `${e.flag}: ${e.message}`, "bloomery-serve --help");
   if (e instanceof PlacementError) {
     const code = /does not fit/.test(e.message) ? "E_DOES_NOT_FIT" : "E_USAGE";
@@ -143,6 +151,12 @@ export function toAgentError(e: unknown, argv: readonly string[]): AgentError {
   }
   const msg = e instanceof Error ? e.message : String(e);
   return new AgentError("E_INTERNAL", msg, `${commandLine([...argv, "-v"])}   # and report the log at https://github.com/bloomery/bloomery/issues`);
+}
+
+/** A GgufError's exit code: a path that names no file is E_MODEL_NOT_FOUND, anything else E_BAD_MODEL. */
+export function ggufAgentError(e: GgufError): AgentError {
+  if (e.fault === "missing") return new AgentError("E_MODEL_NOT_FOUND", e.message, "bloomery-serve --recommend   # the models this machine can serve, with the command for each");
+  return new AgentError("E_BAD_MODEL", e.message, "bloomery-serve --recommend   # models bloomery runs");
 }
 
 const NGL = { "-ngl": true, "--gpu-layers": true, "--n-gpu-layers": true };
@@ -155,5 +169,6 @@ const NGL = { "-ngl": true, "--gpu-layers": true, "--n-gpu-layers": true };
 export function engineLoadError(e: unknown, argv: readonly string[]): AgentError {
   const msg = e instanceof Error ? e.message : String(e);
   if (/^the model does not fit /.test(msg)) return new AgentError("E_DOES_NOT_FIT", msg, commandLine([...withoutFlags(argv, NGL), "-ngl", "0"]));
+  if (isModelCheckMessage(msg)) return new AgentError("E_BAD_MODEL", msg, "bloomery-serve --recommend   # models bloomery runs");
   return toAgentError(e, argv);
 }

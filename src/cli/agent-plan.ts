@@ -13,7 +13,7 @@ import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
 import { cardSplit, type CardSplit } from "./agent-card-share.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
-import { EXPERTS_IN_RAM_NOTE, recommend } from "./agent-recommend.ts";
+import { PLACEMENT_NOT_IMPLEMENTED, recommend } from "./agent-recommend.ts";
 import type { ModelSource } from "./agent-resolve.ts";
 import {
   autoSlotFit, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, needOn, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
@@ -76,7 +76,7 @@ export interface PlanEvent {
     exact: boolean;
   };
   notes: string[];
-  not_implemented: { experts_in_host_ram: string };
+  not_implemented: { dense_tensors_on_host: string };
   /** the command that starts what this plan describes */
   command: string;
   /** present when the start would be refused */
@@ -188,7 +188,7 @@ export function planStart(inp: PlanInput): StartPlan {
   const notes: string[] = [];
   const command = commandLine(withoutFlags(argv, { "--dry-run": false }));
   const base = (): Omit<PlanEvent, "backend" | "context" | "memory"> => ({
-    event: "plan", dry_run: inp.dryRun, model: modelPart(inp, g), notes, not_implemented: { experts_in_host_ram: EXPERTS_IN_RAM_NOTE }, command,
+    event: "plan", dry_run: inp.dryRun, model: modelPart(inp, g), notes, not_implemented: { dense_tensors_on_host: PLACEMENT_NOT_IMPLEMENTED }, command,
   });
   const ctxExplicit = explicit.has("ctxSize") || o.slotCtx > 0;
   const auto = o.nParallel <= 0;

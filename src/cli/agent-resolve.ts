@@ -2,7 +2,7 @@
 // -m bloomery-demo), a known model by name (-m NAME[:QUANT] -> its repository and the quant that
 // fits this machine best, as if -hf repo:quant were given), or a repository (-hf). A -m value that
 // is neither a file nor a known name is refused naming the close known names.
-import { existsSync } from "node:fs";
+import { existsSync, lstatSync } from "node:fs";
 import type { ServerOptions } from "./flags.ts";
 import { isHfError, parseHfRepo, type HfModelSpec } from "../hf/index.ts";
 import { AgentError, commandLine } from "./agent-exit.ts";
@@ -98,7 +98,8 @@ export function resolveSource(o: ServerOptions, demoPath: () => string, machine:
     return demo();
   }
   if (o.model !== undefined) {
-    if (existsSync(o.model)) return { kind: "file", path: o.model, byName: false };
+    // a path that exists, even as a dangling link or a link loop, is a file start: opening it says what it is
+    if (existsSync(o.model) || isLink(o.model)) return { kind: "file", path: o.model, byName: false };
     const found = findKnownModel(o.model);
     if (!found) throw notFound(o);
     if (found.model.name === DEMO_NAME) return demo();
@@ -128,6 +129,14 @@ export function resolveSource(o: ServerOptions, demoPath: () => string, machine:
     "no model given: pass a GGUF file with -m FNAME, a known model name with -m NAME, or a repository with -hf <user>/<model>[:quant]",
     "bloomery-serve --recommend   # or: bloomery-serve --demo",
   );
+}
+
+function isLink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
+  }
 }
 
 /** The options a start runs with once the source is known (-m path, or -hf text; the alias of a known name). */

@@ -4,7 +4,7 @@
 import { GgufError, GgufFile } from "../gguf/index.ts";
 import { hfOptionsFromEnv, isHfError, planHfModel, type HfErrorCode, type HfPlan } from "../hf/index.ts";
 import type { Env, ServerOptionKey, ServerOptions } from "./flags.ts";
-import { AgentError, toAgentError } from "./agent-exit.ts";
+import { AgentError, ggufAgentError, toAgentError } from "./agent-exit.ts";
 import { probeMachine, startDevice, type Machine } from "./agent-machine.ts";
 import { planStart, planText } from "./agent-plan.ts";
 import { knownModelQuants, recommend, recommendText } from "./agent-recommend.ts";
@@ -52,7 +52,7 @@ export function openGeometry(path: string): Geometry {
   try {
     return geometryFromGguf(GgufFile.open(path));
   } catch (e) {
-    if (e instanceof GgufError) throw new AgentError("E_BAD_MODEL", e.message, "bloomery-serve --recommend   # models bloomery runs");
+    if (e instanceof GgufError) throw ggufAgentError(e);
     throw e;
   }
 }

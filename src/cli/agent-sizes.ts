@@ -5,6 +5,7 @@
 // (cudaPlanBytes); otherwise the work buffers are estimated the way cuda/ctx.cu and
 // ffi/cpu/forward.c lay them out. On a card, routed experts the plan keeps in host memory
 // (agent-card-share.ts) count as the plan's card share, not the file's total.
+import { checkModelFile } from "../engine/model-check.ts";
 import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams } from "../models/types.ts";
@@ -48,6 +49,7 @@ export function geometryFromGguf(f: GgufFile): Geometry {
   const fam = familyFor(f);
   const hp = fam.hparams(f);
   fam.program(f, hp); // checks every tensor the forward pass needs is there with its shape
+  checkModelFile(f, hp); // and the shapes and types against the vocabulary and every layer in the file
   let w = 0, card = 0, ex = 0;
   for (const t of f.tensors.values()) {
     w += t.nbytes;

@@ -1,13 +1,13 @@
-// bloomery CLI: the demo model built into the executable (../shared/fixtures/demo-model, copied
-// into build/ by scripts/build.ts). Native code maps files, so inside a compiled executable the
-// embedded copy is written once to the user's cache and served from there.
-import demoEmbedded from "../../build/demo.gguf" with { type: "file" };
+// bloomery CLI: the demo model built into the executable (assets/demo/, committed to the repository;
+// docs/demo-model.md; scripts/build.ts checks it is whole). Native code maps files, so inside a
+// compiled executable the embedded copy is written once to the user's cache and served from there.
+import demoEmbedded from "../../assets/demo/bloomery-demo-q8_0.gguf" with { type: "file" };
 import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
 const NAME = "bloomery-demo-q8_0.gguf";
-const NONE = "this build has no demo model (it was built without ../shared/fixtures/demo-model); pass a model with -m";
+const NONE = "this build has no demo model (it was built with --no-demo); pass a model with -m, or build without --no-demo";
 
 function cacheDir(): string {
   return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "bloomery");

@@ -1,4 +1,6 @@
-// Help text for a FlagTable, laid out as llama prints its usage: sections, spellings, wrapped help, env twin, default.
+// Help text for a FlagTable, laid out as llama prints its usage: sections, spellings, wrapped help, env twin,
+// default; the flags recognised and refused (llama's flags bloomery does not support yet) listed once at the
+// end, by reason, instead of a note under each.
 
 import { spellings, type FlagDef, type FlagTable, type FlagValue } from "./flag-types.ts";
 
@@ -72,13 +74,76 @@ export function flagHelp(def: FlagDef): string {
   return `${out}\n`;
 }
 
-/** The whole usage text: a usage line, then one section per group in table order. */
-export function tableHelp(table: FlagTable, usage?: string): string {
+/** A refused flag in the closing list: its spellings, and the value it accepts as a no-op when it has one. */
+function refusedEntry(def: FlagDef): string {
+  const names = spellings(def).join("/");
+  const s = def.support;
+  if (s === "supported" || s.accepts === undefined) return names;
+  const v = s.accepts;
+  const accepted = typeof v === "boolean" && def.negNames?.length ? (v ? def.names[0] : def.negNames[0]) : `${def.names[0]} ${showValue(v, ",")}`;
+  return `${names} (${accepted} is accepted: bloomery does that anyway)`;
+}
+
+/** Items joined by ", " into lines of at most `width`, an item broken only when it alone is longer. */
+function pack(items: string[], width: number): string[] {
+  const lines: string[] = [];
+  let line = "";
+  items.forEach((item, i) => {
+    const piece = i < items.length - 1 ? `${item},` : item;
+    if (line && line.length + 1 + piece.length > width) {
+      lines.push(line);
+      line = "";
+    }
+    if (!line && piece.length > width) {
+      const w = wrap(piece, width);
+      lines.push(...w.slice(0, -1));
+      line = w[w.length - 1];
+    } else line = line ? `${line} ${piece}` : piece;
+  });
+  if (line) lines.push(line);
+  return lines;
+}
+
+/** The refused flags, once each, under their reasons (reasons in the order their first flag appears). */
+export function refusedHelp(defs: readonly FlagDef[]): string {
+  const byReason = new Map<string, FlagDef[]>();
+  for (const d of defs) {
+    if (d.support === "supported") continue;
+    const list = byReason.get(d.support.refused) ?? [];
+    list.push(d);
+    byReason.set(d.support.refused, list);
+  }
+  const parts: string[] = [];
+  for (const [reason, list] of byReason) {
+    const head = wrap(`${reason}:`, HELP_WIDTH + HELP_COLUMN - 2);
+    const body = pack(list.map(refusedEntry), HELP_WIDTH + HELP_COLUMN - 6).map((l) => `    ${l}`);
+    parts.push([...head, ...body].join("\n"));
+  }
+  return parts.join("\n");
+}
+
+export interface HelpOptions {
+  /** lines after the usage line (the subcommands) */
+  preamble?: string;
+}
+
+/**
+ * The whole usage text: a usage line, then one section per group in table order with the flags
+ * bloomery supports, then every flag it recognises and refuses, once, by reason.
+ */
+export function tableHelp(table: FlagTable, usage?: string, opts: HelpOptions = {}): string {
   const parts: string[] = [`usage: ${usage ?? `${table.program} [options]`}\n`];
+  if (opts.preamble) parts.push(opts.preamble.endsWith("\n") ? opts.preamble : `${opts.preamble}\n`);
   for (const group of table.groups) {
-    const defs = table.flags.filter((d) => d.group === group.id);
-    if (defs.length === 0) continue;
-    parts.push(`\n----- ${group.title} -----\n\n${defs.map(flagHelp).join("")}`);
+    const all = table.flags.filter((d) => d.group === group.id);
+    const defs = all.filter((d) => d.support === "supported");
+    if (all.length === 0) continue;
+    const body = defs.length ? defs.map(flagHelp).join("") : `(none supported yet: its ${all.length} flags are listed at the end)\n`;
+    parts.push(`\n----- ${group.title} -----\n\n${body}`);
+  }
+  const refused = table.flags.filter((d) => d.support !== "supported");
+  if (refused.length) {
+    parts.push(`\n----- not supported yet (${refused.length} flags of llama's, recognised and refused by name with the reason) -----\n\n${refusedHelp(refused)}\n`);
   }
   return parts.join("");
 }

@@ -45,7 +45,9 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
   refuse(G, ["--poll-batch"], CPU_PLACEMENT, "busy-wait level of the batch threads", { hint: "<0|1>" }),
   {
     names: ["-c", "--ctx-size"], value: { type: "int", min: 0 }, hint: "N", env: "LLAMA_ARG_CTX_SIZE", key: "ctxSize", default: 0,
-    defaultText: "0, the model's training context", help: "context size in tokens, shared by all slots; 0 takes it from the model",
+    defaultText: "0, the model's training context", help: "context size in tokens; 0 takes it from the model. With -np N it is shared by the N slots (each gets -c / N, as in llama-server). " +
+      "With -np auto (the default) it is each slot's context, the slots holding -c x their count in separate caches: llama-server's -np auto " +
+      "instead gives 4 slots one unified cache of -c tokens. One request can use all -c tokens either way; bloomery reserves them for every slot",
     group: G, support: "supported",
   },
   {

@@ -51,7 +51,7 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     names: ["-np", "--parallel"], value: { type: "int", min: -1, keywords: { auto: -1 } }, hint: "N", env: "LLAMA_ARG_N_PARALLEL",
     key: "nParallel", default: -1, defaultText: "-1, auto", check: notZero,
     help: "number of slots, requests served at once. With N, each slot gets -c divided by N (as llama-server splits it). With auto (-1), " +
-      "each slot gets --slot-ctx, else the whole -c; with -c 0 (or none) the slots share the model's training context (or what fits), " +
+      "each slot gets --slot-ctx, else the whole -c (llama-server's auto is 4 slots sharing one unified cache of -c tokens); with -c 0 (or none) the slots share the model's training context (or what fits), " +
       "each at least 4,096 tokens; the count is the most slots, up to 8, whose f16 KV cache fits beside the weights the plan puts there " +
       "in the card's free memory (or beside the weights and --cache-ram in the host's usable RAM)",
     group: G, support: "supported",

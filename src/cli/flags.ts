@@ -162,9 +162,25 @@ export type ParsedArgs =
   | { readonly action: "help"; readonly text: string }
   | { readonly action: "version" };
 
-/** The full help text, every flag of the table with spellings, env twin, default and support. */
+/** What the help says first: the other ways to start and the subcommands (src/cli/main.ts). */
+const SERVER_HELP_PREAMBLE = `       bloomery-serve --demo [options]              serve the demo model built into the executable
+       bloomery-serve --recommend [--json]          the models this machine can serve, with the command for each
+       bloomery-serve -m FILE --dry-run [--json]    the plan a start would use (placement, slots), loading nothing
+       bloomery-serve SUBCOMMAND [options]          (each subcommand takes --help)
+
+subcommands:
+  generate -m FILE -p TEXT [options]   generate from a prompt without a server (--json for scripts)
+  bench -m FILE [options]              llama-bench's tests and table (-npl N,...: llama-batched-bench's)
+  synth MODEL[:QUANT] -o FILE          write a synthetic model: a real model's tensor names, shapes, quant types
+  version                              print the version (also --version)
+
+Server flags are llama-server's, in its groups; bloomery's own flags are among them. The flags
+llama-server has that bloomery does not support yet are listed once at the end.
+`;
+
+/** The full help text: the subcommands, every supported flag with spellings, env twin and default, then the refused ones by reason. */
 export function serverHelpText(): string {
-  return tableHelp(SERVER_FLAG_TABLE, "bloomery-serve [options]");
+  return tableHelp(SERVER_FLAG_TABLE, "bloomery-serve [options]                     serve a model (-m FILE, -m NAME or -hf REPO)", { preamble: SERVER_HELP_PREAMBLE });
 }
 
 type Values = Readonly<Record<string, FlagValue | undefined>>;

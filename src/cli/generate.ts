@@ -6,6 +6,7 @@ import type { FlagTable } from "./flag-types.ts";
 import { parseWithTable, type Env } from "./flag-parse.ts";
 import { tableHelp } from "./flag-help.ts";
 import { Model } from "../engine/model.ts";
+import { checkForward } from "../engine/model-check.ts";
 import { GgufFile } from "../gguf/index.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { familyFor } from "../models/registry.ts";
@@ -62,6 +63,7 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
   const nCtx = Number(v.ctx) || Math.min(nCtxTrain, Math.max(8192, prompt.length + Math.max(0, Number(v.nPredict)) + 1));
   const model = Model.load(gguf, { nCtx, nThreads: v.threads as number | undefined, exact: !!v.exact });
   try {
+    checkForward(model); // a model whose logits are NaN is refused, not run
     return generateWith(model, prompt, v);
   } finally {
     model.close();

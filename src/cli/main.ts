@@ -1,7 +1,8 @@
 #!/usr/bin/env bun
 // bloomery-serve: the executable's entry point. `bloomery-serve [server flags]` serves a model
-// (llama-server's flags); subcommands: synth, generate, bench.
+// (llama-server's flags); subcommands: synth, generate, bench, version (listed in --help: flags.ts).
 import { FlagError } from "./flag-types.ts";
+import { GgufError } from "../gguf/errors.ts";
 
 const VERSION = "0.1.0";
 
@@ -28,5 +29,6 @@ try {
 } catch (e) {
   if (e instanceof FlagError) console.error(`error: ${e.message}`);
   else console.error(`error: ${e instanceof Error ? e.message : String(e)}`);
-  process.exitCode = e instanceof FlagError ? 2 : 1;
+  // the subcommands' exit codes for a model that cannot be read, as the server's (docs/agents.md)
+  process.exitCode = e instanceof FlagError ? 2 : e instanceof GgufError ? (e.fault === "missing" ? 3 : 6) : 1;
 }

@@ -11,6 +11,7 @@ import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
 import { readRam } from "../cli/agent-machine.ts";
 import { cudaDeviceInfo } from "../../ffi/cuda.ts";
 import { MappedWeights } from "./weights.ts";
+import { checkModelFile } from "./model-check.ts";
 import { cpu } from "../../ffi/cpu.ts";
 import { ExpertStore, routedExpertTensors, type ExpertStats } from "./expert-store.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
@@ -64,6 +65,7 @@ export class Model {
     this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
+    for (const note of checkModelFile(this.gguf, this.hp)) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(note); // refuses a broken file
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;

@@ -6,9 +6,13 @@ import { check, cpu, cstr } from "../../ffi/cpu.ts";
 import { prefault } from "../../ffi/cpu-kernels.ts";
 import type { NativeTensor } from "../../ffi/layout.ts";
 import { GgufError, TYPE_INFO, type GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
+import { basename } from "node:path";
+import { prefaultRanges } from "./load-progress.ts";
 
 export class MappedWeights {
   private maps = new Map<string, { base: bigint; size: bigint }>();
+  /** ranges to prefault once every file is mapped */
+  private pending: { base: bigint; bytes: number }[] = [];
 
   /** Tensors read into huge-page memory (bl_huge_copy): file, range [lo, hi) of it, address. */
   private huge: { file: string; lo: number; hi: number; base: bigint }[] = [];
@@ -29,10 +33,14 @@ export class MappedWeights {
         this.maps.set(path, { base: out[0], size: out[1] });
         if (huge) this.readHuge(path, huge);
         const mapped = (t: GgufTensorInfo) => !this.hugeRange(t);
-        if (populate === true && !this.huge.length) prefault(out[0], out[1]);
-        else if (populate === true) this.prefaultTensors(path, mapped);
+        // only the tensors' pages: a file's header and any bytes past its last tensor are never read
+        // (a 100 GiB sparse tail once prefaulted for minutes)
+        if (populate === true) this.prefaultTensors(path, mapped);
         else if (populate) this.prefaultTensors(path, (t) => populate(t) && mapped(t));
       }
+      // the reads themselves, with a progress line on stderr for a large model (load-progress.ts)
+      prefaultRanges(this.pending, basename(gguf.path), prefault);
+      this.pending = [];
     } catch (e) {
       this.close(); // the files mapped and the huge-page copies made so far
       throw e;
@@ -77,7 +85,7 @@ export class MappedWeights {
     const ts = [...this.gguf.tensors.values()].filter((t) => t.file === path && t.nbytes > 0 && accept(t)).sort((a, b) => a.fileOffset - b.fileOffset);
     let lo = -1, hi = -1;
     const flush = () => {
-      if (lo >= 0 && hi <= Number(m.size)) prefault(m.base + BigInt(lo), BigInt(hi - lo));
+      if (lo >= 0 && hi <= Number(m.size)) this.pending.push({ base: m.base + BigInt(lo), bytes: hi - lo });
     };
     for (const t of ts) {
       if (lo >= 0 && t.fileOffset <= hi + 4096) hi = Math.max(hi, t.fileOffset + t.nbytes);

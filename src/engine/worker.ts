@@ -6,6 +6,7 @@ import type { EngineOptions, FromWorker, ToWorker } from "./protocol.ts";
 import { EngineError, Scheduler } from "./scheduler.ts";
 import { makeSampler } from "./sampler-bridge.ts";
 import { modelInfo } from "./info.ts";
+import { checkForward } from "./model-check.ts";
 
 let model: Model | undefined;
 let sched: Scheduler | undefined;
@@ -21,6 +22,12 @@ function load(path: string, o: EngineOptions): void {
       nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact,
       nGpuLayers: o.nGpuLayers, device: o.device, placement: o.placement, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots,
     });
+    try {
+      checkForward(m); // one token's logits must be finite, else the model is refused (model-check.ts)
+    } catch (e) {
+      m.close();
+      throw e;
+    }
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
     sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes);

@@ -1,6 +1,6 @@
 // bloomery GGUF: a bounds-checked little-endian reader over a file that reads on demand,
 // so a header is parsed without reading (or trusting) the whole file.
-import { openSync, readSync, closeSync, fstatSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { GgufError } from "./errors.ts";
 
 const CHUNK = 1 << 20;
@@ -16,11 +16,18 @@ export class FileCursor {
 
   constructor(readonly path: string) {
     try {
-      this.fd = openSync(path, "r");
+      // O_NONBLOCK: a FIFO put in the file's place opens at once (and is refused below) instead of
+      // blocking until a writer comes; it changes nothing for a regular file
+      this.fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (e) {
       throw new GgufError(path, `cannot open: ${(e as Error).message}`);
     }
-    this.size = fstatSync(this.fd).size;
+    const st = fstatSync(this.fd);
+    if (!st.isFile()) {
+      closeSync(this.fd);
+      throw new GgufError(path, st.isDirectory() ? "is a directory, not a GGUF file" : "is not a regular file (a FIFO, socket or device): a model is read from a GGUF file on disk", "not-a-file");
+    }
+    this.size = st.size;
   }
 
   close(): void {

@@ -2,7 +2,8 @@
 // strictly checked metadata access and a tensor index across shards.
 import { existsSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { GgufError } from "./errors.ts";
+import { GgufError, safeText } from "./errors.ts";
+import { checkModelPath } from "./path.ts";
 import { readGgufHeader, type GgufHeader, type GgufKV, type GgufTensorInfo, type GgufValue } from "./reader.ts";
 import { GgufValueType, VALUE_TYPE_NAMES } from "./types.ts";
 
@@ -31,7 +32,7 @@ export class GgufFile {
     this.path = headers[0].path;
     for (const h of headers) {
       for (const t of h.tensors) {
-        if (this.tensors.has(t.name)) throw new GgufError(h.path, `tensor '${t.name}' appears in two shards of the split set`);
+        if (this.tensors.has(t.name)) throw new GgufError(h.path, `tensor '${safeText(t.name)}' appears in two shards of the split set`);
         this.tensors.set(t.name, t);
       }
     }
@@ -39,7 +40,7 @@ export class GgufFile {
 
   /** Open one GGUF or a whole split set (any shard's path names the set). */
   static open(path: string): GgufFile {
-    if (!existsSync(path)) throw new GgufError(path, "no such file");
+    checkModelPath(path); // a directory, a FIFO, a link loop: said clearly, before any open
     const paths = splitPaths(path);
     if (paths.length === 1) {
       const h = readGgufHeader(path);
@@ -51,7 +52,8 @@ export class GgufFile {
     }
     const headers: GgufHeader[] = [];
     for (const [i, p] of paths.entries()) {
-      if (!existsSync(p)) throw new GgufError(p, `missing shard ${i + 1} of ${paths.length} of the split set`);
+      if (!existsSync(p)) throw new GgufError(p, `missing shard ${i + 1} of ${paths.length} of the split set`, "missing");
+      checkModelPath(p);
       const h = readGgufHeader(p);
       const no = h.kv.get("split.no");
       const count = h.kv.get("split.count");

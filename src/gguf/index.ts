@@ -1,5 +1,6 @@
 // bloomery GGUF: the module's public surface.
-export { GgufError } from "./errors.ts";
+export { GgufError, safeText, type GgufFault } from "./errors.ts";
+export { checkModelPath } from "./path.ts";
 export { GgufFile, splitPaths } from "./file.ts";
 export { readGgufHeader, tensorBytes, type GgufHeader, type GgufKV, type GgufTensorInfo, type GgufValue } from "./reader.ts";
 export { GgufWriter, type TensorFiller } from "./writer.ts";

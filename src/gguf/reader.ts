@@ -1,7 +1,7 @@
 // bloomery GGUF: parses and strictly validates one GGUF file's header, metadata and tensor
 // index (../shared/SPEC.md). Weight bytes are not read here; native code maps them.
 import { FileCursor } from "./cursor.ts";
-import { GgufError } from "./errors.ts";
+import { GgufError, safeText } from "./errors.ts";
 import { GgufValueType, TYPE_INFO, VALUE_TYPE_NAMES, VALUE_TYPE_SIZE, typeName } from "./types.ts";
 
 export type GgufArrayValue =
@@ -139,14 +139,15 @@ export function readGgufHeader(path: string): GgufHeader {
     for (let i = 0; i < nKv; i++) {
       const key = c.string(`metadata key #${i}`);
       if (key.length === 0) throw new GgufError(path, `metadata key #${i} is empty`);
-      if (kv.has(key)) throw new GgufError(path, `duplicate metadata key '${key}'`);
-      const type = c.i32(`key '${key}' type`) as GgufValueType;
-      if (VALUE_TYPE_NAMES[type] === undefined) throw new GgufError(path, `key '${key}': unknown value type ${type}`);
+      const kq = safeText(key); // the name as messages quote it (escaped, cut)
+      if (kv.has(key)) throw new GgufError(path, `duplicate metadata key '${kq}'`);
+      const type = c.i32(`key '${kq}' type`) as GgufValueType;
+      if (VALUE_TYPE_NAMES[type] === undefined) throw new GgufError(path, `key '${kq}': unknown value type ${type}`);
       if (type === GgufValueType.ARRAY) {
-        const a = readArray(c, key);
+        const a = readArray(c, kq);
         kv.set(key, { type, elemType: a.elemType, value: a.value });
       } else {
-        kv.set(key, { type, value: readScalar(c, type, `key '${key}'`) });
+        kv.set(key, { type, value: readScalar(c, type, `key '${kq}'`) });
       }
     }
 
@@ -167,24 +168,25 @@ export function readGgufHeader(path: string): GgufHeader {
     for (let i = 0; i < nTensors; i++) {
       const name = c.string(`tensor #${i} name`);
       if (name.length === 0) throw new GgufError(path, `tensor #${i} has an empty name`);
-      if (Buffer.byteLength(name) > MAX_NAME) throw new GgufError(path, `tensor #${i} name '${name.slice(0, 80)}' is longer than ${MAX_NAME} bytes`);
-      if (names.has(name)) throw new GgufError(path, `duplicate tensor '${name}'`);
+      const nq = safeText(name); // the name as messages quote it (escaped, cut)
+      if (Buffer.byteLength(name) > MAX_NAME) throw new GgufError(path, `tensor #${i} name '${nq}' is longer than ${MAX_NAME} bytes`);
+      if (names.has(name)) throw new GgufError(path, `duplicate tensor '${nq}'`);
       names.add(name);
-      const nDims = c.u32(`tensor '${name}' n_dims`);
-      if (nDims < 1 || nDims > MAX_DIMS) throw new GgufError(path, `tensor '${name}': n_dims ${nDims} is outside 1..${MAX_DIMS}`);
+      const nDims = c.u32(`tensor '${nq}' n_dims`);
+      if (nDims < 1 || nDims > MAX_DIMS) throw new GgufError(path, `tensor '${nq}': n_dims ${nDims} is outside 1..${MAX_DIMS}`);
       const ne: number[] = [];
       for (let d = 0; d < nDims; d++) {
-        const v = c.i64(`tensor '${name}' ne[${d}]`);
-        if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) throw new GgufError(path, `tensor '${name}': ne[${d}] = ${v} is out of range`);
+        const v = c.i64(`tensor '${nq}' ne[${d}]`);
+        if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) throw new GgufError(path, `tensor '${nq}': ne[${d}] = ${v} is out of range`);
         ne.push(Number(v));
       }
-      const type = c.i32(`tensor '${name}' type`);
-      if (!TYPE_INFO[type]) throw new GgufError(path, `tensor '${name}': unknown ggml type ${type}`);
-      const off = c.u64(`tensor '${name}' offset`);
-      if (off > BigInt(c.size)) throw new GgufError(path, `tensor '${name}': offset ${off} is past the end of the file (${c.size} bytes)`);
+      const type = c.i32(`tensor '${nq}' type`);
+      if (!TYPE_INFO[type]) throw new GgufError(path, `tensor '${nq}': unknown ggml type ${type}`);
+      const off = c.u64(`tensor '${nq}' offset`);
+      if (off > BigInt(c.size)) throw new GgufError(path, `tensor '${nq}': offset ${off} is past the end of the file (${c.size} bytes)`);
       const offset = Number(off);
-      if (offset % alignment !== 0) throw new GgufError(path, `tensor '${name}': offset ${offset} is not aligned to ${alignment}`);
-      const nbytes = tensorBytes(path, name, type, ne);
+      if (offset % alignment !== 0) throw new GgufError(path, `tensor '${nq}': offset ${offset} is not aligned to ${alignment}`);
+      const nbytes = tensorBytes(path, nq, type, ne);
       tensors.push({ name, type, ne, offset, nbytes, fileOffset: 0, file: path });
     }
 
@@ -196,11 +198,11 @@ export function readGgufHeader(path: string): GgufHeader {
       const t = byOffset[i];
       t.fileOffset = dataOffset + t.offset;
       if (t.offset + t.nbytes > dataSize) {
-        throw new GgufError(path, `tensor '${t.name}' (${typeName(t.type)} ${t.ne.join("x")}, ${t.nbytes} bytes at data offset ${t.offset}) runs past the end of the file: truncated or wrong size`);
+        throw new GgufError(path, `tensor '${safeText(t.name)}' (${typeName(t.type)} ${t.ne.join("x")}, ${t.nbytes} bytes at data offset ${t.offset}) runs past the end of the file: truncated or wrong size`);
       }
       const next = byOffset[i + 1];
       if (next && t.offset + t.nbytes > next.offset) {
-        throw new GgufError(path, `tensor '${t.name}' overlaps tensor '${next.name}'`);
+        throw new GgufError(path, `tensor '${safeText(t.name)}' overlaps tensor '${safeText(next.name)}'`);
       }
     }
     return { path, version, fileSize: c.size, alignment, dataOffset, kv, tensors };
