@@ -24,12 +24,6 @@ export function rowNll(l: Float32Array, o: number, V: number, tok: number): numb
   return Math.log(sum) - f(l[o + tok] - max);
 }
 
-/** Round to the nearest integer, ties to even (llama's nearest_int on a float). */
-function rint(x: number): number {
-  const r = Math.round(x);
-  return r - x === 0.5 && (r & 1) === 1 ? r - 1 : r;
-}
-
 /**
  * One row's log-probabilities packed as llama packs them for a --kl-divergence-base file: at
  * uint16 index qo (even) of q (and f32 index qo/2 of qf, the same memory) the scale and the
@@ -54,9 +48,10 @@ export function packRow(l: Float32Array, o: number, V: number, tok: number, q: U
   const d = qo + 4;
   if (scale) {
     const inv = f(1 / scale);
+    // llama's nearest_int: adding 1.5 * 2^23 in f32 rounds to an integer, ties to even
     for (let i = 0; i < V; i++) {
       const x = l[o + i];
-      q[d + i] = x > min ? rint(f(inv * f(x - min))) : 0;
+      q[d + i] = x > min ? f(f(inv * f(x - min)) + 12582912) - 12582912 : 0;
     }
   } else {
     q.fill(0, d, d + V);
