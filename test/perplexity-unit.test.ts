@@ -11,6 +11,9 @@ import { ChunkEvaluator, chunkLayout } from "../src/cli/perplexity-eval.ts";
 import { LogitsFileError, LogitsReader, LogitsWriter, PackedChunk, scoredRows } from "../src/cli/perplexity-logits.ts";
 import { covariance, kldRow, KldSums, meanAndUncertainty, median, packedRowLength, packRow, percentile, pplEstimate, rowNll } from "../src/cli/perplexity-score.ts";
 import { fg, fx, kldStats, kldStatsText } from "../src/cli/perplexity-report.ts";
+import { parsePerplexityArgs, PERPLEXITY_TABLE } from "../src/cli/perplexity-flags.ts";
+import { checkTable } from "../src/cli/flag-parse.ts";
+import { FlagError } from "../src/cli/flag-types.ts";
 
 let dir: string;
 beforeAll(() => { dir = mkdtempSync(join(tmpdir(), "bloomery-ppl-unit-")); });
@@ -36,6 +39,27 @@ class Recorder implements Backend {
   kvCopy(): void { throw new Error("not used"); }
   close(): void {}
 }
+
+describe("the command line", () => {
+  test("the table is well formed; llama-perplexity's defaults; the server's placement flags", () => {
+    expect(() => checkTable(PERPLEXITY_TABLE)).not.toThrow();
+    const p = parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt"], {})!;
+    expect(p).toMatchObject({ nCtx: 512, nBatch: 2048, nUbatch: 512, chunks: -1, outputType: 0, klDivergence: false, nGpuLayers: "auto", cpuMoe: false, promoteSlots: undefined });
+    const q = parsePerplexityArgs(["-m", "m.gguf", "--kl-divergence-base", "b.kld", "--kl-divergence", "-c", "1024", "-b", "512", "--chunks", "9", "-ngl", "99", "--cpu-moe", "-ot", "blk\\.0\\.ffn_.*_exps=CPU", "-dev", "CUDA1", "--card-budget", "24576"], {})!;
+    expect(q).toMatchObject({ nCtx: 1024, nBatch: 512, chunks: 9, nGpuLayers: 99, cpuMoe: true, device: 1, cardBudgetMiB: 24576, logitsFile: "b.kld", klDivergence: true, file: undefined });
+    expect(q.overrides).toEqual([{ pattern: "blk\\.0\\.ffn_.*_exps", buffer: "CPU" }]);
+    expect(parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "-dev", "none"], {})!.nGpuLayers).toBe(0);
+    expect(parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "--save-all-logits", "x"], {})).toMatchObject({ logitsFile: "x", klDivergence: false });
+  });
+
+  test("what is refused", () => {
+    expect(() => parsePerplexityArgs(["-f", "t.txt"], {})).toThrow(FlagError);
+    expect(() => parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "-c", "0"], {})).toThrow("perplexity tool requires '--ctx-size' > 0");
+    expect(() => parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "--ppl-stride", "256"], {})).toThrow(/strided perplexity/);
+    expect(() => parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "--winogrande"], {})).toThrow(/only the perplexity and KL-divergence modes/);
+    expect(() => parsePerplexityArgs(["-m", "m.gguf", "-f", "t.txt", "-dev", "CUDA0,CUDA1"], {})).toThrow(/one card/);
+  });
+});
 
 describe("chunk layout and decode calls", () => {
   test("llama's n_seq, n_batch and batches a chunk", () => {

@@ -42,6 +42,8 @@ export class ChunkEvaluator {
   private readonly logits: Float32Array;
   /** tokens evaluated so far */
   evaluated = 0;
+  /** milliseconds in the backend's forwards (the rest of a run is the rows' arithmetic) */
+  forwardMs = 0;
 
   constructor(
     private readonly be: Backend,
@@ -91,10 +93,12 @@ export class ChunkEvaluator {
           this.outRow[r] = p - first;
           r++;
         }
+        const t0 = performance.now();
         this.be.forward({
           tokens: this.tok.subarray(f0, f0 + c), pos: this.pos.subarray(f0, f0 + c), seq: this.seq.subarray(f0, f0 + c),
           outRows: this.out.subarray(0, r), logits: this.logits.subarray(0, r * this.nVocab),
         });
+        this.forwardMs += performance.now() - t0;
         this.evaluated += c;
         for (let k = 0; k < r; k++) sink(this.outChunk[k], this.outRow[k], this.logits, k * this.nVocab);
       }

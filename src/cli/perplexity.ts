@@ -176,7 +176,7 @@ function perplexity(p: PerplexityParams): number {
         mode: "perplexity", model: p.model, backend: model.backend.name, n_ctx: nCtx, n_batch: layout.nBatch, n_seq: layout.nSeq,
         n_tokens: tokens.length, n_chunk: nChunk, scored: count, add_bos: tok.addBos, ...estimateFields(est),
         chunks: running, logits_file: p.logitsFile ?? null,
-        timings: { load_ms: loadMs, eval_ms: evalMs, tokens: ev.evaluated, tokens_per_second: (1000 * ev.evaluated) / evalMs },
+        timings: timings(loadMs, evalMs, ev),
       }) + "\n");
     } else {
       out("\n");
@@ -190,6 +190,10 @@ function perplexity(p: PerplexityParams): number {
     writer?.close();
     model.close();
   }
+}
+
+function timings(loadMs: number, evalMs: number, ev: ChunkEvaluator) {
+  return { load_ms: loadMs, eval_ms: evalMs, forward_ms: ev.forwardMs, score_ms: evalMs - ev.forwardMs, tokens: ev.evaluated, tokens_per_second: (1000 * ev.evaluated) / evalMs };
 }
 
 function estimateFields(e: { value: number; err: number }): { ppl: number; ppl_err: number | null } {
@@ -267,7 +271,7 @@ function klWith(p: PerplexityParams, reader: LogitsReader, F: string, t00: numbe
           chunk: i + 1, ppl: jsonEstimate(r.ppl), ln_ppl_ratio: jsonEstimate(r.lnPplRatio), kld: jsonEstimate(r.kld),
           rms_delta_p: jsonEstimate(r.rmsDp), same_top_p: jsonEstimate(r.sameTop),
         })),
-        timings: { load_ms: loadMs, eval_ms: evalMs, tokens: ev.evaluated, tokens_per_second: (1000 * ev.evaluated) / evalMs },
+        timings: timings(loadMs, evalMs, ev),
       }) + "\n");
     } else {
       out("\n");
