@@ -103,7 +103,7 @@ describe("--kl-divergence against a base logits file", () => {
     console.log(`KL divergence Q4_K_M vs Q8_0 (${CHUNKS} chunks): mean KLD ${kld}, same top p ${top}%`);
   });
 
-  test("a base file cut short, or of another vocabulary, is refused before any evaluation", () => {
+  test("a base file cut short, of another vocabulary or with a token outside it is refused before any evaluation", () => {
     const full = readFileSync(base);
     const cut = join(dir, "cut.kld");
     writeFileSync(cut, full.subarray(0, full.length - 1000));
@@ -120,6 +120,17 @@ describe("--kl-divergence against a base logits file", () => {
     const v = runCli(["perplexity", "-m", Q4, "--kl-divergence-base", other, "--kl-divergence"]);
     expect(v.code).toBe(1);
     expect(v.stderr).toContain("kl_divergence: inconsistent vocabulary (7 in");
+    const badTok = join(dir, "badtok.kld");
+    const t = Buffer.alloc(20 + 4 * 512 + 2 * (8000 + 4) * 255);
+    t.write("_logits_");
+    t.writeInt32LE(512, 8);
+    t.writeInt32LE(8000, 12);
+    t.writeInt32LE(1, 16);
+    t.writeInt32LE(8000, 20 + 4 * 3);
+    writeFileSync(badTok, t);
+    const bt = runCli(["perplexity", "-m", Q4, "--kl-divergence-base", badTok, "--kl-divergence"]);
+    expect(bt.code).toBe(1);
+    expect(bt.stderr).toContain("token 3 is 8000, outside the vocabulary of 8000");
   });
 });
 

@@ -52,7 +52,6 @@ export async function runPerplexity(argv: string[], env: Env): Promise<number> {
 
 interface Loaded {
   model: Model;
-  threads: number;
   loadMs: number;
 }
 
@@ -78,7 +77,7 @@ function load(p: PerplexityParams, gguf: GgufFile, layout: ChunkLayout, func: st
   const total = layout.nSeq * layout.nCtx;
   if (total > model.hp.nCtxTrain) err(`${func}: model was trained on only ${model.hp.nCtxTrain} context tokens (${total} specified)\n`);
   err(`\nsystem_info: n_threads = ${threads} / ${usableCores()} | ${model.backend.name} : ${model.backend.name === "CPU" ? `${cpuPath()} path` : "on the card"}\n`);
-  return { model, threads, loadMs };
+  return { model, loadMs };
 }
 
 function openModel(path: string): { gguf: GgufFile; tok: Tokenizer } {
@@ -213,6 +212,7 @@ function klDivergence(p: PerplexityParams): number {
 
 function klWith(p: PerplexityParams, reader: LogitsReader, F: string, t00: number): number {
   const nCtx = reader.nCtx;
+  if (nCtx < MIN_CTX) throw new PerplexityError(`${F}: ${reader.path} was computed with n_ctx=${nCtx}; a chunk is at least ${MIN_CTX} tokens`);
   if (p.given.has("ctxSize") && p.nCtx !== nCtx) err(`${F}: ${reader.path} was computed with n_ctx=${nCtx}; using it (-c ${p.nCtx} is not used)\n`);
   if (p.file) err(`${F}: -f ${p.file} is not used: the tokens come from ${reader.path}\n`);
   const nChunk = p.chunks < 0 ? reader.nChunk : Math.min(p.chunks, reader.nChunk);
@@ -225,6 +225,8 @@ function klWith(p: PerplexityParams, reader: LogitsReader, F: string, t00: numbe
   try {
     const V = model.hp.nVocab;
     if (reader.nVocab !== V) throw new PerplexityError(`${F}: inconsistent vocabulary (${reader.nVocab} in ${reader.path} vs ${V} in ${p.model})`);
+    const bad = reader.tokens.subarray(0, nChunk * nCtx).findIndex((t) => t < 0 || t >= V);
+    if (bad >= 0) throw new PerplexityError(`${F}: ${reader.path}: token ${bad} is ${reader.tokens[bad]}, outside the vocabulary of ${V}`);
     err(`${F}: computing over ${nChunk} chunks, n_ctx=${nCtx}, batch_size=${layout.nBatch}, n_seq=${layout.nSeq}\n`);
     const ev = new ChunkEvaluator(model.backend, V, layout, tok.addBos ? tok.bos : undefined);
     const { first, nRows } = layout;
