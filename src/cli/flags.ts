@@ -172,6 +172,7 @@ subcommands:
   generate -m FILE -p TEXT [options]   generate from a prompt without a server (--json for scripts)
   bench -m FILE [options]              llama-bench's tests and table (-npl N,...: llama-batched-bench's)
   synth MODEL[:QUANT] -o FILE          write a synthetic model: a real model's tensor names, shapes, quant types
+  perplexity -m FILE -f TEXT [options] llama-perplexity's protocol and output (--kl-divergence against saved logits)
   version                              print the version (also --version)
 
 Server flags are llama-server's, in its groups; bloomery's own flags are among them. The flags

@@ -1,6 +1,6 @@
 #!/usr/bin/env bun
 // bloomery-serve: the executable's entry point. `bloomery-serve [server flags]` serves a model
-// (llama-server's flags); subcommands: synth, generate, bench, version (listed in --help: flags.ts).
+// (llama-server's flags); subcommands: synth, generate, bench, perplexity, version (listed in --help: flags.ts).
 import { FlagError } from "./flag-types.ts";
 import { GgufError } from "../gguf/errors.ts";
 
@@ -15,6 +15,8 @@ async function main(argv: string[]): Promise<number> {
       return (await import("./generate.ts")).runGenerate(argv.slice(1), env);
     case "bench":
       return (await import("./bench.ts")).runBench(argv.slice(1));
+    case "perplexity":
+      return (await import("./perplexity.ts")).runPerplexity(argv.slice(1), env);
     case "--version":
     case "version":
       console.log(`bloomery-serve ${VERSION}`);
