@@ -1,7 +1,7 @@
 // bloomery engine: the main thread's handle on the engine worker: load, generate with streamed
 // token events, cancel, slot info. Every request gets its own id; events route by id.
 import type { DoneEvent, EngineOptions, EngineStats, FromWorker, GenerateRequest, ModelInfo, SlotInfo, TokenEvent } from "./protocol.ts";
-import type { PlacementState } from "./placement-view.ts";
+import type { PlacementState } from "./placement-types.ts";
 
 /** A slot action the engine refused (status and type as llama-server's error shape). */
 export class SlotActionError extends Error {

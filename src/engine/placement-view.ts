@@ -9,73 +9,14 @@ import type { StepLog, StepRecord } from "./step-log.ts";
 import type { EngineStats } from "./protocol.ts";
 import type { Tier } from "./plan.ts";
 import { expertLayer } from "./plan.ts";
+import type { PlacementLayer, PlacementState, PlacementStep, TierTotals } from "./placement-types.ts";
+
+export type { PlacementState } from "./placement-types.ts";
 
 /** Half-life of the heat: picks count half after this long. */
 export const HEAT_HALF_LIFE_MS = 10_000;
 /** Tokens of a prompt cache entry shown as its preview (its start). */
 const PREVIEW_TOKENS = 24;
-
-export interface PlacementLayer {
-  /** the block index (blk.N) */
-  layer: number;
-  /** where its routed experts live (the load's plan) */
-  tier: Tier;
-  n_expert: number;
-  /** each expert's picks since load ((token, pick) pairs); null when the backend does not count them */
-  picks: number[] | null;
-  /** the same picks decayed with a half-life of heat_half_life_ms: how often each was picked lately */
-  heat: number[] | null;
-}
-
-export interface PlacementStep {
-  t_ms: number;
-  tokens: number;
-  prompt_tokens: number;
-  seqs: number;
-  ms: number;
-  card_ms: number;
-  cpu_ms: number;
-  copy_ms: number;
-  copy_bytes: number;
-  disk_bytes: number;
-  promoted: number;
-}
-
-export interface PlacementCacheEntry {
-  n_tokens: number;
-  bytes: number;
-  where: "card" | "host";
-  used_at_ms: number;
-  /** the entry's first tokens as text (absent with --no-slots, which hides prompts) */
-  preview?: string;
-}
-
-/** The whole picture; the endpoint's JSON (docs/api.md). */
-export interface PlacementState {
-  object: "bloomery.placement";
-  time_ms: number;
-  backend: string;
-  n_layer: number;
-  n_expert: number;
-  n_expert_used: number;
-  /** the load's placement line and its bytes per tier (null when the load was not planned) */
-  plan: { line: string; card: TierTotals; host: TierTotals; disk: TierTotals } | null;
-  picks: { available: boolean; reason?: string; heat_half_life_ms: number; total: number };
-  layers: PlacementLayer[];
-  /** promotion of host experts into card slots (null: no host experts beside a card) */
-  promotion: { slots: number; promoted_total: number; resident_picks_total: number; picks_total: number; events: { t_ms: number; promoted: number }[] } | null;
-  /** the disk tier's RAM cache (null: none) */
-  expert_cache: { slots: number; resident: number; lookups: number; hits: number; misses: number; read_bytes: number; evictions: number } | null;
-  prompt_cache: { entries: PlacementCacheEntry[]; bytes: number; card_bytes: number; hits: number; misses: number; tokens_restored: number };
-  steps: { total: number; recent: PlacementStep[] };
-  engine: { n_decode: number; slots: number; slots_busy: number; queued: number };
-}
-
-export interface TierTotals {
-  dense_bytes: number;
-  expert_bytes: number;
-  n_experts: number;
-}
 
 /** A MoE layer of the model: its block index, its experts' tier and count (from the routed-expert tensors). */
 interface MoeLayer {

@@ -2,7 +2,7 @@
 import type { PlacementFlags } from "./plan.ts";
 import type { ExpertStats } from "./expert-store.ts";
 import type { HostExpertStats } from "./cuda-backend.ts";
-import type { PlacementState } from "./placement-view.ts";
+import type { PlacementState } from "./placement-types.ts";
 import type { SamplingParams } from "../sampling/index.ts";
 
 export type { SamplingParams };
