@@ -3,6 +3,7 @@
 import { join } from "node:path";
 import { mkdirSync } from "node:fs";
 import { prepareDemoAsset } from "./demo-asset.ts";
+import { buildWebui } from "./build-webui.ts";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
@@ -18,6 +19,7 @@ function run(cmd: string[]): void {
 run([bun, "scripts/build-native.ts", ...process.argv.slice(2)]);
 
 prepareDemoAsset(root);
+await buildWebui(root);
 mkdirSync(join(root, "dist"), { recursive: true });
 run([bun, "build", "--compile", "src/cli/main.ts", "src/engine/worker.ts", "--outfile", "dist/bloomery-serve"]);
 console.log("build: dist/bloomery-serve");
