@@ -182,7 +182,7 @@ async function serve(
       servers.push(s as Server<undefined>);
       const where = host.endsWith(".sock") ? `unix://${host}` : `http://${formatHost(host)}:${s.port}`;
       urls.push(where);
-      log(`main: server is listening on ${where}${o.apiPrefix} - starting the main loop`);
+      log(`main: server is listening on ${where} - starting the main loop`);
     }
   } catch (e) {
     for (const s of servers) s.stop(true);
@@ -246,8 +246,13 @@ async function serve(
     if (plan.event.backend.kind === "cpu" && plan.event.backend.reason) log(plan.event.backend.reason); // on a card the worker's placement says it
     log(`srv  load_model: loading model '${modelPath}'`);
     events.emit({ event: "loading", path: modelPath });
-    const client = await Promise.race([EngineClient.start(modelPath, plan.engine!.engine).catch((e: unknown) => Promise.reject(engineLoadError(e, argv))), stopped.then(() => null)]);
-    if (client === null) return shutdown(0);
+    const starting = EngineClient.start(modelPath, plan.engine!.engine).catch((e: unknown) => Promise.reject(engineLoadError(e, argv)));
+    const client = await Promise.race([starting, stopped.then(() => null)]);
+    if (client === null) {
+      // stopped while loading: the worker, once loaded, would keep the process alive
+      starting.then((c) => c.close(), () => {});
+      return shutdown(0);
+    }
     ctx.client = client;
     ctx.info = client.info;
     ctx.setTemplate(tplOverride, client.info.chatTemplate);
