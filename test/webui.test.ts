@@ -45,6 +45,13 @@ async function startPrefixed(args: string[]): Promise<RunningServer> {
 }
 
 const auth = { Authorization: `Bearer ${KEY}` };
+/** The fields these tests read of an answer: llama's error, /props' ui and model_alias. */
+interface Body {
+  error: { message: string; type: string };
+  ui: boolean;
+  model_alias: string;
+}
+const body = async (r: Response) => (await r.json()) as Body;
 const state = async (base: string, headers: Record<string, string> = {}) => (await (await fetch(`${base}/placement/state`, { headers })).json()) as PlacementState;
 
 describe("the built-in pages", () => {
@@ -76,17 +83,17 @@ describe("the built-in pages", () => {
     expect(await head.text()).toBe("");
     const nope = await fetch(`${ui.url}/webui/nope.js`);
     expect(nope.status).toBe(404);
-    expect((await nope.json()).error.type).toBe("not_found_error");
+    expect((await body(nope)).error.type).toBe("not_found_error");
     expect((await post(`${ui.url}/`, {})).status).toBe(404);
   });
 
   test("/props says the UI is on; --no-ui turns the pages off and keeps /placement/state", async () => {
-    expect((await (await fetch(`${ui.url}/props`)).json()).ui).toBe(true);
-    expect((await (await fetch(`${off.url}/props`)).json()).ui).toBe(false);
+    expect((await body(await fetch(`${ui.url}/props`))).ui).toBe(true);
+    expect((await body(await fetch(`${off.url}/props`))).ui).toBe(false);
     for (const p of ["/", "/placement", "/webui/app.js"]) {
       const r = await fetch(`${off.url}${p}`);
       expect(r.status).toBe(404);
-      expect((await r.json()).error.message).toBe("File Not Found");
+      expect((await body(r)).error.message).toBe("File Not Found");
     }
     expect((await state(off.url)).object).toBe("bloomery.placement");
     expect(off.log()).toContain("the web UI is disabled");
@@ -99,7 +106,7 @@ describe("the built-in pages", () => {
       expect((await fetch(`${slow.url}/webui/app.js`)).status).toBe(200);
       const props = await fetch(`${slow.url}/props`);
       expect(props.status).toBe(503);
-      expect((await props.json()).error.message).toBe("Loading model");
+      expect((await body(props)).error.message).toBe("Loading model");
     } finally {
       // a stop during the load used to leave the loaded engine worker holding the process open
       slow.proc.kill("SIGTERM");
@@ -176,10 +183,10 @@ describe("GET /placement/state", () => {
   test("bad parameters are 400s naming the field", async () => {
     const a = await fetch(`${ui.url}/placement/state?interval_ms=5`);
     expect(a.status).toBe(400);
-    expect((await a.json()).error.message).toContain("interval_ms");
+    expect((await body(a)).error.message).toContain("interval_ms");
     const b = await fetch(`${ui.url}/placement/state?stream=maybe`);
     expect(b.status).toBe(400);
-    expect((await b.json()).error.message).toContain("'stream'");
+    expect((await body(b)).error.message).toContain("'stream'");
   });
 
   test("--no-slots hides the prompt cache entries' text", async () => {
@@ -201,7 +208,7 @@ describe("--api-prefix and --api-key", () => {
     expect((await fetch(`${pre.url}/llm/props`)).status).toBe(401);
     const props = await fetch(`${pre.url}/llm/props`, { headers: auth });
     expect(props.status).toBe(200);
-    expect((await props.json()).model_alias).toBe("bloomery-demo");
+    expect((await body(props)).model_alias).toBe("bloomery-demo");
     expect((await fetch(`${pre.url}/props`)).status).toBe(401);
     expect((await fetch(`${pre.url}/props`, { headers: auth })).status).toBe(404);
     expect((await fetch(`${pre.url}/llmx/props`, { headers: auth })).status).toBe(404);
