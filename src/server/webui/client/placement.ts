@@ -136,7 +136,7 @@ export class PlacementView {
 
   private drawCache(s: PlacementState): void {
     const c = s.prompt_cache;
-    const head = h("p", {}, `${c.entries.length} entries, ${bytes(c.bytes)}${c.card_bytes ? ` (${bytes(c.card_bytes)} on the card)` : ""}; ${c.hits} hits, ${c.misses} misses, ${c.tokens_restored} tokens restored`);
+    const head = h("p", {}, `${c.entries.length} ${c.entries.length === 1 ? "entry" : "entries"}, ${bytes(c.bytes)}${c.card_bytes ? ` (${bytes(c.card_bytes)} on the card)` : ""}; ${c.hits} hits, ${c.misses} misses, ${c.tokens_restored} tokens restored`);
     if (c.entries.length === 0) {
       replace(this.cache, head, h("p", { class: "empty" }, "empty: a slot's prompt is saved here when the slot takes another one"));
       return;
