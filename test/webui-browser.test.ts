@@ -133,6 +133,31 @@ describe.skipIf(!hasChromium)("the web UI in Chromium", () => {
     expect(shown.replace(/\s+/g, "")).toBe((api.json.choices[0].message.content as string).replace(/\s+/g, ""));
   });
 
+  test("an attached text file goes with the message; a conversation is deleted on a second click", async () => {
+    await page.click("[data-testid=new-chat]");
+    await page.setInputFiles("[data-testid=attach-input]", { name: "notes.py", mimeType: "text/x-python", buffer: Buffer.from("def helper():\n    return 42\n") });
+    await page.waitForSelector(".composer .chip");
+    expect(await page.locator(".composer .chip").textContent()).toContain("notes.py");
+    const sent = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions") && r.method() === "POST");
+    await send(page, "Explain this file.");
+    const body = JSON.parse((await sent).postData() ?? "{}") as { messages: { role: string; content: string }[] };
+    expect(body.messages.at(-1)!.content).toBe("Explain this file.\n\n--- notes.py ---\ndef helper():\n    return 42\n");
+    await lastAnswerDone(page);
+    expect(await page.locator("article[data-role=user] .chip").textContent()).toBe("notes.py");
+    expect(await page.locator(".composer .chip").count()).toBe(0);
+    const n = await page.locator("[data-testid=conversation]").count();
+    const row = page.locator("[data-testid=conversation]", { hasText: "Explain this file." });
+    await row.locator("[data-testid=delete-chat]").click();
+    await page.waitForFunction(`[...document.querySelectorAll("[data-testid=delete-chat]")].some((b) => b.textContent === "delete?")`);
+    expect(await page.locator("[data-testid=conversation]").count()).toBe(n); // the first click only asks
+    await page.locator("[data-testid=conversation]", { hasText: "Explain this file." }).locator("[data-testid=delete-chat]").click();
+    await page.waitForFunction(`document.querySelectorAll("[data-testid=conversation]").length === ${n - 1}`);
+    expect(await page.locator("[data-testid=messages] article").count()).toBe(0);
+    await page.reload();
+    await page.waitForSelector("[data-testid=conversation]");
+    expect(await page.locator("[data-testid=conversation]", { hasText: "Explain this file." }).count()).toBe(0);
+  });
+
   test("the placement page: every layer's experts and tier, and the map follows a request", async () => {
     await page.click("[data-testid=tab-placement]");
     expect(new URL(page.url()).pathname).toBe("/placement");

@@ -38,6 +38,7 @@ export function apiMessages(system: string, messages: readonly ChatMessage[]): R
   for (const m of messages) {
     if (m.role === "user") out.push({ role: "user", content: userText(m) });
     else {
+      if (m.content === "" && !m.toolCalls?.length) continue; // an answer that failed or was stopped before its first token
       const o: Record<string, unknown> = { role: "assistant", content: m.content };
       if (m.toolCalls?.length) o.tool_calls = m.toolCalls.map((t) => ({ id: t.id, type: "function", function: { name: t.name, arguments: t.arguments } }));
       out.push(o);
