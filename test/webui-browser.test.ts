@@ -186,6 +186,34 @@ describe.skipIf(!hasChromium)("the web UI in Chromium", () => {
     expect(errors).toEqual([]);
   });
 
+  test("the heat map colours each expert by its recent picks when a backend reports them", async () => {
+    // the CPU backend does not count picks yet: the page is fed the server's own state with picks
+    // filled in, as a backend with a counter reports them (the endpoint's shape: webui-placement.test.ts)
+    const real = (await (await fetch(`${demo.url}/placement/state`)).json()) as PlacementState;
+    const layers = real.layers.map((l) => ({ ...l, picks: new Array<number>(l.n_expert).fill(0), heat: new Array<number>(l.n_expert).fill(0) }));
+    layers[0].picks[3] = layers[0].heat[3] = 10;
+    layers[1].picks[5] = layers[1].heat[5] = 4;
+    const fed: PlacementState = { ...real, layers, picks: { available: true, heat_half_life_ms: 10000, total: 14 } };
+    const p = await browser.ctx.newPage();
+    try {
+      await p.route("**/placement/state?**", (route) => route.fulfill({ status: 200, headers: { "Content-Type": "text/event-stream" }, body: `event: placement\ndata: ${JSON.stringify(fed)}\n\n` }));
+      await p.goto(`${demo.url}/placement`);
+      await p.waitForSelector("[data-testid=heatmap][data-available=true]");
+      expect(await p.locator("[data-testid=heat-unavailable]").isVisible()).toBe(false);
+      const sel = (layer: number, e: number) => `.heat-row[data-layer="${layer}"] .cell[data-expert="${e}"]`;
+      const cell = (layer: number, e: number) => p.locator(sel(layer, e));
+      const style = (layer: number, e: number, prop: string) => p.evaluate(`getComputedStyle(document.querySelector(${JSON.stringify(sel(layer, e))})).getPropertyValue(${JSON.stringify(prop)})`);
+      expect(await cell(0, 3).getAttribute("data-heat")).toBe("10");
+      expect(await style(0, 3, "--heat")).toBe("1.000");
+      expect(await style(1, 5, "--heat")).toBe(Math.sqrt(0.4).toFixed(3));
+      expect(await style(2, 0, "--heat")).toBe("0.000");
+      expect(await style(0, 3, "background-color")).not.toBe(await style(2, 0, "background-color"));
+      expect(await cell(0, 3).getAttribute("title")).toBe("layer 0, expert 3: host RAM; 10.0 recent picks, 10 since load");
+    } finally {
+      await p.close();
+    }
+  });
+
   test("the pages run under their own content security policy (no eval, no inline code)", async () => {
     const strict = await launchBrowser({ bypassCSP: false });
     try {
