@@ -99,7 +99,7 @@ describe("the placement picture", () => {
     const wrong = withPicks(model, () => new Float64Array(3));
     const bad = placementState({ model: wrong, cache: s.cache, steps: s.steps, stats: s.stats(), heat: new ExpertHeat() }, true);
     expect(bad.picks.available).toBe(false);
-    expect(bad.picks.reason).toBe("the backend reported 3 counts for 32 experts; ignored");
+    expect(bad.picks.reason).toBe("the backend reported 3 counts for 4 layers of 8 experts; ignored");
     expect(bad.layers.every((l) => l.picks === null)).toBe(true);
   });
 

@@ -228,6 +228,29 @@ describe("--api-prefix and --api-key", () => {
     expect(bare.headers.get("location")).toBe("/llm/");
   });
 
+  test("the agent events' url includes the prefix", async () => {
+    ensureBuilt();
+    const proc = Bun.spawn([EXE, "--demo", "-np", "1", "--port", "0", "--json", "--api-prefix", "/llm"], { stdout: "pipe", stderr: "pipe" });
+    try {
+      let out = "";
+      let ready: { url: string } | undefined;
+      const t0 = Date.now();
+      const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
+      const dec = new TextDecoder();
+      while (!ready && Date.now() - t0 < 60000) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += dec.decode(value, { stream: true });
+        ready = out.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { event: string; url: string }).find((e) => e.event === "ready");
+      }
+      expect(ready?.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/llm$/);
+      expect((await fetch(`${ready!.url}/health`)).status).toBe(200);
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+    }
+  });
+
   test("a prefix that is not a path is refused at the start", () => {
     const prefixOf = (p: string) => {
       const r = parseArgs(["--api-prefix", p], {});

@@ -89,20 +89,21 @@ export function placementState(s: PlacementSources, previews: boolean, now = Dat
   const m = s.model, st = s.stats;
   const layers = moeLayers(m);
   const cum = m.backend.expertPicks?.();
-  const expected = layers.reduce((a, l) => a + l.nExpert, 0);
+  // layer-major, a row of the largest expert count a MoE layer (Backend.expertPicks)
+  const stride = Math.max(0, ...layers.map((l) => l.nExpert));
+  const expected = layers.length * stride;
   const counted = cum !== undefined && cum.length === expected;
   const heat = counted ? s.heat.update(cum, now) : undefined;
-  let off = 0, total = 0;
-  const out: PlacementLayer[] = layers.map((l) => {
-    const o = off;
-    off += l.nExpert;
+  let total = 0;
+  const out: PlacementLayer[] = layers.map((l, i) => {
+    const o = i * stride;
     const picks = counted ? Array.from(cum.subarray(o, o + l.nExpert)) : null;
     if (picks) total += picks.reduce((a, b) => a + b, 0);
     const h = heat ? Array.from(heat.subarray(o, o + l.nExpert), (x) => Math.round(x * 100) / 100) : null;
     return { layer: l.layer, tier: l.tier, n_expert: l.nExpert, picks, heat: h };
   });
   const reason = counted ? undefined
-    : cum !== undefined ? `the backend reported ${cum.length} counts for ${expected} experts; ignored`
+    : cum !== undefined ? `the backend reported ${cum.length} counts for ${layers.length} layers of ${stride} experts; ignored`
     : NOT_COUNTED[m.backend.name] ?? `not reported by this backend yet (${m.backend.name})`;
   const recent = s.steps.list();
   const hx = st.hostExperts;

@@ -181,7 +181,7 @@ async function serve(
       const s = host.endsWith(".sock") ? Bun.serve({ ...common, unix: host }) : Bun.serve({ ...common, idleTimeout, hostname: host, port: o.port });
       servers.push(s as Server<undefined>);
       const where = host.endsWith(".sock") ? `unix://${host}` : `http://${formatHost(host)}:${s.port}`;
-      urls.push(where);
+      urls.push(host.endsWith(".sock") ? where : where + o.apiPrefix); // where the API answers (the log line keeps llama's address)
       log(`main: server is listening on ${where} - starting the main loop`);
     }
   } catch (e) {
