@@ -25,7 +25,12 @@ interface MoeLayer {
   nExpert: number;
 }
 
+const layersOf = new WeakMap<Model, MoeLayer[]>();
+
+/** The model's MoE layers (scanned once a model: the tensor index does not change). */
 function moeLayers(m: Model): MoeLayer[] {
+  const known = layersOf.get(m);
+  if (known) return known;
   const byLayer = new Map<number, MoeLayer>();
   const fallback: Tier = m.experts ? "disk" : m.backend.name === "CPU" ? "host" : "card";
   for (const t of m.gguf.tensors.values()) {
@@ -33,7 +38,9 @@ function moeLayers(m: Model): MoeLayer[] {
     if (l === null || byLayer.has(l)) continue;
     byLayer.set(l, { layer: l, tier: m.plan?.where.get(t.name) ?? fallback, nExpert: t.ne[2] ?? m.hp.nExpert });
   }
-  return [...byLayer.values()].sort((a, b) => a.layer - b.layer);
+  const out = [...byLayer.values()].sort((a, b) => a.layer - b.layer);
+  layersOf.set(m, out);
+  return out;
 }
 
 /** Picks decayed over wall time: read-time decay, so any number of readers see the same heat. */
