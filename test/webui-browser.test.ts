@@ -6,7 +6,7 @@
 // line saying so where Chromium is missing; CI (.ci/run) installs it and fails without it.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import type { Page } from "playwright-core";
-import { hasChromium, CHROMIUM, launchBrowser, lastAnswerDone, openPage, send, setSettings, type Browser } from "./webui-browser.ts";
+import { hasChromium, CHROMIUM, launchBrowser, lastAnswerDone, lastAnswerId, openPage, send, setSettings, type Browser } from "./webui-browser.ts";
 import { post, startServer, templateFile, type RunningServer } from "./server-helpers.ts";
 import type { PlacementState } from "../src/engine/placement-types.ts";
 
@@ -59,7 +59,6 @@ describe.skipIf(!hasChromium)("the web UI in Chromium", () => {
       }).observe(document.querySelector("[data-testid=messages]"), { childList: true, subtree: true, characterData: true });
     })()`);
     await send(page, "def read_json(path):");
-    await page.waitForSelector("article.streaming[data-role=assistant]");
     await lastAnswerDone(page);
     const seen = (await page.evaluate("window.__seen")) as number[];
     expect(new Set(seen.filter((n) => n > 0)).size).toBeGreaterThanOrEqual(3); // it grew in several steps, not at once
@@ -113,18 +112,18 @@ describe.skipIf(!hasChromium)("the web UI in Chromium", () => {
   test("Regenerate replaces the answer; an edited message is sent again with the rest of the conversation dropped", async () => {
     await setSettings(page, { max_tokens: "12" }, '{"ignore_eos": true, "temperature": 0}');
     const before = await page.locator("article[data-role=assistant] [data-testid=content]").textContent();
+    const first = await lastAnswerId(page);
     await page.click("article[data-role=assistant] [data-testid=regenerate]");
-    await page.waitForSelector("article.streaming");
-    await lastAnswerDone(page);
+    await lastAnswerDone(page, 60000, first);
     expect(await page.locator("[data-testid=messages] article").count()).toBe(2);
     const again = await page.locator("article[data-role=assistant] [data-testid=content]").textContent();
     expect(again).not.toBe(before); // 12 tokens now, 40 before
     expect(await page.locator("article[data-role=assistant] [data-testid=meta]").textContent()).toContain("12 tokens");
+    const second = await lastAnswerId(page);
     await page.click("article[data-role=user] [data-testid=edit]");
     await page.fill("[data-testid=edit-box]", "def write_json(path, data):");
     await page.click("[data-testid=edit-save]");
-    await page.waitForSelector("article.streaming");
-    await lastAnswerDone(page);
+    await lastAnswerDone(page, 60000, second);
     expect(await page.locator("[data-testid=messages] article").count()).toBe(2);
     expect(await page.locator("article[data-role=user]").textContent()).toContain("def write_json(path, data):");
     await page.waitForFunction(`[...document.querySelectorAll("[data-testid=conversation] .conv-title")].some((e) => e.textContent === "def write_json(path, data):")`);

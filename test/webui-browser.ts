@@ -59,12 +59,21 @@ export async function send(page: Page, text: string): Promise<void> {
   await page.press("[data-testid=input]", "Enter");
 }
 
-/** The last answer once it ended (its finish reason set, or an error shown). Browser-side code is
- * given as text: the tests are type-checked without the DOM's types. */
-export async function lastAnswerDone(page: Page, timeout = 60000): Promise<void> {
+/**
+ * The last answer once it ended (its finish reason set, or an error shown); `after`: an answer
+ * other than the one with this id (a regenerated one, which may stream for less than a frame).
+ * Browser-side code is given as text: the tests are type-checked without the DOM's types.
+ */
+export async function lastAnswerDone(page: Page, timeout = 60000, after?: string | null): Promise<void> {
   await page.waitForFunction(`(() => {
     const all = document.querySelectorAll("article[data-role=assistant]");
     const last = all[all.length - 1];
-    return !!last && !last.classList.contains("streaming") && (last.dataset.finish !== "" || !!last.querySelector("[data-testid=message-error]"));
+    if (!last || last.dataset.id === ${JSON.stringify(after ?? "")}) return false;
+    return !last.classList.contains("streaming") && (last.dataset.finish !== "" || !!last.querySelector("[data-testid=message-error]"));
   })()`, undefined, { timeout });
+}
+
+/** The id of the last answer shown. */
+export async function lastAnswerId(page: Page): Promise<string | null> {
+  return page.locator("article[data-role=assistant]").last().getAttribute("data-id");
 }
