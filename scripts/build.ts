@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { checkDemoAsset, DemoAssetError } from "./demo-asset.ts";
 import { CUDA_USAGE } from "./build-cuda-mode.ts";
+import { buildWebui } from "./build-webui.ts";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
@@ -84,6 +85,7 @@ const stand = (name: string): string => {
 };
 const what = native.cuda ? `the CPU and CUDA (${native.cuda.join(", ")}) libraries` : "the CPU library (no CUDA library)";
 console.log(`build: compiling ${show(out)} with ${what}, the engine worker and ${noDemo ? "no demo model (--no-demo)" : `the demo model (${show(demo)})`} ...`);
+await buildWebui(root); // the web UI's bundle, embedded as text (src/server/webui/assets.ts)
 mkdirSync(dirname(out), { recursive: true });
 const t0 = performance.now();
 const result = await Bun.build({

@@ -481,8 +481,8 @@ describe("environment twins", () => {
     const e = flagError(() => parseArgs([], { LLAMA_ARG_MMPROJ: "proj.gguf" }));
     expect(e.env).toBe("LLAMA_ARG_MMPROJ");
     expect(e.reason).toMatch(/multimodal/);
-    expect(() => parseArgs([], { LLAMA_ARG_UI: "0" })).not.toThrow();
-    expect(flagError(() => parseArgs([], { LLAMA_ARG_UI: "1" })).env).toBe("LLAMA_ARG_UI");
+    expect(() => parseArgs([], { LLAMA_ARG_UI_MCP_PROXY: "0" })).not.toThrow();
+    expect(flagError(() => parseArgs([], { LLAMA_ARG_UI_MCP_PROXY: "1" })).env).toBe("LLAMA_ARG_UI_MCP_PROXY");
     expect(() => parseArgs([], { LLAMA_ARG_EMBEDDINGS: "0" })).not.toThrow();
     expect(flagError(() => parseArgs([], { LLAMA_ARG_EMBEDDINGS: "1" })).reason).toMatch(/embeddings/);
   });
@@ -504,7 +504,7 @@ describe("refused and unknown flags", () => {
 
   test("turning off a feature bloomery lacks is accepted", () => {
     expect(() => parseArgs(["--no-webui", "--no-mmproj", "--no-ui-mcp-proxy", "--no-agent"], {})).not.toThrow();
-    expect(flagError(() => parseArgs(["--webui"], {})).flag).toBe("--webui");
+    expect(flagError(() => parseArgs(["--ui-mcp-proxy"], {})).flag).toBe("--ui-mcp-proxy");
     expect(flagError(() => parseArgs(["--mmproj-auto"], {})).flag).toBe("--mmproj-auto");
   });
 

@@ -16,7 +16,7 @@ function newestSource(dir: string): number {
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
     if (e.isDirectory()) t = Math.max(t, newestSource(p));
-    else if (/\.(ts|c|h)$/.test(e.name)) t = Math.max(t, statSync(p).mtimeMs);
+    else if (/\.(ts|c|h|css)$/.test(e.name)) t = Math.max(t, statSync(p).mtimeMs);
   }
   return t;
 }

@@ -10,7 +10,8 @@ const CHECKPOINTS = "context checkpoints are not supported yet";
 const MULTIMODAL = "multimodal projectors (images, audio, video) are not supported yet";
 const EMBED = "embeddings and reranking are not supported yet";
 const CORS = "CORS settings are not configurable yet";
-const WEBUI = "bloomery has no web UI";
+const UI_CONFIG = "web UI defaults from the command line are not supported yet; the UI keeps its settings in the browser";
+const UI_MCP = "the web UI has no MCP client, so it needs no MCP proxy";
 const AGENT = "built-in agent tools and MCP servers are not part of bloomery";
 const ROUTER = "router mode (several models behind one server) is not supported";
 const PRESET = "preset model shortcuts are not supported; use -hf <user>/<model>[:quant]";
@@ -87,15 +88,21 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     help: "TCP port to listen on (0 = any free port)", group: G, support: "supported",
   },
   refuse(G, ["--reuse-port"], "SO_REUSEPORT is not supported yet", "let several sockets bind the same port", { env: "LLAMA_ARG_REUSE_PORT" }),
-  refuse(G, ["--path"], "serving static files is not supported", "directory of static files to serve", { hint: "PATH", env: "LLAMA_ARG_STATIC_PATH" }),
+  {
+    names: ["--path"], value: { type: "string", nonEmpty: true }, hint: "PATH", env: "LLAMA_ARG_STATIC_PATH", key: "staticPath",
+    help: "directory of static files served at / instead of the built-in web UI (as llama-server: index.html for a directory)", group: G, support: "supported",
+  },
   refuse(G, ["--cors-origins"], CORS, "allowed CORS origins, comma-separated", { hint: "ORIGINS", env: "LLAMA_ARG_CORS_ORIGINS" }),
   refuse(G, ["--cors-methods"], CORS, "allowed CORS methods, comma-separated", { hint: "METHODS", env: "LLAMA_ARG_CORS_METHODS" }),
   refuse(G, ["--cors-headers"], CORS, "allowed CORS headers, comma-separated", { hint: "HEADERS", env: "LLAMA_ARG_CORS_HEADERS" }),
   refuse(G, ["--cors-credentials"], CORS, "allow credentials in CORS requests", { neg: ["--no-cors-credentials"], env: "LLAMA_ARG_CORS_CREDENTIALS" }),
-  refuse(G, ["--api-prefix"], "an API path prefix is not supported yet", "path prefix the API is served under", { hint: "PREFIX", env: "LLAMA_ARG_API_PREFIX" }),
-  refuse(G, ["--ui-config", "--webui-config"], WEBUI, "JSON of web UI defaults", { hint: "JSON", env: "LLAMA_ARG_UI_CONFIG" }),
-  refuse(G, ["--ui-config-file", "--webui-config-file"], WEBUI, "file of web UI defaults", { hint: "PATH", env: "LLAMA_ARG_UI_CONFIG_FILE" }),
-  refuse(G, ["--ui-mcp-proxy", "--webui-mcp-proxy"], WEBUI, "MCP CORS proxy for the web UI", {
+  {
+    names: ["--api-prefix"], value: { type: "string" }, hint: "PREFIX", env: "LLAMA_ARG_API_PREFIX", key: "apiPrefix", default: "",
+    help: "path prefix every route (and the web UI) is served under, without the trailing slash (e.g. /llm)", group: G, support: "supported",
+  },
+  refuse(G, ["--ui-config", "--webui-config"], UI_CONFIG, "JSON of web UI defaults", { hint: "JSON", env: "LLAMA_ARG_UI_CONFIG" }),
+  refuse(G, ["--ui-config-file", "--webui-config-file"], UI_CONFIG, "file of web UI defaults", { hint: "PATH", env: "LLAMA_ARG_UI_CONFIG_FILE" }),
+  refuse(G, ["--ui-mcp-proxy", "--webui-mcp-proxy"], UI_MCP, "MCP CORS proxy for the web UI", {
     neg: ["--no-ui-mcp-proxy", "--no-webui-mcp-proxy"], env: "LLAMA_ARG_UI_MCP_PROXY", accepts: false,
   }),
   refuse(G, ["--tools"], AGENT, "built-in tools for agents, comma-separated, or all", { hint: "TOOL1,TOOL2,...", env: "LLAMA_ARG_TOOLS" }),
@@ -103,7 +110,10 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
   refuse(G, ["--mcp-servers-config"], AGENT, "JSON file of MCP server definitions", { hint: "PATH", env: "LLAMA_ARG_MCP_SERVERS_CONFIG" }),
   refuse(G, ["--mcp-servers-json"], AGENT, "inline JSON of MCP server definitions", { hint: "JSON", env: "LLAMA_ARG_MCP_SERVERS_JSON" }),
   refuse(G, ["-ag", "--agent"], AGENT, "turn on the CORS proxy and every built-in tool", { neg: ["-no-ag", "--no-agent"], env: "LLAMA_ARG_AGENT", accepts: false }),
-  refuse(G, ["--ui", "--webui"], WEBUI, "serve the web UI", { neg: ["--no-ui", "--no-webui"], env: "LLAMA_ARG_UI", accepts: false }),
+  {
+    names: ["--ui", "--webui"], negNames: ["--no-ui", "--no-webui"], value: { type: "bool" }, env: "LLAMA_ARG_UI", key: "ui", default: true,
+    help: "serve the web UI: chat at /, the experts' placement at /placement", group: G, support: "supported",
+  },
   refuse(G, ["--embedding", "--embeddings"], EMBED, "serve embeddings only (embedding models)", { env: "LLAMA_ARG_EMBEDDINGS" }),
   refuse(G, ["--rerank", "--reranking"], EMBED, "serve the reranking endpoint", { env: "LLAMA_ARG_RERANKING" }),
   {

@@ -117,6 +117,12 @@ export interface ServerOptions {
   readonly slots: boolean;
   readonly props: boolean;
   readonly slotSavePath: string | undefined;
+  /** --ui / --no-ui (--webui): serve the web UI. */
+  readonly ui: boolean;
+  /** --path: static files served at / instead of the built-in UI. */
+  readonly staticPath: string | undefined;
+  /** --api-prefix: every route under this path ("" = none; normalized: a leading slash, no trailing one). */
+  readonly apiPrefix: string;
 
   // sampling defaults (a request's own fields win)
   /** -1 = random. */
@@ -295,6 +301,9 @@ function buildOptions(v: Values): ServerOptions {
     slots: bool(v, "slots"),
     props: bool(v, "props"),
     slotSavePath: optStr(v, "slotSavePath"),
+    ui: bool(v, "ui"),
+    staticPath: optStr(v, "staticPath"),
+    apiPrefix: normalizePrefix(optStr(v, "apiPrefix") ?? ""),
     seed: num(v, "seed"),
     temperature: Math.max(0, num(v, "temperature")),
     topK: num(v, "topK"),
@@ -317,6 +326,16 @@ function buildOptions(v: Values): ServerOptions {
     verbose: bool(v, "verbose"),
     logDisable: bool(v, "logDisable"),
   };
+}
+
+/** --api-prefix: "/llm" for "llm", "/llm/" or "/llm"; "" for "" or "/"; a prefix with a query, fragment or dot segment is refused. */
+function normalizePrefix(p: string): string {
+  const t = p.trim().replace(/\/+$/, "");
+  if (t === "") return "";
+  const out = t.startsWith("/") ? t : `/${t}`;
+  if (/[?#\s\\]/.test(out) || out.split("/").some((seg, i) => i > 0 && (seg === "" || seg === "." || seg === "..")))
+    throw new FlagError("--api-prefix", `'${p}' is not a path prefix (expected something like /llm: segments without ?, #, spaces, empty or dot segments)`);
+  return out;
 }
 
 /** Rules that involve more than one flag. */

@@ -38,6 +38,14 @@ export interface Backend {
   kvStash?(slot: number, n: number): SavedKv | undefined;
   /** what the routed experts kept in host RAM beside a card did (undefined: none are) */
   hostStats?(): HostExpertStats | undefined;
+  /**
+   * Optional: the routers' picks since load, cumulative: for each MoE layer (program order) and
+   * each of its experts, the (token, pick) pairs that chose it, layer-major - element
+   * [i * E + e] for the i-th MoE layer's expert e, E the largest expert count a MoE layer (a
+   * smaller layer's tail stays 0). Undefined: this backend does not count them (yet); the
+   * placement view says so.
+   */
+  expertPicks?(): Float64Array | undefined;
   close(): void;
 }
 

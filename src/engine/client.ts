@@ -1,6 +1,7 @@
 // bloomery engine: the main thread's handle on the engine worker: load, generate with streamed
 // token events, cancel, slot info. Every request gets its own id; events route by id.
 import type { DoneEvent, EngineOptions, EngineStats, FromWorker, GenerateRequest, ModelInfo, SlotInfo, TokenEvent } from "./protocol.ts";
+import type { PlacementState } from "./placement-types.ts";
 
 /** A slot action the engine refused (status and type as llama-server's error shape). */
 export class SlotActionError extends Error {
@@ -36,6 +37,7 @@ export class EngineClient {
   private pending = new Map<number, Pending>();
   private slotWaiters: ((s: SlotInfo[]) => void)[] = [];
   private statWaiters: ((s: EngineStats) => void)[] = [];
+  private placementWaiters: ((s: PlacementState) => void)[] = [];
   private actionWaiters = new Map<number, { resolve: (r: Record<string, number>) => void; reject: (e: Error) => void }>();
   info!: ModelInfo;
   /** requests submitted and not yet done */
@@ -108,6 +110,11 @@ export class EngineClient {
         w?.(m.stats);
         break;
       }
+      case "placement": {
+        const w = this.placementWaiters.shift();
+        w?.(m.state);
+        break;
+      }
       case "slot-action": {
         const w = this.actionWaiters.get(m.reqId);
         this.actionWaiters.delete(m.reqId);
@@ -149,6 +156,14 @@ export class EngineClient {
     return new Promise((resolve) => {
       this.statWaiters.push(resolve);
       this.worker.postMessage({ type: "stats" });
+    });
+  }
+
+  /** The live placement picture (placement-view.ts); previews: the prompt cache entries' text. */
+  placement(previews: boolean): Promise<PlacementState> {
+    return new Promise((resolve) => {
+      this.placementWaiters.push(resolve);
+      this.worker.postMessage({ type: "placement", previews });
     });
   }
 

@@ -68,6 +68,14 @@ export class CpuBackend implements Backend {
     return ctxThreads(this.ctx);
   }
 
+  /**
+   * Not reported yet: the router (ffi/cpu/moe.c) keeps no per-expert counts. Pending a native
+   * counter (bl_cpu_expert_picks, asked of the native owner), the placement view says so.
+   */
+  expertPicks(): Float64Array | undefined {
+    return undefined;
+  }
+
   kvPosBytes(): number {
     return Number(cpu().bl_cpu_kv_pos_bytes(this.ctx));
   }

@@ -11,6 +11,8 @@ export interface CachedPrompt {
   tokens: number[];
   kv: SavedKv;
   lastUsed: number;
+  /** when it was saved or last restored (ms since the epoch) */
+  usedAt: number;
 }
 
 export class PromptCache {
@@ -52,6 +54,12 @@ export class PromptCache {
   /** Mark an entry used (it moves to the back of the eviction order). */
   touch(e: CachedPrompt): void {
     e.lastUsed = ++this.clock;
+    e.usedAt = Date.now();
+  }
+
+  /** The entries, most recently used first (read only: for reports). */
+  list(): readonly Readonly<CachedPrompt>[] {
+    return [...this.entries].sort((a, b) => b.lastUsed - a.lastUsed);
   }
 
   /**
@@ -79,7 +87,7 @@ export class PromptCache {
         e.kv.free(); // card memory goes back before the new state takes its place
       }
     }
-    this.entries.push({ tokens: [...tokens], kv: make(), lastUsed: ++this.clock });
+    this.entries.push({ tokens: [...tokens], kv: make(), lastUsed: ++this.clock, usedAt: Date.now() });
     return true;
   }
 

@@ -2,6 +2,7 @@
 import type { PlacementFlags } from "./plan.ts";
 import type { ExpertStats } from "./expert-store.ts";
 import type { HostExpertStats } from "./cuda-backend.ts";
+import type { PlacementState } from "./placement-types.ts";
 import type { SamplingParams } from "../sampling/index.ts";
 
 export type { SamplingParams };
@@ -94,6 +95,7 @@ export type ToWorker =
   | { type: "cancel"; id: number }
   | { type: "slots" }
   | { type: "stats" }
+  | { type: "placement"; previews: boolean }
   | { type: "slot-action"; reqId: number; action: "save" | "restore" | "erase"; slot: number; path?: string }
   | { type: "shutdown" };
 
@@ -104,6 +106,7 @@ export type FromWorker =
   | { type: "done"; done: DoneEvent }
   | { type: "slots"; slots: SlotInfo[] }
   | { type: "stats"; stats: EngineStats }
+  | { type: "placement"; state: PlacementState }
   | { type: "slot-action"; reqId: number; result?: Record<string, number>; error?: { message: string; type: string; code: number } }
   | { type: "log"; message: string };
 

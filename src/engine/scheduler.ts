@@ -9,6 +9,7 @@ import type { SamplerFactory } from "./task.ts";
 import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./prompt-cache.ts";
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
+import { StepLog } from "./step-log.ts";
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -55,7 +56,14 @@ export class Scheduler {
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topOn = !!b.forwardTopK && process.env.BLOOMERY_TOPK_SAMPLING !== "0";
     this.cache = new PromptCache(cacheBytes, b.kvPosBytes());
+    this.steps = new StepLog(b.name !== "CPU", () => {
+      const h = b.hostStats?.();
+      return { hookUs: h?.hookUs, uploadBytes: h?.uploadBytes, pcieBytesPerSec: h?.pcieBytesPerSec, promoted: h?.promoted, diskBytes: model.expertStats()?.bytesRead };
+    });
   }
+
+  /** the last forward passes and their time split (the placement view) */
+  readonly steps: StepLog;
 
   stats(): EngineStats {
     return {
@@ -294,6 +302,7 @@ export class Scheduler {
       return true;
     }
     const ms = performance.now() - t0;
+    this.steps.record(tokens.length, chunks.reduce((a, c) => a + c.n, 0), new Set(seq).size, ms);
     for (const s of active) if (!s.task!.prompting) s.tokens.push(s.task!.lastToken);
     for (const c of chunks) {
       const t = c.slot.task!;

@@ -7,10 +7,12 @@ import { EngineError, Scheduler } from "./scheduler.ts";
 import { makeSampler } from "./sampler-bridge.ts";
 import { modelInfo } from "./info.ts";
 import { checkForward } from "./model-check.ts";
+import { ExpertHeat, placementState } from "./placement-view.ts";
 
 let model: Model | undefined;
 let sched: Scheduler | undefined;
 let running = false;
+const heat = new ExpertHeat();
 
 function post(m: FromWorker): void {
   self.postMessage(m);
@@ -75,6 +77,9 @@ self.onmessage = (ev: MessageEvent<ToWorker>) => {
       break;
     case "stats":
       if (sched) post({ type: "stats", stats: sched.stats() });
+      break;
+    case "placement":
+      if (sched && model) post({ type: "placement", state: placementState({ model, cache: sched.cache, steps: sched.steps, stats: sched.stats(), heat }, m.previews) });
       break;
     case "slot-action":
       try {

@@ -21,6 +21,7 @@ import {
   TokenizeBody,
 } from "./schemas.ts";
 import type { ServerContext } from "./state.ts";
+import { placementState } from "./webui/placement-route.ts";
 
 type Obj = Record<string, unknown>;
 
@@ -129,6 +130,7 @@ export function buildApp(ctx: ServerContext, maxBodyBytes: number) {
     .post("/responses/input_tokens", ({ body }) => responsesInputTokens(ctx, body as Obj), { body: ResponsesBody })
     .post("/v1/messages", ({ body, request }) => anthropicMessages(ctx, body as Obj, request), { body: AnthropicBody })
     .post("/v1/messages/count_tokens", ({ body }) => anthropicCountTokens(ctx, body as Obj), { body: AnthropicBody })
+    .get("/placement/state", ({ request }) => placementState(ctx, request))
     .get("/lora-adapters", () => Response.json([]))
     .post("/lora-adapters", () => info.unsupported("/lora-adapters"), { body: AnyBody });
   for (const path of Object.keys(info.UNSUPPORTED_ROUTES)) app.post(path, () => info.unsupported(path), { body: AnyBody });

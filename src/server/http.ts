@@ -14,6 +14,20 @@ const LONG_ROUTES = /^\/(v1\/)?(completions?|chat\/completions|responses|message
 export interface HttpOptions {
   /** largest request body accepted, in bytes */
   maxBodyBytes: number;
+  /** --api-prefix: every route lives under it ("" or absent: none); a path outside it is 404 */
+  prefix?: string;
+  /**
+   * The web UI's pages and static files (webui/routes.ts), given the path within the prefix: they
+   * answer before the loading and key checks, as llama-server's frontend paths; undefined: not one
+   */
+  frontend?: (req: Request, path: string) => Response | undefined | Promise<Response | undefined>;
+}
+
+/** The path within the prefix ("" for the prefix itself), or null when it lies outside. */
+export function withinPrefix(path: string, prefix: string): string | null {
+  if (prefix === "") return path;
+  if (path === prefix) return "";
+  return path.startsWith(`${prefix}/`) ? path.slice(prefix.length) : null;
 }
 
 /** Compares in time independent of where the strings differ. */
@@ -69,9 +83,12 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
           },
         });
       }
+      const url = new URL(req.url);
+      const path = withinPrefix(url.pathname, o.prefix ?? "");
+      const page = path !== null && o.frontend ? await o.frontend(req, path) : undefined;
+      if (page) return withHeaders(page, cors);
       if (!ctx.ready) return errorResponse(new ApiError("unavailable_error", "Loading model"), cors);
-      const path = new URL(req.url).pathname;
-      if (ctx.apiKeys.length > 0 && !PUBLIC_PATHS.has(path)) {
+      if (ctx.apiKeys.length > 0 && !(path !== null && PUBLIC_PATHS.has(path))) {
         const key = requestKey(req);
         if (!ctx.apiKeys.some((k) => sameKey(k, key))) {
           ctx.log("srv  log_server_r: unauthorized: Invalid API Key");
@@ -82,8 +99,9 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
       if (len > o.maxBodyBytes) {
         return errorResponse(new ApiError("invalid_request_error", `the request body (${len} bytes) is larger than the limit of ${o.maxBodyBytes} bytes`, {}, 413), cors);
       }
+      if (path === null) return errorResponse(new ApiError("not_found_error", "File Not Found"), cors);
       if (req.method === "POST" && LONG_ROUTES.test(path)) server.timeout(req, 0);
-      const res = await route(req);
+      const res = await route(path === url.pathname ? req : new Request(new URL(path + url.search, url).href, req));
       return withHeaders(res, cors);
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);

@@ -74,7 +74,7 @@ export function props(ctx: ServerContext): Response {
     endpoint_slots: ctx.opts.slots,
     endpoint_props: ctx.opts.props,
     endpoint_metrics: ctx.opts.metrics,
-    ui: false,
+    ui: ctx.opts.ui,
     chat_template: ctx.template,
     chat_template_caps: tpl.caps,
     bos_token: info.bosToken,

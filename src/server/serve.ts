@@ -20,6 +20,8 @@ import { buildApp } from "./app.ts";
 import { middleware } from "./http.ts";
 import { Admission } from "./metrics.ts";
 import { BUILTIN_TEMPLATES, type Log, ServerContext } from "./state.ts";
+import { frontend } from "./webui/routes.ts";
+import { StaticDirError } from "./webui/static-dir.ts";
 
 /** Largest request body (MiB); BLOOMERY_MAX_BODY_MB overrides. */
 const DEFAULT_MAX_BODY_MB = 64;
@@ -160,7 +162,14 @@ async function serve(
 
   // listen first: /health answers 503 while the model loads
   const app = buildApp(ctx, maxBodyBytes);
-  const fetch = middleware(ctx, (req) => app.handle(req), { maxBodyBytes });
+  let ui;
+  try {
+    ui = frontend({ ui: o.ui, staticPath: o.staticPath, prefix: o.apiPrefix });
+  } catch (e) {
+    if (e instanceof StaticDirError) throw new StartError(e.message);
+    throw e;
+  }
+  const fetch = middleware(ctx, (req) => app.handle(req), { maxBodyBytes, prefix: o.apiPrefix, frontend: ui });
   const servers: Server<undefined>[] = [];
   const urls: string[] = [];
   const tcpHosts = o.hosts.filter((h) => !h.endsWith(".sock"));
@@ -172,7 +181,7 @@ async function serve(
       const s = host.endsWith(".sock") ? Bun.serve({ ...common, unix: host }) : Bun.serve({ ...common, idleTimeout, hostname: host, port: o.port });
       servers.push(s as Server<undefined>);
       const where = host.endsWith(".sock") ? `unix://${host}` : `http://${formatHost(host)}:${s.port}`;
-      urls.push(where);
+      urls.push(host.endsWith(".sock") ? where : where + o.apiPrefix); // where the API answers (the log line keeps llama's address)
       log(`main: server is listening on ${where} - starting the main loop`);
     }
   } catch (e) {
@@ -183,6 +192,9 @@ async function serve(
     if (code === "EADDRNOTAVAIL") throw new AgentError("E_USAGE", `--host: ${msg}`, commandLine([...withoutFlags(argv, { "--host": true }), "--host", "127.0.0.1"]), code);
     throw new AgentError("E_INTERNAL", msg, commandLine([...withoutFlags(argv, { "--host": true, "--port": true }), "--host", "127.0.0.1", "--port", "0"]), code);
   }
+  if (!o.ui) log("srv  init: the web UI is disabled (--ui / --no-ui turn it on and off)");
+  else if (o.staticPath !== undefined) log(`srv  init: serving static files from ${o.staticPath} at ${o.apiPrefix}/`);
+  else log(`srv  init: web UI: chat at ${o.apiPrefix}/, the experts' placement at ${o.apiPrefix}/placement`);
   events.emit({ event: "listening", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls });
   if (apiKeys.length === 1) log(`srv  init: api_keys: ****${apiKeys[0].slice(-4)}`);
   else if (apiKeys.length > 1) log(`srv  init: api_keys: ${apiKeys.length} keys loaded`);
@@ -234,8 +246,13 @@ async function serve(
     if (plan.event.backend.kind === "cpu" && plan.event.backend.reason) log(plan.event.backend.reason); // on a card the worker's placement says it
     log(`srv  load_model: loading model '${modelPath}'`);
     events.emit({ event: "loading", path: modelPath });
-    const client = await Promise.race([EngineClient.start(modelPath, plan.engine!.engine).catch((e: unknown) => Promise.reject(engineLoadError(e, argv))), stopped.then(() => null)]);
-    if (client === null) return shutdown(0);
+    const starting = EngineClient.start(modelPath, plan.engine!.engine).catch((e: unknown) => Promise.reject(engineLoadError(e, argv)));
+    const client = await Promise.race([starting, stopped.then(() => null)]);
+    if (client === null) {
+      // stopped while loading: the worker, once loaded, would keep the process alive
+      starting.then((c) => c.close(), () => {});
+      return shutdown(0);
+    }
     ctx.client = client;
     ctx.info = client.info;
     ctx.setTemplate(tplOverride, client.info.chatTemplate);
