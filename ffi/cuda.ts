@@ -16,6 +16,7 @@ export const cudaSymbols = {
   bl_cuda_device_info: { args: [i64, p], returns: i64 },
   bl_cuda_plan_bytes: { args: [p, p, p, p], returns: i64 },
   bl_cuda_weights_new: { args: [i64, p, p], returns: i64 },
+  bl_cuda_check: { args: [p, p], returns: i64 },
   bl_cuda_weights_free: { args: [u64], returns: i64 },
   bl_cuda_ctx_new: { args: [u64, p, p], returns: i64 },
   bl_cuda_ctx_free: { args: [u64], returns: i64 },

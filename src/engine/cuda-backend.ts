@@ -8,7 +8,7 @@ import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch, SavedKv } from "./backend.ts";
 import { HostHook } from "./host-hook.ts";
-import { hostExpertBlocks, type EncodedProgram } from "./program.ts";
+import { hostExpertOps, type EncodedProgram } from "./program.ts";
 
 export interface CudaBackendOptions {
   nSlots: number;
@@ -190,7 +190,7 @@ export class CudaBackend implements Backend {
       weights.release();
       throw e;
     }
-    this.hostBlocks = hostExpertBlocks(weights.prog);
+    this.hostBlocks = hostExpertOps(weights.prog);
     if (this.hostBlocks > 0) {
       try {
         this.hook = new HostHook(hp, o.maxTokens, Math.max(1, o.hostThreads ?? 1));

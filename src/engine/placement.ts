@@ -7,7 +7,7 @@ import type { HParams } from "../models/types.ts";
 import type { Backend } from "./backend.ts";
 import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
 import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
-import { HOST_EXPERTS_DISK, hostExpertBlocks, type EncodedProgram } from "./program.ts";
+import { HOST_EXPERTS_DISK, hostExpertOps, type EncodedProgram } from "./program.ts";
 import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
 import { fitPromoteSlots, hostExpertBytes, PROMOTE_AUTO } from "./promote-fit.ts";
@@ -152,7 +152,7 @@ export class BackendFactory {
       }
       hs = be.hostStats();
     }
-    const onDisk = hs ? hostExpertBlocks(this.prog, HOST_EXPERTS_DISK) : 0;
+    const onDisk = hs ? hostExpertOps(this.prog, HOST_EXPERTS_DISK) : 0;
     const inRam = (hs?.blocks ?? 0) - onDisk;
     if (hs)
       log(`placement: the routed experts of ${inRam > 0 ? `${inRam} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"})` : ""}` +
