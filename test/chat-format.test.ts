@@ -21,7 +21,7 @@ describe.skipIf(!fixture)("detectChatFormat on the fixture templates", () => {
     "GLM-4.7-Flash.jinja": ["glm-4.5", "glm-xml", true, true, false],
     "MiniMax-M2.jinja": ["minimax-m2", "minimax-xml", true, true, false],
     "deepseek-ai-DeepSeek-V3.1.jinja": ["deepseek-v3.1", "deepseek-v3.1", true, true, false],
-    "openai-gpt-oss-120b.jinja": ["gpt-oss", "gpt-oss", true, false, false],
+    "openai-gpt-oss-120b.jinja": ["gpt-oss", "gpt-oss", true, false, true],
   };
   for (const [name, [family, toolCalls, thinks, opens, parsed]] of Object.entries(expected)) {
     test(name, () => {

@@ -89,9 +89,11 @@ export function continuationText(
     return { text: head + body, parsePrefix: body };
   }
   if (family === "gpt-oss") {
-    let text = `<|start|>assistant<|channel|>analysis<|message|>${c.reasoning}`;
-    if (c.mode === "content") text += `<|end|><|start|>assistant<|channel|>final<|message|>${content}`;
-    return { text, parsePrefix: "" };
+    // the harmony parser starts after the turn's `<|start|>assistant`, as after a generation prompt
+    const head = "<|start|>assistant";
+    let body = `<|channel|>analysis<|message|>${c.reasoning}`;
+    if (c.mode === "content") body += `<|end|><|start|>assistant<|channel|>final<|message|>${content}`;
+    return { text: head + body, parsePrefix: body };
   }
   if (delims && delims.start !== "") {
     const at = generationPrompt.indexOf(delims.start);

@@ -9,7 +9,7 @@ export interface ChatFormat {
   family: ChatFamily;
   /** How the model writes tool calls. */
   toolCalls: ToolCallSyntax;
-  /** Whether tools/tools.ts can parse this syntax back into tool calls. */
+  /** Whether the chat layer parses this syntax back into tool calls (tools.ts, harmony.ts). */
   toolCallsParsed: boolean;
   /** The template reasons (think tags, or gpt-oss's analysis channel). */
   supportsThinking: boolean;
@@ -24,7 +24,7 @@ export interface ChatFormat {
   readsEnableThinking: boolean;
 }
 
-const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml"]);
+const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml", "gpt-oss"]);
 
 /**
  * Names the chat format of a template by its contents. `promptOpensThinking` comes from one

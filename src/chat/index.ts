@@ -35,3 +35,4 @@ export {
   toolPromptPolicy,
 } from "./tools.ts";
 export { ChatOutputParser, type OutputOptions, parseChatOutput } from "./output.ts";
+export { type HarmonyOptions, HarmonyStream, parseHarmony } from "./harmony.ts";

@@ -1,6 +1,7 @@
 // bloomery chat: turning model output back into an assistant message (reasoning, content, tool
 // calls) for a chat format, whole or streamed as OpenAI-style deltas.
 import type { ThinkingTags, ToolCallSyntax } from "./families.ts";
+import { HarmonyStream } from "./harmony.ts";
 import { ReasoningStream } from "./reasoning.ts";
 import { ToolCallStream } from "./tool-stream.ts";
 import type { ChatDelta, ParsedMessage, ReasoningFormat, ToolCall, ToolDef } from "./types.ts";
@@ -10,7 +11,7 @@ export interface OutputOptions {
   syntax: ToolCallSyntax;
   /** The format's think tags (ChatFormat.thinking); null: no reasoning is split out. */
   thinking: ThinkingTags | null;
-  /** Default "auto" (= deepseek). */
+  /** Default "auto" (= deepseek). For gpt-oss's channels, anything but "none" reads analysis as reasoning. */
   reasoningFormat?: ReasoningFormat;
   /**
    * ChatPrompt.parsePrefix: text read before the model's output (the think block the prompt
@@ -33,11 +34,21 @@ export interface OutputOptions {
 export class ChatOutputParser {
   private readonly reasoning: ReasoningStream;
   private readonly tools: ToolCallStream | null;
+  /** gpt-oss: the harmony parser reads everything (channels, reasoning and calls at once). */
+  private readonly harmony: HarmonyStream | null = null;
   private content = "";
   private reasoningText = "";
   private finished = false;
 
   constructor(opts: OutputOptions) {
+    if (opts.syntax === "gpt-oss") {
+      this.harmony = new HarmonyStream({
+        extractReasoning: (opts.reasoningFormat ?? "auto") !== "none",
+        tools: opts.tools ?? [],
+        parallelToolCalls: opts.parallelToolCalls,
+        genId: opts.genId,
+      });
+    }
     const parsesCalls = (opts.syntax === "hermes" || opts.syntax === "qwen3-xml") && (opts.tools?.length ?? 0) > 0;
     const format: ReasoningFormat = opts.thinking ? (opts.reasoningFormat ?? "auto") : "none";
     this.reasoning = new ReasoningStream({
@@ -53,19 +64,22 @@ export class ChatOutputParser {
           genId: opts.genId,
         })
       : null;
-    this.initial = opts.prefix ? this.route(this.reasoning.push(opts.prefix), false) : [];
+    if (this.harmony) this.initial = opts.prefix ? this.harmony.push(opts.prefix) : [];
+    else this.initial = opts.prefix ? this.route(this.reasoning.push(opts.prefix), false) : [];
   }
 
   private initial: ChatDelta[];
 
   push(text: string): ChatDelta[] {
     if (this.finished) throw new Error("ChatOutputParser: push after finish");
+    if (this.harmony) return this.takeInitial(this.harmony.push(text));
     return this.takeInitial(this.route(this.reasoning.push(text), false));
   }
 
   finish(): ChatDelta[] {
     if (this.finished) return [];
     this.finished = true;
+    if (this.harmony) return this.takeInitial(this.harmony.finish());
     return this.takeInitial(this.route(this.reasoning.finish(), true));
   }
 
@@ -77,6 +91,7 @@ export class ChatOutputParser {
   }
 
   get message(): ParsedMessage {
+    if (this.harmony) return this.harmony.message;
     const calls: ToolCall[] = this.tools ? this.tools.result.tool_calls : [];
     return { content: this.content, reasoning_content: this.reasoningText, tool_calls: calls };
   }

@@ -168,7 +168,11 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     group: G, support: "supported",
   },
   refuse(G, ["-rea", "--reasoning"], "--reasoning is not supported yet; use --chat-template-kwargs '{\"enable_thinking\":false}' or --reasoning-budget 0", "thinking on, off or auto (from the template)", { hint: "[on|off|auto]", env: "LLAMA_ARG_REASONING" }),
-  refuse(G, ["--reasoning-effort"], "reasoning effort levels are not supported yet", "reasoning effort given to the template (default, low, medium, high, ...)", { hint: "LEVEL", env: "LLAMA_ARG_REASONING_EFFORT" }),
+  {
+    names: ["--reasoning-effort"], value: { type: "string", nonEmpty: true }, hint: "LEVEL", env: "LLAMA_ARG_REASONING_EFFORT", key: "reasoningEffort", default: "default",
+    help: "reasoning effort given to the chat template: 'default' keeps the template's, or a level such as low, medium, high (gpt-oss's 'Reasoning:' line)",
+    group: G, support: "supported",
+  },
   {
     names: ["--reasoning-budget"], value: { type: "int", min: -1 }, hint: "N", env: "LLAMA_ARG_THINK_BUDGET", key: "reasoningBudget", default: -1,
     help: "thinking token budget: -1 unlimited, 0 ends thinking at once, N stops after N tokens", group: G, support: "supported",

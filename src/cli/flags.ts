@@ -99,6 +99,8 @@ export interface ServerOptions {
   readonly reasoningFormat: "none" | "auto" | "deepseek" | "deepseek-legacy";
   /** -1 unlimited, 0 no thinking, N a budget. */
   readonly reasoningBudget: number;
+  /** --reasoning-effort: the template's `reasoning_effort` for every request; "default" sets none. */
+  readonly reasoningEffort: string;
 
   // HTTP server
   /** The first of `hosts`. */
@@ -265,6 +267,7 @@ function buildOptions(v: Values): ServerOptions {
     chatTemplateKwargs: jsonObject(v, "chatTemplateKwargs"),
     reasoningFormat: oneOf(v, "reasoningFormat", ["none", "auto", "deepseek", "deepseek-legacy"] as const),
     reasoningBudget: num(v, "reasoningBudget"),
+    reasoningEffort: optStr(v, "reasoningEffort") ?? "default",
     host: hosts[0] ?? wrongType("hosts", "at least one address", hosts),
     hosts,
     port: num(v, "port"),

@@ -21,6 +21,10 @@ import { checkContext } from "./prompt.ts";
 import type { ChoiceSpec, ReasoningBudget } from "./runner.ts";
 import type { ServerContext } from "./state.ts";
 import { toolCallGrammar } from "./tool-grammar.ts";
+import { harmonyGrammars } from "./tool-grammar-harmony.ts";
+
+/** gpt-oss's reasoning as the budget sees it: the analysis message (llama's thinking tags for it). */
+const HARMONY_THINKING = { start: "<|channel|>analysis<|message|>", end: "<|end|>" };
 
 type Body = Record<string, unknown>;
 
@@ -101,6 +105,8 @@ export function renderChatPrompt(ctx: ServerContext, body: Body): {
     if (!tpl.caps.supports_tools && policy.mode !== "none") msgs = withToolSystem(msgs, policy.offered);
   }
   const kwargs: Record<string, unknown> = { ...o.chatTemplateKwargs };
+  // --reasoning-effort is one of llama's default template kwargs ("default": the template's own)
+  if (o.reasoningEffort !== "default") kwargs.reasoning_effort = o.reasoningEffort;
   const kw = body.chat_template_kwargs;
   if (kw !== undefined && kw !== null) {
     if (typeof kw !== "object" || Array.isArray(kw)) throw badField("chat_template_kwargs", "expected an object");
@@ -159,9 +165,17 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
   if (policy.mode !== "none" && body.grammar !== undefined && body.grammar !== null) throw badRequest("Cannot use custom grammar constraints with tools.");
   let grammar = grammarOf(body);
   const fmt = ctx.chatFormat;
-  const thinking = fmt.thinking;
+  const harmony = r.syntax === "gpt-oss";
+  // gpt-oss reasons in its analysis channel: the budget ends that message with <|end|>
+  const thinking = harmony ? HARMONY_THINKING : fmt.thinking;
   let toolGrammarAfterThinking: string | undefined;
-  if (policy.forced && grammar === undefined) {
+  if (harmony) {
+    const raw = typeof body.grammar === "string" && body.grammar !== "" ? grammar : undefined;
+    const g = harmonyGrammars(policy, raw === undefined ? grammar : undefined, raw, r.startsInsideThinking);
+    grammar = g.grammar;
+    if (grammar !== undefined && raw === undefined) GrammarMatcher.compile(grammar);
+    toolGrammarAfterThinking = g.after;
+  } else if (policy.forced && grammar === undefined) {
     const wrapping = toolCallWrapping(r.syntax);
     if (!wrapping) throw notSupported(`tool_choice "${policy.mode}" is not supported for the ${fmt.family} chat format yet (its ${r.syntax} tool-call syntax has no grammar here); use tool_choice "auto"`);
     const go = { wrapping, parallel: body.parallel_tool_calls !== false, startsInsideThinking: r.startsInsideThinking };
@@ -185,9 +199,12 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
     break;
   }
   if (budgetTokens === -1) budgetTokens = ctx.opts.reasoningBudget;
+  // gpt-oss: its template has no thinking switch, so the budget holds whatever enable_thinking says,
+  // and 0 ends the analysis as soon as it opens (llama's budget sampler with the harmony tags)
+  const budgetOn = harmony ? budgetTokens >= 0 : r.enableThinking && budgetTokens > 0;
   const budget: ReasoningBudget | undefined =
-    thinking && r.enableThinking && budgetTokens > 0 && (grammar === undefined || toolGrammarAfterThinking !== undefined)
-      ? { tokens: budgetTokens, startsInside: r.startsInsideThinking, start: thinking.start, end: thinking.end, forcedText: `\n${thinking.end}\n\n`, grammarAfter: toolGrammarAfterThinking }
+    thinking && budgetOn && (grammar === undefined || toolGrammarAfterThinking !== undefined)
+      ? { tokens: budgetTokens, startsInside: r.startsInsideThinking, start: thinking.start, end: thinking.end, forcedText: harmony ? thinking.end : `\n${thinking.end}\n\n`, grammarAfter: toolGrammarAfterThinking }
       : undefined;
   const parser: OutputOptions = {
     syntax: r.syntax,
@@ -195,7 +212,8 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
     reasoningFormat,
     prefix: r.parsePrefix,
     tools: policy.parse ? policy.callable : [],
-    parallelToolCalls: body.parallel_tool_calls !== false,
+    // gpt-oss ends its turn at a call's <|call|> and llama reads one call: more only when asked
+    parallelToolCalls: harmony ? body.parallel_tool_calls === true : body.parallel_tool_calls !== false,
   };
   const specs: ChoiceSpec[] = [];
   for (let c = 0; c < settings.nCmpl; c++) {
