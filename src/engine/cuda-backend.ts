@@ -2,7 +2,7 @@
 // shared by the contexts made from them) and a context (f16 KV cache, work buffers, captured
 // decode graphs) that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
-import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
+import { checkCuda, cuda, CudaOption, cudaLastError } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
 import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
@@ -155,6 +155,14 @@ export class CudaWeights {
     cuda().bl_cuda_weights_free(this.handle);
     this.handle = 0n;
   }
+}
+
+/** Why the card cannot run the program (the first op it cannot, named by the fusion pass: cuda/fuse.cu), or undefined (no device needed). */
+export function cudaUnsupported(prog: EncodedProgram): string | undefined {
+  const bad = new BigInt64Array(1);
+  const st = Number(cuda().bl_cuda_check(ptr(prog.program.i), ptr(bad)));
+  if (st === 0) return undefined;
+  return cudaLastError().replace(/^cuda: /, "");
 }
 
 /** Bytes the weights and a context of these options take on the card (no device needed). */
