@@ -31,11 +31,10 @@ for what in "$@"; do
   arg=${arg//+/ }
   case "$verb" in
     tests)
-      for f in ${arg//,/ }; do
-        echo "== $f"
-        timeout ${TEST_TIMEOUT:-300} $BUN test --timeout 240000 "$f" > "$OUT/$(basename "$f" .test.ts).log" 2>&1
-        grep -E "^\(fail\)| pass$| fail$| skip$|max \||greedy|refus|on the card:|error:" "$OUT/$(basename "$f" .test.ts).log" | head -40
-      done ;;
+      # one bun test over the files (one runtime start), a log of all
+      echo "== tests ${arg//,/ }"
+      timeout ${TEST_TIMEOUT:-400} $BUN test --timeout 240000 ${arg//,/ } > "$OUT/tests.log" 2>&1
+      grep -E "^\(fail\)| pass$| fail$| skip$|^Ran |max \||greedy [0-9]|on the card:|error:" "$OUT/tests.log" | head -80 ;;
     model)
       [ -f /tmp/bl/q.gguf ] || ( time timeout 200 $NEW synth qwen3-30b-a3b:Q4_K_M -o /tmp/bl/q.gguf ) 2>&1 | tail -4 | tee -a "$OUT/synth.log"
       sha=$(head -c 200000000 /tmp/bl/q.gguf | sha256sum | cut -c1-16); echo "q.gguf first 200 MB sha256 $sha" | tee -a "$OUT/synth.log" ;;
@@ -45,7 +44,7 @@ for what in "$@"; do
         for side in $order; do
           if [ $side = NEW ]; then cli=$NEW; else cli=$BASE; fi
           echo "== $side round $round: bench $arg" | tee -a "$OUT/ab.log"
-          timeout ${AB_TIMEOUT:-300} $cli bench -m /tmp/bl/q.gguf $arg 2>&1 | grep -E "^\||error|t/s" | tee -a "$OUT/ab.log"
+          timeout ${AB_TIMEOUT:-300} $cli bench -m /tmp/bl/q.gguf $arg 2>&1 | grep -E "^\||error|t/s|host experts|share" | grep -v "^| ---\|^| model" | tee -a "$OUT/ab.log"
         done
       done ;;
     new)
