@@ -34,22 +34,22 @@ static float h2f_host(uint16_t h) {
 
 static bool vector_role(int kind, int role) {
   switch (kind) {
-    case BL_BLOCK_ATTN:
-      return role == BL_ATTN_NORM || role == BL_ATTN_Q_NORM || role == BL_ATTN_K_NORM || (role >= BL_ATTN_BQ && role <= BL_ATTN_BV);
-    case BL_BLOCK_MOE: return role == BL_MOE_NORM;
-    case BL_BLOCK_FFN:
-    case BL_BLOCK_OUTPUT: return role == 0;
+    case CU_BLOCK_ATTN:
+      return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_BV);
+    case CU_BLOCK_MOE: return role == CU_MOE_NORM;
+    case CU_BLOCK_FFN:
+    case CU_BLOCK_OUTPUT: return role == 0;
     default: return false;
   }
 }
 
 static const char *kind_name(int64_t k) {
   switch (k) {
-    case BL_BLOCK_EMBED: return "embed";
-    case BL_BLOCK_ATTN: return "attention";
-    case BL_BLOCK_MOE: return "experts";
-    case BL_BLOCK_FFN: return "ffn";
-    case BL_BLOCK_OUTPUT: return "output";
+    case CU_BLOCK_EMBED: return "embed";
+    case CU_BLOCK_ATTN: return "attention";
+    case CU_BLOCK_MOE: return "experts";
+    case CU_BLOCK_FFN: return "ffn";
+    case CU_BLOCK_OUTPUT: return "output";
     default: return "block";
   }
 }
@@ -105,7 +105,7 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
 
 // The bytes of a matrix (all its slabs).
 static size_t host_bytes(const bl_tensor &t) { return t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]; }
-static bool is_expert_role(int r) { return r >= BL_MOE_GATE && r <= BL_MOE_DOWN; }
+static bool is_expert_role(int r) { return r >= CU_MOE_GATE && r <= CU_MOE_DOWN; }
 
 static int64_t need(const bl_tensor &t, int64_t bi, const char *what) {
   if (!t.data) return cu_fail(BL_E_INVAL, "block %lld: %s is missing", (long long)bi, what);
@@ -118,9 +118,9 @@ static int64_t shape(const bl_tensor &t, int64_t bi, const char *what, int64_t n
   return BL_OK;
 }
 
-// Validates the program and lays its tensors out.
-static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
-  if (!prog || !prog->blocks || prog->n_blocks <= 0) return cu_fail(BL_E_INVAL, "cuda: empty program");
+// Validates the program's fused blocks and lays their tensors out.
+static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &bl, cu_plan &pl) {
+  if (!prog || bl.empty()) return cu_fail(BL_E_INVAL, "cuda: empty program");
   if (prog->n_embd <= 0 || prog->n_vocab <= 0) return cu_fail(BL_E_INVAL, "cuda: program without sizes");
   if (prog->n_embd % 4) return cu_fail(BL_E_UNSUPPORTED, "cuda: n_embd %lld is not a multiple of 4", (long long)prog->n_embd);
   cu_dims &d = pl.dm;
@@ -129,17 +129,16 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
   d.qd = d.kd = d.hd = d.ff = 4;
   d.X = d.K = 1;
   d.max_nh = d.max_nkv = 1;
-  const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
   const int64_t E = d.E;
-  for (int64_t i = 0; i < prog->n_blocks; i++) {
-    const bl_block &b = bl[i];
+  for (int64_t i = 0; i < (int64_t)bl.size(); i++) {
+    const cu_fblock &b = bl[(size_t)i];
     const bl_tensor *t = b.t;
     switch (b.kind) {
-      case BL_BLOCK_EMBED:
+      case CU_BLOCK_EMBED:
         CU_OK(need(t[0], i, "token_embd"));
         CU_OK(shape(t[0], i, "token_embd", E, d.V));
         break;
-      case BL_BLOCK_ATTN: {
+      case CU_BLOCK_ATTN: {
         const int64_t nh = b.n_head, nkv = b.n_head_kv, hd = b.head_dim;
         if (nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv || hd % 4 || b.n_rot > hd || b.n_rot % 2)
           return cu_fail(BL_E_INVAL, "block %lld: bad heads (n_head %lld, n_head_kv %lld, head_dim %lld, n_rot %lld)", (long long)i,
@@ -157,10 +156,10 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
         CU_OK(shape(t[2], i, "attn_k", E, nkv * hd));
         CU_OK(shape(t[3], i, "attn_v", E, nkv * hd));
         CU_OK(shape(t[4], i, "attn_output", nh * hd, E));
-        for (int r = BL_ATTN_Q_NORM; r <= BL_ATTN_K_NORM; r++)
+        for (int r = CU_ATTN_Q_NORM; r <= CU_ATTN_K_NORM; r++)
           if (t[r].data && t[r].ne[0] != hd) return cu_fail(BL_E_INVAL, "block %lld: q/k norm of %lld elements", (long long)i, (long long)t[r].ne[0]);
-        for (int r = BL_ATTN_BQ; r <= BL_ATTN_BV; r++)
-          if (t[r].data && t[r].ne[0] != (r == BL_ATTN_BQ ? nh * hd : nkv * hd)) return cu_fail(BL_E_INVAL, "block %lld: bias size", (long long)i);
+        for (int r = CU_ATTN_BQ; r <= CU_ATTN_BV; r++)
+          if (t[r].data && t[r].ne[0] != (r == CU_ATTN_BQ ? nh * hd : nkv * hd)) return cu_fail(BL_E_INVAL, "block %lld: bias size", (long long)i);
         d.qd = d.qd > nh * hd ? d.qd : nh * hd;
         d.kd = d.kd > nkv * hd ? d.kd : nkv * hd;
         d.hd = d.hd > hd ? d.hd : hd;
@@ -168,10 +167,10 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
         if (nkv > d.max_nkv) d.max_nkv = nkv;
         break;
       }
-      case BL_BLOCK_MOE:
-      case BL_BLOCK_FFN: {
-        const bool moe = b.kind == BL_BLOCK_MOE;
-        const int rg = moe ? BL_MOE_GATE : 1;
+      case CU_BLOCK_MOE:
+      case CU_BLOCK_FFN: {
+        const bool moe = b.kind == CU_BLOCK_MOE;
+        const int rg = moe ? CU_MOE_GATE : 1;
         const bl_tensor &g = t[rg], &u = t[rg + 1], &dn = t[rg + 2];
         CU_OK(need(g, i, "ffn_gate"));
         CU_OK(need(u, i, "ffn_up"));
@@ -189,29 +188,29 @@ static int64_t make_plan(const bl_program *prog, cu_plan &pl) {
           if (X <= 0 || K <= 0 || K > X || K > ROUTER_MAX_K || X > 1024)
             return cu_fail(BL_E_UNSUPPORTED, "block %lld: %lld experts, %lld used", (long long)i, (long long)X, (long long)K);
           if (g.ne[2] != X || u.ne[2] != X || dn.ne[2] != X) return cu_fail(BL_E_INVAL, "block %lld: expert count of the tensors is not %lld", (long long)i, (long long)X);
-          CU_OK(need(t[BL_MOE_GATE_INP], i, "ffn_gate_inp"));
-          if (t[BL_MOE_GATE_INP].type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: router weights of type %s (F32 expected)", (long long)i, cu_type_name((int)t[BL_MOE_GATE_INP].type));
-          CU_OK(shape(t[BL_MOE_GATE_INP], i, "ffn_gate_inp", E, X));
+          CU_OK(need(t[CU_MOE_GATE_INP], i, "ffn_gate_inp"));
+          if (t[CU_MOE_GATE_INP].type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: router weights of type %s (F32 expected)", (long long)i, cu_type_name((int)t[CU_MOE_GATE_INP].type));
+          CU_OK(shape(t[CU_MOE_GATE_INP], i, "ffn_gate_inp", E, X));
         }
         d.ff = d.ff > ff ? d.ff : ff;
         d.X = d.X > X ? d.X : X;
         d.K = d.K > K ? d.K : K;
         break;
       }
-      case BL_BLOCK_OUTPUT:
+      case CU_BLOCK_OUTPUT:
         CU_OK(need(t[1], i, "output"));
         CU_OK(shape(t[1], i, "output", E, d.V));
         break;
       default: return cu_fail(BL_E_INVAL, "block %lld has unknown kind %lld", (long long)i, (long long)b.kind);
     }
-    const bool host = b.kind == BL_BLOCK_MOE && b.host_experts;
+    const bool host = b.kind == CU_BLOCK_MOE && b.host_experts;
     if (host) {
       int64_t lb = 0;
-      for (int r = BL_MOE_GATE; r <= BL_MOE_DOWN; r++) lb += (int64_t)cu_align256(host_bytes(b.t[r]));
+      for (int r = CU_MOE_GATE; r <= CU_MOE_DOWN; r++) lb += (int64_t)cu_align256(host_bytes(b.t[r]));
       if (lb > d.host_layer_bytes) d.host_layer_bytes = lb;
       d.n_host++;
     }
-    for (int r = 0; r < BL_BLOCK_TENSORS; r++)
+    for (int r = 0; r < CU_BLOCK_TENSORS; r++)
       if (b.t[r].data) CU_OK(add_tensor(pl, b.t[r], vector_role((int)b.kind, r), i, r, b.kind, !(host && is_expert_role(r))));
   }
   return BL_OK;
@@ -297,9 +296,23 @@ static int64_t ctx_dims(const cu_dims &wd, const bl_ctx_params *p, cu_dims &d) {
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *context_bytes) {
+// The program's fused blocks (fuse.cu), or a refusal naming the op.
+static int64_t fuse_program(const bl_program *prog, std::vector<cu_fblock> &out) {
+  std::string why;
+  if (!cu_fuse(prog, out, &why, nullptr)) return cu_fail(BL_E_UNSUPPORTED, "cuda: %s", why.c_str());
+  return BL_OK;
+}
+
+int64_t cu_check_plan(const bl_program *prog, const std::vector<cu_fblock> &blocks) {
   cu_plan pl;
-  CU_OK(make_plan(prog, pl));
+  return make_plan(prog, blocks, pl);
+}
+
+extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *context_bytes) {
+  std::vector<cu_fblock> bl;
+  CU_OK(fuse_program(prog, bl));
+  cu_plan pl;
+  CU_OK(make_plan(prog, bl, pl));
   cu_ctx c = cu_ctx();
   CU_OK(ctx_dims(pl.dm, p, c.dm));
   c.p = *p;
@@ -331,7 +344,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   return BL_OK;
 }
 
-static void rope_of(const bl_block &b, rope_params &r) {
+static void rope_of(const cu_fblock &b, rope_params &r) {
   r.n_rot = (int)b.n_rot;
   r.mode = (int)b.rope_type;
   const float base = (float)b.rope_base;
@@ -387,13 +400,14 @@ static dmat dmat_of(const bl_tensor &t, const uint8_t *d) {
   return m;
 }
 
-static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan &pl) {
-  const bl_block *bl = reinterpret_cast<const bl_block *>(prog->blocks);
+static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
+  const std::vector<cu_fblock> &bl = c->fused;
   uint8_t *base = static_cast<uint8_t *>(c->arena);
-  c->blocks.resize((size_t)prog->n_blocks);
+  const int64_t n = (int64_t)bl.size();
+  c->blocks.resize((size_t)n);
   c->host_blocks.clear();
-  for (int64_t i = 0; i < prog->n_blocks; i++) {
-    const bl_block &b = bl[i];
+  for (int64_t i = 0; i < n; i++) {
+    const cu_fblock &b = bl[(size_t)i];
     cu_blk &o = c->blocks[(size_t)i];
     memset(static_cast<void *>(&o), 0, sizeof o);
     o.kind = (int)b.kind;
@@ -408,21 +422,25 @@ static int64_t build_blocks(cu_weights *c, const bl_program *prog, const cu_plan
     o.attn_scale = b.attn_scale > 0 ? (float)b.attn_scale : (b.head_dim > 0 ? 1.0f / sqrtf((float)b.head_dim) : 1.0f);
     o.w_scale = (float)b.expert_weights_scale;
     rope_of(b, o.rope);
-    o.src = &bl[i];
-    if (b.kind == BL_BLOCK_MOE && b.host_experts) {
+    o.src = &bl[(size_t)i];
+    // the neighbours the kernels fuse across (decided here, once: the attention's output product takes
+    // the next MoE block's router; a MoE block prefetches the next attention's weights)
+    o.moe_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_MOE && b.kind == CU_BLOCK_ATTN ? (int)(i + 1) : -1;
+    o.attn_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_ATTN && (b.kind == CU_BLOCK_MOE || b.kind == CU_BLOCK_FFN) ? (int)(i + 1) : -1;
+    if (b.kind == CU_BLOCK_MOE && b.host_experts) {
       o.host = 1;
       o.host_j = (int)c->host_blocks.size();
       c->host_blocks.push_back((int)i);
     }
-    for (int r = 0; r < BL_BLOCK_TENSORS; r++) {
+    for (int r = 0; r < CU_BLOCK_TENSORS; r++) {
       const bl_tensor &t = b.t[r];
       if (!t.data) continue;
       const bool vec = vector_role((int)b.kind, r);
-      if (b.kind == BL_BLOCK_MOE && b.host_experts && is_expert_role(r)) {
+      if (b.kind == CU_BLOCK_MOE && b.host_experts && is_expert_role(r)) {
         // stays in host memory: the geometry, no device copy (hybrid.cu)
         o.t[r] = dmat_of(t, nullptr);
-        o.hx[r - BL_MOE_GATE] = reinterpret_cast<const uint8_t *>(t.data);
-        o.hbytes[r - BL_MOE_GATE] = host_bytes(t);
+        o.hx[r - CU_MOE_GATE] = reinterpret_cast<const uint8_t *>(t.data);
+        o.hbytes[r - CU_MOE_GATE] = host_bytes(t);
         continue;
       }
       const plan_item &it = pl.items[pl.index.at(t.data | (vec ? 1u : 0u))];
@@ -524,8 +542,9 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
   w->smem_optin = (int)prop.sharedMemPerBlockOptin;
   w->sm_count = prop.multiProcessorCount;
   CU_OK(cu_init_kernels(w->smem_optin));
+  CU_OK(fuse_program(prog, w->fused));
   cu_plan pl;
-  CU_OK(make_plan(prog, pl));
+  CU_OK(make_plan(prog, w->fused, pl));
   w->dm = pl.dm;
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
@@ -535,7 +554,7 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
   CU_TRY(cudaMalloc(&w->arena, pl.total > 0 ? pl.total : 256), "allocating the weights");
   w->arena_bytes = pl.total;
   CU_OK(upload(w, pl));
-  CU_OK(build_blocks(w, prog, pl));
+  CU_OK(build_blocks(w, pl));
   CU_OK(cu_host_register(w));
   CU_TRY(cudaDeviceSynchronize(), "finishing the upload");
   return BL_OK;

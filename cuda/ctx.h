@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "fuse.h"
 #include "internal.h"
 
 struct cu_blk {
@@ -12,8 +13,8 @@ struct cu_blk {
   int n_expert, n_used, norm_topk;
   float eps, attn_scale, w_scale;
   rope_params rope;
-  dmat t[BL_BLOCK_TENSORS];               // matrices (d == null when absent)
-  const float *vec[BL_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
+  dmat t[CU_BLOCK_TENSORS];               // matrices (d == null when absent)
+  const float *vec[CU_BLOCK_TENSORS];     // vector roles as f32 (norms, biases)
   // MoE blocks whose routed experts stay in host memory (hybrid.cu): gate/up/down's t[].d are null,
   // their host bytes at hx[] (hbytes[] each); the program's block for the host hook; the block's
   // index among the host blocks. A host block whose src is marked BL_HOST_EXPERTS_DISK reads its
@@ -22,7 +23,9 @@ struct cu_blk {
   const uint8_t *hx[3];
   const uint8_t *hxd[3]; // the same bytes as the card addresses them over PCIe (null: not pinned)
   size_t hbytes[3];
-  const bl_block *src;
+  const cu_fblock *src;
+  int moe_next;  // attention blocks: the MoE block after it (its router may run in the output product), or -1
+  int attn_next; // MoE / FFN blocks: the attention block after it (its weights prefetched), or -1
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):
@@ -91,6 +94,7 @@ struct cu_weights {
   int host_pinned;
   mutable int share_hint; // (a hint the contexts write, not a weight) 1 + the card's share the last online sizing chose on these weights (0: none): new contexts start there
   std::vector<int> host_blocks; // blocks[host_blocks[j]] is host block j (cu_blk.host_j == j)
+  std::vector<cu_fblock> fused; // the fusion pass's blocks (fuse.h): blocks[i].src is &fused[i]
 };
 
 static inline size_t cu_align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -99,7 +103,7 @@ static inline size_t cu_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 // stream callbacks; with the mailbox one for every size (ntok 0: the size is posted with the call).
 struct cu_host_call {
   struct cu_ctx *c;
-  const bl_block *b;
+  const cu_fblock *b;
   int ntok;
   int idx; // its place in cu_ctx.host_calls (the mailbox names calls by it)
   int k; // > 0: the token's first k picks, made on the card (bl_expert_rows_fn); 0: the whole block
@@ -199,7 +203,7 @@ struct cu_ctx {
   int64_t prof_steps[2];
   // host experts (hybrid.cu): the hook, pinned residual rows it works on, its calls; the staging
   // buffers of uploaded experts (two layers in flight on the copy stream), the step's state
-  bl_block_rows_fn host_fn;
+  bl_ops_rows_fn host_fn;
   bl_expert_rows_fn expert_fn;
   uint64_t host_cpu;
   float *hx;
@@ -310,7 +314,7 @@ void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
 
-// A host block whose experts are on the NVMe tier (bl_block.host_experts == BL_HOST_EXPERTS_DISK):
+// A host block whose experts are on the NVMe tier (cu_fblock.host_experts == BL_HOST_EXPERTS_DISK):
 // the CPU hook runs it for every batch; the card never uploads, pins, reads in place or promotes them.
 static inline bool cu_host_on_disk(const cu_blk &b) { return b.host && b.src && b.src->host_experts == BL_HOST_EXPERTS_DISK; }
 

@@ -216,7 +216,7 @@ static int64_t dense_product(cu_ctx *c, const dmat &w, const float *bias, const 
 // wrote (froute.cu): gate/up normalise x themselves. False when the shapes do not take them.
 bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
   memset(&fm, 0, sizeof fm);
-  const int rg = BL_MOE_GATE;
+  const int rg = CU_MOE_GATE;
   fm.gate = b.t[rg];
   fm.up = b.t[rg + 1];
   fm.down = b.t[rg + 2];
@@ -228,7 +228,7 @@ bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
   fm.w_scale = b.w_scale;
   fm.h = c->x;
   fm.hnorm = 1;
-  fm.normw = b.vec[BL_MOE_NORM];
+  fm.normw = b.vec[CU_MOE_NORM];
   fm.eps = b.eps;
   fm.act = c->act;
   fm.x = c->x;
@@ -249,9 +249,9 @@ static bool card_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
 // false when that path does not take them (then the output product and the router run apart).
 static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
   memset(&f, 0, sizeof f);
-  const dmat &r = m.t[BL_MOE_GATE_INP];
+  const dmat &r = m.t[CU_MOE_GATE_INP];
   if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
-  f.o = a.t[BL_ATTN_O];
+  f.o = a.t[CU_ATTN_O];
   f.att = c->att;
   f.x = c->x;
   f.n = a.n_head * a.head_dim;
@@ -262,7 +262,7 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   f.K = m.n_used;
   f.norm_topk = m.norm_topk;
   f.w_scale = m.w_scale;
-  f.normw = m.vec[BL_MOE_NORM];
+  f.normw = m.vec[CU_MOE_NORM];
   f.eps = m.eps;
   f.part = c->rpart;
   f.ldp = c->rpart_ld;
@@ -296,7 +296,7 @@ static l2_pf qkv_prefetch(const cu_blk &b) {
   l2_pf f;
   memset(&f, 0, sizeof f);
   if (!(cu_fast & FAST_L2W)) return f;
-  const int r[3] = {BL_ATTN_Q, BL_ATTN_K, BL_ATTN_V};
+  const int r[3] = {CU_ATTN_Q, CU_ATTN_K, CU_ATTN_V};
   for (int i = 0; i < 3; i++) {
     f.p[i] = b.t[r[i]].d;
     f.bytes[i] = dmat_bytes(b.t[r[i]]);
@@ -361,7 +361,7 @@ static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
   a1.x8 = nullptr;
   if (!(cu_fast & FAST_ATTX8)) return;
   const int qd = b.n_head * b.head_dim;
-  const mv_args a = dense_mv(c, gjob(b.t[BL_ATTN_O], c->x, (int)c->dm.E, nullptr), c->att, qd, EPI_ADD);
+  const mv_args a = dense_mv(c, gjob(b.t[CU_ATTN_O], c->x, (int)c->dm.E, nullptr), c->att, qd, EPI_ADD);
   if (a.n != qd || a1.out != c->att || a1.ldq != qd || !cu_mv_batch_x8_fits(a, ntok, c->smem_limit)) return;
   a1.x8 = c->xq;
   c->attx8.x = c->att;
@@ -374,7 +374,7 @@ static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
 // The decode batches' attention output product; the attention's x8 rows (attn_x8) are for it alone.
 static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
   const int qd = b.n_head * b.head_dim;
-  const int64_t rc = dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
+  const int64_t rc = dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
   c->attx8.nt = 0;
   return rc;
 }
@@ -403,8 +403,8 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.ldq = qd;
   qa.ldk = kd;
   qa.ldv = kd;
-  qa.qn = b.vec[BL_ATTN_Q_NORM];
-  qa.kn = b.vec[BL_ATTN_K_NORM];
+  qa.qn = b.vec[CU_ATTN_Q_NORM];
+  qa.kn = b.vec[CU_ATTN_K_NORM];
   qa.eps = b.eps;
   qa.kc = c->kc + layer;
   qa.vc = c->vc + layer;
@@ -418,10 +418,10 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   qa.rope = b.rope;
   cu_mark(c, S_QKV);
   if (!big) {
-    mv_args a = normed_products(c, b.vec[BL_ATTN_NORM], b.eps);
-    a.job[0] = job(b.t[BL_ATTN_Q], b.vec[BL_ATTN_BQ], c->q, qd, EPI_STORE);
-    a.job[1] = job(b.t[BL_ATTN_K], b.vec[BL_ATTN_BK], c->k, kd, EPI_STORE);
-    a.job[2] = job(b.t[BL_ATTN_V], b.vec[BL_ATTN_BV], c->v, kd, EPI_STORE);
+    mv_args a = normed_products(c, b.vec[CU_ATTN_NORM], b.eps);
+    a.job[0] = job(b.t[CU_ATTN_Q], b.vec[CU_ATTN_BQ], c->q, qd, EPI_STORE);
+    a.job[1] = job(b.t[CU_ATTN_K], b.vec[CU_ATTN_BK], c->k, kd, EPI_STORE);
+    a.job[2] = job(b.t[CU_ATTN_V], b.vec[CU_ATTN_BV], c->v, kd, EPI_STORE);
     a.njobs = 3;
     a.q8 = 1;
     // one token: the slot's cached keys and values fetched into L2 for the attention (FAST_L2KV)
@@ -441,9 +441,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       CU_OK(cu_matvec(c->st, a, ntok, c->smem_limit));
     }
   } else {
-    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[BL_ATTN_NORM], b.eps, c->h, E, ntok));
-    const gemm_job qkv[3] = {gjob(b.t[BL_ATTN_Q], c->q, qd, b.vec[BL_ATTN_BQ]), gjob(b.t[BL_ATTN_K], c->k, kd, b.vec[BL_ATTN_BK]),
-                             gjob(b.t[BL_ATTN_V], c->v, kd, b.vec[BL_ATTN_BV])};
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_ATTN_NORM], b.eps, c->h, E, ntok));
+    const gemm_job qkv[3] = {gjob(b.t[CU_ATTN_Q], c->q, qd, b.vec[CU_ATTN_BQ]), gjob(b.t[CU_ATTN_K], c->k, kd, b.vec[CU_ATTN_BK]),
+                             gjob(b.t[CU_ATTN_V], c->v, kd, b.vec[CU_ATTN_BV])};
     CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
   if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
@@ -491,7 +491,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       }
       return cu_fo(c->st, f, c->smem_limit);
     }
-    return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+    return dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   if (!big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch of distinct slots: as one token's attention, a block column a token
@@ -570,7 +570,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     }
   }
   cu_mark(c, S_O);
-  return dense_product(c, b.t[BL_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+  return dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
 // The arguments both decode-batch expert paths take (moe_batch_args, moe_dec_args; the rest
@@ -628,7 +628,7 @@ static int expert_bn64_min() {
 }
 
 int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
-  const bool moe = b.kind == BL_BLOCK_MOE;
+  const bool moe = b.kind == CU_BLOCK_MOE;
   if (routed) {
     // the picks were selected by the fused attention output + router (froute.cu)
     fmoe_args fm;
@@ -664,7 +664,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     return BL_OK;
   }
   const int E = (int)c->dm.E;
-  const int rg = moe ? BL_MOE_GATE : 1;
+  const int rg = moe ? CU_MOE_GATE : 1;
   const dmat &gate = b.t[rg], &up = b.t[rg + 1], &down = b.t[rg + 2];
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
@@ -692,14 +692,14 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       if (moe) {
         fmv_args f;
         memset(&f, 0, sizeof f);
-        f.job[0].m = b.t[BL_MOE_GATE_INP];
+        f.job[0].m = b.t[CU_MOE_GATE_INP];
         f.job[0].y = c->router;
         f.job[0].epi = EPI_STORE;
         f.njobs = 1;
         f.x = c->x;
         f.n = E;
         f.norm = 1;
-        f.normw = b.vec[BL_MOE_NORM];
+        f.normw = b.vec[CU_MOE_NORM];
         f.eps = b.eps;
         f.h = c->h;
         CU_OK(cu_fmv(c->st, f, c->smem_limit, c->sm_count, &done));
@@ -724,11 +724,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   bool hq_ready = false; // and quantized the experts' rows (moe_batch_args.hq)
   cu_mark(c, S_ROUTER);
   bool picked = false;
-  const dmat &rw = b.t[BL_MOE_GATE_INP];
+  const dmat &rw = b.t[CU_MOE_GATE_INP];
   if (moe && ntok >= 2 && ntok <= MV_MAX_NT && rw.d && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, K)) {
     // a decode batch: the router's product with each row read once (its normalised rows kept in
     // h for the experts), then each token's picks (mv_batch.cu)
-    mv_args a = normed_products(c, b.vec[BL_MOE_NORM], b.eps);
+    mv_args a = normed_products(c, b.vec[CU_MOE_NORM], b.eps);
     a.job[0] = job(rw, nullptr, c->router, b.n_expert, EPI_STORE);
     a.njobs = 1;
     mb_pick_args pk = {};
@@ -764,10 +764,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     r.ldx = E;
     r.n = E;
     r.ntok = ntok;
-    r.normw = b.vec[BL_MOE_NORM];
+    r.normw = b.vec[CU_MOE_NORM];
     r.eps = b.eps;
-    r.w = reinterpret_cast<const float *>(b.t[BL_MOE_GATE_INP].d);
-    r.ldw = (int)(b.t[BL_MOE_GATE_INP].nb1 / 4);
+    r.w = reinterpret_cast<const float *>(b.t[CU_MOE_GATE_INP].d);
+    r.ldw = (int)(b.t[CU_MOE_GATE_INP].nb1 / 4);
     r.n_expert = b.n_expert;
     r.k = K;
     r.h = c->h;
@@ -895,23 +895,25 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   if (mb_count) CU_TRY(cudaMemsetAsync(c->mb_tiles_d, 0, MB_LAYER_BITS * sizeof(int32_t), c->st), "clearing the experts' counts");
   for (size_t i = 0; i < bl.size(); i++) {
     const cu_blk &b = bl[i];
-    if (b.kind != BL_BLOCK_ATTN) CU_OK(cu_combine_flush(c->st, &c->pend));
+    if (b.kind != CU_BLOCK_ATTN) CU_OK(cu_combine_flush(c->st, &c->pend));
     switch (b.kind) {
-      case BL_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
-      case BL_BLOCK_ATTN: {
+      case CU_BLOCK_EMBED: cu_mark(c, S_EMBED); CU_OK(cu_rows_f32(c->st, b.t[0], in_tok(c), ntok, c->x, (int)c->dm.E)); break;
+      case CU_BLOCK_ATTN: {
         // (a block whose experts stay in host memory takes its router apart)
-        const cu_blk *moe = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_MOE && (!bl[i + 1].host || cu_host_split(c, bl[i + 1], ntok, big)) ? &bl[i + 1] : nullptr;
+        // the MoE block the fusion pass put after it (a block whose experts stay in host memory takes its router apart)
+        const cu_blk *next = b.moe_next >= 0 ? &bl[(size_t)b.moe_next] : nullptr;
+        const cu_blk *moe = next && (!next->host || cu_host_split(c, *next, ntok, big)) ? next : nullptr;
         CU_OK(attn_block(c, b, ntok, big, n_fa_tiles, moe, &routed));
         break;
       }
-      case BL_BLOCK_MOE:
-      case BL_BLOCK_FFN:
-        c->next_attn = i + 1 < bl.size() && bl[i + 1].kind == BL_BLOCK_ATTN ? &bl[i + 1] : nullptr;
+      case CU_BLOCK_MOE:
+      case CU_BLOCK_FFN:
+        c->next_attn = b.attn_next >= 0 ? &bl[(size_t)b.attn_next] : nullptr;
         if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;
-      case BL_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
+      case CU_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
   }

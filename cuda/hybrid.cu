@@ -97,10 +97,10 @@ void cu_host_run(cu_host_call *call, int ntok, const int32_t *ints, const float 
   msg[0] = 0;
   int64_t s = BL_OK;
   if (call->k == 0) {
-    s = c->host_fn(c->host_cpu, call->b, ntok, c->hx, msg, sizeof msg);
+    s = c->host_fn(c->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hx, msg, sizeof msg);
   } else {
     const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : ints[K];
-    if (k > 0) s = c->expert_fn(c->host_cpu, call->b, ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
+    if (k > 0) s = c->expert_fn(c->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
     else memset(out, 0, (size_t)c->dm.E * sizeof(float));
   }
   c->n_hook++;
@@ -428,7 +428,7 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
     if (!c->sparse_step) CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
-    for (int k = 0; k < 3; k++) v.t[BL_MOE_GATE + k].d = staged(c, s, b, k);
+    for (int k = 0; k < 3; k++) v.t[CU_MOE_GATE + k].d = staged(c, s, b, k);
     c->up_cur = j; // its picks are counted (and in a sparse step its experts copied) once made
     const int64_t st = cu_ffn_block(c, v, ntok, big, false);
     const bool missed = c->up_cur >= 0;
@@ -725,7 +725,7 @@ static int64_t measure_hook(cu_ctx *c, const cu_blk *b) {
   char msg[512];
   msg[0] = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t st = c->host_fn(c->host_cpu, b->src, rows, c->hx, msg, sizeof msg);
+  const int64_t st = c->host_fn(c->host_cpu, b->src->ops, b->src->n_ops, rows, c->hx, msg, sizeof msg);
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (st != BL_OK) return cu_fail(st, "host experts: %s", msg);
   c->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
@@ -782,7 +782,7 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_TRY(cudaStreamSynchronize(c->st), "set_host");
   cu_drop_graphs(c);
   cu_hybrid_free(c);
-  c->host_fn = reinterpret_cast<bl_block_rows_fn>(fn);
+  c->host_fn = reinterpret_cast<bl_ops_rows_fn>(fn);
   c->expert_fn = reinterpret_cast<bl_expert_rows_fn>(expert_fn);
   c->host_cpu = cpu_ctx;
   const unsigned mapped = cudaHostAllocMapped | cudaHostAllocPortable;

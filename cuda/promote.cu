@@ -74,7 +74,7 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
   size_t per[3] = {0, 0, 0};
   for (const cu_blk &b : c->w->blocks)
     if (b.host && !cu_host_on_disk(b))
-      for (int k = 0; k < 3; k++) per[k] = std::max(per[k], (size_t)b.t[BL_MOE_GATE + k].nb2);
+      for (int k = 0; k < 3; k++) per[k] = std::max(per[k], (size_t)b.t[CU_MOE_GATE + k].nb2);
   c->slot_off[0] = 0;
   c->slot_off[1] = cu_align256(per[0] * slots);
   c->slot_off[2] = c->slot_off[1] + cu_align256(per[1] * slots);
@@ -109,7 +109,7 @@ int64_t cu_set_promote_slots(cu_ctx *c, int64_t slots) {
 void cu_slot_dmats(const cu_ctx *c, const cu_blk &b, dmat out[3]) {
   uint8_t *base = c->slot_pool + (size_t)pool_index(c, b.host_j) * c->slot_layer_bytes;
   for (int k = 0; k < 3; k++) {
-    out[k] = b.t[BL_MOE_GATE + k];
+    out[k] = b.t[CU_MOE_GATE + k];
     out[k].d = base + c->slot_off[k];
     out[k].ne2 = c->promote_slots;
   }
@@ -222,7 +222,7 @@ int64_t cu_promote_pass(cu_ctx *c) {
     const cu_blk *b = cu_host_block_at(c, j);
     uint8_t *base = c->slot_pool + (size_t)pool_index(c, j) * c->slot_layer_bytes;
     for (int k = 0; k < 3; k++) {
-      const size_t nb2 = (size_t)b->t[BL_MOE_GATE + k].nb2;
+      const size_t nb2 = (size_t)b->t[CU_MOE_GATE + k].nb2;
       CU_TRY(cudaMemcpyAsync(base + c->slot_off[k] + (size_t)s * nb2, b->hx[k] + (size_t)e * nb2, nb2, cudaMemcpyHostToDevice, c->cs), "promotion: copying experts");
       c->up_bytes += (int64_t)nb2;
     }

@@ -77,7 +77,7 @@ int64_t cu_pull_init(cu_ctx *c) {
   for (const cu_blk &b : c->w->blocks) {
     if (!b.host || cu_host_on_disk(b)) continue;
     for (int k = 0; k < 3; k++) {
-      const dmat &m = b.t[BL_MOE_GATE + k];
+      const dmat &m = b.t[CU_MOE_GATE + k];
       const uintptr_t at = reinterpret_cast<uintptr_t>(b.hxd[k]);
       if (!b.hxd[k] || m.nb2 % 16 || at % 16) return BL_OK;
       slab[k] = std::max(slab[k], (size_t)m.nb2);
@@ -195,7 +195,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *
     (void)cudaEventRecord(e1, c->st);
     if (s != BL_OK) break;
     const auto t0 = std::chrono::steady_clock::now();
-    s = c->expert_fn(c->host_cpu, b->src, 1, c->hx, sel, w, n, out, msg, sizeof msg);
+    s = c->expert_fn(c->host_cpu, b->src->ops, b->src->n_ops, 1, c->hx, sel, w, n, out, msg, sizeof msg);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     float ms = 0;
     const cudaError_t e = cudaEventSynchronize(e1);

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define BL_ABI_VERSION 1
+#define BL_ABI_VERSION 2
 
 enum bl_status {
   BL_OK = 0,
@@ -57,9 +57,15 @@ int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t r
 #define BL_SYNTH_CENTERED 1
 int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std, int64_t flags);
 
-/* ---- the model program (CPU backend; the GPU backends take the same program) ----
- * A model family file (src/models/) describes the forward pass as a list of coarse
- * blocks; the backend executes the list for a batch of tokens. */
+/* ---- the model program: a list of ops (CPU backend; the GPU backends take the same program) ----
+ * A model family file (src/models/) describes the forward pass as a list of ops over a batch's
+ * activations: x (the residual rows), h (the rows the last NORM wrote) and the picks (the last
+ * ROUTER's experts and weights a token). Each op has a parameter struct of its own kind and its
+ * tensors by role (bl_tensor data == 0: absent). A backend runs a program only when it runs every
+ * op with every option set and every tensor type given (bl_cpu_check / bl_cuda_check name the first
+ * op it cannot run and why); backends may fuse neighbouring ops (a NORM into the op that reads h)
+ * found by a pass over the list, never by looking ahead at run time. A field no backend reads is a
+ * bug: every option below is honoured by the CPU reference and refused by a backend that lacks it. */
 
 /* A weight tensor: data address (mapped file or device memory), ggml type, dims (ne[0]
  * contiguous), byte stride between rows (ne[1]) and between slabs (ne[2], experts). */
@@ -71,44 +77,109 @@ typedef struct bl_tensor {
   int64_t nb2;
 } bl_tensor; /* 8 slots */
 
-enum bl_block_kind {
-  BL_BLOCK_EMBED = 1,  /* x = token_embd[tokens]                                  t: 0 tok_embd */
-  BL_BLOCK_ATTN = 2,   /* x += attention(rmsnorm(x)), KV cache layer `layer`      t: see BL_ATTN_* */
-  BL_BLOCK_MOE = 3,    /* x += routed experts(rmsnorm(x))                         t: see BL_MOE_* */
-  BL_BLOCK_FFN = 4,    /* x += down(silu(gate h) * up h), h = rmsnorm(x)          t: 0 norm 1 gate 2 up 3 down */
-  BL_BLOCK_OUTPUT = 5  /* logits[out rows] = output(rmsnorm(x))                   t: 0 norm 1 output */
+enum bl_op_kind {
+  BL_OP_EMBED = 1,   /* x = token_embd[tokens]                                     t: BL_EMBED_*   p: none */
+  BL_OP_NORM = 2,    /* h = norm(x) * w                                            t: BL_NORM_*    p: bl_norm_params */
+  BL_OP_ATTN = 3,    /* x += attention(h) (GQA over the KV cache layer)            t: BL_ATTN_*    p: bl_attn_params */
+  BL_OP_ROUTER = 4,  /* picks = route(h): n_used experts and their weights a token t: BL_ROUTER_*  p: bl_router_params */
+  BL_OP_EXPERTS = 5, /* x += sum over the picks of weight * expert(h)              t: BL_EXPERTS_* p: bl_experts_params */
+  BL_OP_FFN = 6,     /* x += [sigmoid(h . gate_inp)] * down(act(gate h, up h))     t: BL_FFN_*     p: bl_ffn_params
+                      * (a dense FFN, or a shared expert with its optional scalar gate) */
+  BL_OP_OUTPUT = 7   /* logits[out rows] = head(norm(x))                           t: BL_OUTPUT_*  p: bl_norm_params */
 };
-enum { BL_ATTN_NORM = 0, BL_ATTN_Q = 1, BL_ATTN_K = 2, BL_ATTN_V = 3, BL_ATTN_O = 4,
-       BL_ATTN_Q_NORM = 5, BL_ATTN_K_NORM = 6, BL_ATTN_BQ = 7, BL_ATTN_BK = 8, BL_ATTN_BV = 9 };
-enum { BL_MOE_NORM = 0, BL_MOE_GATE_INP = 1, BL_MOE_GATE = 2, BL_MOE_UP = 3, BL_MOE_DOWN = 4 };
-enum { BL_ROPE_NORMAL = 0, BL_ROPE_NEOX = 2 };
-enum { BL_HOST_EXPERTS_RAM = 1, BL_HOST_EXPERTS_DISK = 2 };
-enum { BL_GATING_SOFTMAX = 0 };
+#define BL_OP_KINDS 8
 
-#define BL_BLOCK_TENSORS 12
-typedef struct bl_block {
-  int64_t kind;
-  int64_t layer;        /* KV cache layer (attention blocks) */
-  int64_t n_head, n_head_kv, head_dim, n_rot, rope_type;
-  int64_t n_expert, n_expert_used, norm_topk, gating;
-  int64_t yarn_orig_ctx;
-  double eps, rope_base, rope_freq_scale, attn_scale;
-  double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
-  double expert_weights_scale;
-  uint64_t expert_store;  /* MoE blocks: a bl_expert_store_new handle holding the routed experts (0: the tensors' data) */
-  int64_t expert_layer;   /* MoE blocks: the layer of that store */
-  int64_t host_experts;   /* MoE blocks run by a card (BL_HOST_EXPERTS_*): 0 on the card; RAM = the routed
-                           * experts stay in host memory (the card's step hands the block to the CPU hook,
-                           * uploads them for a batch, reads a share of a token's picks in place, promotes
-                           * hot ones); DISK = they are read from the files on demand through expert_store
-                           * (the NVMe tier): the CPU hook runs the block for every batch, and the card
-                           * never uploads, pins, reads or promotes them (their data is not read) */
-  bl_tensor t[BL_BLOCK_TENSORS]; /* by role; data == 0 when absent */
-} bl_block; /* 24 + 12*8 = 120 slots */
+enum { BL_EMBED_TOKENS = 0, BL_EMBED_TENSORS };
+enum { BL_NORM_WEIGHT = 0, BL_NORM_TENSORS };
+enum { BL_ATTN_Q = 0, BL_ATTN_K = 1, BL_ATTN_V = 2, BL_ATTN_O = 3, BL_ATTN_Q_NORM = 4, BL_ATTN_K_NORM = 5,
+       BL_ATTN_BQ = 6, BL_ATTN_BK = 7, BL_ATTN_BV = 8, BL_ATTN_BO = 9,
+       BL_ATTN_SINKS = 10, /* a logit per query head that joins every softmax's denominator (gpt-oss) */
+       BL_ATTN_TENSORS };
+enum { BL_ROUTER_W = 0, BL_ROUTER_B = 1,
+       BL_ROUTER_CORR = 2, /* a per-expert bias added to the scores for choosing only (DeepSeek V3's e_score_correction_bias) */
+       BL_ROUTER_TENSORS };
+enum { BL_EXPERTS_GATE = 0, BL_EXPERTS_UP = 1, BL_EXPERTS_DOWN = 2, BL_EXPERTS_BGATE = 3, BL_EXPERTS_BUP = 4, BL_EXPERTS_BDOWN = 5,
+       BL_EXPERTS_TENSORS };
+enum { BL_FFN_GATE = 0, BL_FFN_UP = 1, BL_FFN_DOWN = 2, BL_FFN_GATE_INP = 3, BL_FFN_TENSORS };
+enum { BL_OUTPUT_NORM = 0, BL_OUTPUT_HEAD = 1, BL_OUTPUT_TENSORS };
+#define BL_OP_MAX_TENSORS 11
+
+enum { BL_NORM_RMS = 0 };
+typedef struct bl_norm_params {
+  int64_t kind;  /* BL_NORM_RMS */
+  double eps;
+} bl_norm_params; /* 2 slots */
+
+enum { BL_ROPE_NONE = -1, BL_ROPE_NORMAL = 0, BL_ROPE_NEOX = 2 };
+/* RoPE as ggml's rope defines it: the first n_rot dims of each head rotated (pairs (i, i+1), or
+ * (i, i + n_rot/2) for NEOX), YaRN when ext_factor != 0 (orig_ctx, beta_fast/slow; attn_factor scales
+ * cos and sin). */
+typedef struct bl_rope_params {
+  int64_t type;        /* BL_ROPE_*: NONE = no rotation */
+  int64_t n_rot;       /* dims rotated (< head_dim: partial rotary) */
+  int64_t orig_ctx;    /* YaRN's original context */
+  double base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+} bl_rope_params; /* 9 slots */
+
+typedef struct bl_attn_params {
+  int64_t kv_layer;    /* the KV cache layer it reads and writes */
+  int64_t n_head, n_head_kv, head_dim;
+  int64_t window;      /* sliding window: a query sees its own and the window - 1 positions before it; 0: all */
+  double eps;          /* epsilon of the per-head Q/K norms */
+  double scale;        /* softmax scale; 0: 1 / sqrt(head_dim) */
+  bl_rope_params rope;
+} bl_attn_params; /* 16 slots */
+
+/* How a router makes its picks from the logits l = W h (+ b):
+ *   SOFTMAX:        p = softmax(l) over every expert; the n_used largest p; weights p (divided by their
+ *                   sum when norm_topk) (Qwen3-MoE, Mixtral)
+ *   SOFTMAX_WEIGHT: the n_used largest l; weights softmax over those n_used logits (gpt-oss)
+ *   SIGMOID:        s = sigmoid(l); chosen by s + corr (the n_group_used groups whose top-2 sums are largest,
+ *                   then the n_used largest); weights s (divided by their sum when norm_topk) (DeepSeek V3, GLM-4.5)
+ * then every weight times scale (0: 1). Ties go to the lower expert index. */
+enum { BL_GATING_SOFTMAX = 0, BL_GATING_SOFTMAX_WEIGHT = 1, BL_GATING_SIGMOID = 2 };
+typedef struct bl_router_params {
+  int64_t n_expert, n_used;
+  int64_t gating;      /* BL_GATING_* */
+  int64_t norm_topk;
+  int64_t n_group, n_group_used; /* SIGMOID's expert groups (0: none) */
+  double scale;
+} bl_router_params; /* 7 slots */
+
+/* Activations of an FFN or expert on g = gate h (+ bg) and u = up h (+ bu):
+ *   SWIGLU:     silu(g) * u
+ *   SWIGLU_OAI: gpt-oss's: g' = min(g, limit), u' = clamp(u, -limit, limit); g' * sigmoid(alpha g') * (u' + 1) */
+enum { BL_ACT_SWIGLU = 0, BL_ACT_SWIGLU_OAI = 1 };
+enum { BL_HOST_EXPERTS_RAM = 1, BL_HOST_EXPERTS_DISK = 2 };
+typedef struct bl_experts_params {
+  int64_t n_expert, n_used; /* n_used: the picks a token of the router before it */
+  int64_t act;           /* BL_ACT_* */
+  int64_t layer;         /* the model layer (promotion, statistics) */
+  uint64_t store;        /* a bl_expert_store_new handle holding the routed experts (0: the tensors' data) */
+  int64_t store_layer;   /* the layer of that store */
+  int64_t host;          /* run by a card (BL_HOST_EXPERTS_*): 0 on the card; RAM = the routed experts stay in host
+                          * memory (the card's step hands the MoE ops to the CPU hook, uploads them for a batch,
+                          * reads a share of a token's picks in place, promotes hot ones); DISK = they are read
+                          * from the files on demand through store (the NVMe tier): the CPU hook runs them for
+                          * every batch, and the card never uploads, pins, reads or promotes them */
+  double alpha, limit;   /* BL_ACT_SWIGLU_OAI's */
+} bl_experts_params; /* 9 slots */
+
+typedef struct bl_ffn_params {
+  int64_t act;           /* BL_ACT_* */
+  double alpha, limit;
+} bl_ffn_params; /* 3 slots */
+
+typedef struct bl_op {
+  int64_t kind;          /* BL_OP_* */
+  int64_t n_tensors;     /* entries of tensors (at most BL_OP_MAX_TENSORS; roles past it are absent) */
+  uint64_t params;       /* the kind's parameter struct (0 for EMBED) */
+  uint64_t tensors;      /* bl_tensor[n_tensors] by the kind's roles */
+} bl_op; /* 4 slots */
 
 typedef struct bl_program {
-  int64_t n_blocks;
-  uint64_t blocks;      /* bl_block[n_blocks] */
+  int64_t n_ops;
+  uint64_t ops;          /* bl_op[n_ops] */
   int64_t n_embd, n_vocab;
 } bl_program;
 
@@ -137,26 +208,27 @@ typedef struct bl_ctx_params {
  * reference path, to tell numerics from bugs); the default converts activations as ggml does. */
 enum { BL_CTX_EXACT = 1 };
 
-/* ---- the host hook: a card's step runs one block on the CPU ----
- * x: n_tok residual rows (n_embd floats each, host memory) of the block's input; the block's
- * output is added to them (rmsnorm, router and experts as bl_cpu_forward computes them). The
- * context needs max_tokens >= n_tok (its KV cache is not used). err: a message on failure. Both
- * hooks read the experts of a block with expert_store set through that store (required when
- * host_experts is BL_HOST_EXPERTS_DISK), the same bits as from the tensors' data. */
-typedef int64_t (*bl_block_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
-int64_t bl_cpu_block_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, float *x, char *err, int64_t err_len);
-/* The experts of a MoE block for picks the caller made: k of a token (sel / selw, n_tok x k, the
- * weights as given; a pick of -1 is none: computed elsewhere); out[n_tok x n_embd] = their
- * weighted sum on rmsnorm(x) (x is not changed). */
-typedef int64_t (*bl_expert_rows_fn)(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel,
+/* ---- the host hook: a card's step runs a run of ops on the CPU ----
+ * ops[0..n_ops): a MoE layer's NORM, ROUTER and EXPERTS (or a NORM and FFN) of the card's program.
+ * x: n_tok residual rows (n_embd floats each, host memory) of their input; their output is added to
+ * them as bl_cpu_forward computes those ops. The context needs max_tokens >= n_tok (its KV cache is
+ * not used). err: a message on failure. Both hooks read the experts of an EXPERTS op whose store is
+ * set through that store (required when host is BL_HOST_EXPERTS_DISK), the same bits as from the
+ * tensors' data. */
+typedef int64_t (*bl_ops_rows_fn)(uint64_t ctx, const bl_op *ops, int64_t n_ops, int64_t n_tok, float *x, char *err, int64_t err_len);
+int64_t bl_cpu_ops_rows(uint64_t ctx, const bl_op *ops, int64_t n_ops, int64_t n_tok, float *x, char *err, int64_t err_len);
+/* The experts of the run's EXPERTS op for picks the caller made: k of a token (sel / selw, n_tok x k,
+ * the weights as given; a pick of -1 is none: computed elsewhere); out[n_tok x n_embd] = their
+ * weighted sum on the run's NORM of x (x is not changed). */
+typedef int64_t (*bl_expert_rows_fn)(uint64_t ctx, const bl_op *ops, int64_t n_ops, int64_t n_tok, const float *x, const int32_t *sel,
                                      const float *selw, int64_t k, float *out, char *err, int64_t err_len);
-int64_t bl_cpu_expert_rows(uint64_t ctx, const bl_block *b, int64_t n_tok, const float *x, const int32_t *sel, const float *selw,
-                           int64_t k, float *out, char *err, int64_t err_len);
+int64_t bl_cpu_expert_rows(uint64_t ctx, const bl_op *ops, int64_t n_ops, int64_t n_tok, const float *x, const int32_t *sel,
+                           const float *selw, int64_t k, float *out, char *err, int64_t err_len);
 /* on: the threads that call the context's forwards and hooks stay pinned to its first core between
  * calls (a card's callback thread: no affinity change per call); off: pinned during a call only. */
 int64_t bl_cpu_ctx_keep_pin(uint64_t ctx, int64_t on);
-/* out[0] = the address of bl_cpu_block_rows, out[1] that of bl_cpu_expert_rows (for bl_cuda_set_host). */
-int64_t bl_cpu_block_rows_fn(uint64_t *out);
+/* out[0] = the address of bl_cpu_ops_rows, out[1] that of bl_cpu_expert_rows (for bl_cuda_set_host). */
+int64_t bl_cpu_hook_fns(uint64_t *out);
 
 /* ---- CPU kernel paths, threads and probes (CPU library) ----
  * The kernels run on one path: "scalar" (the reference), "avx2" (AVX2+FMA+F16C) or "avx512"
@@ -189,7 +261,7 @@ int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t w
 /* ---- the expert store (CPU library): routed experts read from the GGUF files on demand ----
  * A fixed RAM capacity of slots, one slot a unit (the gate, up and down slabs of one (layer,
  * expert)), least recently used out first, filled with pread (O_DIRECT where the file system takes
- * it, else normal reads and posix_fadvise DONTNEED). A MoE block whose expert_store is set loads
+ * it, else normal reads and posix_fadvise DONTNEED). An EXPERTS op whose store is set loads
  * the experts its batch uses into slots before its products (in parallel on the pool, in rounds
  * when one layer's experts outnumber the slots) and reads them there; a background reader
  * prefetches the experts the next layer used in the previous step. Read errors are BL_E_IO from
@@ -205,7 +277,7 @@ typedef struct bl_expert_store_params {
   int64_t n_files;
   uint64_t files;         /* const char *[n_files]: the GGUF files (a split set has several) */
   int64_t n_layers;
-  uint64_t layers;        /* bl_expert_layer[n_layers]: the store's layers (a block's expert_layer) */
+  uint64_t layers;        /* bl_expert_layer[n_layers]: the store's layers (an EXPERTS op's store_layer) */
   int64_t n_expert_used;  /* experts a token uses (the minimum is that many slots) */
   int64_t flags;          /* BL_XS_NO_DIRECT: normal reads only; BL_XS_NO_PREFETCH: no background reader */
 } bl_expert_store_params; /* 7 slots */
@@ -234,6 +306,14 @@ int64_t bl_membw(int64_t n_threads, int64_t bytes, int64_t reps, double *gbps);
 int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out_ctx);
 int64_t bl_cpu_ctx_free(uint64_t ctx);
 int64_t bl_cpu_forward(uint64_t ctx, const bl_program *prog, const bl_batch *batch);
+/* BL_OK when this library runs every op of the program (its options, tensor types and sizes) on a
+ * context of these parameters; else BL_E_UNSUPPORTED or BL_E_INVAL naming the first op it cannot run
+ * and why (*bad_op its index; -1 when the program as a whole is wrong). Needs no context. */
+int64_t bl_cpu_check(const bl_ctx_params *p, const bl_program *prog, int64_t *bad_op);
+/* Routed experts' picks counted per (layer, expert) by the forwards of this context (the router's
+ * picks of every token; a layer is bl_experts_params.layer): out[layer * n_expert + e], for layers
+ * < n_layers and experts < n_expert; reset: zero them after reading. */
+int64_t bl_cpu_expert_picks(uint64_t ctx, int64_t n_layers, int64_t n_expert, int64_t *out, int64_t reset);
 /* Forget positions >= from of a slot's sequence (they will be overwritten). */
 int64_t bl_cpu_kv_clear(uint64_t ctx, int64_t slot, int64_t from);
 /* Copy n positions of slot src's KV to slot dst (prefix sharing between slots). */
@@ -243,8 +323,8 @@ int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
-/* RoPE of a block's settings on n_heads vectors of hd floats at position pos (for tests). */
-int64_t bl_rope_apply_block(const bl_block *b, float *v, int64_t n_heads, int64_t hd, int64_t pos);
+/* RoPE of these settings on n_heads vectors of hd floats at position pos (for tests). */
+int64_t bl_rope_apply_params(const bl_rope_params *r, float *v, int64_t n_heads, int64_t hd, int64_t pos);
 
 /* ---- sampling ----
  * The vocabulary-wide part of a sampling step (src/sampling/ runs the chain on the candidates).
@@ -313,6 +393,11 @@ int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64
 /* The program's tensors uploaded to device dev (BL_E_NOMEM naming the sizes when they do not fit
  * its free memory). Contexts made from the weights share them; free the weights after them. */
 int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out_weights);
+/* BL_OK when this library runs every op of the program on a card (its fusion pass finds a pattern
+ * for each op, every option and tensor type has kernels); else BL_E_UNSUPPORTED or BL_E_INVAL naming
+ * the first op it cannot run and why (*bad_op its index, -1 for the program as a whole). Needs no
+ * device and loads nothing. */
+int64_t bl_cuda_check(const bl_program *prog, int64_t *bad_op);
 int64_t bl_cuda_weights_free(uint64_t weights);
 /* A context (KV cache, buffers) for the weights' program; BL_E_NOMEM naming the sizes when it
  * does not fit beside them. */
@@ -340,7 +425,7 @@ int64_t bl_cuda_free_bytes(uint64_t ctx, int64_t *out);
  * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */
 enum { BL_CUDA_OPT_GRAPHS = 1, BL_CUDA_OPT_PREFILL_MIN = 2, BL_CUDA_OPT_MAX_SPLITS = 3 };
 int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
-/* The host hook for the program's blocks with host_experts (bl_block_rows_fn and bl_expert_rows_fn of
+/* The host hook for the program's EXPERTS ops with host set (bl_ops_rows_fn and bl_expert_rows_fn of
  * the CPU library and its context, max_tokens at least the card context's). Without it a step over
  * such a block fails. Batches of at least the upload threshold take the card's kernels on the block's
  * experts copied over PCIe for the step (two layers in flight); smaller ones call the hook. One-token

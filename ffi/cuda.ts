@@ -16,6 +16,7 @@ export const cudaSymbols = {
   bl_cuda_device_info: { args: [i64, p], returns: i64 },
   bl_cuda_plan_bytes: { args: [p, p, p, p], returns: i64 },
   bl_cuda_weights_new: { args: [i64, p, p], returns: i64 },
+  bl_cuda_check: { args: [p, p], returns: i64 },
   bl_cuda_weights_free: { args: [u64], returns: i64 },
   bl_cuda_ctx_new: { args: [u64, p, p], returns: i64 },
   bl_cuda_ctx_free: { args: [u64], returns: i64 },
@@ -148,7 +149,8 @@ export function cuda(): Lib {
   return l;
 }
 
-function lastError(): string {
+/** The CUDA library's message of its last failure on this thread ("" without the library). */
+export function cudaLastError(): string {
   const l = cudaLib();
   const q = l ? (l.bl_cuda_last_error() as Pointer | null) : null;
   return q ? new CString(q).toString() : "";
@@ -158,7 +160,7 @@ function lastError(): string {
 export function checkCuda(s: number | bigint, what: string): void {
   const n = Number(s);
   if (n === 0) return;
-  const msg = lastError();
+  const msg = cudaLastError();
   throw new NativeError(n, `${what}: ${msg || `CUDA library status ${n}`}`);
 }
 
@@ -169,7 +171,7 @@ export function cudaStatus(): CudaStatus {
   if (!l) return (status = { ok: false, reason: loadError, devices: 0, driverVersion: 0 });
   const out = new BigInt64Array(2);
   const s = Number(l.bl_cuda_probe(ptr(out), ptr(out, 8)));
-  if (s !== 0) return (status = { ok: false, reason: lastError() || `status ${s}`, devices: 0, driverVersion: Number(out[1]) });
+  if (s !== 0) return (status = { ok: false, reason: cudaLastError() || `status ${s}`, devices: 0, driverVersion: Number(out[1]) });
   const st: CudaStatus = { ok: true, reason: "", devices: Number(out[0]), driverVersion: Number(out[1]) };
   const d = cudaDeviceInfo(0);
   if (!d.hasCode) {

@@ -1,31 +1,77 @@
 // bloomery: lays out the ABI's structs (ffi/bloomery.h) in memory for bun:ffi. Every struct is
-// made of 8-byte slots, so a field is a slot index; sizes are asserted in ffi/cpu/forward.c.
+// made of 8-byte slots, so a field is a slot index; test/layout.test.ts reads the header and checks
+// every struct here against it (names, order, int or float), and ffi/cpu/forward.c asserts the sizes.
 
 export const TENSOR_SLOTS = 8;
-export const BLOCK_SLOTS = 120;
-export const BLOCK_TENSOR_BASE = 24;
-export const BLOCK_TENSORS = 12;
+export const OP_SLOTS = 4;
 export const PROGRAM_SLOTS = 4;
 export const BATCH_SLOTS = 7;
 export const CTX_PARAM_SLOTS = 13;
 
-/** Slot indices of bl_block's scalar fields. */
-export const BlockSlot = {
-  kind: 0, layer: 1, n_head: 2, n_head_kv: 3, head_dim: 4, n_rot: 5, rope_type: 6,
-  n_expert: 7, n_expert_used: 8, norm_topk: 9, gating: 10, yarn_orig_ctx: 11,
-  eps: 12, rope_base: 13, rope_freq_scale: 14, attn_scale: 15,
-  yarn_ext_factor: 16, yarn_attn_factor: 17, yarn_beta_fast: 18, yarn_beta_slow: 19,
-  expert_weights_scale: 20,
-  /** MoE blocks: the expert store handle and its layer (src/engine/expert-store.ts) */
-  expert_store: 21, expert_layer: 22,
-  /** MoE blocks a card runs: 1 = the routed experts stay in host memory, 2 = read from the file through expert_store (cuda/hybrid.cu) */
-  host_experts: 23,
-} as const;
+/** bl_op_kind (bloomery.h). */
+export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7 }
 
-export type IntField = "kind" | "layer" | "n_head" | "n_head_kv" | "head_dim" | "n_rot" | "rope_type" |
-  "n_expert" | "n_expert_used" | "norm_topk" | "gating" | "yarn_orig_ctx";
-export type FloatField = "eps" | "rope_base" | "rope_freq_scale" | "attn_scale" | "yarn_ext_factor" |
-  "yarn_attn_factor" | "yarn_beta_fast" | "yarn_beta_slow" | "expert_weights_scale";
+/** A field of a parameter struct: its name and whether the slot holds an int64 or a double. */
+export type FieldKind = "i" | "f";
+
+/** The parameter structs by kind, their fields in slot order (bl_rope_params flattened into bl_attn_params as rope_*). */
+export const PARAM_FIELDS = {
+  norm: [["kind", "i"], ["eps", "f"]],
+  rope: [["type", "i"], ["n_rot", "i"], ["orig_ctx", "i"], ["base", "f"], ["freq_scale", "f"], ["ext_factor", "f"],
+    ["attn_factor", "f"], ["beta_fast", "f"], ["beta_slow", "f"]],
+  attn: [["kv_layer", "i"], ["n_head", "i"], ["n_head_kv", "i"], ["head_dim", "i"], ["window", "i"], ["eps", "f"], ["scale", "f"],
+    ["rope_type", "i"], ["rope_n_rot", "i"], ["rope_orig_ctx", "i"], ["rope_base", "f"], ["rope_freq_scale", "f"], ["rope_ext_factor", "f"],
+    ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"]],
+  router: [["n_expert", "i"], ["n_used", "i"], ["gating", "i"], ["norm_topk", "i"], ["n_group", "i"], ["n_group_used", "i"], ["scale", "f"]],
+  experts: [["n_expert", "i"], ["n_used", "i"], ["act", "i"], ["layer", "i"], ["store", "i"], ["store_layer", "i"], ["host", "i"],
+    ["alpha", "f"], ["limit", "f"]],
+  ffn: [["act", "i"], ["alpha", "f"], ["limit", "f"]],
+} as const satisfies Record<string, readonly (readonly [string, FieldKind])[]>;
+
+export type ParamStruct = keyof typeof PARAM_FIELDS;
+export type ParamName<S extends ParamStruct> = (typeof PARAM_FIELDS)[S][number][0];
+
+/** The parameter struct of each op kind (EMBED has none). */
+export const OP_PARAMS: Record<OpKind, Exclude<ParamStruct, "rope"> | undefined> = {
+  [OpKind.Embed]: undefined,
+  [OpKind.Norm]: "norm",
+  [OpKind.Attn]: "attn",
+  [OpKind.Router]: "router",
+  [OpKind.Experts]: "experts",
+  [OpKind.Ffn]: "ffn",
+  [OpKind.Output]: "norm",
+};
+
+/** Tensor roles by kind (bloomery.h BL_*_*), in role order. */
+export const OP_ROLES = {
+  [OpKind.Embed]: ["tokens"],
+  [OpKind.Norm]: ["weight"],
+  [OpKind.Attn]: ["q", "k", "v", "o", "q_norm", "k_norm", "bq", "bk", "bv", "bo", "sinks"],
+  [OpKind.Router]: ["w", "b", "corr"],
+  [OpKind.Experts]: ["gate", "up", "down", "bgate", "bup", "bdown"],
+  [OpKind.Ffn]: ["gate", "up", "down", "gate_inp"],
+  [OpKind.Output]: ["norm", "head"],
+} as const satisfies Record<OpKind, readonly string[]>;
+
+export type Role<K extends OpKind> = (typeof OP_ROLES)[K][number];
+
+/** Slot index of a parameter field. */
+export function paramSlot(s: ParamStruct, name: string): number {
+  const i = PARAM_FIELDS[s].findIndex(([n]) => n === name);
+  if (i < 0) throw new Error(`internal: bl_${s}_params has no field '${name}'`);
+  return i;
+}
+
+export function paramKind(s: ParamStruct, name: string): FieldKind {
+  return PARAM_FIELDS[s][paramSlot(s, name)][1];
+}
+
+/** bl_rope_type, bl_gating, bl_act, host experts (bloomery.h). */
+export enum RopeType { None = -1, Normal = 0, Neox = 2 }
+export enum Gating { Softmax = 0, SoftmaxWeight = 1, Sigmoid = 2 }
+export enum Act { Swiglu = 0, SwigluOai = 1 }
+export const HOST_EXPERTS_RAM = 1;
+export const HOST_EXPERTS_DISK = 2;
 
 /** A native tensor reference: address, ggml type, dims and strides. */
 export interface NativeTensor {

@@ -1,7 +1,7 @@
-// The host hooks (ffi/cpu/hook.c) on blocks whose experts are on the NVMe tier beside a card: the
-// program wired as Model.load wires it for a card whose plan puts host experts on disk (the blocks
+// The host hooks (ffi/cpu/hook.c) on MoE layers whose experts are on the NVMe tier beside a card: the
+// program wired as Model.load wires it for a card whose plan puts host experts on disk (the EXPERTS ops
 // marked HOST_EXPERTS_DISK, an expert store holding only those, with fewer slots than a layer has
-// experts). bl_cpu_block_rows and bl_cpu_expert_rows through the store give the same bits as through
+// experts). bl_cpu_ops_rows and bl_cpu_expert_rows through the store give the same bits as through
 // the mapped model, call after call; a disk mark without a store and a file cut while serving fail
 // with a message.
 import { afterAll, describe, expect, test } from "bun:test";
@@ -10,12 +10,11 @@ import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { cpu } from "../ffi/cpu.ts";
-import { BLOCK_SLOTS, BlockSlot } from "../ffi/layout.ts";
 import { ExpertStore } from "../src/engine/expert-store.ts";
 import { HostHook } from "../src/engine/host-hook.ts";
 import { Model } from "../src/engine/model.ts";
 import { encodeProgram, HOST_EXPERTS_DISK, HOST_EXPERTS_RAM, hostExpertsMark, markHostExperts, type EncodedProgram } from "../src/engine/program.ts";
-import { BlockKind } from "../src/models/blocks.ts";
+import { expertTensors, OpKind } from "../src/models/ops.ts";
 import { FIXTURES } from "./paths.ts";
 import { lcgRows } from "./model-fixtures.ts";
 
@@ -24,12 +23,14 @@ const ROWS = 16;
 const m = Model.load(file, { nCtx: 64, nThreads: 2, maxTokens: ROWS });
 const hook = new HostHook(m.hp, ROWS, 2);
 const specs = m.family.program(m.gguf, m.hp);
-const moe = specs.map((b, i) => (b.kind === BlockKind.Moe ? i : -1)).filter((i) => i >= 0);
+const moe = specs.map((b, i) => (b.kind === OpKind.Experts ? i : -1)).filter((i) => i >= 0);
+// a MoE layer's run for the hooks: its NORM, ROUTER and EXPERTS ops
+const RUN = 3;
 // the first and the last MoE layers on disk, the others in host memory
 const diskBlocks = new Set([moe[0], moe[moe.length - 1]]);
-const diskNames = new Set(specs.flatMap((b, i) => (diskBlocks.has(i) ? [b.tensors[2]!, b.tensors[3]!, b.tensors[4]!] : [])));
+const diskNames = new Set(specs.flatMap((b, i) => (diskBlocks.has(i) ? expertTensors(b) : [])));
 const prog = encodeProgram(specs, (n) => m.weights.tensor(n), m.hp.nEmbd, m.hp.nVocab);
-markHostExperts(specs, prog, (n) => /_exps\./.test(n) && !diskNames.has(n), (n) => diskNames.has(n));
+markHostExperts(prog, (n) => /_exps\./.test(n) && !diskNames.has(n), (n) => diskNames.has(n));
 const sizes = ExpertStore.sizes(m.gguf, specs)!;
 const SLOTS = 3; // fewer than a layer's experts: a batch's experts are loaded in rounds, and evicted
 const store = ExpertStore.attach(m.gguf, specs, prog, SLOTS * sizes.slotBytes, { blocks: (bi) => hostExpertsMark(prog, bi) === HOST_EXPERTS_DISK })!;
@@ -41,20 +42,20 @@ afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-const addr = (p: EncodedProgram, bi: number) => BigInt(ptr(p.blocks.i)) + BigInt(bi * BLOCK_SLOTS * 8);
+const addr = (p: EncodedProgram, bi: number) => p.opAddr(bi - RUN + 1);
 const text = (err: Uint8Array) => new TextDecoder().decode(err.subarray(0, Math.max(0, err.indexOf(0))));
 
 const rows = (n: number, seed: number): Float32Array => lcgRows(n, m.hp.nEmbd, seed);
 
 function blockRows(h: HostHook, p: EncodedProgram, bi: number, x: Float32Array, n: number): { st: number; msg: string } {
   const err = new Uint8Array(512);
-  const st = Number(cpu().bl_cpu_block_rows(h.ctx, addr(p, bi), n, ptr(x), ptr(err), err.length));
+  const st = Number(cpu().bl_cpu_ops_rows(h.ctx, addr(p, bi), RUN, n, ptr(x), ptr(err), err.length));
   return { st, msg: text(err) };
 }
 
 function expertRows(p: EncodedProgram, bi: number, x: Float32Array, n: number, sel: Int32Array, selw: Float32Array, k: number): { st: number; out: Float32Array; msg: string } {
   const out = new Float32Array(n * m.hp.nEmbd), err = new Uint8Array(512);
-  const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, addr(p, bi), n, ptr(x), ptr(sel), ptr(selw), k, ptr(out), ptr(err), err.length));
+  const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, addr(p, bi), RUN, n, ptr(x), ptr(sel), ptr(selw), k, ptr(out), ptr(err), err.length));
   return { st, out, msg: text(err) };
 }
 
@@ -65,7 +66,7 @@ describe("host hooks through the expert store (disk beside a card)", () => {
     for (const bi of moe) {
       const onDisk = diskBlocks.has(bi);
       expect(hostExpertsMark(prog, bi)).toBe(onDisk ? HOST_EXPERTS_DISK : HOST_EXPERTS_RAM);
-      expect(prog.blocks.i[bi * BLOCK_SLOTS + BlockSlot.expert_store] !== 0n).toBe(onDisk);
+      expect(prog.getInt(bi, "store") !== 0n).toBe(onDisk);
     }
     expect(store.stats().slots).toBe(SLOTS);
     expect(SLOTS).toBeLessThan(m.hp.nExpert);
@@ -118,20 +119,19 @@ describe("host hooks through the expert store (disk beside a card)", () => {
     expect(s.lookups).toBe(s.hits + s.misses);
   });
 
-  test("a block marked as on disk without an expert store is refused with a message", () => {
+  test("an EXPERTS op marked as on disk without an expert store is refused with a message", () => {
     const bi = moe.find((b) => !diskBlocks.has(b))!;
-    const slot = bi * BLOCK_SLOTS + BlockSlot.host_experts;
-    prog.blocks.setInt(slot, HOST_EXPERTS_DISK);
+    prog.set(bi, "host", HOST_EXPERTS_DISK);
     try {
       const x = rows(2, 5), keep = x.slice();
       const r = blockRows(hook, prog, bi, x, 2);
       expect(r.st).not.toBe(0);
-      expect(r.msg).toMatch(/host block: the block's experts are marked as read from disk \(host_experts 2\) but it has no expert store/);
+      expect(r.msg).toMatch(/experts of layer \d+: marked as read from disk \(host 2\) but no expert store/);
       expect(same(x, keep)).toBe(true);
       const e = expertRows(prog, bi, x, 1, Int32Array.of(0, 1), Float32Array.of(0.5, 0.5), 2);
-      expect(e.msg).toMatch(/host experts: .*no expert store/);
+      expect(e.msg).toMatch(/experts of layer \d+: .*no expert store/);
     } finally {
-      prog.blocks.setInt(slot, HOST_EXPERTS_RAM);
+      prog.set(bi, "host", HOST_EXPERTS_RAM);
     }
   });
 
@@ -149,7 +149,7 @@ describe("host hooks through the expert store (disk beside a card)", () => {
     }
     try {
       const last = [...cut.gguf.tensors.values()].sort((a, b) => b.fileOffset - a.fileOffset)[0];
-      const bi = specs.findIndex((b) => b.tensors.includes(last.name));
+      const bi = specs.findIndex((b) => Object.values(b.tensors).includes(last.name));
       expect(moe).toContain(bi);
       truncateSync(p, last.fileOffset + 1000);
       const x0 = rows(ROWS, 77), x = x0.slice();

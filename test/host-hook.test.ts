@@ -1,16 +1,15 @@
-// The host hook (ffi/cpu/hook.c): a card's step hands a MoE block whose experts stay in host
-// memory to the CPU library, which runs it on residual rows the caller owns. Checked on the demo
+// The host hook (ffi/cpu/hook.c): a card's step hands a MoE layer's ops (NORM, ROUTER, EXPERTS) whose
+// experts stay in host memory to the CPU library, which runs them on residual rows the caller owns. Checked on the demo
 // model without a card: rows at once are the same bits as rows one at a time (each row as the
 // one-row kernels compute it), the block changes them, and bad calls fail with a message.
 import { afterAll, describe, expect, test } from "bun:test";
 import { ptr } from "bun:ffi";
 import { join } from "node:path";
 import { cpu } from "../ffi/cpu.ts";
-import { BLOCK_SLOTS } from "../ffi/layout.ts";
 import { HostHook } from "../src/engine/host-hook.ts";
 import { hostExpertThreads } from "../src/engine/placement.ts";
 import { Model } from "../src/engine/model.ts";
-import { BlockKind } from "../src/models/blocks.ts";
+import { OpKind } from "../src/models/ops.ts";
 import { FIXTURES } from "./paths.ts";
 import { lcgRows } from "./model-fixtures.ts";
 
@@ -23,15 +22,17 @@ afterAll(() => {
 });
 
 const specs = m.family.program(m.gguf, m.hp);
-const blockAddr = (bi: number) => BigInt(ptr(m.program.blocks.i)) + BigInt(bi * BLOCK_SLOTS * 8);
-const moeBlocks = specs.map((b, i) => (b.kind === BlockKind.Moe ? i : -1)).filter((i) => i >= 0);
-const attnBlock = specs.findIndex((b) => b.kind === BlockKind.Attention);
+const blockAddr = (bi: number) => m.program.opAddr(bi);
+// each MoE layer's run: the NORM before its ROUTER and EXPERTS
+const RUN = 3;
+const moeBlocks = specs.map((b, i) => (b.kind === OpKind.Router ? i - 1 : -1)).filter((i) => i >= 0);
+const attnBlock = specs.findIndex((b) => b.kind === OpKind.Attn);
 
 const rows = (n: number, seed: number): Float32Array => lcgRows(n, m.hp.nEmbd, seed);
 
 function run(bi: number, x: Float32Array, n: number): { status: number; msg: string } {
   const err = new Uint8Array(512);
-  const status = Number(cpu().bl_cpu_block_rows(hook.ctx, blockAddr(bi), n, ptr(x), ptr(err), err.length));
+  const status = Number(cpu().bl_cpu_ops_rows(hook.ctx, blockAddr(bi), RUN, n, ptr(x), ptr(err), err.length));
   const end = err.indexOf(0);
   return { status, msg: new TextDecoder().decode(err.subarray(0, end < 0 ? err.length : end)) };
 }
@@ -59,7 +60,7 @@ describe("the host hook on the CPU", () => {
     expect(hook.ctx).not.toBe(0n);
   });
 
-  test("a MoE block on 6 rows: the same bits as each row alone, and the rows change", () => {
+  test("a MoE layer's ops on 6 rows: the same bits as each row alone, and the rows change", () => {
     expect(moeBlocks.length).toBeGreaterThan(0);
     const E = m.hp.nEmbd, n = 6;
     for (const bi of [moeBlocks[0], moeBlocks[moeBlocks.length - 1]]) {
@@ -79,14 +80,14 @@ describe("the host hook on the CPU", () => {
     }
   });
 
-  test("a MoE block's experts on the caller's picks: order does not matter, a split adds up, bad picks are refused", () => {
+  test("a MoE layer's experts on the caller's picks: order does not matter, a split adds up, bad picks are refused", () => {
     const E = m.hp.nEmbd, K = m.hp.nExpertUsed, X = m.hp.nExpert, bi = moeBlocks[0];
     const x = rows(1, 3);
     const sel = Int32Array.from({ length: K }, (_, i) => (i * 5 + 1) % X);
     const selw = Float32Array.from({ length: K }, (_, i) => 1 / (i + 2));
     const experts = (s: Int32Array, w: Float32Array, k: number) => {
       const out = new Float32Array(E), err = new Uint8Array(512);
-      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), 1, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
+      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), RUN, 1, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
       return { st, out, msg: new TextDecoder().decode(err.subarray(0, Math.max(0, err.indexOf(0)))) };
     };
     const all = experts(sel, selw, K);
@@ -112,7 +113,7 @@ describe("the host hook on the CPU", () => {
     const x = rows(n, 11);
     const run = (s: Int32Array, w: Float32Array, k: number) => {
       const out = new Float32Array(n * E), err = new Uint8Array(512);
-      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), n, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
+      const st = Number(cpu().bl_cpu_expert_rows(hook.ctx, blockAddr(bi), RUN, n, ptr(x), ptr(s), ptr(w), k, ptr(out), ptr(err), err.length));
       expect(st).toBe(0);
       return out;
     };
@@ -148,9 +149,9 @@ describe("the host hook on the CPU", () => {
     const big = run(moeBlocks[0], x, 9);
     expect(big.status).not.toBe(0);
     expect(big.msg).toMatch(/9 rows \(the context takes 1\.\.8\)/);
-    const attn = run(attnBlock, x, 2);
+    const attn = run(attnBlock, x, 2); // a run that starts at the attention op
     expect(attn.status).not.toBe(0);
-    expect(attn.msg).toMatch(/not an FFN block/);
+    expect(attn.msg).toMatch(/op 0 is attention, not a norm, router, experts or ffn op/);
     expect(Buffer.from(x.buffer).equals(Buffer.from(keep.buffer))).toBe(true);
   });
 });

@@ -94,7 +94,7 @@ describe("promote fit (pure)", () => {
 });
 
 describe("the host layers' expert bytes from an encoded program", () => {
-  test("the marked MoE blocks, and one expert's gate + up + down (a slab of each 3-D tensor)", () => {
+  test("the marked EXPERTS ops, and one expert's gate + up + down (a slab of each 3-D tensor)", () => {
     const f = GgufFile.open(DEMO);
     const fam = familyFor(f);
     const hp = fam.hparams(f);
@@ -103,7 +103,7 @@ describe("the host layers' expert bytes from an encoded program", () => {
       const specs = fam.program(f, hp);
       const prog = encodeProgram(specs, (n) => w.tensor(n), hp.nEmbd, hp.nVocab);
       expect(hostExpertBytes(prog)).toEqual({ hostLayers: 0, expertBytes: 0 });
-      expect(markHostExperts(specs, prog, (n) => /^blk\.[01]\.ffn_.*_exps/.test(n))).toBe(2);
+      expect(markHostExperts(prog, (n) => /^blk\.[01]\.ffn_.*_exps/.test(n))).toBe(2);
       const one = ["gate", "up", "down"].reduce((s, r) => s + f.tensor(`blk.0.ffn_${r}_exps.weight`)!.nbytes / hp.nExpert, 0);
       expect(hostExpertBytes(prog)).toEqual({ hostLayers: 2, expertBytes: one });
       expect(one).toBeGreaterThan(0);
@@ -166,7 +166,7 @@ describe("--promote-slots auto on a card (the backend factory)", () => {
     const w = new MappedWeights(f, false);
     const specs = fam.program(f, hp);
     const prog = encodeProgram(specs, (n) => w.tensor(n), hp.nEmbd, hp.nVocab);
-    expect(markHostExperts(specs, prog, (n) => /_exps\./.test(n))).toBe(hp.nLayer);
+    expect(markHostExperts(prog, (n) => /_exps\./.test(n))).toBe(hp.nLayer);
     const fac = new BackendFactory(hp, prog);
     const cpu = { nSlots: 1, nCtxSlot: 512, maxTokens: 64, nThreads: 2 };
     const lines: string[] = [];

@@ -3,23 +3,24 @@
 import { describe, expect, test } from "bun:test";
 import { ptr } from "bun:ffi";
 import { cpu } from "../ffi/cpu.ts";
-import { BLOCK_SLOTS, BlockSlot, Slots } from "../ffi/layout.ts";
+import { paramSlot, PARAM_FIELDS, Slots } from "../ffi/layout.ts";
 
 interface RopeCfg { nRot: number; mode: 0 | 2; base: number; freqScale: number; ext: number; attn: number; fast: number; slow: number; orig: number }
 
 function nativeRope(c: RopeCfg, v: Float32Array, heads: number, hd: number, pos: number): Float32Array {
-  const b = new Slots(BLOCK_SLOTS);
-  b.setInt(BlockSlot.n_rot, c.nRot);
-  b.setInt(BlockSlot.rope_type, c.mode);
-  b.setInt(BlockSlot.yarn_orig_ctx, c.orig);
-  b.setFloat(BlockSlot.rope_base, c.base);
-  b.setFloat(BlockSlot.rope_freq_scale, c.freqScale);
-  b.setFloat(BlockSlot.yarn_ext_factor, c.ext);
-  b.setFloat(BlockSlot.yarn_attn_factor, c.attn);
-  b.setFloat(BlockSlot.yarn_beta_fast, c.fast);
-  b.setFloat(BlockSlot.yarn_beta_slow, c.slow);
+  const b = new Slots(PARAM_FIELDS.rope.length);
+  const at = (n: string) => paramSlot("rope", n);
+  b.setInt(at("n_rot"), c.nRot);
+  b.setInt(at("type"), c.mode);
+  b.setInt(at("orig_ctx"), c.orig);
+  b.setFloat(at("base"), c.base);
+  b.setFloat(at("freq_scale"), c.freqScale);
+  b.setFloat(at("ext_factor"), c.ext);
+  b.setFloat(at("attn_factor"), c.attn);
+  b.setFloat(at("beta_fast"), c.fast);
+  b.setFloat(at("beta_slow"), c.slow);
   const out = v.slice();
-  expect(Number(cpu().bl_rope_apply_block(ptr(b.i), ptr(out), heads, hd, pos))).toBe(0);
+  expect(Number(cpu().bl_rope_apply_params(ptr(b.i), ptr(out), heads, hd, pos))).toBe(0);
   return out;
 }
 

@@ -1,12 +1,13 @@
-/* bloomery CPU library: the attention block as one pool job - rmsnorm, Q/K/V projections (the
+/* bloomery CPU library: the ATTN op (with a NORM fused in) as one pool job - rmsnorm, Q/K/V projections (the
  * input converted once per activation type, the three matrices one item space), biases,
  * per-head Q/K norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache
  * (items of (KV head, tile of up to 16 query tokens of one sequence): each sub-tile of 64
  * positions converted once for the tile's tokens and the query heads sharing the KV head; online
  * softmax over chunks of 512 positions merged in a fixed order - for few tokens and long contexts
  * the chunks are items of their own - so results never depend on the batch or the threads),
- * output projection and
- * residual. Queries are rounded to f16 before the K products, as ggml does. The exact path
+ * output projection (and its bias) and residual. Sliding-window layers take items of (token, KV head)
+ * over the chunks their window reaches; attention sinks (a logit per head) join every softmax's
+ * denominator in the merge. Queries are rounded to f16 before the K products, as ggml does. The exact path
  * keeps the reference loops (one pass, double sums of the softmax). */
 #include "ctx.h"
 #include "common.h"
@@ -25,13 +26,16 @@ static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer
 
 typedef struct {
   bl_cpu_ctx *c;
-  const bl_block *b;
   const bl_batch *batch;
   int64_t n_tok, E, hd, nh, nkv, qd, kd, group;
+  int64_t layer;          /* the KV cache layer */
+  int64_t window;         /* sliding window (0: every position) */
+  const bl_tensor *o;     /* the output projection */
   const int32_t *pos, *seq;
-  const float *normw, *qn, *kn, *bq, *bk, *bv;
+  const float *normw, *qn, *kn, *bq, *bk, *bv, *bo, *sinks;
+  int has_norm;           /* a NORM fused in: x normalised into h first; else h is the input */
   bl_rope rope;
-  float eps, scale;
+  float eps, norm_eps, scale;
   /* projections: up to three activation types among Q, K, V */
   int32_t vt[3];
   int64_t rb[3];
@@ -83,22 +87,28 @@ static void prep_token(attn_job *j, int64_t t) {
     bl_rope_apply(&j->rope, k, (int)j->nkv, (int)hd, j->pos[t]);
   }
   const bl_kernels *kn = c->kern;
-  kn->to_f16(k, kv_at(c, c->kc, j->b->layer, j->seq[t], j->pos[t], j->kd), j->kd);
-  kn->to_f16(v, kv_at(c, c->vc, j->b->layer, j->seq[t], j->pos[t], j->kd), j->kd);
+  kn->to_f16(k, kv_at(c, c->kc, j->layer, j->seq[t], j->pos[t], j->kd), j->kd);
+  kn->to_f16(v, kv_at(c, c->vc, j->layer, j->seq[t], j->pos[t], j->kd), j->kd);
   if (!bl_exact(c)) kn->round_f16(q, j->qd);
+}
+
+/* The first position token t sees: its window's, or 0. */
+static inline int64_t first_pos(const attn_job *j, int64_t t) {
+  const int64_t lo = j->window > 0 ? (int64_t)j->pos[t] + 1 - j->window : 0;
+  return lo > 0 ? lo : 0;
 }
 
 /* The reference loop of the exact path: one (token, head), all positions. */
 static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
   bl_cpu_ctx *c = j->c;
-  const int64_t hd = j->hd, g = h / j->group, n = (int64_t)j->pos[t] + 1;
+  const int64_t hd = j->hd, g = h / j->group, n = (int64_t)j->pos[t] + 1, lo = first_pos(j, t);
   float *sc = j->wk + (int64_t)ith * j->wk_stride; /* kv_ctx floats in the exact layout */
   float acc[1024];
   const float *q = c->q + t * j->qd + h * hd;
-  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
-  float mx = -INFINITY;
-  for (int64_t p = 0; p < n; p++) {
+  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t], 0, j->kd) + g * hd;
+  float mx = j->sinks ? j->sinks[h] : -INFINITY;
+  for (int64_t p = lo; p < n; p++) {
     const uint16_t *kr = kb + p * j->kd;
     float s = 0;
     for (int64_t i = 0; i < hd; i++) s += q[i] * bl_fp16_to_f32(kr[i]);
@@ -106,14 +116,14 @@ static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
     sc[p] = s;
     if (s > mx) mx = s;
   }
-  double sum = 0;
-  for (int64_t p = 0; p < n; p++) {
+  double sum = j->sinks ? expf(j->sinks[h] - mx) : 0;
+  for (int64_t p = lo; p < n; p++) {
     sc[p] = expf(sc[p] - mx);
     sum += sc[p];
   }
   const float inv = (float)(1.0 / sum);
   for (int64_t i = 0; i < hd; i++) acc[i] = 0;
-  for (int64_t p = 0; p < n; p++) {
+  for (int64_t p = lo; p < n; p++) {
     const uint16_t *vr = vb + p * j->kd;
     const float pw = sc[p] * inv;
     for (int64_t i = 0; i < hd; i++) acc[i] += pw * bl_fp16_to_f32(vr[i]);
@@ -124,20 +134,21 @@ static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
 static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64_t n_ch, int64_t stride);
 static inline int64_t n_chunks(const attn_job *j, int64_t t);
 
+
 /* Chunk ch (positions [ch * CHUNK, ...) up to the token's own) of token t against KV head g, for
  * every query head of the group: the online-softmax state (m, l, acc[hd]) of each head, written
  * to out[hh * (hd + 2)], by the path's attention sub-tiles of SUB positions. */
 static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch, float *out) {
   bl_cpu_ctx *c = j->c;
-  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1, sts = hd + 2;
-  const int64_t p0 = ch * CHUNK, p1 = p0 + CHUNK < n ? p0 + CHUNK : n;
+  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1, sts = hd + 2, lo = first_pos(j, t);
+  const int64_t p0 = ch * CHUNK > lo ? ch * CHUNK : lo, p1 = (ch + 1) * CHUNK < n ? (ch + 1) * CHUNK : n;
   for (int64_t h = 0; h < G; h++) {
     out[h * sts] = -INFINITY;
     out[h * sts + 1] = 0;
     memset(out + h * sts + 2, 0, sizeof(float) * (size_t)hd);
   }
-  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t], 0, j->kd) + g * hd;
+  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t], 0, j->kd) + g * hd;
   const float *q = c->q + t * j->qd + g * G * hd;
   for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
     const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
@@ -157,8 +168,8 @@ static void attn_tile(attn_job *j, int ith, int64_t g, int64_t t0, int64_t t1) {
   int64_t maxn = 0;
   for (int64_t t = t0; t < t1; t++)
     if (j->pos[t] + 1 > maxn) maxn = j->pos[t] + 1;
-  const uint16_t *kb = kv_at(c, c->kc, j->b->layer, j->seq[t0], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->b->layer, j->seq[t0], 0, j->kd) + g * hd;
+  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t0], 0, j->kd) + g * hd;
+  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t0], 0, j->kd) + g * hd;
   for (int64_t ch = 0; ch * CHUNK < maxn; ch++) {
     const int64_t cend = (ch + 1) * CHUNK;
     for (int64_t t = t0; t < t1; t++) {
@@ -194,6 +205,7 @@ static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64
   float M = -INFINITY;
   for (int64_t ch = 0; ch < n_ch; ch++)
     if (pp[ch * stride + 1] > 0 && pp[ch * stride] > M) M = pp[ch * stride];
+  if (j->sinks && j->sinks[h] > M) M = j->sinks[h]; /* the sink joins the denominator */
   float *o = j->c->att + t * j->qd + h * hd;
   memset(o, 0, sizeof(float) * (size_t)hd);
   double L = 0;
@@ -204,10 +216,20 @@ static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64
     L += (double)a * m[1];
     j->c->kern->axpy_f32(a, m + 2, o, hd);
   }
+  if (j->sinks) L += expf(j->sinks[h] - M);
   j->c->kern->scale_f32(L > 0 ? (float)(1.0 / L) : 0.0f, o, hd);
 }
 
 static inline int64_t n_chunks(const attn_job *j, int64_t t) { return ((int64_t)j->pos[t] + CHUNK) / CHUNK; }
+
+/* A sliding-window item: token t against KV head g, the chunks its window reaches (from the one
+ * holding its first position), merged for each query head of the group. */
+static void attn_window_item(attn_job *j, int ith, int64_t t, int64_t g) {
+  const int64_t G = j->group, sts = j->hd + 2, ch0 = first_pos(j, t) / CHUNK, n_ch = n_chunks(j, t) - ch0;
+  float *wk = j->wk + (int64_t)ith * j->wk_stride, *st = wk + bl_attn_work(j->hd);
+  for (int64_t ch = 0; ch < n_ch; ch++) attn_chunk(j, wk, t, g, ch0 + ch, st + ch * G * sts);
+  for (int64_t hh = 0; hh < G; hh++) merge_head(j, t, g * G + hh, st + hh * sts, n_ch, G * sts);
+}
 
 static void attn_task(void *a, int ith, int nth) {
   attn_job *j = a;
@@ -216,8 +238,10 @@ static void attn_task(void *a, int ith, int nth) {
   (void)nth;
   const uint8_t **act = j->act + (int64_t)ith * j->n_tok;
   float **yp = j->yp + (int64_t)ith * j->n_tok;
-  bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
-  bl_pool_barrier_ith(c->pool, ith);
+  if (j->has_norm) {
+    bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->norm_eps);
+    bl_pool_barrier_ith(c->pool, ith);
+  }
   if (!exact) {
     for (int i = 0; i < j->n_vt; i++) bl_job_quantize(c, &j->c_q[i], j->vt[i], j->lanes[i], c->h, j->E, j->n_tok, j->E, j->qin[i], j->rb[i]);
     bl_pool_barrier_ith(c->pool, ith);
@@ -248,6 +272,8 @@ static void attn_task(void *a, int ith, int nth) {
   bl_pool_barrier_ith(c->pool, ith);
   if (exact) {
     for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nh;) attn_exact(j, ith, i / j->nh, i % j->nh);
+  } else if (j->window) {
+    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nkv;) attn_window_item(j, ith, i / j->nkv, i % j->nkv);
   } else if (!j->split) {
     /* items of (KV head, tile of query tokens), the tiles of the latest tokens (the longest) first */
     const int64_t items = j->n_qt * j->nkv;
@@ -276,15 +302,16 @@ static void attn_task(void *a, int ith, int nth) {
   }
   for (int64_t t = 0; t < j->n_tok; t++) {
     act[t] = exact ? (const uint8_t *)(c->att + t * j->qd) : j->qo + t * j->rb_o;
-    yp[t] = c->h + t * j->E;
+    yp[t] = c->ff_b + t * j->E; /* h stays the NORM's rows */
   }
-  const bl_mm_spec mo = {&j->b->t[BL_ATTN_O], 0, act, yp, j->n_tok, j->lanes_o};
+  const bl_mm_spec mo = {j->o, 0, act, yp, j->n_tok, j->lanes_o};
   bl_job_matmul(c, ith, &j->c_o, &mo, j->rpi_o);
   bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_res, 1)) < j->n_tok;) {
     float *x = c->x + t * j->E;
-    const float *y = c->h + t * j->E;
-    for (int64_t i = 0; i < j->E; i++) x[i] += y[i];
+    const float *y = c->ff_b + t * j->E;
+    if (j->bo) for (int64_t i = 0; i < j->E; i++) x[i] += y[i] + j->bo[i];
+    else for (int64_t i = 0; i < j->E; i++) x[i] += y[i];
   }
 }
 
@@ -297,13 +324,45 @@ static int64_t opt_vec(const bl_tensor *t, float *dst, int64_t n, const float **
   return s;
 }
 
-int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
-  const int64_t n_tok = batch->n_tokens, E = c->p.n_embd;
-  const int64_t hd = b->head_dim, nh = b->n_head, nkv = b->n_head_kv;
+/* Shapes and options of an ATTN op against a context's sizes (and a NORM fused in: its weight). */
+int64_t bl_attn_check(const bl_ctx_params *p, const bl_op *op) {
+  const bl_attn_params *b = BL_OP_PARAMS(op, bl_attn_params);
+  if (!b) return bl_fail(BL_E_INVAL, "attention: no parameters");
+  const int64_t hd = b->head_dim, nh = b->n_head, nkv = b->n_head_kv, E = p->n_embd;
   if (hd <= 0 || hd > 1024 || nh <= 0 || nkv <= 0 || nh % nkv != 0)
     return bl_fail(BL_E_INVAL, "attention: bad heads (n_head %lld, n_head_kv %lld, head_dim %lld)", (long long)nh, (long long)nkv, (long long)hd);
-  if (b->layer < 0 || b->layer >= c->p.kv_layers) return bl_fail(BL_E_INVAL, "attention: KV layer %lld out of range", (long long)b->layer);
-  if (nkv * hd != c->p.kv_k_dim || nh * hd > c->p.max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
+  if (b->kv_layer < 0 || b->kv_layer >= p->kv_layers) return bl_fail(BL_E_INVAL, "attention: KV layer %lld out of range", (long long)b->kv_layer);
+  if (nkv * hd != p->kv_k_dim || nh * hd > p->max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
+  if (b->window < 0) return bl_fail(BL_E_INVAL, "attention: sliding window %lld", (long long)b->window);
+  if (b->rope.type != BL_ROPE_NONE && b->rope.type != BL_ROPE_NORMAL && b->rope.type != BL_ROPE_NEOX)
+    return bl_fail(BL_E_UNSUPPORTED, "attention: RoPE type %lld", (long long)b->rope.type);
+  if (b->rope.type != BL_ROPE_NONE && (b->rope.n_rot <= 0 || b->rope.n_rot > hd || b->rope.n_rot % 2))
+    return bl_fail(BL_E_INVAL, "attention: %lld rotated dims of %lld", (long long)b->rope.n_rot, (long long)hd);
+  const int64_t rows[3] = {nh * hd, nkv * hd, nkv * hd};
+  const char *names[3] = {"attention q", "attention k", "attention v"};
+  for (int mi = 0; mi < 3; mi++) {
+    const bl_tensor *w = bl_op_t(op, BL_ATTN_Q + mi);
+    if (!w->data) return bl_fail(BL_E_INVAL, "%s: missing", names[mi]);
+    if (w->ne[0] != E || w->ne[1] != rows[mi]) return bl_fail(BL_E_INVAL, "%s: shape does not match the heads", names[mi]);
+  }
+  const bl_tensor *o = bl_op_t(op, BL_ATTN_O);
+  if (!o->data) return bl_fail(BL_E_INVAL, "attention output: missing");
+  if (o->ne[0] != nh * hd || o->ne[1] != E) return bl_fail(BL_E_INVAL, "attention output: shape does not match");
+  const int64_t vlen[] = {[BL_ATTN_Q_NORM] = hd, [BL_ATTN_K_NORM] = hd, [BL_ATTN_BQ] = nh * hd, [BL_ATTN_BK] = nkv * hd,
+                          [BL_ATTN_BV] = nkv * hd, [BL_ATTN_BO] = E, [BL_ATTN_SINKS] = nh};
+  for (int r = BL_ATTN_Q_NORM; r <= BL_ATTN_SINKS; r++) {
+    const bl_tensor *v = bl_op_t(op, r);
+    if (v->data && v->ne[0] != vlen[r]) return bl_fail(BL_E_INVAL, "attention: vector %d has %lld elements, %lld expected", r, (long long)v->ne[0], (long long)vlen[r]);
+  }
+  return BL_OK;
+}
+
+int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_batch *batch) {
+  int64_t s;
+  if ((s = bl_attn_check(&c->p, op))) return s;
+  const bl_attn_params *b = BL_OP_PARAMS(op, bl_attn_params);
+  const int64_t n_tok = batch->n_tokens, E = c->p.n_embd;
+  const int64_t hd = b->head_dim, nh = b->n_head, nkv = b->n_head_kv;
   const int32_t *pos = (const int32_t *)(uintptr_t)batch->pos;
   const int32_t *seq = (const int32_t *)(uintptr_t)batch->seq;
   int64_t max_pos = 0;
@@ -315,8 +374,10 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   attn_job j;
   memset(&j, 0, sizeof j);
   j.c = c;
-  j.b = b;
   j.batch = batch;
+  j.layer = b->kv_layer;
+  j.window = b->window;
+  j.o = bl_op_t(op, BL_ATTN_O);
   j.n_tok = n_tok;
   j.E = E;
   j.hd = hd;
@@ -328,19 +389,17 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   j.pos = pos;
   j.seq = seq;
   j.eps = (float)b->eps;
-  j.scale = b->attn_scale > 0 ? (float)b->attn_scale : 1.0f / sqrtf((float)hd);
-  int64_t s;
-  const bl_tensor *ws[3] = {&b->t[BL_ATTN_Q], &b->t[BL_ATTN_K], &b->t[BL_ATTN_V]};
+  j.scale = b->scale > 0 ? (float)b->scale : 1.0f / sqrtf((float)hd);
+  const bl_tensor *ws[3] = {bl_op_t(op, BL_ATTN_Q), bl_op_t(op, BL_ATTN_K), bl_op_t(op, BL_ATTN_V)};
   const char *names[3] = {"attention q", "attention k", "attention v"};
   const int64_t rows[3] = {j.qd, j.kd, j.kd};
-  for (int mi = 0; mi < 3; mi++) {
+  for (int mi = 0; mi < 3; mi++)
     if ((s = bl_check_weight(c, ws[mi], names[mi]))) return s;
-    if (ws[mi]->ne[0] != E || ws[mi]->ne[1] != rows[mi]) return bl_fail(BL_E_INVAL, "%s: shape does not match the heads", names[mi]);
-  }
-  if ((s = bl_check_weight(c, &b->t[BL_ATTN_O], "attention output"))) return s;
-  if (b->t[BL_ATTN_O].ne[0] != j.qd || b->t[BL_ATTN_O].ne[1] != E) return bl_fail(BL_E_INVAL, "attention output: shape does not match");
+  if ((s = bl_check_weight(c, j.o, "attention output"))) return s;
+  j.has_norm = norm != NULL;
+  if (norm) j.norm_eps = (float)BL_OP_PARAMS(norm, bl_norm_params)->eps;
 
-  bl_rope_init(&j.rope, b);
+  bl_rope_init(&j.rope, &b->rope);
 
   const int nth = bl_pool_active(c->pool);
   /* distinct activation types of Q, K, V */
@@ -364,13 +423,13 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   }
   j.rpi = bl_rows_per_item(j.qd + 2 * j.kd, n_tok, nth);
   for (int mi = 0; mi < 3; mi++) j.tiles[mi] = (rows[mi] + j.rpi - 1) / j.rpi;
-  j.vt_o = bl_act_type(c, (int32_t)b->t[BL_ATTN_O].type);
+  j.vt_o = bl_act_type(c, (int32_t)j.o->type);
   j.rb_o = bl_row_bytes(j.vt_o, j.qd);
-  j.lanes_o = bl_lanes(c, &b->t[BL_ATTN_O], n_tok);
+  j.lanes_o = bl_lanes(c, j.o, n_tok);
   j.rpi_o = bl_rows_per_item(E, n_tok, nth);
   /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
   j.n_chunk = (max_pos + CHUNK) / CHUNK;
-  j.split = !bl_exact(c) && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
+  j.split = !bl_exact(c) && !j.window && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
   j.wk_stride = bl_exact(c) ? c->p.kv_ctx : bl_attn_work(hd) + QTILE * j.n_chunk * j.group * (hd + 2);
   j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
   const size_t sz[] = {
@@ -379,7 +438,7 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
       sizeof(float) * (size_t)(j.split ? n_tok * nh * j.n_chunk * (hd + 2) : 0),
       sizeof(float) * (size_t)(nth * j.wk_stride), sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(void *) * (size_t)(nth * n_tok),
-      sizeof(float) * (size_t)(E + 2 * hd + j.qd + 2 * j.kd), /* norm, q/k norm and bias vectors */
+      sizeof(float) * (size_t)(2 * E + 2 * hd + j.qd + 2 * j.kd + nh), /* norm, q/k norm, bias and sink vectors */
       sizeof(int32_t) * (size_t)(n_tok + 1),                 /* query tiles */
   };
   enum { NB = sizeof sz / sizeof sz[0] };
@@ -408,12 +467,15 @@ int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
     t = e;
   }
   j.qt[j.n_qt] = (int32_t)n_tok;
-  if ((s = opt_vec(&b->t[BL_ATTN_NORM], vec, E, &j.normw))) return s;
-  if ((s = opt_vec(&b->t[BL_ATTN_Q_NORM], vec + E, hd, &j.qn))) return s;
-  if ((s = opt_vec(&b->t[BL_ATTN_K_NORM], vec + E + hd, hd, &j.kn))) return s;
-  if ((s = opt_vec(&b->t[BL_ATTN_BQ], vec + E + 2 * hd, j.qd, &j.bq))) return s;
-  if ((s = opt_vec(&b->t[BL_ATTN_BK], vec + E + 2 * hd + j.qd, j.kd, &j.bk))) return s;
-  if ((s = opt_vec(&b->t[BL_ATTN_BV], vec + E + 2 * hd + j.qd + j.kd, j.kd, &j.bv))) return s;
+  if (norm && (s = opt_vec(bl_op_t(norm, BL_NORM_WEIGHT), vec, E, &j.normw))) return s;
+  float *v = vec + E;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_Q_NORM), v, hd, &j.qn))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_K_NORM), v += hd, hd, &j.kn))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_BQ), v += hd, j.qd, &j.bq))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_BK), v += j.qd, j.kd, &j.bk))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_BV), v += j.kd, j.kd, &j.bv))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_BO), v += j.kd, E, &j.bo))) return s;
+  if ((s = opt_vec(bl_op_t(op, BL_ATTN_SINKS), v += E, nh, &j.sinks))) return s;
   const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, attn_task, &j);
   bl_prof_add(c, BL_PROF_ATTN, t0);

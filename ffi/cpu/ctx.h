@@ -17,6 +17,7 @@ typedef struct bl_cpu_ctx {
   /* activations, max_tokens rows each */
   float *x, *h, *q, *k, *v, *att, *ff_a, *ff_b, *moe_out, *logits_tmp;
   float *router;       /* max_tokens x max_experts */
+  float *router_sc;    /* max_tokens x max_experts: a sigmoid router's selection scores */
   int32_t *sel;        /* max_tokens x max_experts: chosen experts */
   float *selw;         /* their weights */
   int32_t *tok_list;   /* max_tokens x max_experts: tokens routed to an expert */
@@ -38,6 +39,8 @@ typedef struct bl_cpu_ctx {
   int stay_pinned, pinned_set;
   pthread_t pinned_thread;
   int prof;                /* BLOOMERY_PROF: wall time per part, printed when the context is freed */
+  int64_t *picks;          /* bl_cpu_expert_picks' counters: picks_layers x p.max_experts */
+  int64_t picks_layers;
   int64_t prof_ns[BL_PROF_PARTS_MAX], prof_forwards, prof_tokens, prof_t0;
 } bl_cpu_ctx;
 
@@ -101,12 +104,36 @@ int64_t bl_rmsnorm_rows(bl_cpu_ctx *c, const float *x, int64_t xs, float *y, int
 /* Weight vector (F32 / F16 / BF16 norm weights) as floats, n elements. */
 int64_t bl_weight_f32(const bl_tensor *w, float *dst, int64_t n);
 
-int64_t bl_attn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
-int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
-int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch);
-/* The MoE block's experts for picks the caller put in c->sel / c->selw (k a token, weights as
- * given): x rows += their weighted sum, which is also left in c->moe_out. */
-int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int64_t k);
+/* ---- the ops (forward.c walks the program; a NORM before the op that reads h is fused into it) ----
+ * norm: the NORM op fused into the step (its rows normalised into h first), or NULL: h holds the
+ * input already (an earlier NORM's rows). */
+int64_t bl_norm_op(bl_cpu_ctx *c, const bl_op *norm, int64_t n_tok);
+int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *attn, const bl_batch *batch);
+/* A MoE step: router (NULL: the picks of the last router are in c->sel / c->selw, the experts' n_used
+ * a token) then experts (NULL: the router alone, its picks left in c->sel / c->selw). */
+int64_t bl_moe_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *router, const bl_op *experts, int64_t n_tok);
+int64_t bl_ffn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *ffn, int64_t n_tok);
+/* The experts for picks the caller put in c->sel / c->selw (k a token, weights as given) on the NORM
+ * of x: x rows += their weighted sum, which is also left in c->moe_out. */
+int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_op *norm, const bl_op *experts, int64_t n_tok, int64_t k);
+/* Whether the CPU runs the op on a context of these parameters (forward.c's check; moe.c, attn.c). */
+int64_t bl_attn_check(const bl_ctx_params *p, const bl_op *attn);
+int64_t bl_router_check(const bl_ctx_params *p, const bl_op *router);
+int64_t bl_experts_check(const bl_ctx_params *p, const bl_op *experts);
+int64_t bl_ffn_check(const bl_ctx_params *p, const bl_op *ffn);
+/* The routed experts' picks of a layer counted for bl_cpu_expert_picks (n_expert counts). */
+void bl_count_picks(bl_cpu_ctx *c, int64_t layer, int64_t n_expert, const int32_t *start);
+
+/* The ops [0, n) on the batch (forward.c; the host hooks run a run of a program). */
+int64_t bl_cpu_run_ops(bl_cpu_ctx *c, const bl_op *ops, int64_t n, const bl_batch *batch);
+
+/* An op's tensor of a role (a zero tensor when the op has fewer) and its parameters. */
+extern const bl_tensor bl_no_tensor;
+static inline const bl_tensor *bl_op_t(const bl_op *op, int role) {
+  return role < op->n_tensors ? &((const bl_tensor *)(uintptr_t)op->tensors)[role] : &bl_no_tensor;
+}
+#define BL_OP_PARAMS(op, type) ((const type *)(uintptr_t)(op)->params)
+const char *bl_op_name(int64_t kind);
 
 static inline const uint8_t *bl_tensor_row(const bl_tensor *t, int64_t slab, int64_t row) {
   return (const uint8_t *)(uintptr_t)t->data + slab * t->nb2 + row * t->nb1;

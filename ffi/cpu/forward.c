@@ -1,7 +1,9 @@
-/* bloomery CPU library: the CPU backend's context (allocation, KV cache operations) and the
- * interpreter of a model program (embed, blocks, output head) for one batch. */
+/* bloomery CPU library: the CPU backend's context (allocation, KV cache operations), the check of a
+ * program's ops, and the walk over them for one batch: a NORM is fused into the op after it that
+ * reads h (ATTN, ROUTER + EXPERTS, FFN), found by a pass over the list, and runs alone otherwise. */
 #include "ctx.h"
 #include "common.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
   if (!c) return BL_OK;
   bl_cpu_ext_free(c);
   if (c->pool) bl_pool_free(c->pool);
-  void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->sel,
+  void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->router_sc, c->picks, c->sel,
                   c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(c);
@@ -55,6 +57,7 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   c->ff_b = zalloc(T * E * F);
   c->moe_out = zalloc(T * E * F);
   c->router = zalloc(T * ne * F);
+  c->router_sc = zalloc(T * ne * F);
   c->sel = zalloc(T * ne * sizeof(int32_t));
   c->selw = zalloc(T * ne * F);
   c->tok_list = zalloc(T * ne * sizeof(int32_t));
@@ -65,7 +68,7 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   c->kc = zalloc(kvn * 2);
   c->vc = zalloc(kvn * 2);
   if (!c->pool || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->ff_a || !c->ff_b || !c->moe_out ||
-      !c->router || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc) {
+      !c->router || !c->router_sc || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc) {
     bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
     return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", kvn * 4 >> 20);
   }
@@ -78,11 +81,24 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   return BL_OK;
 }
 
-static int64_t embed(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
-  const bl_tensor *te = &b->t[0];
+const bl_tensor bl_no_tensor = {0};
+
+const char *bl_op_name(int64_t kind) {
+  switch (kind) {
+    case BL_OP_EMBED: return "embed";
+    case BL_OP_NORM: return "norm";
+    case BL_OP_ATTN: return "attention";
+    case BL_OP_ROUTER: return "router";
+    case BL_OP_EXPERTS: return "experts";
+    case BL_OP_FFN: return "ffn";
+    case BL_OP_OUTPUT: return "output";
+    default: return "unknown op";
+  }
+}
+
+static int64_t embed(bl_cpu_ctx *c, const bl_op *op, const bl_batch *batch) {
+  const bl_tensor *te = bl_op_t(op, BL_EMBED_TOKENS);
   const bl_type_traits *tr = bl_traits((int32_t)te->type);
-  if (!te->data || !tr || !tr->to_float) return bl_fail(BL_E_UNSUPPORTED, "embed: token_embd of type %lld cannot be read", (long long)te->type);
-  if (te->ne[0] != c->p.n_embd) return bl_fail(BL_E_INVAL, "embed: token_embd rows have %lld elements, n_embd is %lld", (long long)te->ne[0], (long long)c->p.n_embd);
   const int32_t *tok = (const int32_t *)(uintptr_t)batch->tokens;
   for (int64_t t = 0; t < batch->n_tokens; t++) {
     if (tok[t] < 0 || tok[t] >= te->ne[1]) return bl_fail(BL_E_INVAL, "embed: token id %d outside the vocabulary of %lld", tok[t], (long long)te->ne[1]);
@@ -91,24 +107,126 @@ static int64_t embed(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
   return BL_OK;
 }
 
-static int64_t output(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) {
+static int64_t output(bl_cpu_ctx *c, const bl_op *op, const bl_batch *batch) {
   const int64_t E = c->p.n_embd, V = c->p.n_vocab;
   const int32_t *rows = (const int32_t *)(uintptr_t)batch->out_rows;
   float *logits = (float *)(uintptr_t)batch->logits;
   if (batch->n_out == 0) return BL_OK;
   if (!rows || !logits) return bl_fail(BL_E_INVAL, "output: rows or logits missing");
-  if (b->t[1].ne[1] != V || b->t[1].ne[0] != E) return bl_fail(BL_E_INVAL, "output: head shape does not match n_embd x n_vocab");
   /* gather the wanted rows into h, normalise in place */
   for (int64_t i = 0; i < batch->n_out; i++) {
     if (rows[i] < 0 || rows[i] >= batch->n_tokens) return bl_fail(BL_E_INVAL, "output: row %d outside the batch", rows[i]);
     memcpy(c->h + i * E, c->x + (int64_t)rows[i] * E, sizeof(float) * E);
   }
   int64_t s;
-  if ((s = bl_rmsnorm_rows(c, c->h, E, c->h, E, batch->n_out, E, &b->t[0], (float)b->eps))) return s;
-  return bl_matmul(c, &b->t[1], 0, c->h, E, batch->n_out, logits, V);
+  const float eps = (float)BL_OP_PARAMS(op, bl_norm_params)->eps;
+  if ((s = bl_rmsnorm_rows(c, c->h, E, c->h, E, batch->n_out, E, bl_op_t(op, BL_OUTPUT_NORM), eps))) return s;
+  return bl_matmul(c, bl_op_t(op, BL_OUTPUT_HEAD), 0, c->h, E, batch->n_out, logits, V);
 }
 
-static int64_t run_blocks(bl_cpu_ctx *c, const bl_program *prog, const bl_batch *batch);
+int64_t bl_norm_op(bl_cpu_ctx *c, const bl_op *op, int64_t n_tok) {
+  const int64_t E = c->p.n_embd;
+  return bl_rmsnorm_rows(c, c->x, E, c->h, E, n_tok, E, bl_op_t(op, BL_NORM_WEIGHT), (float)BL_OP_PARAMS(op, bl_norm_params)->eps);
+}
+
+static int64_t vec_check(const bl_tensor *t, int64_t n, const char *what) {
+  if (!t->data) return BL_OK;
+  if (t->type != BL_F32 && t->type != BL_F16 && t->type != BL_BF16)
+    return bl_fail(BL_E_UNSUPPORTED, "%s: a vector of type %lld (F32, F16 or BF16)", what, (long long)t->type);
+  if (t->ne[0] != n) return bl_fail(BL_E_INVAL, "%s: %lld elements, %lld expected", what, (long long)t->ne[0], (long long)n);
+  return BL_OK;
+}
+
+/* Whether the op runs on a context of these sizes (no context needed). */
+static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab) {
+  if (op->n_tensors < 0 || op->n_tensors > BL_OP_MAX_TENSORS || (op->n_tensors > 0 && !op->tensors))
+    return bl_fail(BL_E_INVAL, "%lld tensors", (long long)op->n_tensors);
+  if (op->kind != BL_OP_EMBED && !op->params) return bl_fail(BL_E_INVAL, "no parameters");
+  switch (op->kind) {
+    case BL_OP_EMBED: {
+      const bl_tensor *te = bl_op_t(op, BL_EMBED_TOKENS);
+      const bl_type_traits *tr = bl_traits((int32_t)te->type);
+      if (!te->data || !tr || !tr->to_float) return bl_fail(BL_E_UNSUPPORTED, "token_embd of type %lld cannot be read", (long long)te->type);
+      if (te->ne[0] != p->n_embd) return bl_fail(BL_E_INVAL, "token_embd rows have %lld elements, n_embd is %lld", (long long)te->ne[0], (long long)p->n_embd);
+      return BL_OK;
+    }
+    case BL_OP_NORM:
+    case BL_OP_OUTPUT: {
+      if (BL_OP_PARAMS(op, bl_norm_params)->kind != BL_NORM_RMS) return bl_fail(BL_E_UNSUPPORTED, "norm kind %lld", (long long)BL_OP_PARAMS(op, bl_norm_params)->kind);
+      int64_t s = vec_check(bl_op_t(op, 0), p->n_embd, "norm weight");
+      if (s || op->kind == BL_OP_NORM) return s;
+      const bl_tensor *head = bl_op_t(op, BL_OUTPUT_HEAD);
+      if (!head->data) return bl_fail(BL_E_INVAL, "missing output head");
+      if (head->ne[1] != n_vocab || head->ne[0] != p->n_embd) return bl_fail(BL_E_INVAL, "head shape does not match n_embd x n_vocab");
+      return BL_OK;
+    }
+    case BL_OP_ATTN: return bl_attn_check(p, op);
+    case BL_OP_ROUTER: return bl_router_check(p, op);
+    case BL_OP_EXPERTS: return bl_experts_check(p, op);
+    case BL_OP_FFN: return bl_ffn_check(p, op);
+    default: return bl_fail(BL_E_INVAL, "unknown kind %lld", (long long)op->kind);
+  }
+}
+
+/* The walk: a NORM fused into the op after it (ATTN, ROUTER [+ EXPERTS], FFN); an EXPERTS op
+ * takes the last router's picks (its own when they are neighbours). *used: the ops taken. */
+static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, const bl_batch *batch, int64_t *used) {
+  const bl_op *op = &ops[i];
+  const bl_op *next = i + 1 < n ? &ops[i + 1] : NULL;
+  const bl_op *norm = NULL;
+  const int64_t nt = batch->n_tokens;
+  if (op->kind == BL_OP_NORM && next && (next->kind == BL_OP_ATTN || next->kind == BL_OP_ROUTER || next->kind == BL_OP_FFN)) {
+    norm = op;
+    op = next;
+    next = i + 2 < n ? &ops[i + 2] : NULL;
+  }
+  *used = norm ? 2 : 1;
+  switch (op->kind) {
+    case BL_OP_EMBED: return embed(c, op, batch);
+    case BL_OP_NORM: return bl_norm_op(c, op, nt);
+    case BL_OP_ATTN: return bl_attn_op(c, norm, op, batch);
+    case BL_OP_ROUTER:
+      if (next && next->kind == BL_OP_EXPERTS) {
+        (*used)++;
+        return bl_moe_op(c, norm, op, next, nt);
+      }
+      return bl_moe_op(c, norm, op, NULL, nt);
+    case BL_OP_EXPERTS: return bl_moe_op(c, NULL, NULL, op, nt);
+    case BL_OP_FFN: return bl_ffn_op(c, norm, op, nt);
+    case BL_OP_OUTPUT: return output(c, op, batch);
+    default: return bl_fail(BL_E_INVAL, "unknown op kind %lld", (long long)op->kind);
+  }
+}
+
+/* The ops of a program run on the CPU (the whole program, or a host hook's run). */
+int64_t bl_cpu_run_ops(bl_cpu_ctx *c, const bl_op *ops, int64_t n, const bl_batch *batch) {
+  for (int64_t i = 0, used; i < n; i += used) {
+    const int64_t s = run_step(c, ops, i, n, batch, &used);
+    if (s != BL_OK) return s;
+  }
+  return BL_OK;
+}
+
+int64_t bl_cpu_check(const bl_ctx_params *p, const bl_program *prog, int64_t *bad_op) {
+  if (bad_op) *bad_op = -1;
+  if (!p || !prog) return bl_fail(BL_E_INVAL, "check: null argument");
+  if (prog->n_ops <= 0 || !prog->ops) return bl_fail(BL_E_INVAL, "check: an empty program");
+  if (prog->n_embd != p->n_embd || prog->n_vocab != p->n_vocab) return bl_fail(BL_E_INVAL, "check: program and context disagree on sizes");
+  const bl_op *ops = (const bl_op *)(uintptr_t)prog->ops;
+  int routed = 0;
+  for (int64_t i = 0; i < prog->n_ops; i++) {
+    int64_t s = op_check(p, &ops[i], prog->n_vocab);
+    if (s == BL_OK && ops[i].kind == BL_OP_ROUTER) routed = 1;
+    if (s == BL_OK && ops[i].kind == BL_OP_EXPERTS && !routed) s = bl_fail(BL_E_INVAL, "no router before it");
+    if (s != BL_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", bl_last_error());
+      if (bad_op) *bad_op = i;
+      return bl_fail((int)s, "op %lld (%s): %s", (long long)i, bl_op_name(ops[i].kind), msg);
+    }
+  }
+  return BL_OK;
+}
 
 int64_t bl_cpu_forward(uint64_t h, const bl_program *prog, const bl_batch *batch) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
@@ -116,30 +234,13 @@ int64_t bl_cpu_forward(uint64_t h, const bl_program *prog, const bl_batch *batch
   if (batch->n_tokens <= 0 || batch->n_tokens > c->p.max_tokens)
     return bl_fail(BL_E_INVAL, "forward: batch of %lld tokens (the context takes 1..%lld)", (long long)batch->n_tokens, (long long)c->p.max_tokens);
   if (batch->n_out < 0 || batch->n_out > batch->n_tokens) return bl_fail(BL_E_INVAL, "forward: %lld output rows", (long long)batch->n_out);
-  if (prog->n_embd != c->p.n_embd || prog->n_vocab != c->p.n_vocab) return bl_fail(BL_E_INVAL, "forward: program and context disagree on sizes");
-  int64_t st = bl_cpu_begin(c, batch->n_tokens);
+  int64_t st = bl_cpu_check(&c->p, prog, NULL);
   if (st != BL_OK) return st;
-  st = run_blocks(c, prog, batch);
+  st = bl_cpu_begin(c, batch->n_tokens);
+  if (st != BL_OK) return st;
+  st = bl_cpu_run_ops(c, (const bl_op *)(uintptr_t)prog->ops, prog->n_ops, batch);
   bl_cpu_end(c);
   return st;
-}
-
-static int64_t run_blocks(bl_cpu_ctx *c, const bl_program *prog, const bl_batch *batch) {
-  const bl_block *blocks = (const bl_block *)(uintptr_t)prog->blocks;
-  for (int64_t i = 0; i < prog->n_blocks; i++) {
-    const bl_block *b = &blocks[i];
-    int64_t s;
-    switch (b->kind) {
-      case BL_BLOCK_EMBED: s = embed(c, b, batch); break;
-      case BL_BLOCK_ATTN: s = bl_attn_block(c, b, batch); break;
-      case BL_BLOCK_MOE: s = bl_moe_block(c, b, batch); break;
-      case BL_BLOCK_FFN: s = bl_ffn_block(c, b, batch); break;
-      case BL_BLOCK_OUTPUT: s = output(c, b, batch); break;
-      default: s = bl_fail(BL_E_INVAL, "forward: block %lld has unknown kind %lld", (long long)i, (long long)b->kind);
-    }
-    if (s != BL_OK) return s;
-  }
-  return BL_OK;
 }
 
 static int64_t kv_check(const bl_cpu_ctx *c, int64_t slot, int64_t n) {
@@ -210,7 +311,13 @@ int64_t bl_cpu_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t n) {
 
 /* The ABI's structs are 8-byte slots; TypeScript (ffi/layout.ts) relies on these sizes. */
 _Static_assert(sizeof(bl_tensor) == 8 * 8, "bl_tensor layout");
-_Static_assert(sizeof(bl_block) == 120 * 8, "bl_block layout");
+_Static_assert(sizeof(bl_op) == 4 * 8, "bl_op layout");
+_Static_assert(sizeof(bl_norm_params) == 2 * 8, "bl_norm_params layout");
+_Static_assert(sizeof(bl_rope_params) == 9 * 8, "bl_rope_params layout");
+_Static_assert(sizeof(bl_attn_params) == 16 * 8, "bl_attn_params layout");
+_Static_assert(sizeof(bl_router_params) == 7 * 8, "bl_router_params layout");
+_Static_assert(sizeof(bl_experts_params) == 9 * 8, "bl_experts_params layout");
+_Static_assert(sizeof(bl_ffn_params) == 3 * 8, "bl_ffn_params layout");
 _Static_assert(sizeof(bl_program) == 4 * 8, "bl_program layout");
 _Static_assert(sizeof(bl_batch) == 7 * 8, "bl_batch layout");
 _Static_assert(sizeof(bl_ctx_params) == 13 * 8, "bl_ctx_params layout");

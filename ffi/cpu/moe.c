@@ -1,24 +1,35 @@
-/* bloomery CPU library: the routed-experts block and the dense SwiGLU FFN block, each one pool
- * job: rmsnorm, router (softmax, top-k, renormalisation), the input rows converted once, then
- * the (token, pick) pairs grouped by expert and computed in work items of (expert, row tile)
- * claimed from atomic counters - gate and up of an item read once for all the expert's tokens
- * and fused with SwiGLU - then down, and the picks of each token summed in ascending expert
- * order (so a token's result does not depend on the rest of the batch). With an expert store on
- * the block (expert_cache.c), the experts the batch uses are loaded into its slots first (one unit
- * an item), in rounds of at most the store's slots, and the products read them there. */
+/* bloomery CPU library: the ROUTER and EXPERTS ops (with a NORM fused in) and the FFN op, each one
+ * pool job: rmsnorm, router (its logits and bias, then softmax-top-k, top-k-softmax or sigmoid with a
+ * selection bias and groups; renormalisation, scale), the input rows converted once, then the
+ * (token, pick) pairs grouped by expert and computed in work items of (expert, row tile) claimed
+ * from atomic counters - gate and up of an item read once for all the expert's tokens, their biases,
+ * fused with the activation (SwiGLU, or gpt-oss's clamped form) - then down and its bias, and the
+ * picks of each token summed in ascending expert order (so a token's result does not depend on the
+ * rest of the batch). With an expert store on the op (expert_cache.c), the experts the batch uses are
+ * loaded into its slots first (one unit an item), in rounds of at most the store's slots, and the
+ * products read them there. */
 #include "ctx.h"
 #include "common.h"
 #include "expert_cache.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
   bl_cpu_ctx *c;
-  const bl_block *b;
   int64_t n_tok, E, ff, ne, k;
   int dense;
   int given;          /* the picks are the caller's (c->sel / c->selw, k a token): no router */
+  int route_only;     /* a ROUTER alone: its picks are the output */
+  int has_norm;       /* a NORM fused in: x normalised into h first (else h is the input) */
+  int64_t layer;      /* the experts' layer (pick counts; -1: none) */
+  const bl_router_params *rp;
   const bl_tensor *gate, *up, *down, *gate_inp;
+  const float *rbias, *rcorr;        /* router logit bias, selection bias (F32 vectors) */
+  const bl_tensor *bgate, *bup, *bdown; /* biases an expert (F32 rows), or NULL */
+  const float *shgate;               /* a shared expert's scalar gate (sigmoid(h . shgate)), or NULL */
+  int64_t actk;        /* BL_ACT_* */
+  float alpha, limit;
   const float *normw;
   float eps;
   int32_t vt, vt_d;   /* activation types of gate/up and of down */
@@ -50,22 +61,8 @@ typedef struct {
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Softmax over the experts, top-k, renormalised weights (ggml's order: softmax, then argsort). */
-static void route_token(const moe_job *j, int64_t t) {
-  bl_cpu_ctx *c = j->c;
-  const bl_block *b = j->b;
-  const int64_t ne = j->ne, k = j->k;
-  float *lg = c->router + t * ne;
-  float mx = -INFINITY;
-  for (int64_t e = 0; e < ne; e++) mx = fmaxf(mx, lg[e]);
-  double sum = 0;
-  for (int64_t e = 0; e < ne; e++) {
-    lg[e] = expf(lg[e] - mx);
-    sum += lg[e];
-  }
-  for (int64_t e = 0; e < ne; e++) lg[e] = (float)(lg[e] / sum);
-  int32_t *sel = c->sel + t * k;
-  float *w = c->selw + t * k;
+/* The k best of score[0..ne) (ties to the lower index; entries of -inf never taken while others remain) into sel. */
+static void top_k(const float *score, int64_t ne, int64_t k, int32_t *sel) {
   for (int64_t i = 0; i < k; i++) {
     int64_t best = -1;
     for (int64_t e = 0; e < ne; e++) {
@@ -75,19 +72,85 @@ static void route_token(const moe_job *j, int64_t t) {
           taken = 1;
           break;
         }
-      if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+      if (!taken && (best < 0 || score[e] > score[best])) best = e;
     }
     sel[i] = (int32_t)best;
-    w[i] = lg[best];
   }
-  if (b->norm_topk) {
-    float s = 0;
-    for (int64_t i = 0; i < k; i++) s += w[i];
-    if (s < 6.103515625e-5f) s = 6.103515625e-5f;
-    for (int64_t i = 0; i < k; i++) w[i] /= s;
+}
+
+static void norm_weights(float *w, int64_t k) {
+  float s = 0;
+  for (int64_t i = 0; i < k; i++) s += w[i];
+  if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+  for (int64_t i = 0; i < k; i++) w[i] /= s;
+}
+
+/* SIGMOID's choice: scores s + corr; with groups, only the n_group_used groups whose two best
+ * scores sum highest take part (the rest masked), then the k best. sc: ne floats of scratch. */
+static void sigmoid_pick(const moe_job *j, const float *p, float *sc, int32_t *sel) {
+  const int64_t ne = j->ne, k = j->k, ng = j->rp->n_group, gu = j->rp->n_group_used;
+  for (int64_t e = 0; e < ne; e++) sc[e] = p[e] + (j->rcorr ? j->rcorr[e] : 0.0f);
+  if (ng > 1 && gu > 0 && gu < ng) {
+    const int64_t per = ne / ng;
+    float gs[64];
+    for (int64_t g = 0; g < ng; g++) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int64_t e = g * per; e < (g + 1) * per; e++) {
+        if (sc[e] > b1) { b2 = b1; b1 = sc[e]; }
+        else if (sc[e] > b2) b2 = sc[e];
+      }
+      gs[g] = per > 1 ? b1 + b2 : b1;
+    }
+    int32_t keep[64];
+    top_k(gs, ng, gu, keep);
+    for (int64_t g = 0; g < ng; g++) {
+      int kept = 0;
+      for (int64_t q = 0; q < gu; q++) kept |= keep[q] == g;
+      if (!kept) for (int64_t e = g * per; e < (g + 1) * per; e++) sc[e] = -INFINITY;
+    }
   }
-  if (b->expert_weights_scale != 0 && b->expert_weights_scale != 1)
-    for (int64_t i = 0; i < k; i++) w[i] *= (float)b->expert_weights_scale;
+  top_k(sc, ne, k, sel);
+}
+
+/* The router's picks for token t from its logits (bl_router_params's gatings; ggml's orders). */
+static void route_token(const moe_job *j, int64_t t) {
+  bl_cpu_ctx *c = j->c;
+  const bl_router_params *rp = j->rp;
+  const int64_t ne = j->ne, k = j->k;
+  float *lg = c->router + t * ne;
+  int32_t *sel = c->sel + t * k;
+  float *w = c->selw + t * k;
+  if (j->rbias) for (int64_t e = 0; e < ne; e++) lg[e] += j->rbias[e];
+  if (rp->gating == BL_GATING_SOFTMAX_WEIGHT) {
+    /* the k largest logits, then a softmax over those k */
+    top_k(lg, ne, k, sel);
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < k; i++) mx = fmaxf(mx, lg[sel[i]]);
+    double sum = 0;
+    for (int64_t i = 0; i < k; i++) sum += (w[i] = expf(lg[sel[i]] - mx));
+    for (int64_t i = 0; i < k; i++) w[i] = (float)(w[i] / sum);
+    if (rp->norm_topk) norm_weights(w, k);
+  } else if (rp->gating == BL_GATING_SIGMOID) {
+    for (int64_t e = 0; e < ne; e++) lg[e] = 1.0f / (1.0f + expf(-lg[e]));
+    sigmoid_pick(j, lg, c->router_sc + t * ne, sel);
+    for (int64_t i = 0; i < k; i++) w[i] = lg[sel[i]];
+    if (rp->norm_topk) norm_weights(w, k);
+  } else {
+    /* softmax over the experts, the k most probable (ggml's order: softmax, then argsort) */
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < ne; e++) mx = fmaxf(mx, lg[e]);
+    double sum = 0;
+    for (int64_t e = 0; e < ne; e++) {
+      lg[e] = expf(lg[e] - mx);
+      sum += lg[e];
+    }
+    for (int64_t e = 0; e < ne; e++) lg[e] = (float)(lg[e] / sum);
+    top_k(lg, ne, k, sel);
+    for (int64_t i = 0; i < k; i++) w[i] = lg[sel[i]];
+    if (rp->norm_topk) norm_weights(w, k);
+  }
+  if (rp->scale != 0 && rp->scale != 1)
+    for (int64_t i = 0; i < k; i++) w[i] *= (float)rp->scale;
 }
 
 /* Counting sort of the (token, pick) pairs by expert; the item counts of both phases. */
@@ -116,6 +179,7 @@ static void group_pairs(moe_job *j, int nth) {
   j->n_active = 0;
   for (int64_t e = 0; e < ne; e++)
     if (start[e + 1] > start[e]) j->active[j->n_active++] = (int32_t)e;
+  if (!j->given && !j->dense && j->layer >= 0) bl_count_picks(c, j->layer, ne, start);
   j->n_pairs = n; /* the per-worker pointer arrays' stride */
   j->n_valid = start[ne];
   const int64_t per = j->n_valid / (j->n_active > 0 ? j->n_active : 1);
@@ -158,10 +222,19 @@ static void gate_up_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1)
   for (int64_t i = 0; i < np; i++) yp[i] = tmp + i * w - r0;
   m.w = j->xs ? &us : j->up;
   bl_mm_rows(c, ith, &m, r0, r1);
+  const float *bg = j->bgate ? (const float *)bl_tensor_row(j->bgate, 0, e) + r0 : NULL;
+  const float *bu = j->bup ? (const float *)bl_tensor_row(j->bup, 0, e) + r0 : NULL;
   for (int64_t i = 0; i < np; i++) {
     float *g = j->ff_out + (p0 + i) * j->ff + r0;
-    const float *u = tmp + i * w;
-    if (exact) for (int64_t r = 0; r < w; r++) g[r] = silu(g[r]) * u[r];
+    float *u = tmp + i * w;
+    if (bg) for (int64_t r = 0; r < w; r++) g[r] += bg[r];
+    if (bu) for (int64_t r = 0; r < w; r++) u[r] += bu[r];
+    if (j->actk == BL_ACT_SWIGLU_OAI) {
+      for (int64_t r = 0; r < w; r++) {
+        const float x = fminf(g[r], j->limit), y = fminf(fmaxf(u[r], -j->limit), j->limit);
+        g[r] = x / (1.0f + expf(-j->alpha * x)) * (y + 1.0f);
+      }
+    } else if (exact) for (int64_t r = 0; r < w; r++) g[r] = silu(g[r]) * u[r];
     else c->kern->swiglu(g, u, w);
   }
 }
@@ -184,6 +257,11 @@ static void down_item(moe_job *j, int ith, int64_t e, int64_t r0, int64_t r1) {
     m.slab = 0;
   }
   bl_mm_rows(c, ith, &m, r0, r1);
+  if (j->bdown) {
+    const float *bd = (const float *)bl_tensor_row(j->bdown, 0, e);
+    for (int64_t i = 0; i < np; i++)
+      for (int64_t r = r0; r < r1; r++) yp[i][r] += bd[r];
+  }
 }
 
 /* x[t] += sum over the token's picks, in ascending expert order, of weight * down output. */
@@ -204,7 +282,8 @@ static void combine_token(moe_job *j, int64_t t) {
   for (int64_t i = 0; i < k; i++) {
     const int64_t slot = ord[i];
     if (j->pair_of[t * k + slot] < 0) continue; /* a pick of -1 (sorted first) */
-    const float w = j->dense ? 1.0f : c->selw[t * k + slot];
+    float w = j->dense ? 1.0f : c->selw[t * k + slot];
+    if (j->shgate) w = 1.0f / (1.0f + expf(-c->kern->dot_f32(c->h + t * E, j->shgate, E)));
     const float *y = j->dn + (int64_t)j->pair_of[t * k + slot] * E;
     if (simd) c->kern->axpy_f32(w, y, o, E);
     else for (int64_t q = 0; q < E; q++) o[q] += w * y[q];
@@ -248,8 +327,10 @@ static void moe_task(void *a, int ith, int nth) {
   moe_job *j = a;
   bl_cpu_ctx *c = j->c;
   const int exact = bl_exact(c);
-  bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
-  bl_pool_barrier_ith(c->pool, ith);
+  if (j->has_norm) {
+    bl_job_rmsnorm(&j->c_norm, c->x, j->E, c->h, j->E, j->n_tok, j->E, j->normw, j->eps);
+    bl_pool_barrier_ith(c->pool, ith);
+  }
   if (!j->dense && !j->given) {
     /* router logits (f32 weights against f32 rows) */
     const uint8_t **act = j->act + (int64_t)ith * j->n_pairs;
@@ -261,10 +342,11 @@ static void moe_task(void *a, int ith, int nth) {
     bl_mm_spec m = {j->gate_inp, 0, act, yp, j->n_tok, 0};
     bl_job_matmul(c, ith, &j->c_router, &m, 4);
   }
-  if (!exact) bl_job_quantize(c, &j->c_quant, j->vt, j->lanes, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
+  if (!exact && !j->route_only) bl_job_quantize(c, &j->c_quant, j->vt, j->lanes, c->h, j->E, j->n_tok, j->E, j->qin, j->rb);
   bl_pool_barrier_ith(c->pool, ith);
   if (!j->dense && !j->given) {
     for (int64_t t; (t = bl_claim(&j->c_route, 1)) < j->n_tok;) route_token(j, t);
+    if (j->route_only) return;
     bl_pool_barrier_ith(c->pool, ith);
   }
   if (ith == 0) group_pairs(j, nth);
@@ -301,14 +383,83 @@ static void moe_task(void *a, int ith, int nth) {
   for (int64_t t; (t = bl_claim(&j->c_comb, 1)) < j->n_tok;) combine_token(j, t);
 }
 
-static int64_t check_ffn(const bl_cpu_ctx *c, const bl_tensor *g, const bl_tensor *u, const bl_tensor *d, const char *what) {
+static int64_t ffn_shapes(const bl_ctx_params *p, const bl_tensor *g, const bl_tensor *u, const bl_tensor *d, const char *what) {
   if (!g->data || !u->data || !d->data) return bl_fail(BL_E_INVAL, "%s: missing gate, up or down weights", what);
-  if (g->ne[0] != c->p.n_embd || u->ne[0] != c->p.n_embd || d->ne[1] != c->p.n_embd || g->ne[1] != u->ne[1] || d->ne[0] != g->ne[1])
+  if (g->ne[0] != p->n_embd || u->ne[0] != p->n_embd || d->ne[1] != p->n_embd || g->ne[1] != u->ne[1] || d->ne[0] != g->ne[1])
     return bl_fail(BL_E_INVAL, "%s: gate/up/down shapes do not agree", what);
-  if (g->ne[1] > c->p.max_ff) return bl_fail(BL_E_INVAL, "%s: hidden size %lld is more than the context's %lld", what, (long long)g->ne[1], (long long)c->p.max_ff);
+  if (g->ne[1] > p->max_ff) return bl_fail(BL_E_INVAL, "%s: hidden size %lld is more than the context's %lld", what, (long long)g->ne[1], (long long)p->max_ff);
   if (g->type != u->type) return bl_fail(BL_E_UNSUPPORTED, "%s: gate and up weights of different types", what);
+  return BL_OK;
+}
+
+static int64_t act_check(int64_t act, double alpha, double limit, const char *what) {
+  if (act == BL_ACT_SWIGLU) return BL_OK;
+  if (act == BL_ACT_SWIGLU_OAI) {
+    if (!(limit > 0) || !(alpha > 0)) return bl_fail(BL_E_INVAL, "%s: clamped SwiGLU with alpha %g and limit %g", what, alpha, limit);
+    return BL_OK;
+  }
+  return bl_fail(BL_E_UNSUPPORTED, "%s: activation %lld", what, (long long)act);
+}
+
+/* A vector (or a row per expert: rows > 1) of F32 floats of n elements, when present. */
+static int64_t f32_rows(const bl_tensor *t, int64_t n, int64_t rows, const char *what) {
+  if (!t->data) return BL_OK;
+  if (t->type != BL_F32) return bl_fail(BL_E_UNSUPPORTED, "%s: of type %lld (F32 expected)", what, (long long)t->type);
+  if (t->ne[0] != n || t->ne[1] != rows) return bl_fail(BL_E_INVAL, "%s: %lld x %lld, expected %lld x %lld", what, (long long)t->ne[0], (long long)t->ne[1], (long long)n, (long long)rows);
+  return BL_OK;
+}
+
+int64_t bl_router_check(const bl_ctx_params *p, const bl_op *op) {
+  const bl_router_params *rp = BL_OP_PARAMS(op, bl_router_params);
+  if (!rp) return bl_fail(BL_E_INVAL, "router: no parameters");
+  const int64_t ne = rp->n_expert, k = rp->n_used;
+  if (ne <= 0 || k <= 0 || k > ne || ne > p->max_experts || k > 64)
+    return bl_fail(BL_E_INVAL, "router: %lld experts, %lld used (the context takes %lld)", (long long)ne, (long long)k, (long long)p->max_experts);
+  if (rp->gating != BL_GATING_SOFTMAX && rp->gating != BL_GATING_SOFTMAX_WEIGHT && rp->gating != BL_GATING_SIGMOID)
+    return bl_fail(BL_E_UNSUPPORTED, "router: gating %lld", (long long)rp->gating);
+  if (rp->n_group < 0 || rp->n_group > 64 || rp->n_group_used < 0 || rp->n_group_used > rp->n_group ||
+      (rp->n_group > 1 && ne % rp->n_group != 0) || (rp->n_group > 1 && rp->gating != BL_GATING_SIGMOID))
+    return bl_fail(BL_E_INVAL, "router: %lld expert groups (%lld used) of %lld experts", (long long)rp->n_group, (long long)rp->n_group_used, (long long)ne);
+  const bl_tensor *w = bl_op_t(op, BL_ROUTER_W);
+  if (!w->data) return bl_fail(BL_E_INVAL, "router: missing weights");
+  if (w->type != BL_F32) return bl_fail(BL_E_UNSUPPORTED, "router: weights of type %lld (F32 expected)", (long long)w->type);
+  if (w->ne[0] != p->n_embd || w->ne[1] != ne) return bl_fail(BL_E_INVAL, "router: weights are not %lld x %lld", (long long)p->n_embd, (long long)ne);
   int64_t s;
-  if ((s = bl_check_weight(c, g, what)) || (s = bl_check_weight(c, u, what)) || (s = bl_check_weight(c, d, what))) return s;
+  if ((s = f32_rows(bl_op_t(op, BL_ROUTER_B), ne, 1, "router bias"))) return s;
+  if ((s = f32_rows(bl_op_t(op, BL_ROUTER_CORR), ne, 1, "router selection bias"))) return s;
+  if (bl_op_t(op, BL_ROUTER_CORR)->data && rp->gating != BL_GATING_SIGMOID)
+    return bl_fail(BL_E_UNSUPPORTED, "router: a selection bias with gating %lld (sigmoid routers only)", (long long)rp->gating);
+  return BL_OK;
+}
+
+int64_t bl_experts_check(const bl_ctx_params *p, const bl_op *op) {
+  const bl_experts_params *xp = BL_OP_PARAMS(op, bl_experts_params);
+  if (!xp) return bl_fail(BL_E_INVAL, "experts: no parameters");
+  const bl_tensor *g = bl_op_t(op, BL_EXPERTS_GATE), *u = bl_op_t(op, BL_EXPERTS_UP), *d = bl_op_t(op, BL_EXPERTS_DOWN);
+  int64_t s;
+  if ((s = ffn_shapes(p, g, u, d, "experts"))) return s;
+  const int64_t ne = xp->n_expert;
+  if (ne <= 0 || xp->n_used <= 0 || xp->n_used > ne || ne > p->max_experts || xp->n_used > 64)
+    return bl_fail(BL_E_INVAL, "experts: %lld experts, %lld used (the context takes %lld)", (long long)ne, (long long)xp->n_used, (long long)p->max_experts);
+  if (g->ne[2] != ne || u->ne[2] != ne || d->ne[2] != ne) return bl_fail(BL_E_INVAL, "experts: expert count of the tensors is not %lld", (long long)ne);
+  if ((s = act_check(xp->act, xp->alpha, xp->limit, "experts"))) return s;
+  if ((s = f32_rows(bl_op_t(op, BL_EXPERTS_BGATE), g->ne[1], ne, "experts' gate bias"))) return s;
+  if ((s = f32_rows(bl_op_t(op, BL_EXPERTS_BUP), g->ne[1], ne, "experts' up bias"))) return s;
+  if ((s = f32_rows(bl_op_t(op, BL_EXPERTS_BDOWN), p->n_embd, ne, "experts' down bias"))) return s;
+  if (xp->host == BL_HOST_EXPERTS_DISK && !xp->store)
+    return bl_fail(BL_E_INVAL, "experts of layer %lld: marked as read from disk (host %d) but no expert store", (long long)xp->layer, BL_HOST_EXPERTS_DISK);
+  return BL_OK;
+}
+
+int64_t bl_ffn_check(const bl_ctx_params *p, const bl_op *op) {
+  const bl_ffn_params *fp = BL_OP_PARAMS(op, bl_ffn_params);
+  if (!fp) return bl_fail(BL_E_INVAL, "ffn: no parameters");
+  int64_t s;
+  if ((s = ffn_shapes(p, bl_op_t(op, BL_FFN_GATE), bl_op_t(op, BL_FFN_UP), bl_op_t(op, BL_FFN_DOWN), "ffn"))) return s;
+  if ((s = act_check(fp->act, fp->alpha, fp->limit, "ffn"))) return s;
+  const bl_tensor *gi = bl_op_t(op, BL_FFN_GATE_INP);
+  if (gi->data && (gi->type != BL_F32 || gi->ne[0] != p->n_embd || gi->ne[1] != 1))
+    return bl_fail(BL_E_UNSUPPORTED, "ffn: a shared expert's gate must be F32 of %lld", (long long)p->n_embd);
   return BL_OK;
 }
 
@@ -360,68 +511,100 @@ static int64_t moe_alloc(moe_job *j, int nth, int with_store) {
   return BL_OK;
 }
 
-/* given > 0: a MoE block on the caller's picks, `given` a token, already in c->sel / c->selw. */
-static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int dense, int64_t given) {
+/* One FFN-like step: dense (an FFN op), or routed experts on the router's picks (router set), on
+ * the caller's or the last router's picks (given > 0: k a token, in c->sel / c->selw), or the
+ * router alone (route_only: experts NULL). */
+static int64_t run_ffn(bl_cpu_ctx *c, const bl_op *norm, const bl_op *router, const bl_op *op, int64_t n_tok, int64_t given) {
   moe_job j;
   memset(&j, 0, sizeof j);
   j.c = c;
-  j.b = b;
   j.n_tok = n_tok;
   j.given = given > 0;
+  j.route_only = op == NULL;
+  j.dense = op && op->kind == BL_OP_FFN;
   j.E = c->p.n_embd;
-  j.dense = dense;
-  j.eps = (float)b->eps;
-  const bl_tensor *norm;
-  if (dense) {
-    norm = &b->t[0];
-    j.gate = &b->t[1];
-    j.up = &b->t[2];
-    j.down = &b->t[3];
+  j.layer = -1;
+  j.has_norm = norm != NULL;
+  j.eps = norm ? (float)BL_OP_PARAMS(norm, bl_norm_params)->eps : 0.0f;
+  int64_t s;
+  if (router && (s = bl_router_check(&c->p, router))) return s;
+  if (j.dense) {
+    if ((s = bl_ffn_check(&c->p, op))) return s;
+    const bl_ffn_params *fp = BL_OP_PARAMS(op, bl_ffn_params);
+    j.gate = bl_op_t(op, BL_FFN_GATE);
+    j.up = bl_op_t(op, BL_FFN_UP);
+    j.down = bl_op_t(op, BL_FFN_DOWN);
+    j.actk = fp->act;
+    j.alpha = (float)fp->alpha;
+    j.limit = (float)fp->limit;
+    if (bl_op_t(op, BL_FFN_GATE_INP)->data) j.shgate = (const float *)(uintptr_t)bl_op_t(op, BL_FFN_GATE_INP)->data;
     j.ne = 1;
     j.k = 1;
+  } else if (op) {
+    if ((s = bl_experts_check(&c->p, op))) return s;
+    const bl_experts_params *xp = BL_OP_PARAMS(op, bl_experts_params);
+    j.gate = bl_op_t(op, BL_EXPERTS_GATE);
+    j.up = bl_op_t(op, BL_EXPERTS_UP);
+    j.down = bl_op_t(op, BL_EXPERTS_DOWN);
+    j.bgate = bl_op_t(op, BL_EXPERTS_BGATE)->data ? bl_op_t(op, BL_EXPERTS_BGATE) : NULL;
+    j.bup = bl_op_t(op, BL_EXPERTS_BUP)->data ? bl_op_t(op, BL_EXPERTS_BUP) : NULL;
+    j.bdown = bl_op_t(op, BL_EXPERTS_BDOWN)->data ? bl_op_t(op, BL_EXPERTS_BDOWN) : NULL;
+    j.actk = xp->act;
+    j.alpha = (float)xp->alpha;
+    j.limit = (float)xp->limit;
+    j.layer = xp->layer;
+    j.ne = xp->n_expert;
+    j.k = given > 0 ? given : xp->n_used;
+    if (router) {
+      const bl_router_params *rp = BL_OP_PARAMS(router, bl_router_params);
+      if (rp->n_expert != xp->n_expert || rp->n_used != xp->n_used)
+        return bl_fail(BL_E_INVAL, "experts of layer %lld: %lld experts, %lld used, but the router picks %lld of %lld", (long long)xp->layer,
+                       (long long)xp->n_expert, (long long)xp->n_used, (long long)rp->n_used, (long long)rp->n_expert);
+    }
+    if (j.k > 64) return bl_fail(BL_E_INVAL, "moe: %lld picks a token", (long long)j.k);
   } else {
-    norm = &b->t[BL_MOE_NORM];
-    j.gate = &b->t[BL_MOE_GATE];
-    j.up = &b->t[BL_MOE_UP];
-    j.down = &b->t[BL_MOE_DOWN];
-    j.gate_inp = &b->t[BL_MOE_GATE_INP];
-    j.ne = b->n_expert;
-    j.k = given > 0 ? given : b->n_expert_used;
-    if (j.ne <= 0 || j.k <= 0 || j.k > j.ne || j.ne > c->p.max_experts || j.k > 64)
-      return bl_fail(BL_E_INVAL, "moe: %lld experts, %lld used", (long long)j.ne, (long long)j.k);
+    const bl_router_params *rp = BL_OP_PARAMS(router, bl_router_params);
+    j.ne = rp->n_expert;
+    j.k = rp->n_used;
   }
-  const char *what = dense ? "ffn" : "moe";
-  int64_t s;
-  if ((s = check_ffn(c, j.gate, j.up, j.down, what))) return s;
-  if (!dense) {
-    if (j.gate->ne[2] != j.ne || j.up->ne[2] != j.ne || j.down->ne[2] != j.ne || j.gate_inp->ne[1] != j.ne)
-      return bl_fail(BL_E_INVAL, "moe: expert count of the tensors is not %lld", (long long)j.ne);
+  if (router) {
+    j.rp = BL_OP_PARAMS(router, bl_router_params);
+    j.gate_inp = bl_op_t(router, BL_ROUTER_W);
+    if (bl_op_t(router, BL_ROUTER_B)->data) j.rbias = (const float *)(uintptr_t)bl_op_t(router, BL_ROUTER_B)->data;
+    if (bl_op_t(router, BL_ROUTER_CORR)->data) j.rcorr = (const float *)(uintptr_t)bl_op_t(router, BL_ROUTER_CORR)->data;
     if ((s = bl_check_weight(c, j.gate_inp, "moe router"))) return s;
-    if (j.gate_inp->type != BL_F32) return bl_fail(BL_E_UNSUPPORTED, "moe: router weights of type %lld (F32 expected)", (long long)j.gate_inp->type);
+  } else if (!j.dense) {
+    j.given = 1; /* the picks are in c->sel / c->selw */
   }
-  j.ff = j.gate->ne[1];
-  j.vt = bl_act_type(c, (int32_t)j.gate->type);
-  j.vt_d = bl_act_type(c, (int32_t)j.down->type);
-  j.lanes = bl_lanes(c, j.gate, j.n_tok);
-  j.lanes_d = bl_lanes(c, j.down, j.n_tok);
-  j.rb = bl_row_bytes(j.vt, j.E);
-  j.rb_d = bl_row_bytes(j.vt_d, j.ff);
-  if (j.rb < 0 || j.rb_d < 0) return bl_fail(BL_E_UNSUPPORTED, "%s: cannot convert activations for the expert types", what);
+  const char *what = j.dense ? "ffn" : "moe";
+  if (op) {
+    if ((s = bl_check_weight(c, j.gate, what)) || (s = bl_check_weight(c, j.up, what)) || (s = bl_check_weight(c, j.down, what))) return s;
+    j.ff = j.gate->ne[1];
+    j.vt = bl_act_type(c, (int32_t)j.gate->type);
+    j.vt_d = bl_act_type(c, (int32_t)j.down->type);
+    j.lanes = bl_lanes(c, j.gate, j.n_tok);
+    j.lanes_d = bl_lanes(c, j.down, j.n_tok);
+    j.rb = bl_row_bytes(j.vt, j.E);
+    j.rb_d = bl_row_bytes(j.vt_d, j.ff);
+    if (j.rb < 0 || j.rb_d < 0) return bl_fail(BL_E_UNSUPPORTED, "%s: cannot convert activations for the expert types", what);
+  }
   float normw[BL_MAX_NORM];
-  if (norm->data) {
+  const bl_tensor *nw = norm ? bl_op_t(norm, BL_NORM_WEIGHT) : &bl_no_tensor;
+  if (nw->data) {
     if (j.E > BL_MAX_NORM) return bl_fail(BL_E_UNSUPPORTED, "%s: n_embd %lld", what, (long long)j.E);
-    if ((s = bl_weight_f32(norm, normw, j.E))) return s;
+    if ((s = bl_weight_f32(nw, normw, j.E))) return s;
     j.normw = normw;
   }
   const int nth = bl_pool_active(c->pool);
-  const int with_store = !dense && b->expert_store != 0;
+  const bl_experts_params *xp = op && !j.dense ? BL_OP_PARAMS(op, bl_experts_params) : NULL;
+  const int with_store = xp && xp->store != 0;
   if ((s = moe_alloc(&j, nth, with_store))) return s;
   if (with_store) {
     const int64_t slab[3] = {j.gate->nb2, j.up->nb2, j.down->nb2};
-    if ((s = bl_xs_begin(b->expert_store, b->expert_layer, j.ne, slab, &j.xs))) return s;
-    j.xs_layer = b->expert_layer;
+    if ((s = bl_xs_begin(xp->store, xp->store_layer, j.ne, slab, &j.xs))) return s;
+    j.xs_layer = xp->store_layer;
   }
-  if (dense) {
+  if (j.dense) {
     for (int64_t t = 0; t < j.n_tok; t++) c->sel[t] = 0;
   }
   const int64_t t0 = c->prof ? bl_prof_now() : 0;
@@ -435,11 +618,38 @@ static int64_t run_ffn(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int dens
   return BL_OK;
 }
 
-int64_t bl_moe_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch->n_tokens, 0, 0); }
+int64_t bl_moe_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *router, const bl_op *experts, int64_t n_tok) {
+  if (!router && !experts) return bl_fail(BL_E_INVAL, "moe: neither a router nor experts");
+  return run_ffn(c, norm, router, experts, n_tok, 0);
+}
 
-int64_t bl_ffn_block(bl_cpu_ctx *c, const bl_block *b, const bl_batch *batch) { return run_ffn(c, b, batch->n_tokens, 1, 0); }
+int64_t bl_ffn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *ffn, int64_t n_tok) { return run_ffn(c, norm, NULL, ffn, n_tok, 0); }
 
-int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_block *b, int64_t n_tok, int64_t k) {
+int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_op *norm, const bl_op *experts, int64_t n_tok, int64_t k) {
   if (k <= 0) return bl_fail(BL_E_INVAL, "moe: %lld picks a token", (long long)k);
-  return run_ffn(c, b, n_tok, 0, k);
+  return run_ffn(c, norm, NULL, experts, n_tok, k);
+}
+
+void bl_count_picks(bl_cpu_ctx *c, int64_t layer, int64_t n_expert, const int32_t *start) {
+  const int64_t w = c->p.max_experts;
+  if (layer < 0 || layer > 65535 || n_expert > w) return;
+  if (layer >= c->picks_layers) {
+    const int64_t n = layer + 1;
+    int64_t *p = realloc(c->picks, sizeof(int64_t) * (size_t)(n * w));
+    if (!p) return; /* counting is best effort: the forward goes on */
+    memset(p + c->picks_layers * w, 0, sizeof(int64_t) * (size_t)((n - c->picks_layers) * w));
+    c->picks = p;
+    c->picks_layers = n;
+  }
+  for (int64_t e = 0; e < n_expert; e++) c->picks[layer * w + e] += start[e + 1] - start[e];
+}
+
+int64_t bl_cpu_expert_picks(uint64_t h, int64_t n_layers, int64_t n_expert, int64_t *out, int64_t reset) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c || !out || n_layers < 0 || n_expert < 0) return bl_fail(BL_E_INVAL, "expert_picks: bad arguments");
+  const int64_t w = c->p.max_experts;
+  for (int64_t l = 0; l < n_layers; l++)
+    for (int64_t e = 0; e < n_expert; e++) out[l * n_expert + e] = l < c->picks_layers && e < w ? c->picks[l * w + e] : 0;
+  if (reset && c->picks) memset(c->picks, 0, sizeof(int64_t) * (size_t)(c->picks_layers * w));
+  return BL_OK;
 }

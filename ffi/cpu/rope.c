@@ -6,18 +6,18 @@ static float corr_dim(int n_rot, int n_ctx_orig, float n_turns, float base) {
   return n_rot * logf(n_ctx_orig / (n_turns * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void bl_rope_init(bl_rope *r, const bl_block *b) {
-  r->n_rot = (int)b->n_rot;
-  r->mode = (int)b->rope_type;
-  r->base = (float)b->rope_base;
-  r->freq_scale = b->rope_freq_scale > 0 ? (float)b->rope_freq_scale : 1.0f;
-  r->ext_factor = (float)b->yarn_ext_factor;
-  r->attn_factor = b->yarn_attn_factor > 0 ? (float)b->yarn_attn_factor : 1.0f;
+void bl_rope_init(bl_rope *r, const bl_rope_params *b) {
+  r->n_rot = b->type == BL_ROPE_NONE ? 0 : (int)b->n_rot;
+  r->mode = (int)b->type;
+  r->base = (float)b->base;
+  r->freq_scale = b->freq_scale > 0 ? (float)b->freq_scale : 1.0f;
+  r->ext_factor = (float)b->ext_factor;
+  r->attn_factor = b->attn_factor > 0 ? (float)b->attn_factor : 1.0f;
   r->corr_lo = 0;
   r->corr_hi = 0;
-  if (r->ext_factor != 0 && b->yarn_orig_ctx > 0) {
-    float lo = floorf(corr_dim(r->n_rot, (int)b->yarn_orig_ctx, (float)b->yarn_beta_fast, r->base));
-    float hi = ceilf(corr_dim(r->n_rot, (int)b->yarn_orig_ctx, (float)b->yarn_beta_slow, r->base));
+  if (r->ext_factor != 0 && b->orig_ctx > 0) {
+    float lo = floorf(corr_dim(r->n_rot, (int)b->orig_ctx, (float)b->beta_fast, r->base));
+    float hi = ceilf(corr_dim(r->n_rot, (int)b->orig_ctx, (float)b->beta_slow, r->base));
     r->corr_lo = lo > 0 ? lo : 0;
     r->corr_hi = hi < r->n_rot - 1 ? hi : (float)(r->n_rot - 1);
   }
@@ -54,8 +54,8 @@ void bl_rope_apply(const bl_rope *r, float *v, int n_heads, int hd, int32_t pos)
   }
 }
 
-/* Exported for tests: rotate n_heads vectors of hd floats at pos with a block's RoPE settings. */
-int64_t bl_rope_apply_block(const bl_block *b, float *v, int64_t n_heads, int64_t hd, int64_t pos) {
+/* Exported for tests: rotate n_heads vectors of hd floats at pos with these RoPE settings. */
+int64_t bl_rope_apply_params(const bl_rope_params *b, float *v, int64_t n_heads, int64_t hd, int64_t pos) {
   if (!b || !v || n_heads <= 0 || hd <= 0 || b->n_rot > hd || b->n_rot % 2) return 1;
   bl_rope r;
   bl_rope_init(&r, b);

@@ -10,7 +10,7 @@ typedef struct {
   float corr_lo, corr_hi;
 } bl_rope;
 
-void bl_rope_init(bl_rope *r, const bl_block *b);
+void bl_rope_init(bl_rope *r, const bl_rope_params *p);
 /* Rotate the first n_rot dims of each of n_heads vectors (stride hd) at position pos. */
 void bl_rope_apply(const bl_rope *r, float *v, int n_heads, int hd, int32_t pos);
 #endif

@@ -151,7 +151,7 @@ export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean, share?
       const fam = familyFor(g.gguf);
       const specs = fam.program(g.gguf, g.hp);
       const prog = encodeProgram(specs, (n) => w.tensor(n), g.hp.nEmbd, g.hp.nVocab);
-      if (share) markHostExperts(specs, prog, (n) => share.host.has(n));
+      if (share) markHostExperts(prog, (n) => share.host.has(n));
       const got = cudaPlanBytes(g.hp, prog, { nSlots: s.nSlots, nCtxSlot: s.nCtxSlot, maxTokens: s.maxTokens });
       return { weights: got.weights, kv, work: got.context - kv, total: got.weights + got.context, exact: true };
     } catch (e) {

@@ -1,36 +1,25 @@
-// bloomery synth: the real models `synth` imitates (architecture shapes) and the tensor-type
-// rules of each quantization mix (llama-quantize's choices, ../shared/SPEC.md).
+// bloomery synth: the real models `synth` imitates (gathered from the family files) and the
+// tensor-type rules of each quantization mix (llama-quantize's choices, ../shared/SPEC.md).
 import { GgmlType } from "../gguf/index.ts";
+import { FAMILIES } from "../models/registry.ts";
+import type { Shape, SynthFamily } from "../models/synth-types.ts";
 
-export interface Shape {
-  name: string;
-  arch: "qwen3moe";
-  nLayer: number;
-  nEmbd: number;
-  nHead: number;
-  nHeadKv: number;
-  headDim: number;
-  nExpert: number;
-  nExpertUsed: number;
-  nFfExp: number;
-  nFf: number;
-  nVocab: number;
-  nCtxTrain: number;
-  ropeBase: number;
-  eps: number;
+export type { Shape };
+
+/** Every family's synth shapes by name (the family files own them: src/models/). */
+export const SHAPES: Record<string, Shape> = Object.fromEntries(FAMILIES.flatMap((f) => Object.entries(f.synth?.shapes ?? {})));
+
+/** A shape by name and the family that writes it. */
+export function synthShape(name: string): { shape: Shape; family: SynthFamily } | undefined {
+  for (const f of FAMILIES) {
+    const shape = f.synth?.shapes[name];
+    if (shape && f.synth) return { shape, family: f.synth };
+  }
+  return undefined;
 }
 
-const qwen3 = { arch: "qwen3moe" as const, ropeBase: 1e6, eps: 1e-6, nVocab: 151936 };
-
-export const SHAPES: Record<string, Shape> = {
-  "qwen3-30b-a3b": { ...qwen3, name: "Qwen3-30B-A3B", nLayer: 48, nEmbd: 2048, nHead: 32, nHeadKv: 4, headDim: 128, nExpert: 128, nExpertUsed: 8, nFfExp: 768, nFf: 6144, nCtxTrain: 262144 },
-  "qwen3-235b-a22b": { ...qwen3, name: "Qwen3-235B-A22B", nLayer: 94, nEmbd: 4096, nHead: 64, nHeadKv: 4, headDim: 128, nExpert: 128, nExpertUsed: 8, nFfExp: 1536, nFf: 12288, nCtxTrain: 262144 },
-  // small shapes for tests: whole K-quant blocks, a real byte-level vocabulary
-  "test-moe": { ...qwen3, name: "test-moe", nLayer: 2, nEmbd: 256, nHead: 4, nHeadKv: 2, headDim: 64, nExpert: 8, nExpertUsed: 2, nFfExp: 256, nFf: 512, nVocab: 1024, nCtxTrain: 4096 },
-  "test-moe-wide": { ...qwen3, name: "test-moe-wide", nLayer: 3, nEmbd: 512, nHead: 8, nHeadKv: 2, headDim: 64, nExpert: 16, nExpertUsed: 4, nFfExp: 512, nFf: 1024, nVocab: 2048, nCtxTrain: 8192 },
-};
-
-export type TensorRole = "token_embd" | "output" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate_exps" | "ffn_up_exps" | "ffn_down_exps";
+/** A tensor's GGUF base name (`attn_q`, `ffn_down_exps`, ...): what the mixes choose a type by. */
+export type TensorRole = string;
 
 export interface QuantMix {
   name: string;

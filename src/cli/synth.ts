@@ -1,10 +1,13 @@
 // bloomery synth: writes a GGUF with the exact tensor names, shapes and quant types of a real
-// model (`qwen3-30b-a3b:Q4_K_M`, ...) and random contents, for benchmarks and tests.
+// model (`qwen3-30b-a3b:Q4_K_M`, `gpt-oss-20b:MXFP4`, ...) and random contents, for benchmarks and
+// tests. The family file (src/models/) names its shapes and writes its tensors; synth gives it the
+// vocabulary, the fillers and the quant mix's type rules.
 // Usage: bloomery-serve synth MODEL[:QUANT] -o FILE [--layers N] [--skew S] [--centered] [--seed N]
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { GgmlType, GgufValueType, GgufWriter, TYPE_INFO, type TensorFiller } from "../gguf/index.ts";
-import { MIXES, SHAPES, type Shape, type TensorRole } from "./synth-shapes.ts";
+import type { Shape, SynthTensors } from "../models/synth-types.ts";
+import { MIXES, SHAPES, synthShape } from "./synth-shapes.ts";
 import { synthVocab } from "./synth-vocab.ts";
 
 export interface SynthOptions {
@@ -56,9 +59,8 @@ function rng(seed: number): () => number {
  * Router rows: random with std 1/sqrt(n_embd); with skew, expert rank r (a random order per
  * layer) has its row scaled by 1 + skew / (1 + r), so the first few win the top-k most often.
  */
-function routerRows(sh: Shape, layer: number, skew: number, seed: number): Float32Array {
+function routerRows(E: number, X: number, layer: number, skew: number, seed: number): Float32Array {
   const r = rng(seed * 7919 + layer * 104729 + 1);
-  const E = sh.nEmbd, X = sh.nExpert;
   const w = new Float32Array(E * X);
   const order = Array.from({ length: X }, (_, i) => i);
   for (let i = X - 1; i > 0; i--) { const j = Math.floor(r() * (i + 1)); [order[i], order[j]] = [order[j], order[i]]; }
@@ -73,8 +75,9 @@ function routerRows(sh: Shape, layer: number, skew: number, seed: number): Float
 
 /** The writer for a synthetic model (nothing written yet) and its parameter count. */
 export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: number; tensors: number } {
-  const base = SHAPES[o.model];
-  if (!base) throw new Error(`synth: unknown model '${o.model}' (known: ${Object.keys(SHAPES).join(", ")})`);
+  const found = synthShape(o.model);
+  if (!found) throw new Error(`synth: unknown model '${o.model}' (known: ${Object.keys(SHAPES).join(", ")})`);
+  const { shape: base, family } = found;
   const mix = MIXES[o.quant.toUpperCase()];
   if (!mix) throw new Error(`synth: unknown quantization '${o.quant}' (known: ${Object.keys(MIXES).join(", ")})`);
   if (o.layers !== undefined && (o.layers < 0 || o.layers > base.nLayer)) throw new Error(`synth: --layers ${o.layers} is outside 1..${base.nLayer}`);
@@ -82,26 +85,43 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
   const seed = o.seed ?? 1;
   const skew = o.skew ?? 0;
   const centered = o.centered ?? false;
-  const a = sh.arch;
   const w = new GgufWriter();
-  w.str("general.architecture", a);
+  w.str("general.architecture", sh.arch);
   w.str("general.name", `${sh.name} (synthetic${sh.nLayer !== base.nLayer ? `, ${sh.nLayer} layers` : ""}${skew ? `, skew ${skew}` : ""}${centered ? ", centered" : ""})`);
   w.str("general.type", "model");
   w.u32("general.quantization_version", 2);
   w.u32("general.file_type", mix.fileType);
-  w.u32(`${a}.block_count`, sh.nLayer);
-  w.u32(`${a}.context_length`, sh.nCtxTrain);
-  w.u32(`${a}.embedding_length`, sh.nEmbd);
-  w.u32(`${a}.feed_forward_length`, sh.nFf);
-  w.u32(`${a}.attention.head_count`, sh.nHead);
-  w.u32(`${a}.attention.head_count_kv`, sh.nHeadKv);
-  w.u32(`${a}.attention.key_length`, sh.headDim);
-  w.u32(`${a}.attention.value_length`, sh.headDim);
-  w.f32(`${a}.rope.freq_base`, sh.ropeBase);
-  w.f32(`${a}.attention.layer_norm_rms_epsilon`, sh.eps);
-  w.u32(`${a}.expert_count`, sh.nExpert);
-  w.u32(`${a}.expert_used_count`, sh.nExpertUsed);
-  w.u32(`${a}.expert_feed_forward_length`, sh.nFfExp);
+
+  let tseed = BigInt(seed) << 20n;
+  let params = 0, tensors = 0;
+  const count = (ne: number[]) => {
+    params += ne.reduce((p, d) => p * d, 1);
+    tensors++;
+  };
+  const t: SynthTensors = {
+    w,
+    nLayer: sh.nLayer,
+    mat(name, role, layer, ne, std = 0.02) {
+      const type = mix.typeOf(role, layer, sh.nLayer);
+      count(ne);
+      w.addTensor(name, type, ne, randomFiller(type, tseed++, std, centered));
+    },
+    ones(name, ne) {
+      count(ne);
+      w.addTensor(name, GgmlType.F32, ne, f32Bytes(new Float32Array(ne.reduce((p, d) => p * d, 1)).fill(1)));
+    },
+    small(name, ne, std) {
+      count(ne);
+      const r = rng(seed * 31 + tensors * 7), a = new Float32Array(ne.reduce((p, d) => p * d, 1));
+      for (let i = 0; i < a.length; i++) a[i] = (r() + r() + r() - 1.5) * 2 * std;
+      w.addTensor(name, GgmlType.F32, ne, f32Bytes(a));
+    },
+    router(name, layer, nEmbd, nExpert) {
+      count([nEmbd, nExpert]);
+      w.addTensor(name, GgmlType.F32, [nEmbd, nExpert], f32Bytes(routerRows(nEmbd, nExpert, layer, skew, seed)));
+    },
+  };
+  family.write(sh, t);
   const v = synthVocab(sh.nVocab, seed);
   w.str("tokenizer.ggml.model", "gpt2");
   w.str("tokenizer.ggml.pre", "qwen2");
@@ -113,37 +133,7 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
   w.u32("tokenizer.ggml.bos_token_id", v.bos);
   w.bool("tokenizer.ggml.add_bos_token", false);
   w.str("tokenizer.chat_template", CHATML);
-
-  let tseed = BigInt(seed) << 20n;
-  const E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim, F = sh.nFfExp, X = sh.nExpert;
-  let params = 0;
-  const mat = (name: string, role: TensorRole, layer: number, ne: number[], std = 0.02) => {
-    const t = mix.typeOf(role, layer, sh.nLayer);
-    params += ne.reduce((p, d) => p * d, 1);
-    w.addTensor(name, t, ne, randomFiller(t, tseed++, std, centered));
-  };
-  const ones = (n: number) => f32Bytes(new Float32Array(n).fill(1));
-  const norm = (name: string, n: number) => { params += n; w.addTensor(name, GgmlType.F32, [n], ones(n)); };
-  mat("token_embd.weight", "token_embd", -1, [E, sh.nVocab], 1.0);
-  for (let i = 0; i < sh.nLayer; i++) {
-    const p = `blk.${i}.`;
-    norm(`${p}attn_norm.weight`, E);
-    mat(`${p}attn_q.weight`, "attn_q", i, [E, qd]);
-    mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
-    mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
-    mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], 0.02 / Math.sqrt(sh.nLayer));
-    norm(`${p}attn_q_norm.weight`, sh.headDim);
-    norm(`${p}attn_k_norm.weight`, sh.headDim);
-    norm(`${p}ffn_norm.weight`, E);
-    params += E * X;
-    w.addTensor(`${p}ffn_gate_inp.weight`, GgmlType.F32, [E, X], f32Bytes(routerRows(sh, i, skew, seed)));
-    mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
-    mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
-    mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(sh.nLayer));
-  }
-  norm("output_norm.weight", E);
-  mat("output.weight", "output", -1, [E, sh.nVocab]);
-  return { writer: w, params, tensors: 3 + sh.nLayer * 12 };
+  return { writer: w, params, tensors };
 }
 
 export async function synth(o: SynthOptions): Promise<SynthResult> {

@@ -2,13 +2,13 @@
 // shared by the contexts made from them) and a context (f16 KV cache, work buffers, captured
 // decode graphs) that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
-import { checkCuda, cuda, CudaOption } from "../../ffi/cuda.ts";
+import { checkCuda, cuda, CudaOption, cudaLastError } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
 import { ctxParams } from "./ctx-params.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch, SavedKv } from "./backend.ts";
 import { HostHook } from "./host-hook.ts";
-import { hostExpertBlocks, type EncodedProgram } from "./program.ts";
+import { hostExpertOps, type EncodedProgram } from "./program.ts";
 
 export interface CudaBackendOptions {
   nSlots: number;
@@ -157,6 +157,14 @@ export class CudaWeights {
   }
 }
 
+/** Why the card cannot run the program (the first op it cannot, named by the fusion pass: cuda/fuse.cu), or undefined (no device needed). */
+export function cudaUnsupported(prog: EncodedProgram): string | undefined {
+  const bad = new BigInt64Array(1);
+  const st = Number(cuda().bl_cuda_check(ptr(prog.program.i), ptr(bad)));
+  if (st === 0) return undefined;
+  return cudaLastError().replace(/^cuda: /, "");
+}
+
 /** Bytes the weights and a context of these options take on the card (no device needed). */
 export function cudaPlanBytes(hp: HParams, prog: EncodedProgram, o: { nSlots: number; nCtxSlot: number; maxTokens: number }): { weights: number; context: number } {
   const out = new BigInt64Array(2);
@@ -190,7 +198,7 @@ export class CudaBackend implements Backend {
       weights.release();
       throw e;
     }
-    this.hostBlocks = hostExpertBlocks(weights.prog);
+    this.hostBlocks = hostExpertOps(weights.prog);
     if (this.hostBlocks > 0) {
       try {
         this.hook = new HostHook(hp, o.maxTokens, Math.max(1, o.hostThreads ?? 1));

@@ -1,11 +1,11 @@
 // bloomery engine: the NVMe tier of routed experts on the CPU path - builds the native expert
-// store (ffi/cpu/expert_cache.c, bl_expert_store_* in ffi/bloomery.h) for a model's MoE blocks,
-// points those blocks of the encoded program at it, and reads its counters.
+// store (ffi/cpu/expert_cache.c, bl_expert_store_* in ffi/bloomery.h) for a model's EXPERTS ops,
+// points those ops of the encoded program at it, and reads its counters.
 import { ptr } from "bun:ffi";
 import { check, cpu, cstr, NativeError } from "../../ffi/cpu.ts";
-import { BLOCK_SLOTS, BlockSlot, Slots } from "../../ffi/layout.ts";
+import { Slots } from "../../ffi/layout.ts";
 import { GgufError, type GgufFile } from "../gguf/index.ts";
-import { BlockKind, type BlockSpec } from "../models/blocks.ts";
+import { expertTensors, OpKind, type OpSpec } from "../models/ops.ts";
 import type { EncodedProgram } from "./program.ts";
 import { nativeTensor } from "./weights.ts";
 
@@ -55,48 +55,43 @@ export interface ExpertStoreOptions {
   direct?: boolean;
   /** the background prefetch reader (default: on, unless BLOOMERY_EXPERT_PREFETCH=0) */
   prefetch?: boolean;
-  /** the MoE blocks (program index) the store holds (default: every one; beside a card, those on the disk tier) */
+  /** the EXPERTS ops (program index) the store holds (default: every one; beside a card, those on the disk tier) */
   blocks?: (index: number) => boolean;
 }
 
-const MOE_GATE = 2, MOE_UP = 3, MOE_DOWN = 4; // bloomery.h BL_MOE_*
 const LAYER_SLOTS = 10, PARAM_SLOTS = 7;
 const XS_NO_DIRECT = 1, XS_NO_PREFETCH = 2;
 
-/** The names of the routed-expert tensors of a program's MoE blocks (never prefaulted with a store). */
-export function routedExpertTensors(specs: readonly BlockSpec[]): Set<string> {
-  const out = new Set<string>();
-  for (const b of specs) {
-    if (b.kind !== BlockKind.Moe) continue;
-    for (const r of [MOE_GATE, MOE_UP, MOE_DOWN]) if (b.tensors[r]) out.add(b.tensors[r]!);
-  }
-  return out;
+/** The names of the routed-expert tensors of a program's EXPERTS ops (never prefaulted with a store). */
+export function routedExpertTensors(ops: readonly OpSpec[]): Set<string> {
+  return new Set(ops.flatMap(expertTensors));
 }
 
-/** The native params of a model's store: files, one layer per MoE block (in program order). */
+/** The native params of a model's store: files, one layer per EXPERTS op (in program order). */
 class StoreParams {
   readonly slots = new Slots(PARAM_SLOTS);
   readonly layers: Slots;
-  /** the program block of each store layer */
+  /** the program op of each store layer */
   readonly blockOf: number[] = [];
   readonly unitBytes: number[] = [];
   private readonly pathBufs: Buffer[];
   private readonly pathPtrs: BigUint64Array;
 
-  constructor(gguf: GgufFile, specs: readonly BlockSpec[], capacityBytes: number, flags: number, take: (index: number) => boolean = () => true) {
+  constructor(gguf: GgufFile, specs: readonly OpSpec[], capacityBytes: number, flags: number, take: (index: number) => boolean = () => true) {
     const files = [...gguf.paths];
     this.pathBufs = files.map((p) => cstr(p));
     this.pathPtrs = BigUint64Array.from(this.pathBufs.map((b) => BigInt(ptr(b))));
     const rows: number[][] = [];
     let used = 0;
     specs.forEach((b, bi) => {
-      if (b.kind !== BlockKind.Moe || !take(bi)) return;
-      const nExpert = b.ints.n_expert ?? 0;
-      used = Math.max(used, b.ints.n_expert_used ?? 0);
+      if (b.kind !== OpKind.Experts || !take(bi)) return;
+      const nExpert = b.params.n_expert ?? 0;
+      used = Math.max(used, b.params.n_used ?? 0);
       const row = [nExpert, 0, 0, 0, 0, 0, 0, 0, 0, 0];
       let unit = 0;
-      [MOE_GATE, MOE_UP, MOE_DOWN].forEach((role, k) => {
-        const name = b.tensors[role];
+      const names = (b as OpSpec<OpKind.Experts>).tensors;
+      (["gate", "up", "down"] as const).forEach((role, k) => {
+        const name = names[role];
         const t = name ? gguf.tensor(name) : undefined;
         if (!name || !t) throw new GgufError(gguf.path, `required tensor '${name ?? `role ${role} of block ${bi}`}' is missing`);
         const slab = nativeTensor(0n, t).nb2;
@@ -141,8 +136,8 @@ function storeCheck(status: number | bigint, what: string): void {
 }
 
 function program0(program: EncodedProgram, bi: number): void {
-  program.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.expert_store, 0);
-  program.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.expert_layer, 0);
+  program.set(bi, "store", 0);
+  program.set(bi, "store_layer", 0);
 }
 
 export class ExpertStore {
@@ -154,7 +149,7 @@ export class ExpertStore {
   }
 
   /** The tier's sizes for a model's program (undefined when it has no routed experts). */
-  static sizes(gguf: GgufFile, specs: readonly BlockSpec[]): ExpertTierSizes | undefined {
+  static sizes(gguf: GgufFile, specs: readonly OpSpec[]): ExpertTierSizes | undefined {
     const p = new StoreParams(gguf, specs, 0, 0);
     if (p.nLayers === 0) return undefined;
     const out = new BigInt64Array(3);
@@ -163,23 +158,23 @@ export class ExpertStore {
   }
 
   /**
-   * A store of `capacityBytes` for the program's MoE blocks (or those `o.blocks` takes), and those
-   * blocks pointed at it (every backend made from the program then reads their experts there: the
+   * A store of `capacityBytes` for the program's EXPERTS ops (or those `o.blocks` takes), and those
+   * ops pointed at it (every backend made from the program then reads their experts there: the
    * CPU backend, and beside a card the host experts' CPU context, host-hook.ts). Undefined when no
    * such block has routed experts. A capacity below the minimum is refused naming the sizes.
    */
-  static attach(gguf: GgufFile, specs: readonly BlockSpec[], program: EncodedProgram, capacityBytes: number,
+  static attach(gguf: GgufFile, specs: readonly OpSpec[], program: EncodedProgram, capacityBytes: number,
     o: ExpertStoreOptions = {}): ExpertStore | undefined {
     if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0)
       throw new ExpertStoreError(`expert store: a capacity of ${capacityBytes} bytes (a whole number of bytes, at least 0, expected)`);
     const p = new StoreParams(gguf, specs, capacityBytes, envFlags(o), o.blocks);
     if (p.nLayers === 0) return undefined;
-    if (program.nBlocks !== specs.length) throw new ExpertStoreError("internal: the program was not encoded from these blocks");
+    if (program.nOps !== specs.length) throw new ExpertStoreError("internal: the program was not encoded from these ops");
     const out = new BigUint64Array(1);
     storeCheck(cpu().bl_expert_store_new(ptr(p.slots.i), ptr(out)), `expert store for ${gguf.path}`);
     p.blockOf.forEach((bi, l) => {
-      program.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.expert_store, out[0]);
-      program.blocks.setInt(bi * BLOCK_SLOTS + BlockSlot.expert_layer, l);
+      program.set(bi, "store", out[0]);
+      program.set(bi, "store_layer", l);
     });
     return new ExpertStore(out[0], capacityBytes, p.unitBytes, program, p.blockOf);
   }

@@ -1,8 +1,8 @@
 // bloomery engine: the CPU side of a card's host experts - a CPU context (workspace and thread
 // pool, no KV cache) that the CUDA step calls through the CPU library's hook for the MoE blocks
 // whose routed experts the card leaves to the CPU (cuda/hybrid.cu, ffi/cpu/hook.c). The hook gets
-// the program's own blocks, so a block pointed at an expert store (the disk tier beside a card:
-// Model.load, expert-store.ts) has its experts read through that store, as on the CPU backend.
+// runs of the program's own ops, so an EXPERTS op pointed at an expert store (the disk tier beside a
+// card: Model.load, expert-store.ts) has its experts read through that store, as on the CPU backend.
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { ctxParams } from "./ctx-params.ts";
@@ -11,7 +11,7 @@ import type { HParams } from "../models/types.ts";
 export class HostHook {
   /** the CPU context's handle */
   ctx: bigint;
-  /** the addresses of bl_cpu_block_rows and bl_cpu_expert_rows */
+  /** the addresses of bl_cpu_ops_rows and bl_cpu_expert_rows */
   readonly fn: bigint;
   readonly expertFn: bigint;
 
@@ -22,7 +22,7 @@ export class HostHook {
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
     const fns = new BigUint64Array(2);
-    check(cpu().bl_cpu_block_rows_fn(ptr(fns)), "finding the host hook");
+    check(cpu().bl_cpu_hook_fns(ptr(fns)), "finding the host hook");
     this.fn = fns[0];
     this.expertFn = fns[1];
   }

@@ -92,7 +92,7 @@ export class Model {
       this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
       // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
       // host memory or through the expert store
-      if (onCard) markHostExperts(specs, this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
+      if (onCard) markHostExperts(this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
       const blocks = onCard ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK : undefined;
       experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam, { blocks });
       this.experts = experts;

@@ -6,8 +6,8 @@
 import type { HParams } from "../models/types.ts";
 import type { Backend } from "./backend.ts";
 import { CpuBackend, type CpuBackendOptions } from "./cpu-backend.ts";
-import { CudaBackend, CudaWeights, cudaPlanBytes } from "./cuda-backend.ts";
-import { HOST_EXPERTS_DISK, hostExpertBlocks, type EncodedProgram } from "./program.ts";
+import { CudaBackend, CudaWeights, cudaPlanBytes, cudaUnsupported } from "./cuda-backend.ts";
+import { HOST_EXPERTS_DISK, hostExpertOps, type EncodedProgram } from "./program.ts";
 import { CudaOption, cudaDeviceInfo, cudaStatus } from "../../ffi/cuda.ts";
 import { usableCores } from "../../ffi/cpu-kernels.ts";
 import { fitPromoteSlots, hostExpertBytes, PROMOTE_AUTO } from "./promote-fit.ts";
@@ -116,6 +116,14 @@ export class BackendFactory {
     const dev = o.device ?? 0;
     const ctxOpts = { nSlots: cpu.nSlots, nCtxSlot: cpu.nCtxSlot, maxTokens: cpu.maxTokens };
     if (!this.weights || this.weights.device !== dev) {
+      // an op the card's kernels do not run is refused by name (auto falls back to the CPU, saying why)
+      const unsupported = cudaUnsupported(this.prog);
+      if (unsupported) {
+        const msg = `the card cannot run this model: ${unsupported}; use -ngl 0 to run it on the CPU`;
+        if (o.nGpuLayers !== "auto" && o.nGpuLayers !== -1) throw new PlacementError(msg);
+        log(`placement: ${msg.replace(/; use -ngl 0.*$/, "")}; every layer runs on the CPU`);
+        return new CpuBackend(this.hp, this.prog, cpu);
+      }
       const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
       const info = cudaDeviceInfo(dev);
       const margin = 512 * 1024 ** 2;
@@ -152,7 +160,7 @@ export class BackendFactory {
       }
       hs = be.hostStats();
     }
-    const onDisk = hs ? hostExpertBlocks(this.prog, HOST_EXPERTS_DISK) : 0;
+    const onDisk = hs ? hostExpertOps(this.prog, HOST_EXPERTS_DISK) : 0;
     const inRam = (hs?.blocks ?? 0) - onDisk;
     if (hs)
       log(`placement: the routed experts of ${inRam > 0 ? `${inRam} layers stay in host memory (${hs.pinned ? "pinned" : "not pinned"})` : ""}` +

@@ -4,8 +4,7 @@
 // the host layers times one expert's gate, up and down bytes; capped at a layer's expert count, and
 // 0 (off) when that is below the experts a token uses. Pure arithmetic on numbers the caller gives
 // (and a reader of the host layers' expert bytes from the encoded program); the line says why.
-import { BLOCK_SLOTS, BLOCK_TENSOR_BASE, BlockSlot, TENSOR_SLOTS } from "../../ffi/layout.ts";
-import { HOST_EXPERTS_RAM, type EncodedProgram } from "./program.ts";
+import { HOST_EXPERTS_RAM, hostExpertsMark, type EncodedProgram } from "./program.ts";
 
 /** --promote-slots auto as the flag stores it (a count is 0 or more). */
 export const PROMOTE_AUTO = -1;
@@ -109,13 +108,12 @@ export function fitPromoteSlots(i: PromoteFitInput): PromoteFit {
 export function hostExpertBytes(prog: EncodedProgram): { hostLayers: number; expertBytes: number } {
   const per = [0, 0, 0];
   let hostLayers = 0;
-  for (let b = 0; b < prog.nBlocks; b++) {
-    const base = b * BLOCK_SLOTS;
+  for (const i of prog.expertOps()) {
     // promotion copies from host memory: layers whose experts are read from disk take no slots
-    if (prog.blocks.i[base + BlockSlot.host_experts] !== BigInt(HOST_EXPERTS_RAM)) continue;
+    if (hostExpertsMark(prog, i) !== HOST_EXPERTS_RAM) continue;
     hostLayers++;
-    // gate, up and down are roles 2, 3 and 4 (bloomery.h BL_MOE_*); slot 7 of a tensor is nb2, one expert's bytes
-    for (let k = 0; k < 3; k++) per[k] = Math.max(per[k], Number(prog.blocks.i[base + BLOCK_TENSOR_BASE + (2 + k) * TENSOR_SLOTS + 7]));
+    // slot 7 of a tensor is nb2, one expert's bytes
+    (["gate", "up", "down"] as const).forEach((role, k) => (per[k] = Math.max(per[k], Number(prog.tensorSlot(i, role, 7)))));
   }
   return { hostLayers, expertBytes: per[0] + per[1] + per[2] };
 }

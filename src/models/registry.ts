@@ -1,9 +1,10 @@
 // bloomery models: the registry of model families by `general.architecture`.
 import { GgufError, type GgufFile } from "../gguf/index.ts";
+import { gptOss } from "./gpt-oss.ts";
 import { qwen3moe } from "./qwen3moe.ts";
 import type { ModelFamily } from "./types.ts";
 
-const FAMILIES: ModelFamily[] = [qwen3moe];
+export const FAMILIES: readonly ModelFamily[] = [qwen3moe, gptOss];
 
 export function familyFor(f: GgufFile): ModelFamily {
   const arch = f.str("general.architecture");

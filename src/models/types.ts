@@ -1,6 +1,8 @@
-// bloomery models: what a model family file provides to the engine.
+// bloomery models: what a model family file provides to the engine: hyper-parameters, the op list of
+// the forward pass, and the shapes `synth` writes for it (the real models' names, sizes and tensors).
 import type { GgufFile } from "../gguf/index.ts";
-import type { BlockSpec } from "./blocks.ts";
+import type { OpSpec } from "./ops.ts";
+import type { SynthFamily } from "./synth-types.ts";
 
 /** Hyper-parameters the engine needs to size contexts and caches, common to all families. */
 export interface HParams {
@@ -25,6 +27,8 @@ export interface ModelFamily {
   /** `general.architecture` values this family handles */
   archs: string[];
   hparams(f: GgufFile): HParams;
-  /** The forward pass as a list of blocks; throws a clear error when tensors are missing. */
-  program(f: GgufFile, hp: HParams): BlockSpec[];
+  /** The forward pass as a list of ops; throws a clear error when tensors are missing or misshapen. */
+  program(f: GgufFile, hp: HParams): OpSpec[];
+  /** The real models `synth` imitates and how their tensors are written (absent: synth does not know the family). */
+  synth?: SynthFamily;
 }

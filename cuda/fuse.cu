@@ -1,0 +1,220 @@
+// bloomery CUDA library: the fusion pass (fuse.h): one walk over the program's ops matching each run
+// to a fused block the card's kernels run, refusing by name what they do not implement; and
+// bl_cuda_check, the same pass without a device.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.cuh"
+#include "fuse.h"
+
+static const bl_tensor NO_TENSOR = {};
+
+static const bl_tensor &role(const bl_op &op, int r) {
+  return r < op.n_tensors && op.tensors ? reinterpret_cast<const bl_tensor *>(op.tensors)[r] : NO_TENSOR;
+}
+
+template <class P>
+static const P *params(const bl_op &op) {
+  return reinterpret_cast<const P *>(op.params);
+}
+
+static const char *op_name(int64_t k) {
+  switch (k) {
+    case BL_OP_EMBED: return "embed";
+    case BL_OP_NORM: return "norm";
+    case BL_OP_ATTN: return "attention";
+    case BL_OP_ROUTER: return "router";
+    case BL_OP_EXPERTS: return "experts";
+    case BL_OP_FFN: return "ffn";
+    case BL_OP_OUTPUT: return "output";
+    default: return "unknown op";
+  }
+}
+
+namespace {
+struct pass {
+  const bl_op *ops;
+  int64_t n;
+  std::string *why;
+  int64_t *bad;
+
+  bool fail(int64_t i, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char head[96];
+    if (i >= 0) snprintf(head, sizeof head, "op %lld (%s): ", (long long)i, op_name(ops[i].kind));
+    else head[0] = 0;
+    if (why) *why = std::string(head) + msg;
+    if (bad) *bad = i;
+    return false;
+  }
+
+  bool norm_ok(int64_t i) {
+    const bl_norm_params *p = params<bl_norm_params>(ops[i]);
+    if (!p) return fail(i, "no parameters");
+    if (p->kind != BL_NORM_RMS) return fail(i, "norm kind %lld is not implemented on the card", (long long)p->kind);
+    return true;
+  }
+
+  void start(cu_fblock &b, int64_t kind, int64_t i, int64_t count) {
+    memset(&b, 0, sizeof b);
+    b.kind = kind;
+    b.ops = &ops[i];
+    b.n_ops = count;
+    b.first_op = i;
+  }
+
+  bool attention(int64_t i, cu_fblock &b) {
+    const bl_op &nm = ops[i], &op = ops[i + 1];
+    const bl_attn_params *a = params<bl_attn_params>(op);
+    if (!a) return fail(i + 1, "no parameters");
+    if (a->window != 0) return fail(i + 1, "sliding-window attention (a window of %lld) is not implemented on the card yet", (long long)a->window);
+    if (role(op, BL_ATTN_SINKS).data) return fail(i + 1, "attention sinks are not implemented on the card yet");
+    if (role(op, BL_ATTN_BO).data) return fail(i + 1, "an attention output bias is not implemented on the card yet");
+    if (a->rope.type != BL_ROPE_NORMAL && a->rope.type != BL_ROPE_NEOX) return fail(i + 1, "RoPE type %lld is not implemented on the card", (long long)a->rope.type);
+    const double eps = params<bl_norm_params>(nm)->eps;
+    if ((role(op, BL_ATTN_Q_NORM).data || role(op, BL_ATTN_K_NORM).data) && a->eps != eps)
+      return fail(i + 1, "Q/K norms with an epsilon (%g) other than the input norm's (%g) are not implemented on the card", a->eps, eps);
+    start(b, CU_BLOCK_ATTN, i, 2);
+    b.layer = a->kv_layer;
+    b.n_head = a->n_head;
+    b.n_head_kv = a->n_head_kv;
+    b.head_dim = a->head_dim;
+    b.n_rot = a->rope.n_rot;
+    b.rope_type = a->rope.type;
+    b.yarn_orig_ctx = a->rope.orig_ctx;
+    b.eps = eps;
+    b.rope_base = a->rope.base;
+    b.rope_freq_scale = a->rope.freq_scale;
+    b.attn_scale = a->scale;
+    b.yarn_ext_factor = a->rope.ext_factor;
+    b.yarn_attn_factor = a->rope.attn_factor;
+    b.yarn_beta_fast = a->rope.beta_fast;
+    b.yarn_beta_slow = a->rope.beta_slow;
+    b.t[CU_ATTN_NORM] = role(nm, BL_NORM_WEIGHT);
+    const int map[][2] = {{CU_ATTN_Q, BL_ATTN_Q}, {CU_ATTN_K, BL_ATTN_K}, {CU_ATTN_V, BL_ATTN_V}, {CU_ATTN_O, BL_ATTN_O},
+                          {CU_ATTN_Q_NORM, BL_ATTN_Q_NORM}, {CU_ATTN_K_NORM, BL_ATTN_K_NORM}, {CU_ATTN_BQ, BL_ATTN_BQ},
+                          {CU_ATTN_BK, BL_ATTN_BK}, {CU_ATTN_BV, BL_ATTN_BV}};
+    for (const auto &m : map) b.t[m[0]] = role(op, m[1]);
+    return true;
+  }
+
+  bool moe(int64_t i, cu_fblock &b) {
+    const bl_op &nm = ops[i], &rt = ops[i + 1], &ex = ops[i + 2];
+    const bl_router_params *r = params<bl_router_params>(rt);
+    const bl_experts_params *x = params<bl_experts_params>(ex);
+    if (!r) return fail(i + 1, "no parameters");
+    if (!x) return fail(i + 2, "no parameters");
+    if (r->gating != BL_GATING_SOFTMAX)
+      return fail(i + 1, "gating %lld (%s) is not implemented on the card yet (softmax then top-k is)", (long long)r->gating,
+                  r->gating == BL_GATING_SOFTMAX_WEIGHT ? "top-k then softmax" : r->gating == BL_GATING_SIGMOID ? "sigmoid" : "unknown");
+    if (role(rt, BL_ROUTER_B).data) return fail(i + 1, "a router bias is not implemented on the card yet");
+    if (role(rt, BL_ROUTER_CORR).data) return fail(i + 1, "a router selection bias is not implemented on the card yet");
+    if (r->n_group > 1) return fail(i + 1, "grouped expert choice is not implemented on the card yet");
+    if (x->act != BL_ACT_SWIGLU) return fail(i + 2, "activation %lld is not implemented on the card yet (SwiGLU is)", (long long)x->act);
+    for (int k = BL_EXPERTS_BGATE; k <= BL_EXPERTS_BDOWN; k++)
+      if (role(ex, k).data) return fail(i + 2, "expert biases are not implemented on the card yet");
+    if (r->n_expert != x->n_expert || r->n_used != x->n_used)
+      return fail(i + 2, "%lld experts, %lld used, but the router picks %lld of %lld", (long long)x->n_expert, (long long)x->n_used,
+                  (long long)r->n_used, (long long)r->n_expert);
+    if (x->host != 0 && x->host != BL_HOST_EXPERTS_RAM && x->host != BL_HOST_EXPERTS_DISK) return fail(i + 2, "host mark %lld", (long long)x->host);
+    if (x->host == BL_HOST_EXPERTS_DISK && !x->store) return fail(i + 2, "marked as read from disk but without an expert store");
+    start(b, CU_BLOCK_MOE, i, 3);
+    b.layer = x->layer;
+    b.n_expert = x->n_expert;
+    b.n_expert_used = x->n_used;
+    b.norm_topk = r->norm_topk;
+    b.eps = params<bl_norm_params>(nm)->eps;
+    b.expert_weights_scale = r->scale;
+    b.expert_store = x->store;
+    b.expert_layer = x->store_layer;
+    b.host_experts = x->host;
+    b.t[CU_MOE_NORM] = role(nm, BL_NORM_WEIGHT);
+    b.t[CU_MOE_GATE_INP] = role(rt, BL_ROUTER_W);
+    b.t[CU_MOE_GATE] = role(ex, BL_EXPERTS_GATE);
+    b.t[CU_MOE_UP] = role(ex, BL_EXPERTS_UP);
+    b.t[CU_MOE_DOWN] = role(ex, BL_EXPERTS_DOWN);
+    return true;
+  }
+
+  bool ffn(int64_t i, cu_fblock &b) {
+    const bl_op &nm = ops[i], &op = ops[i + 1];
+    const bl_ffn_params *f = params<bl_ffn_params>(op);
+    if (!f) return fail(i + 1, "no parameters");
+    if (f->act != BL_ACT_SWIGLU) return fail(i + 1, "activation %lld is not implemented on the card yet (SwiGLU is)", (long long)f->act);
+    if (role(op, BL_FFN_GATE_INP).data) return fail(i + 1, "a shared expert's gate is not implemented on the card yet");
+    start(b, CU_BLOCK_FFN, i, 2);
+    b.eps = params<bl_norm_params>(nm)->eps;
+    b.t[0] = role(nm, BL_NORM_WEIGHT);
+    for (int k = 0; k < 3; k++) b.t[1 + k] = role(op, BL_FFN_GATE + k);
+    return true;
+  }
+
+  bool run(std::vector<cu_fblock> &out) {
+    if (!ops || n <= 0) return fail(-1, "an empty program");
+    for (int64_t i = 0; i < n;) {
+      const bl_op &op = ops[i];
+      if (op.n_tensors < 0 || op.n_tensors > BL_OP_MAX_TENSORS) return fail(i, "%lld tensors", (long long)op.n_tensors);
+      if (op.kind != BL_OP_EMBED && !op.params) return fail(i, "no parameters");
+      cu_fblock b;
+      switch (op.kind) {
+        case BL_OP_EMBED:
+          start(b, CU_BLOCK_EMBED, i, 1);
+          b.t[0] = role(op, BL_EMBED_TOKENS);
+          i += 1;
+          break;
+        case BL_OP_OUTPUT:
+          if (!norm_ok(i)) return false;
+          start(b, CU_BLOCK_OUTPUT, i, 1);
+          b.eps = params<bl_norm_params>(op)->eps;
+          b.t[0] = role(op, BL_OUTPUT_NORM);
+          b.t[1] = role(op, BL_OUTPUT_HEAD);
+          i += 1;
+          break;
+        case BL_OP_NORM: {
+          if (!norm_ok(i)) return false;
+          const int64_t next = i + 1 < n ? ops[i + 1].kind : 0;
+          if (next == BL_OP_ATTN) {
+            if (!attention(i, b)) return false;
+            i += 2;
+          } else if (next == BL_OP_ROUTER && i + 2 < n && ops[i + 2].kind == BL_OP_EXPERTS) {
+            if (!moe(i, b)) return false;
+            i += 3;
+          } else if (next == BL_OP_FFN) {
+            if (!ffn(i, b)) return false;
+            i += 2;
+          } else {
+            return fail(i, "the card runs a norm only fused into the attention, router + experts or ffn op after it");
+          }
+          break;
+        }
+        case BL_OP_ATTN:
+        case BL_OP_ROUTER:
+        case BL_OP_EXPERTS:
+        case BL_OP_FFN: return fail(i, "the card runs it only after its input norm (attention; router + experts; ffn)");
+        default: return fail(i, "unknown kind %lld", (long long)op.kind);
+      }
+      out.push_back(b);
+    }
+    return true;
+  }
+};
+} // namespace
+
+bool cu_fuse(const bl_program *prog, std::vector<cu_fblock> &out, std::string *why, int64_t *bad_op) {
+  out.clear();
+  if (bad_op) *bad_op = -1;
+  pass p{prog ? reinterpret_cast<const bl_op *>(prog->ops) : nullptr, prog ? prog->n_ops : 0, why, bad_op};
+  return p.run(out);
+}
+
+extern "C" int64_t bl_cuda_check(const bl_program *prog, int64_t *bad_op) {
+  std::vector<cu_fblock> blocks;
+  std::string why;
+  if (!cu_fuse(prog, blocks, &why, bad_op)) return cu_fail(BL_E_UNSUPPORTED, "cuda: %s", why.c_str());
+  return cu_check_plan(prog, blocks);
+}

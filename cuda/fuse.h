@@ -1,0 +1,42 @@
+// bloomery CUDA library: the fusion pass's output - the program's ops (ffi/bloomery.h bl_op) matched
+// into the fused blocks the card's kernels run: EMBED; NORM + ATTN; NORM + ROUTER + EXPERTS (a MoE
+// layer); NORM + FFN; OUTPUT. A pattern the pass does not know, or an option the kernels do not
+// implement, is refused by name (bl_cuda_check, cu_fuse). The blocks are internal: each keeps the run
+// of ops it came from (the host hook runs that run on the CPU).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "../ffi/bloomery.h"
+
+enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4, CU_BLOCK_OUTPUT = 5 };
+// tensor roles of a fused block (t[]): attention, MoE and FFN blocks; EMBED's token_embd and OUTPUT's norm
+// and head take roles 0 and 0, 1
+enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O = 4, CU_ATTN_Q_NORM = 5, CU_ATTN_K_NORM = 6,
+       CU_ATTN_BQ = 7, CU_ATTN_BK = 8, CU_ATTN_BV = 9 };
+enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_MOE_DOWN = 4 };
+#define CU_BLOCK_TENSORS 12
+
+struct cu_fblock {
+  int64_t kind;
+  int64_t layer; // KV cache layer (attention blocks)
+  int64_t n_head, n_head_kv, head_dim, n_rot, rope_type;
+  int64_t n_expert, n_expert_used, norm_topk;
+  int64_t yarn_orig_ctx;
+  double eps, rope_base, rope_freq_scale, attn_scale;
+  double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+  double expert_weights_scale;
+  uint64_t expert_store; // MoE blocks: the EXPERTS op's store and its layer, and its host mark (BL_HOST_EXPERTS_*)
+  int64_t expert_layer;
+  int64_t host_experts;
+  bl_tensor t[CU_BLOCK_TENSORS];
+  const bl_op *ops; // the run of ops it came from (the host hook's argument) and their count
+  int64_t n_ops;
+  int64_t first_op; // the index of ops[0] in the program
+};
+
+// Matches the program's ops into fused blocks; false with *why (and *bad_op, the op's index; -1 for the
+// program as a whole) when an op has no pattern or an option the card does not run.
+bool cu_fuse(const bl_program *prog, std::vector<cu_fblock> &out, std::string *why, int64_t *bad_op);
+// The fused blocks' shapes, types and sizes validated as a load would (ctx.cu's plan; no device).
+int64_t cu_check_plan(const bl_program *prog, const std::vector<cu_fblock> &blocks);

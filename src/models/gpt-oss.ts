@@ -1,0 +1,163 @@
+// bloomery models: gpt-oss (gpt-oss-20b, gpt-oss-120b; GGUF `gpt-oss`): GQA attention with QKV and
+// output biases, a learned sink logit per head, sliding-window (128) layers alternating with full
+// ones (even layers windowed), NEOX RoPE with YaRN; routed experts chosen by their router logits
+// (with a bias) and weighted by a softmax over the chosen, gpt-oss's clamped SwiGLU with biases.
+import type { GgufFile } from "../gguf/index.ts";
+import { GgufError } from "../gguf/index.ts";
+import { Act, attentionOp, embedOp, expertsOp, Gating, normOp, outputOp, routerOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
+import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
+import type { HParams, ModelFamily } from "./types.ts";
+
+const A = "gpt-oss";
+/** gpt-oss's SwiGLU constants (llama.cpp's and the reference implementation's; the file does not carry them) */
+const SWIGLU_ALPHA = 1.702, SWIGLU_LIMIT = 7.0;
+
+function hparams(f: GgufFile): HParams {
+  const nLayer = f.u32(`${A}.block_count`);
+  const nEmbd = f.u32(`${A}.embedding_length`);
+  const nHead = f.u32(`${A}.attention.head_count`);
+  const nHeadKv = f.u32(`${A}.attention.head_count_kv`, nHead);
+  const headDim = f.u32(`${A}.attention.key_length`, nEmbd / nHead);
+  const vLen = f.u32(`${A}.attention.value_length`, headDim);
+  const bad = (what: string): never => { throw new GgufError(f.path, `gpt-oss: ${what}`); };
+  if (vLen !== headDim) bad(`attention.value_length ${vLen} differs from key_length ${headDim}`);
+  const emb = f.requireTensor("token_embd.weight");
+  const hp: HParams = {
+    arch: A,
+    nVocab: emb.ne[1],
+    nEmbd,
+    nLayer,
+    nCtxTrain: f.u32(`${A}.context_length`),
+    nHead,
+    nHeadKv,
+    headDim,
+    nFf: f.u32(`${A}.expert_feed_forward_length`),
+    nExpert: f.u32(`${A}.expert_count`),
+    nExpertUsed: f.u32(`${A}.expert_used_count`),
+    eps: f.f32(`${A}.attention.layer_norm_rms_epsilon`),
+    kvLayers: nLayer,
+  };
+  if (nLayer < 1 || nLayer > 1024) bad(`block_count ${nLayer} is out of range`);
+  if (nHead < 1 || nHeadKv < 1 || nHead % nHeadKv !== 0) bad(`head_count ${nHead} is not a multiple of head_count_kv ${nHeadKv}`);
+  if (headDim < 2 || headDim > 1024 || headDim % 2) bad(`key_length ${headDim} is not an even size up to 1024`);
+  if (hp.nExpert < 1 || hp.nExpertUsed < 1 || hp.nExpertUsed > hp.nExpert) bad(`expert_used_count ${hp.nExpertUsed} of ${hp.nExpert} experts`);
+  if (emb.ne[0] !== nEmbd) bad(`token_embd has rows of ${emb.ne[0]}, embedding_length is ${nEmbd}`);
+  return hp;
+}
+
+/** Which layers attend through the sliding window: `attention.sliding_window_pattern` (an array of
+ * flags, or n: every layer but each n-th), else llama's gpt-oss default of 2 (the even layers). */
+function windowed(f: GgufFile, nLayer: number): boolean[] {
+  const key = `${A}.attention.sliding_window_pattern`;
+  const raw = f.has(key) ? f.raw(key) : undefined;
+  if (Array.isArray(raw) || ArrayBuffer.isView(raw)) {
+    const a = Array.from(raw as ArrayLike<number | boolean>, (v) => !!v);
+    if (a.length < nLayer) throw new GgufError(f.path, `gpt-oss: ${key} has ${a.length} entries for ${nLayer} layers`);
+    return a.slice(0, nLayer);
+  }
+  const n = raw === undefined ? 2 : Number(raw);
+  return Array.from({ length: nLayer }, (_, il) => n === 0 || il % n < n - 1);
+}
+
+function program(f: GgufFile, hp: HParams): OpSpec[] {
+  const E = hp.nEmbd, qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim, F = hp.nFf, X = hp.nExpert;
+  const rope = ropeParams(f, A, RopeType.Neox, hp.headDim, hp.nCtxTrain);
+  const swaBase = f.f32(`${A}.rope.freq_base_swa`, rope.base);
+  const window = f.u32(`${A}.attention.sliding_window`);
+  if (window < 1) throw new GgufError(f.path, `gpt-oss: attention.sliding_window ${window}`);
+  const swa = windowed(f, hp.nLayer);
+  const wScale = f.f32(`${A}.expert_weights_scale`, 0);
+  const ops: OpSpec[] = [embedOp("token_embd.weight")];
+  for (let i = 0; i < hp.nLayer; i++) {
+    const p = `blk.${i}.`;
+    const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
+    ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
+    ops.push(attentionOp({
+      layer: i, nHead: hp.nHead, nHeadKv: hp.nHeadKv, headDim: hp.headDim, eps: hp.eps,
+      rope: swa[i] ? { ...rope, base: swaBase } : rope, window: swa[i] ? window : 0,
+      tensors: {
+        q: need("attn_q.weight", [E, qd]), k: need("attn_k.weight", [E, kd]), v: need("attn_v.weight", [E, kd]),
+        o: need("attn_output.weight", [qd, E]),
+        bq: need("attn_q.bias", [qd]), bk: need("attn_k.bias", [kd]), bv: need("attn_v.bias", [kd]), bo: need("attn_output.bias", [E]),
+        sinks: need("attn_sinks.weight", [hp.nHead]),
+      },
+    }));
+    ops.push(normOp(i, need("post_attention_norm.weight", [E]), hp.eps));
+    ops.push(routerOp({
+      layer: i, nExpert: X, nUsed: hp.nExpertUsed, gating: Gating.SoftmaxWeight, normTopk: false, scale: wScale,
+      tensors: { w: need("ffn_gate_inp.weight", [E, X]), b: need("ffn_gate_inp.bias", [X]) },
+    }));
+    ops.push(expertsOp({
+      layer: i, nExpert: X, nUsed: hp.nExpertUsed, act: Act.SwigluOai, alpha: SWIGLU_ALPHA, limit: SWIGLU_LIMIT,
+      tensors: {
+        gate: need("ffn_gate_exps.weight", [E, F, X]), up: need("ffn_up_exps.weight", [E, F, X]), down: need("ffn_down_exps.weight", [F, E, X]),
+        bgate: need("ffn_gate_exps.bias", [F, X]), bup: need("ffn_up_exps.bias", [F, X]), bdown: need("ffn_down_exps.bias", [E, X]),
+      },
+    }));
+  }
+  f.requireTensor("output_norm.weight", [E]);
+  if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
+  ops.push(outputOp(f, hp.eps));
+  return ops;
+}
+
+const base = { arch: A, ropeBase: 150000, eps: 1e-5, nVocab: 201088, nCtxTrain: 131072, nEmbd: 2880, nHead: 64, nHeadKv: 8, headDim: 64, nExpertUsed: 4, nFfExp: 2880, nFf: 2880 };
+/** the real files' sliding window and YaRN (factor 32 over 4,096 positions) */
+const WINDOW = 128, YARN_FACTOR = 32, YARN_ORIG = 4096;
+
+const synth: SynthFamily = {
+  shapes: {
+    "gpt-oss-20b": { ...base, name: "gpt-oss-20b", nLayer: 24, nExpert: 32 },
+    "gpt-oss-120b": { ...base, name: "gpt-oss-120b", nLayer: 36, nExpert: 128 },
+    // a small shape for tests: whole MXFP4 / Q8_0 blocks, a real byte-level vocabulary
+    "test-gpt-oss": { ...base, name: "test-gpt-oss", nLayer: 2, nEmbd: 256, nHead: 4, nHeadKv: 2, headDim: 64, nExpert: 8, nExpertUsed: 2, nFfExp: 256, nFf: 256, nVocab: 1024, nCtxTrain: 4096 },
+  },
+  write(sh: Shape, t: SynthTensors): void {
+    const w = t.w, n = t.nLayer;
+    w.u32(`${A}.block_count`, n);
+    w.u32(`${A}.context_length`, sh.nCtxTrain);
+    w.u32(`${A}.embedding_length`, sh.nEmbd);
+    w.u32(`${A}.feed_forward_length`, sh.nFf);
+    w.u32(`${A}.attention.head_count`, sh.nHead);
+    w.u32(`${A}.attention.head_count_kv`, sh.nHeadKv);
+    w.u32(`${A}.attention.key_length`, sh.headDim);
+    w.u32(`${A}.attention.value_length`, sh.headDim);
+    w.u32(`${A}.attention.sliding_window`, WINDOW);
+    w.f32(`${A}.rope.freq_base`, sh.ropeBase);
+    w.str(`${A}.rope.scaling.type`, "yarn");
+    w.f32(`${A}.rope.scaling.factor`, YARN_FACTOR);
+    w.u32(`${A}.rope.scaling.original_context_length`, YARN_ORIG);
+    w.f32(`${A}.attention.layer_norm_rms_epsilon`, sh.eps);
+    w.u32(`${A}.expert_count`, sh.nExpert);
+    w.u32(`${A}.expert_used_count`, sh.nExpertUsed);
+    w.u32(`${A}.expert_feed_forward_length`, sh.nFfExp);
+    const E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim, F = sh.nFfExp, X = sh.nExpert;
+    t.mat("token_embd.weight", "token_embd", -1, [E, sh.nVocab], 1.0);
+    for (let i = 0; i < n; i++) {
+      const p = `blk.${i}.`;
+      t.ones(`${p}attn_norm.weight`, [E]);
+      t.mat(`${p}attn_q.weight`, "attn_q", i, [E, qd]);
+      t.mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
+      t.mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
+      t.mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], 0.02 / Math.sqrt(n));
+      t.small(`${p}attn_q.bias`, [qd], 0.02);
+      t.small(`${p}attn_k.bias`, [kd], 0.02);
+      t.small(`${p}attn_v.bias`, [kd], 0.02);
+      t.small(`${p}attn_output.bias`, [E], 0.02);
+      t.small(`${p}attn_sinks.weight`, [sh.nHead], 0.5);
+      t.ones(`${p}post_attention_norm.weight`, [E]);
+      t.router(`${p}ffn_gate_inp.weight`, i, E, X);
+      t.small(`${p}ffn_gate_inp.bias`, [X], 0.02);
+      t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
+      t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
+      t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(n));
+      t.small(`${p}ffn_gate_exps.bias`, [F, X], 0.02);
+      t.small(`${p}ffn_up_exps.bias`, [F, X], 0.02);
+      t.small(`${p}ffn_down_exps.bias`, [E, X], 0.02);
+    }
+    t.ones("output_norm.weight", [E]);
+    t.mat("output.weight", "output", -1, [E, sh.nVocab]);
+  },
+};
+
+export const gptOss: ModelFamily = { archs: [A], hparams, program, synth };

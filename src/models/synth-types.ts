@@ -1,0 +1,45 @@
+// bloomery models: what a family file gives `synth` (src/cli/synth.ts): the real models it imitates
+// (their shapes) and how one of its models' metadata and tensors are written. synth owns the
+// generic parts (the vocabulary, the random fillers, the quant mixes' type rules).
+import type { GgufWriter } from "../gguf/index.ts";
+
+/** A real model's architecture sizes (what the quant mixes and the agent's size estimates read). */
+export interface Shape {
+  name: string;
+  arch: string;
+  nLayer: number;
+  nEmbd: number;
+  nHead: number;
+  nHeadKv: number;
+  headDim: number;
+  nExpert: number;
+  nExpertUsed: number;
+  nFfExp: number;
+  nFf: number;
+  nVocab: number;
+  nCtxTrain: number;
+  ropeBase: number;
+  eps: number;
+}
+
+/** What synth hands a family's writer: the writer for metadata, and tensor makers that fill by the quant mix. */
+export interface SynthTensors {
+  readonly w: GgufWriter;
+  /** layers written (the shape's, or --layers) */
+  readonly nLayer: number;
+  /** a matrix of the mix's type for its GGUF base name (`attn_q`, `ffn_gate_exps`, ...) at a layer (-1: none) */
+  mat(name: string, role: string, layer: number, ne: number[], std?: number): void;
+  /** an F32 vector of ones (norm weights) */
+  ones(name: string, ne: number[]): void;
+  /** an F32 tensor of small random values (biases, sinks) */
+  small(name: string, ne: number[], std: number): void;
+  /** an F32 router of n_embd x n_expert rows, skewed as --skew asks */
+  router(name: string, layer: number, nEmbd: number, nExpert: number): void;
+}
+
+export interface SynthFamily {
+  /** the real models by synth's name (`qwen3-30b-a3b`, ...) */
+  shapes: Record<string, Shape>;
+  /** writes the architecture's metadata and every tensor of the shape (nLayer from t) */
+  write(shape: Shape, t: SynthTensors): void;
+}

@@ -1,0 +1,52 @@
+// The family conformance table: each family's tiny model (GGUF) against its transformers fixture,
+// with the thresholds every backend is held to, declared once. test/families-cpu.test.ts runs it on
+// each CPU path, test/cuda-families.test.ts on the card.
+import { join } from "node:path";
+import { FIXTURES } from "../paths.ts";
+
+export interface FamilyRef { prompt: number[]; greedy: number[]; margins: number[]; last_logits: number[] }
+
+export interface FamilyCase {
+  /** the case's name: family and file */
+  name: string;
+  gguf: string;
+  /** transformers' outputs (ref.json's refs) */
+  ref: string;
+  /** max |logit - transformers'| of a prompt's last position: the exact path (f32 activations) */
+  exactTol: number;
+  /** the same with activations quantized as ggml does (the CPU's default path) */
+  ggmlTol: number;
+  /** the card's kernels (int8 / f16 activations, f16 KV) */
+  cudaTol: number;
+  /** a greedy token may part from transformers' only where its top-2 margin is below this */
+  clear: number;
+  /** the share of teacher-forced top-1 picks that must agree at margins of 0.1 or more (quantized activations) */
+  agree: number;
+  /** on the card: the refusal the load must give while the family is not ported (a pattern), or undefined: it runs */
+  cudaRefusal?: RegExp;
+}
+
+// the GPU machine reads the fixtures it was carried (BLOOMERY_FIXTURES)
+const FIX = process.env.BLOOMERY_FIXTURES ?? FIXTURES;
+const tiny = join(FIX, "tiny-qwen3moe"), fam = join(FIX, "families");
+
+export const FAMILY_CASES: FamilyCase[] = [
+  { name: "qwen3moe F16", gguf: join(tiny, "tiny.gguf"), ref: join(tiny, "ref.json"), exactTol: 5e-3, ggmlTol: 2e-2, cudaTol: 2e-2, clear: 0.02, agree: 0.85 },
+  { name: "qwen3moe Q8_0", gguf: join(tiny, "tiny-q8_0.gguf"), ref: join(tiny, "ref-q8_0.json"), exactTol: 5e-3, ggmlTol: 0.5, cudaTol: 0.5, clear: 0.02, agree: 0.85 },
+  // the 120-id prompt crosses the 16-position window four times; llama.cpp's own last logits are 1.3e-2 from transformers' there
+  {
+    name: "gpt-oss F16", gguf: join(fam, "gpt_oss", "gpt_oss.gguf"), ref: join(fam, "gpt_oss", "ref.json"), exactTol: 2e-2, ggmlTol: 4e-2, cudaTol: 5e-2,
+    clear: 0.02, agree: 0.9, cudaRefusal: /sliding-window attention \(a window of 16\) is not implemented on the card yet/,
+  },
+];
+
+export async function familyRefs(c: FamilyCase): Promise<FamilyRef[]> {
+  return (await Bun.file(c.ref).json()).refs;
+}
+
+/** The steps greedy decoding agrees with the reference before parting; a part must be at a margin below `clear`. */
+export function greedyAgreement(ours: number[], ref: FamilyRef): number {
+  let i = 0;
+  while (i < ref.greedy.length && ours[i] === ref.greedy[i]) i++;
+  return i;
+}

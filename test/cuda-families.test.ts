@@ -1,0 +1,63 @@
+// The family conformance table (test/conformance/families.ts) on the card: each tiny model against
+// transformers (last logits within the table's bound, greedy tokens equal wherever the reference's
+// margin is clear), and against the CPU's ggml path. A family the card does not run yet is refused
+// at load naming its op - checked wherever the CUDA library is built (no card needed).
+import { describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { cudaLib, cudaStatus } from "../ffi/cuda.ts";
+import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
+import { Model } from "../src/engine/model.ts";
+import { GgufFile } from "../src/gguf/index.ts";
+import { familyFor } from "../src/models/registry.ts";
+import { encodeProgram } from "../src/engine/program.ts";
+import { MappedWeights } from "../src/engine/weights.ts";
+import { greedy, maxAbsDiff } from "./model-fixtures.ts";
+import { FAMILY_CASES, familyRefs, greedyAgreement } from "./conformance/families.ts";
+
+const st = cudaStatus();
+const haveLib = cudaLib() !== null;
+if (!st.ok) console.log(`cuda-families: GPU runs skipped (${st.reason})${haveLib ? "; the refusals are checked" : ""}`);
+
+describe.skipIf(!haveLib)("what the card refuses, by op (no card needed)", () => {
+  for (const c of FAMILY_CASES) {
+    test(`${c.name}: ${c.cudaRefusal ? "refused naming its op" : "accepted by the fusion pass"}`, () => {
+      if (!existsSync(c.gguf)) return console.log(`skip: ${c.gguf} missing`);
+      const f = GgufFile.open(c.gguf);
+      const fam = familyFor(f), hp = fam.hparams(f);
+      const w = new MappedWeights(f, false);
+      try {
+        const why = cudaUnsupported(encodeProgram(fam.program(f, hp), (n) => w.tensor(n), hp.nEmbd, hp.nVocab));
+        if (c.cudaRefusal) expect(why).toMatch(c.cudaRefusal);
+        else expect(why).toBeUndefined();
+        if (why) console.log(`${c.name} on the card: ${why}`);
+      } finally {
+        w.close();
+      }
+    });
+  }
+});
+
+describe.skipIf(!st.ok)("family conformance on the card", () => {
+  for (const c of FAMILY_CASES.filter((k) => !k.cudaRefusal)) {
+    test(`${c.name}: logits within ${c.cudaTol} of transformers, greedy equal wherever the margin is clear, near the CPU's`, async () => {
+      if (!existsSync(c.gguf)) return console.log(`skip: ${c.gguf} was not carried to this machine`);
+      const refs = await familyRefs(c);
+      const card = Model.load(c.gguf, { nCtx: 256, nThreads: 2, nGpuLayers: "all" });
+      const cpu = Model.load(c.gguf, { nCtx: 256, nThreads: 2 });
+      try {
+        expect(card.backend.name).toBe("CUDA");
+        for (const r of refs) {
+          const lg = card.evalSequence(r.prompt, 0);
+          const d = maxAbsDiff(lg, r.last_logits), dc = maxAbsDiff(lg, cpu.evalSequence(r.prompt, 0));
+          const same = greedyAgreement(greedy(card, r.prompt, r.greedy.length), r);
+          console.log(`${c.name} card prompt ${r.prompt.length}: max |dlogit| ${d.toExponential(2)} (CPU ${dc.toExponential(2)}), greedy ${same}/${r.greedy.length}`);
+          expect(d).toBeLessThan(c.cudaTol);
+          if (same < r.greedy.length) expect(r.margins[same]).toBeLessThan(c.clear);
+        }
+      } finally {
+        card.close();
+        cpu.close();
+      }
+    });
+  }
+});

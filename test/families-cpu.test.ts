@@ -1,0 +1,66 @@
+// The family conformance table (test/conformance/families.ts) on the CPU: each tiny model against
+// transformers on the exact path (f32 activations), and with ggml's numerics on every CPU path this
+// machine runs (scalar, AVX2, AVX-512), with the table's thresholds.
+import { describe, expect, test } from "bun:test";
+import { cpuPath, cpuPaths, setCpuPath } from "../ffi/cpu-kernels.ts";
+import { Model } from "../src/engine/model.ts";
+import { hasFixtures } from "./paths.ts";
+import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
+import { FAMILY_CASES, familyRefs, greedyAgreement } from "./conformance/families.ts";
+
+function onPath<T>(path: string, f: () => T): T {
+  const was = cpuPath();
+  setCpuPath(path);
+  try {
+    return f();
+  } finally {
+    setCpuPath(was);
+  }
+}
+
+describe.skipIf(!hasFixtures)("family conformance on the CPU", () => {
+  for (const c of FAMILY_CASES) {
+    test(`${c.name}: exact path: logits within ${c.exactTol}, greedy equal wherever the margin is clear`, async () => {
+      const m = Model.load(c.gguf, { nCtx: 256, nThreads: 2, exact: true });
+      try {
+        for (const r of await familyRefs(c)) {
+          const d = maxAbsDiff(m.evalSequence(r.prompt, 0), r.last_logits);
+          const same = greedyAgreement(greedy(m, r.prompt, r.greedy.length), r);
+          console.log(`${c.name} exact prompt ${r.prompt.length}: max |dlogit| ${d.toExponential(2)}, greedy ${same}/${r.greedy.length}`);
+          expect(d).toBeLessThan(c.exactTol);
+          if (same < r.greedy.length) expect(r.margins[same]).toBeLessThan(c.clear);
+        }
+      } finally {
+        m.close();
+      }
+    });
+
+    for (const path of cpuPaths()) {
+      test(`${c.name}: ggml numerics on the ${path} path: logits within ${c.ggmlTol}, teacher-forced top-1 agrees at clear margins`, async () => {
+        const refs = await familyRefs(c);
+        await onPath(path, async () => {
+          const m = Model.load(c.gguf, { nCtx: 256, nThreads: 2 });
+          try {
+            let clear = 0, agree = 0, worst = 0;
+            for (const r of refs) {
+              const d = maxAbsDiff(m.evalSequence(r.prompt, 0), r.last_logits);
+              worst = Math.max(worst, d);
+              expect(d).toBeLessThan(c.ggmlTol);
+              const all = m.evalSequence([...r.prompt, ...r.greedy], 0, 0, true);
+              const V = m.hp.nVocab;
+              for (let s = 0; s < r.greedy.length; s++) {
+                if (r.margins[s] < 0.1) continue;
+                clear++;
+                if (argmax(all.subarray((r.prompt.length - 1 + s) * V, (r.prompt.length + s) * V)) === r.greedy[s]) agree++;
+              }
+            }
+            console.log(`${c.name} ${path}: max |dlogit| ${worst.toExponential(2)}, teacher-forced top-1 ${agree}/${clear} at margins >= 0.1`);
+            expect(agree / clear).toBeGreaterThanOrEqual(c.agree);
+          } finally {
+            m.close();
+          }
+        });
+      });
+    }
+  }
+});
