@@ -73,7 +73,7 @@ describe("host hooks through the expert store (disk beside a card)", () => {
     expect(SLOTS).toBeGreaterThanOrEqual(m.hp.nExpertUsed);
   });
 
-  test("bl_cpu_block_rows: 16 rows and rows one at a time, the same bits as the mapped block", () => {
+  test("bl_cpu_ops_rows: 16 rows and rows one at a time, the same bits as the mapped block", () => {
     const before = store.stats();
     for (const bi of diskBlocks) {
       for (let rep = 0; rep < 2; rep++) {

@@ -170,15 +170,10 @@ describe.skipIf(!hasChromium)("the web UI in Chromium", () => {
     await page.waitForFunction(`Number(document.querySelector(".placement").dataset.steps) >= ${stepsBefore + 16}`, undefined, { timeout: 15000 });
     expect(await page.locator("[data-testid=step-chart] .bar").count()).toBeGreaterThan(0);
     const s = (await (await fetch(`${demo.url}/placement/state`)).json()) as PlacementState;
-    if (s.picks.available) {
-      // a backend that counts picks: the request's picks warm some cells
-      await page.waitForFunction(`[...document.querySelectorAll("[data-testid=heatmap] .cell")].some((c, i) => Number(c.dataset.heat) > Number(${JSON.stringify(heatBefore)}[i] || 0))`, undefined, { timeout: 15000 });
-    } else {
-      // the CPU backend does not count them yet: the page says so where the heat would be
-      expect(heatBefore.every((h) => h === "")).toBe(true);
-      expect(await page.locator("[data-testid=heat-unavailable]").isVisible()).toBe(true);
-      expect(await page.locator("[data-testid=heat-unavailable]").textContent()).toContain("not reported by this backend yet");
-    }
+    // the CPU backend counts its routers' picks (bl_cpu_expert_picks): the request's picks warm some cells
+    expect(s.picks.available).toBe(true);
+    await page.waitForFunction(`[...document.querySelectorAll("[data-testid=heatmap] .cell")].some((c, i) => Number(c.dataset.heat) > Number(${JSON.stringify(heatBefore)}[i] || 0))`, undefined, { timeout: 15000 });
+    expect(await page.locator("[data-testid=heat-unavailable]").isVisible()).toBe(false);
     await page.click("[data-testid=tab-chat]");
     expect(new URL(page.url()).pathname).toBe("/");
     await page.waitForSelector("[data-testid=input]");

@@ -37,12 +37,12 @@ function withPicks(m: Model, picks: () => Float64Array | undefined): Model {
 }
 
 describe("the placement picture", () => {
-  test("the demo model: 4 MoE layers of 8 experts in host RAM; the CPU backend does not report picks yet", () => {
+  test("the demo model: 4 MoE layers of 8 experts in host RAM; the CPU backend reports its routers' picks (none before a forward pass)", () => {
     const s = scheduler(model);
     const st = placementState({ model, cache: s.cache, steps: s.steps, stats: s.stats(), heat: new ExpertHeat() }, true);
     expect(st.backend).toBe("CPU");
     expect(st.layers.map((l) => [l.layer, l.tier, l.n_expert])).toEqual([[0, "host", 8], [1, "host", 8], [2, "host", 8], [3, "host", 8]]);
-    expect(st.picks).toEqual({ available: false, reason: expect.stringContaining("not reported by this backend yet") as unknown as string, heat_half_life_ms: HEAT_HALF_LIFE_MS, total: 0 });
+    expect(st.picks).toEqual({ available: true, heat_half_life_ms: HEAT_HALF_LIFE_MS, total: 0 });
     expect(st.plan).toBeNull(); // loaded without a plan: the tier comes from the backend
     expect(st.steps).toEqual({ total: 0, recent: [] });
   });

@@ -118,7 +118,7 @@ describe("the built-in pages", () => {
 });
 
 describe("GET /placement/state", () => {
-  test("per layer the tier and the demo model's 8 experts; picks say they are not reported by the CPU backend yet", async () => {
+  test("per layer the tier and the demo model's 8 experts; the CPU's router picks counted, two a token a layer", async () => {
     const s = await state(ui.url);
     expect(s.object).toBe("bloomery.placement");
     expect(s.backend).toBe("CPU");
@@ -131,10 +131,13 @@ describe("GET /placement/state", () => {
     expect(s.plan?.line).toStartWith("placement: host:");
     expect(s.promotion).toBeNull();
     expect(s.expert_cache).toBeNull();
-    // the CPU router keeps no per-expert counts today: the endpoint says so instead of showing zeros
-    expect(s.picks.available).toBe(false);
-    expect(s.picks.reason).toContain("not reported by this backend yet");
-    expect(s.layers.every((l) => l.picks === null && l.heat === null)).toBe(true);
+    // the CPU router counts its picks (bl_cpu_expert_picks): each layer's are n_expert_used a token routed so far
+    expect(s.picks.available).toBe(true);
+    expect(s.picks.reason).toBeUndefined();
+    const sums = s.layers.map((l) => l.picks!.reduce((a, b) => a + b, 0));
+    expect(new Set(sums).size).toBe(1);
+    expect(sums[0] % s.n_expert_used).toBe(0);
+    expect(s.picks.total).toBe(sums[0] * s.layers.length);
   });
 
   test("each forward pass is a step with its tokens and time (all on the CPU here); prompt cache entries appear", async () => {

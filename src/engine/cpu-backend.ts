@@ -68,12 +68,19 @@ export class CpuBackend implements Backend {
     return ctxThreads(this.ctx);
   }
 
-  /**
-   * Not reported yet: the router (ffi/cpu/moe.c) keeps no per-expert counts. Pending a native
-   * counter (bl_cpu_expert_picks, asked of the native owner), the placement view says so.
-   */
-  expertPicks(): Float64Array | undefined {
-    return undefined;
+  /** The routers' picks since load (bl_cpu_expert_picks), a row of the largest expert count for each EXPERTS op in program order. */
+  expertPicks(): Float64Array {
+    const ops = this.prog.expertOps();
+    const layerOf = ops.map((i) => Number(this.prog.getInt(i, "layer")));
+    const E = Math.max(1, ...ops.map((i) => Number(this.prog.getInt(i, "n_expert"))));
+    const L = Math.max(0, ...layerOf) + 1;
+    const raw = new BigInt64Array(Math.max(1, L * E));
+    check(cpu().bl_cpu_expert_picks(this.ctx, L, E, ptr(raw), 0), "reading the expert picks");
+    const out = new Float64Array(ops.length * E);
+    layerOf.forEach((l, k) => {
+      for (let e = 0; e < E; e++) out[k * E + e] = Number(raw[l * E + e]);
+    });
+    return out;
   }
 
   kvPosBytes(): number {

@@ -8,7 +8,7 @@ import type { PromptCache } from "./prompt-cache.ts";
 import type { StepLog, StepRecord } from "./step-log.ts";
 import type { EngineStats } from "./protocol.ts";
 import type { Tier } from "./plan.ts";
-import { expertLayer } from "./plan.ts";
+import { expertTensors } from "../models/ops.ts";
 import type { PlacementLayer, PlacementState, PlacementStep, TierTotals } from "./placement-types.ts";
 
 export type { PlacementState } from "./placement-types.ts";
@@ -31,14 +31,13 @@ const layersOf = new WeakMap<Model, MoeLayer[]>();
 function moeLayers(m: Model): MoeLayer[] {
   const known = layersOf.get(m);
   if (known) return known;
-  const byLayer = new Map<number, MoeLayer>();
+  // the program's EXPERTS ops in program order (Backend.expertPicks' rows), each tier from the plan of its tensors
   const fallback: Tier = m.experts ? "disk" : m.backend.name === "CPU" ? "host" : "card";
-  for (const t of m.gguf.tensors.values()) {
-    const l = expertLayer(t.name);
-    if (l === null || byLayer.has(l)) continue;
-    byLayer.set(l, { layer: l, tier: m.plan?.where.get(t.name) ?? fallback, nExpert: t.ne[2] ?? m.hp.nExpert });
-  }
-  const out = [...byLayer.values()].sort((a, b) => a.layer - b.layer);
+  const out = m.program.expertOps().map((i) => {
+    const op = m.program.ops[i];
+    const names = expertTensors(op);
+    return { layer: op.layer, tier: (names.length ? m.plan?.where.get(names[0]) : undefined) ?? fallback, nExpert: op.params.n_expert ?? m.hp.nExpert };
+  });
   layersOf.set(m, out);
   return out;
 }
@@ -70,7 +69,7 @@ export class ExpertHeat {
 }
 
 const NOT_COUNTED: Record<string, string> = {
-  CPU: "not reported by this backend yet: the CPU router does not count picks per expert (a native counter is pending)",
+  CUDA: "not reported by this backend yet: the card's routers do not count picks per expert (the CPU's do)",
 };
 
 function stepJson(r: StepRecord): PlacementStep {
