@@ -571,7 +571,7 @@ describe("help's layout", () => {
   const end = text.indexOf("----- not supported yet (");
 
   test("the subcommands are listed first, each with what it does", () => {
-    for (const sub of ["generate -m FILE", "bench -m FILE", "synth MODEL[:QUANT] -o FILE", "version"]) expect(text.indexOf(`\n  ${sub}`)).toBeGreaterThan(0);
+    for (const sub of ["generate -m FILE", "bench -m FILE", "synth MODEL[:QUANT] -o FILE", "perplexity -m FILE -f TEXT", "version"]) expect(text.indexOf(`\n  ${sub}`)).toBeGreaterThan(0);
     expect(text.indexOf("subcommands:")).toBeLessThan(text.indexOf("----- common params -----"));
     expect(text).toContain("bloomery-serve --recommend [--json]");
   });
@@ -589,7 +589,8 @@ describe("help's layout", () => {
     }
     const flat = tail.replace(/\s+/g, " ");
     for (const reason of new Set(refused.map((d) => (d.support as { refused: string }).refused))) expect(flat.split(`${reason}:`).length).toBe(2);
-    expect(tail).toContain("--ui/--webui/--no-ui/--no-webui (--no-ui is accepted: bloomery does that anyway)");
+    // a refused flag whose "off" spelling is accepted says so
+    expect(tail).toContain("--mmproj-auto/--no-mmproj/--no-mmproj-auto (--no-mmproj is accepted: bloomery does that anyway)");
   });
 
   test("it is half as long as it was (839 lines, 185 of them notes)", () => {
