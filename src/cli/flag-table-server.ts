@@ -52,7 +52,8 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     key: "nParallel", default: -1, defaultText: "-1, auto", check: notZero,
     help: "number of slots, requests served at once. With N, each slot gets -c divided by N (as llama-server splits it). With auto (-1), " +
       "each slot gets --slot-ctx, else the whole -c; with -c 0 (or none) the slots share the model's training context (or what fits), " +
-      "each at least 4,096 tokens; the count is the most slots, up to 8, whose f16 KV cache fits beside the weights the plan puts there " +
+      "each holding at least 32,768 tokens (a coding agent's first turn) or all of a shorter context, which up to 4 slots then each hold; " +
+      "the count is the most slots, up to 8, whose f16 KV cache fits beside the weights the plan puts there " +
       "in the card's free memory (or beside the weights and --cache-ram in the host's usable RAM)",
     group: G, support: "supported",
   },

@@ -5,7 +5,7 @@ import { Elysia } from "elysia";
 import { anthropicCountTokens, anthropicMessages } from "./anthropic.ts";
 import { chatCompletion } from "./chat.ts";
 import { nativeCompletion, oaiCompletion } from "./completion.ts";
-import { ApiError, badRequest, errorResponse, toApiError } from "./errors.ts";
+import { ApiError, badRequest, errorResponse, shownValue, toApiError } from "./errors.ts";
 import { responsesCreate, responsesInputTokens } from "./responses.ts";
 import * as info from "./routes-info.ts";
 import {
@@ -56,12 +56,6 @@ function expected(schema: ValidationIssue["schema"]): string | undefined {
   return schema.type;
 }
 
-function shown(v: unknown): string {
-  const s = JSON.stringify(v);
-  if (s === undefined) return String(v);
-  return s.length > 60 ? `${s.slice(0, 57)}...` : s;
-}
-
 /** Elysia's validation error as llama's 400 naming the field. */
 function validationError(error: unknown): ApiError {
   let issues: ValidationIssue[] = [];
@@ -75,7 +69,7 @@ function validationError(error: unknown): ApiError {
   const field = fieldOfPath(first.path ?? "");
   if (first.message === "Expected required property") return badRequest(`Field '${field}': is required`);
   const want = expected(first.schema);
-  const detail = want ? `expected ${want}, got ${shown(first.value)}` : (first.summary ?? first.message ?? "invalid value");
+  const detail = want ? `expected ${want}, got ${shownValue(first.value)}` : (first.summary ?? first.message ?? "invalid value");
   return badRequest(`Field '${field}': ${detail}`);
 }
 

@@ -43,6 +43,25 @@ export class ApiError extends Error {
   }
 }
 
+/** Longest piece of a client's input an error message repeats. */
+export const SHOWN_MAX = 60;
+
+/**
+ * A client's value as an error message may repeat it: JSON (strings quoted, control characters
+ * escaped, also DEL, C1 controls and the line separators a terminal or log would act on), cut to
+ * `max` characters with "..." so a huge or hostile value never fills a log or a response.
+ */
+export function shownValue(v: unknown, max = SHOWN_MAX): string {
+  let s: string;
+  try {
+    s = JSON.stringify(typeof v === "string" && v.length > 4 * max ? v.slice(0, 4 * max) : v) ?? String(v);
+  } catch {
+    s = String(v);
+  }
+  s = s.replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return s.length > max ? `${s.slice(0, max - 3)}...` : s;
+}
+
 /** A bad request field: 400 naming the field as llama-server does ("Field 'x': ..."). */
 export function badField(field: string, detail: string): ApiError {
   return new ApiError("invalid_request_error", `Field '${field}': ${detail}`);
