@@ -19,5 +19,5 @@ run([bun, "scripts/build-native.ts", ...process.argv.slice(2)]);
 
 prepareDemoAsset(root);
 mkdirSync(join(root, "dist"), { recursive: true });
-run([bun, "build", "--compile", "src/cli/main.ts", "src/engine/worker.ts", "--outfile", "dist/bloomery-serve"]);
+run([bun, "build", "--compile", "src/cli/main.ts", "src/engine/worker.ts", "src/server/body-worker.ts", "--outfile", "dist/bloomery-serve"]);
 console.log("build: dist/bloomery-serve");

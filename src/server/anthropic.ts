@@ -176,7 +176,7 @@ function anthropicError(e: ApiError): Obj {
 export async function anthropicMessages(ctx: ServerContext, body: Obj, request: Request): Promise<Response> {
   const chat = anthropicToChat(body);
   chat.n = 1;
-  const prep = prepareChat(ctx, chat);
+  const prep = await prepareChat(ctx, chat);
   const set = GenerationSet.start(ctx, prep.specs, request.signal);
   const id = `msg_${randomString(24)}`;
   const nPrompt = prep.tokens.length;
@@ -253,9 +253,9 @@ export async function anthropicMessages(ctx: ServerContext, body: Obj, request: 
 }
 
 /** POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt. */
-export function anthropicCountTokens(ctx: ServerContext, body: Obj): Response {
+export async function anthropicCountTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const chat = anthropicToChat(body);
   const r = renderChatPrompt(ctx, chat);
-  const n = ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length;
+  const n = (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length;
   return Response.json({ input_tokens: n });
 }

@@ -5,6 +5,7 @@ import { Elysia } from "elysia";
 import { anthropicCountTokens, anthropicMessages } from "./anthropic.ts";
 import { chatCompletion } from "./chat.ts";
 import { nativeCompletion, oaiCompletion } from "./completion.ts";
+import { BodyError } from "./body-client.ts";
 import { ApiError, badRequest, errorResponse, shownValue, toApiError } from "./errors.ts";
 import { responsesCreate, responsesInputTokens } from "./responses.ts";
 import * as info from "./routes-info.ts";
@@ -81,8 +82,10 @@ export function buildApp(ctx: ServerContext, maxBodyBytes: number) {
       if (size > maxBodyBytes) throw new ApiError("invalid_request_error", `the request body (${size} bytes) is larger than the limit of ${maxBodyBytes} bytes`, {}, 413);
       if (text.trim() === "") throw new BodyParseError("the request body is empty; expected a JSON object");
       try {
-        return JSON.parse(text) as unknown;
+        // past a few KiB in the body worker: a large or deeply nested body never blocks other requests
+        return await ctx.body.parse(text);
       } catch (e) {
+        if (e instanceof BodyError && e.kind === "depth") throw new BodyParseError(e.message);
         throw new BodyParseError(`the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
       }
     })

@@ -1,6 +1,7 @@
 // bloomery server: what runs before and after every route, as llama-server's pre-routing
 // handler: CORS (preflight and headers), 503 while the model loads, API keys (Bearer or
-// X-Api-Key; health and model listing stay public), the body size limit, and never a crash.
+// X-Api-Key; health and model listing stay public), the body read under the idle timeout and
+// the size limit, the route from the path alone (whatever the Host header), and never a crash.
 import type { Server } from "bun";
 import { ApiError, errorResponse } from "./errors.ts";
 import type { ServerContext } from "./state.ts";
@@ -51,6 +52,51 @@ function withHeaders(res: Response, headers: Record<string, string>): Response {
 
 export type Handler = (req: Request) => Promise<Response> | Response;
 
+/** A body larger than the limit: 413 (before more of it is read). */
+function tooLarge(size: number | string, max: number): ApiError {
+  return new ApiError("invalid_request_error", `the request body (${size} bytes) is larger than the limit of ${max} bytes`, {}, 413);
+}
+
+/**
+ * Reads the body (while the connection's idle timeout still applies: a client that sends headers
+ * and no body is closed by -to), refusing it once it passes `max` bytes.
+ */
+async function readBody(req: Request, max: number): Promise<Uint8Array> {
+  if (!req.body) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  const reader = req.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.byteLength;
+    if (n > max) {
+      void reader.cancel().catch(() => {});
+      throw tooLarge(`more than ${max}`, max);
+    }
+    parts.push(value);
+  }
+  if (parts.length === 1) return parts[0];
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
+/** The path of a request URL, parsed in full (Elysia's router reads it by position, which a Host of under 4 characters or none throws off). */
+function pathOf(url: string): { path: string; search: string } {
+  try {
+    const u = new URL(url);
+    return { path: u.pathname, search: u.search };
+  } catch {
+    const m = /^[a-z]+:\/\/[^/?#]*([^?#]*)(\?[^#]*)?/i.exec(url);
+    return { path: m?.[1] || "/", search: m?.[2] ?? "" };
+  }
+}
+
 /** Wraps the router with llama's middleware; the result is Bun.serve's fetch. */
 export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
   return async (req: Request, server: Server<undefined>): Promise<Response> => {
@@ -70,7 +116,7 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
         });
       }
       if (!ctx.ready) return errorResponse(new ApiError("unavailable_error", "Loading model"), cors);
-      const path = new URL(req.url).pathname;
+      const { path, search } = pathOf(req.url);
       if (ctx.apiKeys.length > 0 && !PUBLIC_PATHS.has(path)) {
         const key = requestKey(req);
         if (!ctx.apiKeys.some((k) => sameKey(k, key))) {
@@ -79,14 +125,19 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
         }
       }
       const len = Number(req.headers.get("content-length") ?? "0");
-      if (len > o.maxBodyBytes) {
-        return errorResponse(new ApiError("invalid_request_error", `the request body (${len} bytes) is larger than the limit of ${o.maxBodyBytes} bytes`, {}, 413), cors);
-      }
+      if (len > o.maxBodyBytes) return errorResponse(tooLarge(len, o.maxBodyBytes), cors);
+      const hasBody = req.method !== "GET" && req.method !== "HEAD";
+      const body = hasBody ? await readBody(req, o.maxBodyBytes) : undefined;
+      // the body is in: a generation may now run long without sending a byte
       if (req.method === "POST" && LONG_ROUTES.test(path)) server.timeout(req, 0);
-      const res = await route(req);
+      // the router sees a canonical URL: the path alone decides the route
+      const routed = new Request(`http://bloomery${path}${search}`, { method: req.method, headers: req.headers, body, signal: req.signal });
+      const res = await route(routed);
       return withHeaders(res, cors);
     } catch (e) {
+      if (e instanceof ApiError) return errorResponse(e, cors);
       const msg = e instanceof Error ? e.message : String(e);
+      if (req.signal.aborted) return new Response(null, { status: 499 }); // the client went away while its body was read
       ctx.log(`srv  error: unexpected failure: ${msg}`);
       return errorResponse(new ApiError("server_error", msg), cors);
     }

@@ -119,7 +119,7 @@ function outputItems(m: ParsedMessage, ids: Ids): Obj[] {
 export async function responsesCreate(ctx: ServerContext, body: Obj, request: Request): Promise<Response> {
   const chat = responsesToChat(body);
   chat.n = 1;
-  const prep = prepareChat(ctx, chat);
+  const prep = await prepareChat(ctx, chat);
   const set = GenerationSet.start(ctx, prep.specs, request.signal);
   const ids: Ids = { resp: `resp_${randomString()}`, reasoning: `rs_${randomString()}`, message: `msg_${randomString()}` };
   const nPrompt = prep.tokens.length;
@@ -210,7 +210,7 @@ export async function responsesCreate(ctx: ServerContext, body: Obj, request: Re
 }
 
 /** POST /v1/responses/input_tokens: the prompt's token count. */
-export function responsesInputTokens(ctx: ServerContext, body: Obj): Response {
+export async function responsesInputTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const r = renderChatPrompt(ctx, responsesToChat(body));
-  return Response.json({ object: "response.input_tokens", input_tokens: ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length });
+  return Response.json({ object: "response.input_tokens", input_tokens: (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length });
 }

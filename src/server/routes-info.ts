@@ -153,11 +153,11 @@ function validUtf8(bytes: Uint8Array): boolean {
   }
 }
 
-export function tokenize(ctx: ServerContext, body: Obj): Response {
+export async function tokenize(ctx: ServerContext, body: Obj): Promise<Response> {
   const tok = ctx.tokenizer;
   const c = body.content;
   if (c === undefined || c === null) return Response.json({ tokens: [] });
-  const ids = tokenizeMixed(tok, c as string | (string | number)[], body.add_special === true, body.parse_special !== false, "content");
+  const ids = await tokenizeMixed(ctx, c as string | (string | number)[], body.add_special === true, body.parse_special !== false, "content");
   if (body.with_pieces !== true) return Response.json({ tokens: ids });
   return Response.json({
     tokens: ids.map((id) => {
@@ -181,9 +181,9 @@ export function applyTemplate(ctx: ServerContext, body: Obj): Response {
 }
 
 /** POST /v1/chat/completions/input_tokens: the rendered prompt's token count. */
-export function chatInputTokens(ctx: ServerContext, body: Obj): Response {
+export async function chatInputTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const r = renderChatPrompt(ctx, body);
-  return Response.json({ object: "response.input_tokens", input_tokens: ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length });
+  return Response.json({ object: "response.input_tokens", input_tokens: (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length });
 }
 
 /** The routes that exist in llama-server but need a model or flag this server does not offer. */

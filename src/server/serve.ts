@@ -157,6 +157,7 @@ async function serve(
   const maxBodyBytes = envInt(env, "BLOOMERY_MAX_BODY_MB", DEFAULT_MAX_BODY_MB) * 1024 * 1024;
   const loadDelayMs = envInt(env, "BLOOMERY_TEST_LOAD_DELAY_MS", 0);
   const ctx = new ServerContext(o, apiKeys, log);
+  ctx.body.start();
 
   // listen first: /health answers 503 while the model loads
   const app = buildApp(ctx, maxBodyBytes);
@@ -201,6 +202,7 @@ async function serve(
     process.off("SIGTERM", onSignal);
     for (const s of servers) s.stop(true);
     ctx.client?.close();
+    ctx.body.close();
     return code;
   };
 
@@ -226,7 +228,9 @@ async function serve(
     if (loadDelayMs > 0) await Bun.sleep(loadDelayMs);
     const geometry = openGeometry(modelPath);
     const gguf = geometry.gguf as GgufFile;
-    ctx.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
+    const vocab = vocabFromMetadata((k) => gguf.raw(k));
+    ctx.tokenizer = Tokenizer.fromVocab(vocab);
+    ctx.body.setTokenizer(ctx.tokenizer, vocab);
     const plan = planStart({ o, explicit, argv, source: src, machine: machineFor(o, probe()), dryRun: false, geometry, path: modelPath });
     events.emit(plan.event);
     if (plan.refusal) throw plan.refusal;

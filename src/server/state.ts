@@ -6,6 +6,7 @@ import { type ChatFormat, detectChatFormat, getChatTemplate } from "../chat/inde
 import type { EngineClient } from "../engine/client.ts";
 import type { ModelInfo } from "../engine/protocol.ts";
 import type { Tokenizer } from "../tokenizer/index.ts";
+import { BodyWorker } from "./body-client.ts";
 import { Admission, Metrics } from "./metrics.ts";
 import type { ParamContext } from "./params.ts";
 
@@ -31,6 +32,8 @@ export class ServerContext {
   admission = new Admission(1, 0);
   /** the GGUF file loaded (for -hf, known once the download is done) */
   modelPath = "";
+  /** request bodies and prompt texts are parsed and tokenized here, large ones off the serving thread */
+  readonly body = new BodyWorker();
 
   constructor(
     readonly opts: ServerOptions,
@@ -79,6 +82,23 @@ export class ServerContext {
     if (modelTemplate === "" && flagTemplate === undefined) this.log("srv  load_model: the model has no chat template; using ChatML");
     this.template = CHATML_TEMPLATE;
     this.chatFormat = detectChatFormat(CHATML_TEMPLATE);
+  }
+
+  private longestPiece = 0;
+
+  /** The vocabulary's longest token in bytes (a text of N bytes is at least N / this many tokens). */
+  get maxTokenBytes(): number {
+    if (this.longestPiece === 0) {
+      let m = 1;
+      for (let i = 0; i < this.tokenizer.nVocab; i++) m = Math.max(m, this.tokenizer.tokenBytes(i).length);
+      this.longestPiece = m;
+    }
+    return this.longestPiece;
+  }
+
+  /** Token ids of a prompt text, off the serving thread when it is long. */
+  encodePrompt(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): Promise<number[]> {
+    return this.body.encode(text, opts);
   }
 
   paramContext(): ParamContext {
