@@ -9,7 +9,6 @@ const LOOKUP = "lookup decoding is not supported yet";
 const CHECKPOINTS = "context checkpoints are not supported yet";
 const MULTIMODAL = "multimodal projectors (images, audio, video) are not supported yet";
 const EMBED = "embeddings and reranking are not supported yet";
-const CORS = "CORS settings are not configurable yet";
 const WEBUI = "bloomery has no web UI";
 const AGENT = "built-in agent tools and MCP servers are not part of bloomery";
 const ROUTER = "router mode (several models behind one server) is not supported";
@@ -76,7 +75,11 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     value: { type: "list", of: { type: "string" }, split: ",", trim: true, dropEmpty: true },
     help: "model names the API answers to, comma-separated (default: the file name)", group: G, support: "supported",
   },
-  refuse(G, ["--tags"], ROUTER, "model tags, comma-separated (informational)", { hint: "STRING", env: "LLAMA_ARG_TAGS" }),
+  {
+    names: ["--tags"], hint: "STRING", env: "LLAMA_ARG_TAGS", key: "tags", default: [],
+    value: { type: "list", of: { type: "string" }, split: ",", trim: true, dropEmpty: true },
+    help: "model tags, comma-separated (informational: /v1/models lists them)", group: G, support: "supported",
+  },
   refuse(G, ["--embd-normalize"], EMBED, "embedding normalisation (-1 none, 0 max abs, 1 taxicab, 2 euclidean, >2 p-norm)", { hint: "N", default: 2 }),
   {
     names: ["--host"], hint: "HOST", env: "LLAMA_ARG_HOST", key: "hosts", default: ["127.0.0.1"], check: nonEmptyList,
@@ -89,10 +92,22 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
   },
   refuse(G, ["--reuse-port"], "SO_REUSEPORT is not supported yet", "let several sockets bind the same port", { env: "LLAMA_ARG_REUSE_PORT" }),
   refuse(G, ["--path"], "serving static files is not supported", "directory of static files to serve", { hint: "PATH", env: "LLAMA_ARG_STATIC_PATH" }),
-  refuse(G, ["--cors-origins"], CORS, "allowed CORS origins, comma-separated", { hint: "ORIGINS", env: "LLAMA_ARG_CORS_ORIGINS" }),
-  refuse(G, ["--cors-methods"], CORS, "allowed CORS methods, comma-separated", { hint: "METHODS", env: "LLAMA_ARG_CORS_METHODS" }),
-  refuse(G, ["--cors-headers"], CORS, "allowed CORS headers, comma-separated", { hint: "HEADERS", env: "LLAMA_ARG_CORS_HEADERS" }),
-  refuse(G, ["--cors-credentials"], CORS, "allow credentials in CORS requests", { neg: ["--no-cors-credentials"], env: "LLAMA_ARG_CORS_CREDENTIALS" }),
+  {
+    names: ["--cors-origins"], value: { type: "string", nonEmpty: true }, hint: "ORIGINS", env: "LLAMA_ARG_CORS_ORIGINS", key: "corsOrigins", default: "*",
+    help: "allowed CORS origins, comma-separated; 'localhost' reflects the Origin only when it is this machine", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-methods"], value: { type: "string", nonEmpty: true }, hint: "METHODS", env: "LLAMA_ARG_CORS_METHODS", key: "corsMethods", default: "GET, POST, DELETE, OPTIONS",
+    help: "allowed CORS methods, comma-separated", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-headers"], value: { type: "string", nonEmpty: true }, hint: "HEADERS", env: "LLAMA_ARG_CORS_HEADERS", key: "corsHeaders", default: "*",
+    help: "allowed CORS headers, comma-separated", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-credentials"], negNames: ["--no-cors-credentials"], value: { type: "bool" }, env: "LLAMA_ARG_CORS_CREDENTIALS", key: "corsCredentials", default: true,
+    help: "allow credentials in CORS requests (with --cors-origins * the Origin is echoed back)", group: G, support: "supported",
+  },
   refuse(G, ["--api-prefix"], "an API path prefix is not supported yet", "path prefix the API is served under", { hint: "PREFIX", env: "LLAMA_ARG_API_PREFIX" }),
   refuse(G, ["--ui-config", "--webui-config"], WEBUI, "JSON of web UI defaults", { hint: "JSON", env: "LLAMA_ARG_UI_CONFIG" }),
   refuse(G, ["--ui-config-file", "--webui-config-file"], WEBUI, "file of web UI defaults", { hint: "PATH", env: "LLAMA_ARG_UI_CONFIG_FILE" }),

@@ -115,6 +115,13 @@ export interface ServerOptions {
   readonly slots: boolean;
   readonly props: boolean;
   readonly slotSavePath: string | undefined;
+  /** llama-server's CORS settings */
+  readonly corsOrigins: string;
+  readonly corsMethods: string;
+  readonly corsHeaders: string;
+  readonly corsCredentials: boolean;
+  /** --tags: listed with the model in /v1/models */
+  readonly tags: readonly string[];
 
   // sampling defaults (a request's own fields win)
   /** -1 = random. */
@@ -184,6 +191,11 @@ function bool(values: Values, key: string): boolean {
 function optStr(values: Values, key: string): string | undefined {
   const v = values[key];
   return v === undefined || typeof v === "string" ? v : wrongType(key, "a string", v);
+}
+
+function str(values: Values, key: string): string {
+  const v = values[key];
+  return typeof v === "string" ? v : wrongType(key, "a string", v);
 }
 
 function oneOf<T extends string>(values: Values, key: string, allowed: readonly T[]): T {
@@ -275,6 +287,11 @@ function buildOptions(v: Values): ServerOptions {
     slots: bool(v, "slots"),
     props: bool(v, "props"),
     slotSavePath: optStr(v, "slotSavePath"),
+    corsOrigins: str(v, "corsOrigins"),
+    corsMethods: str(v, "corsMethods"),
+    corsHeaders: str(v, "corsHeaders"),
+    corsCredentials: bool(v, "corsCredentials"),
+    tags: list(v, "tags", isString),
     seed: num(v, "seed"),
     temperature: Math.max(0, num(v, "temperature")),
     topK: num(v, "topK"),

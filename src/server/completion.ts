@@ -81,7 +81,7 @@ export async function nativeCompletion(ctx: ServerContext, body: Body, request: 
   const job = await prepare(ctx, body);
   const s = job.settings;
   const set = GenerationSet.start(ctx, job.specs, request.signal);
-  const genSettings = settingsJson(s, { grammar: job.grammar });
+  const genSettings = settingsJson(s, { grammar: job.grammar, eogIds: ctx.tokenizer.eogIds });
   const finalObj = (i: number, content: string, tokens: number[], d: DoneEvent, probs?: Record<string, unknown>[]) => {
     const prompt = job.prompts[job.promptOf[i]];
     const res: Record<string, unknown> = {

@@ -3,7 +3,8 @@
 // X-Api-Key; health and model listing stay public), the body read under the idle timeout and
 // the size limit, the route from the path alone (whatever the Host header), and never a crash.
 import type { Server } from "bun";
-import { ApiError, errorResponse } from "./errors.ts";
+import { ApiError, errorResponse, safeMessage } from "./errors.ts";
+import { loggedResponse, requestLine, type RequestTrace } from "./request-log.ts";
 import type { ServerContext } from "./state.ts";
 
 /** Routes that answer without an API key (API.md). */
@@ -33,10 +34,37 @@ export function requestKey(req: Request): string {
   return key.startsWith("Bearer ") ? key.slice("Bearer ".length) : key;
 }
 
-function corsHeaders(req: Request): Record<string, string> {
-  // llama's default: any origin, with credentials, so the Origin is echoed back
+/** llama-server's CORS settings (--cors-origins, --cors-methods, --cors-headers, --cors-credentials). */
+export interface CorsPolicy {
+  /** "*", "localhost" (reflect only a localhost Origin), or the value to send */
+  origins: string;
+  methods: string;
+  headers: string;
+  credentials: boolean;
+}
+
+/** An Origin whose host is this machine (llama-server's origin_is_localhost). */
+export function originIsLocalhost(origin: string): boolean {
+  try {
+    const h = new URL(origin).hostname;
+    return h === "localhost" || h === "127.0.0.1" || h === "[::1]" || h === "::1";
+  } catch {
+    return false;
+  }
+}
+
+function corsHeaders(req: Request, p: CorsPolicy, log: (line: string) => void): Record<string, string> {
   const origin = req.headers.get("origin");
-  return { "Access-Control-Allow-Origin": origin ?? "*", ...(origin ? { Vary: "Origin" } : {}) };
+  if (p.origins === "*" && p.credentials) {
+    // llama's default: any origin, with credentials, so the Origin is echoed back
+    return { "Access-Control-Allow-Origin": origin ?? "*", ...(origin ? { Vary: "Origin" } : {}) };
+  }
+  if (p.origins === "localhost") {
+    if (origin && originIsLocalhost(origin)) return { "Access-Control-Allow-Origin": origin, Vary: "Origin" };
+    if (origin) log(`srv  log_server_r: (CORS) skip non-localhost origin: ${safeMessage(origin.slice(0, 200))}`);
+    return {};
+  }
+  return { "Access-Control-Allow-Origin": p.origins };
 }
 
 function withHeaders(res: Response, headers: Record<string, string>): Response {
@@ -100,46 +128,60 @@ function pathOf(url: string): { path: string; search: string } {
 /** Wraps the router with llama's middleware; the result is Bun.serve's fetch. */
 export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
   return async (req: Request, server: Server<undefined>): Promise<Response> => {
-    const cors = corsHeaders(req);
+    const cors = corsHeaders(req, ctx.cors, ctx.log);
+    const trace: RequestTrace = { t0: performance.now(), done: [] };
+    const { path, search } = pathOf(req.url);
+    const client = (() => {
+      try {
+        return server.requestIP(req)?.address ?? "-";
+      } catch {
+        return "-";
+      }
+    })();
+    const done = (res: Response): Response =>
+      loggedResponse(res, () => {
+        const line = requestLine(req.method, path, client, res.status, trace);
+        if (line) ctx.log(line);
+      });
     try {
       if (req.method === "OPTIONS") {
         return new Response("", {
           status: 200,
           headers: {
             ...cors,
-            "Access-Control-Allow-Credentials": "true",
-            "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-            "Access-Control-Allow-Headers": req.headers.get("access-control-request-headers") ?? "*",
+            "Access-Control-Allow-Credentials": ctx.cors.credentials ? "true" : "false",
+            "Access-Control-Allow-Methods": ctx.cors.methods,
+            "Access-Control-Allow-Headers": ctx.cors.headers === "*" ? (req.headers.get("access-control-request-headers") ?? "*") : ctx.cors.headers,
             "Access-Control-Max-Age": "86400",
             "Content-Type": "text/html",
           },
         });
       }
       if (!ctx.ready) return errorResponse(new ApiError("unavailable_error", "Loading model"), cors);
-      const { path, search } = pathOf(req.url);
       if (ctx.apiKeys.length > 0 && !PUBLIC_PATHS.has(path)) {
         const key = requestKey(req);
         if (!ctx.apiKeys.some((k) => sameKey(k, key))) {
           ctx.log("srv  log_server_r: unauthorized: Invalid API Key");
-          return errorResponse(new ApiError("authentication_error", "Invalid API Key"), cors);
+          return done(errorResponse(new ApiError("authentication_error", "Invalid API Key"), cors));
         }
       }
       const len = Number(req.headers.get("content-length") ?? "0");
-      if (len > o.maxBodyBytes) return errorResponse(tooLarge(len, o.maxBodyBytes), cors);
+      if (len > o.maxBodyBytes) return done(errorResponse(tooLarge(len, o.maxBodyBytes), cors));
       const hasBody = req.method !== "GET" && req.method !== "HEAD";
       const body = hasBody ? await readBody(req, o.maxBodyBytes) : undefined;
       // the body is in: a generation may now run long without sending a byte
       if (req.method === "POST" && LONG_ROUTES.test(path)) server.timeout(req, 0);
       // the router sees a canonical URL: the path alone decides the route
       const routed = new Request(`http://bloomery${path}${search}`, { method: req.method, headers: req.headers, body, signal: req.signal });
+      ctx.traces.set(routed.signal, trace);
       const res = await route(routed);
-      return withHeaders(res, cors);
+      return done(withHeaders(res, cors));
     } catch (e) {
-      if (e instanceof ApiError) return errorResponse(e, cors);
+      if (e instanceof ApiError) return done(errorResponse(e, cors));
       const msg = e instanceof Error ? e.message : String(e);
       if (req.signal.aborted) return new Response(null, { status: 499 }); // the client went away while its body was read
       ctx.log(`srv  error: unexpected failure: ${msg}`);
-      return errorResponse(new ApiError("server_error", msg), cors);
+      return done(errorResponse(new ApiError("server_error", msg), cors));
     }
   };
 }

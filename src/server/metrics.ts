@@ -128,8 +128,14 @@ export class Admission {
     return Math.min(this.active, this.slots);
   }
 
-  /** Reserve room for `n` generations or throw the 503. */
+  /** Reserve room for `n` generations or throw the 503 (a 400 when `n` could never fit, however idle the server). */
   acquire(n: number): void {
+    if (n > this.slots + this.maxQueue) {
+      throw new ApiError(
+        "invalid_request_error",
+        `the request asks for ${n} generations at once (prompts x n), more than this server can ever hold: ${this.slots} slots and ${this.maxQueue} queue places; send fewer prompts or choices per request`,
+      );
+    }
     if (this.active + n > this.slots + this.maxQueue) {
       throw new ApiError(
         "unavailable_error",

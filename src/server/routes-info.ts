@@ -40,8 +40,8 @@ export function models(ctx: ServerContext): Response {
     data: [
       {
         id: ctx.modelName,
-        aliases: ctx.opts.alias.slice(1),
-        tags: [],
+        aliases: [...ctx.opts.alias].sort(),
+        tags: [...ctx.opts.tags],
         object: "model",
         created,
         owned_by: "llamacpp",
@@ -107,7 +107,8 @@ export async function slots(ctx: ServerContext, query: URLSearchParams): Promise
 
 /** A bare file name (no directory parts), as llama's fs_validate_filename wants for slot files. */
 function validFilename(name: string): boolean {
-  return name.length > 0 && name.length <= 255 && !/[/\\\0]/.test(name) && name !== "." && name !== ".." && !/^\s|\s$/.test(name);
+  // no directory parts, no control characters (CR/LF would forge log lines), as fs_validate_filename
+  return name.length > 0 && name.length <= 255 && !/[/\\\x00-\x1f\x7f]/.test(name) && name !== "." && name !== ".." && !/^\s|\s$/.test(name);
 }
 
 /** POST /slots/{id}?action=save|restore|erase (needs --slot-save-path, as llama-server). */

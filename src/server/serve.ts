@@ -185,6 +185,7 @@ async function serve(
     throw new AgentError("E_INTERNAL", msg, commandLine([...withoutFlags(argv, { "--host": true, "--port": true }), "--host", "127.0.0.1", "--port", "0"]), code);
   }
   events.emit({ event: "listening", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls });
+  if (o.corsOrigins === "*" && apiKeys.length === 0) log("srv  init: security: no API key is set and CORS allows all origins (--cors-origins localhost, or --api-key)");
   if (apiKeys.length === 1) log(`srv  init: api_keys: ****${apiKeys[0].slice(-4)}`);
   else if (apiKeys.length > 1) log(`srv  init: api_keys: ${apiKeys.length} keys loaded`);
 

@@ -7,6 +7,8 @@ import type { EngineClient } from "../engine/client.ts";
 import type { ModelInfo } from "../engine/protocol.ts";
 import type { Tokenizer } from "../tokenizer/index.ts";
 import { BodyWorker } from "./body-client.ts";
+import type { CorsPolicy } from "./http.ts";
+import type { RequestTrace } from "./request-log.ts";
 import { Admission, Metrics } from "./metrics.ts";
 import type { ParamContext } from "./params.ts";
 
@@ -32,6 +34,10 @@ export class ServerContext {
   admission = new Admission(1, 0);
   /** the GGUF file loaded (for -hf, known once the download is done) */
   modelPath = "";
+  /** what each request did (its generations), by the signal of the request the routes see */
+  readonly traces = new WeakMap<AbortSignal, RequestTrace>();
+  /** llama-server's CORS settings */
+  readonly cors: CorsPolicy;
   /** request bodies and prompt texts are parsed and tokenized here, large ones off the serving thread */
   readonly body = new BodyWorker();
 
@@ -39,11 +45,13 @@ export class ServerContext {
     readonly opts: ServerOptions,
     readonly apiKeys: readonly string[],
     readonly log: Log,
-  ) {}
+  ) {
+    this.cors = { origins: opts.corsOrigins, methods: opts.corsMethods, headers: opts.corsHeaders, credentials: opts.corsCredentials };
+  }
 
-  /** model name answered in responses and /v1/models: the alias, else the -hf spec, else the file name */
+  /** model name answered in responses and /v1/models: the first alias in byte order (llama-server keeps them in a std::set), else the -hf spec, else the file name */
   get modelName(): string {
-    return this.opts.alias[0] ?? this.opts.hfRepo ?? basename(this.modelPath);
+    return [...this.opts.alias].sort()[0] ?? this.opts.hfRepo ?? basename(this.modelPath);
   }
 
   get ready(): boolean {
