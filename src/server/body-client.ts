@@ -72,9 +72,14 @@ export class BodyWorker {
     this.w.postMessage({ type: "vocab", vocab } satisfies BodyRequest);
   }
 
-  /** A request body as JSON; BodyError when it is not JSON or nests deeper than maxDepth. */
-  async parse(text: string): Promise<unknown> {
-    if (text.length <= INLINE_CHARS) {
+  /**
+   * A request body as JSON; BodyError when it is empty, not JSON, or nests deeper than maxDepth.
+   * Past INLINE_CHARS bytes the bytes move to the worker (no copy), which decodes and parses them.
+   */
+  async parse(bytes: Uint8Array): Promise<unknown> {
+    if (bytes.length <= INLINE_CHARS) {
+      const text = new TextDecoder().decode(bytes);
+      if (text.trim() === "") throw new BodyError("syntax", "the request body is empty; expected a JSON object");
       try {
         checkJsonDepth(text, this.maxDepth);
         return JSON.parse(text) as unknown;
@@ -82,7 +87,12 @@ export class BodyWorker {
         throw new BodyError(e instanceof JsonDepthError ? "depth" : "syntax", e instanceof Error ? e.message : String(e));
       }
     }
-    const r = await this.ask({ type: "parse", id: this.nextId++, text, maxDepth: this.maxDepth });
+    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
+    const id = this.nextId++;
+    const r = await new Promise<BodyReply>((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.w.postMessage({ type: "parse", id, bytes: own, maxDepth: this.maxDepth } satisfies BodyRequest, [own.buffer as ArrayBuffer]);
+    });
     if (!r.ok) throw new BodyError(r.kind === "depth" ? "depth" : "syntax", r.message);
     return (r as { value: unknown }).value;
   }

@@ -2,7 +2,7 @@
 
 export type BodyRequest =
   | { type: "vocab"; vocab: unknown }
-  | { type: "parse"; id: number; text: string; maxDepth: number }
+  | { type: "parse"; id: number; bytes: Uint8Array; maxDepth: number }
   | { type: "encode"; id: number; text: string; addSpecial: boolean; parseSpecial: boolean };
 
 export type BodyReply =

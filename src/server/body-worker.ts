@@ -29,8 +29,10 @@ function handle(m: BodyRequest): void {
   }
   if (m.type === "parse") {
     try {
-      checkJsonDepth(m.text, m.maxDepth);
-      reply({ id: m.id, ok: true, value: JSON.parse(m.text) as unknown });
+      const text = new TextDecoder().decode(m.bytes);
+      if (text.trim() === "") throw new SyntaxError("the request body is empty; expected a JSON object");
+      checkJsonDepth(text, m.maxDepth);
+      reply({ id: m.id, ok: true, value: JSON.parse(text) as unknown });
     } catch (e) {
       reply({ id: m.id, ok: false, kind: e instanceof JsonDepthError ? "depth" : "syntax", message: message(e) });
     }

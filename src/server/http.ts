@@ -80,6 +80,9 @@ function withHeaders(res: Response, headers: Record<string, string>): Response {
 
 export type Handler = (req: Request) => Promise<Response> | Response;
 
+/** A request body as the middleware parsed it: its JSON, or why it is not JSON. */
+export type ParsedBody = { value: unknown; error?: undefined } | { error: unknown; value?: undefined };
+
 /** A body larger than the limit: 413 (before more of it is read). */
 function tooLarge(size: number | string, max: number): ApiError {
   return new ApiError("invalid_request_error", `the request body (${size} bytes) is larger than the limit of ${max} bytes`, {}, 413);
@@ -114,22 +117,23 @@ async function readBody(req: Request, max: number): Promise<Uint8Array> {
   return out;
 }
 
-/** The path of a request URL, parsed in full (Elysia's router reads it by position, which a Host of under 4 characters or none throws off). */
-function pathOf(url: string): { path: string; search: string } {
-  try {
-    const u = new URL(url);
-    return { path: u.pathname, search: u.search };
-  } catch {
-    const m = /^[a-z]+:\/\/[^/?#]*([^?#]*)(\?[^#]*)?/i.exec(url);
-    return { path: m?.[1] || "/", search: m?.[2] ?? "" };
-  }
+/**
+ * The path and query of a request URL, read after the authority by hand: Elysia's router reads it
+ * by position (a Host of under 4 characters throws it off), and WHATWG URL parsing takes the path
+ * of "http:///health" (a request with no Host header) for the host.
+ */
+export function pathOf(url: string): { path: string; search: string } {
+  // Bun gives a request without a Host header its path alone ("/health")
+  const m = /^(?:[a-z][a-z0-9+.-]*:\/\/[^/?#]*)?([^?#]*)(\?[^#]*)?/i.exec(url);
+  if (!m) return { path: "/", search: "" };
+  return { path: m[1] || "/", search: m[2] ?? "" };
 }
 
 /** Wraps the router with llama's middleware; the result is Bun.serve's fetch. */
 export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
   return async (req: Request, server: Server<undefined>): Promise<Response> => {
     const cors = corsHeaders(req, ctx.cors, ctx.log);
-    const trace: RequestTrace = { t0: performance.now(), done: [] };
+    const trace: RequestTrace = { t0: performance.now(), done: [], running: [] };
     const { path, search } = pathOf(req.url);
     const client = (() => {
       try {
@@ -142,7 +146,7 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
       loggedResponse(res, () => {
         const line = requestLine(req.method, path, client, res.status, trace);
         if (line) ctx.log(line);
-      });
+      }, trace.running);
     try {
       if (req.method === "OPTIONS") {
         return new Response("", {
@@ -172,7 +176,11 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
       // the body is in: a generation may now run long without sending a byte
       if (req.method === "POST" && LONG_ROUTES.test(path)) server.timeout(req, 0);
       // the router sees a canonical URL: the path alone decides the route
-      const routed = new Request(`http://bloomery${path}${search}`, { method: req.method, headers: req.headers, body, signal: req.signal });
+      // the JSON is parsed here (past a few KiB in the body worker, the bytes moved there, not
+      // copied); the router's request carries a stand-in and the route reads what was parsed
+      const parsed: ParsedBody | undefined = body && body.length > 0 ? await ctx.body.parse(body).then((value): ParsedBody => ({ value }), (e: unknown): ParsedBody => ({ error: e })) : undefined;
+      const routed = new Request(`http://bloomery${path}${search}`, { method: req.method, headers: req.headers, body: parsed ? "0" : body, signal: req.signal });
+      if (parsed) ctx.parsedBodies.set(routed.signal, parsed);
       ctx.traces.set(routed.signal, trace);
       const res = await route(routed);
       return done(withHeaders(res, cors));

@@ -12,6 +12,8 @@ const QUIET = new Set(["/health", "/v1/health", "/models", "/v1/models", "/props
 export interface RequestTrace {
   t0: number;
   done: DoneEvent[];
+  /** the request's generations, settled when every one is done */
+  running: Promise<void>[];
 }
 
 function f(n: number, width: number, digits = 2): string {
@@ -48,7 +50,7 @@ export function requestLine(method: string, path: string, client: string, status
  * The response with its log line written when it is done: at once for a plain response, when the
  * last byte is read (or the client goes away) for a stream.
  */
-export function loggedResponse(res: Response, write: () => void): Response {
+export function loggedResponse(res: Response, write: () => void, running: Promise<void>[] = []): Response {
   const body = res.body;
   if (!body || !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
     write();
@@ -60,6 +62,10 @@ export function loggedResponse(res: Response, write: () => void): Response {
       written = true;
       write();
     }
+  };
+  /** a stream the client left: its generations are cancelled; the line waits for what they did */
+  const afterGenerations = (running: Promise<void>[]) => {
+    void Promise.race([Promise.all(running), Bun.sleep(5000)]).then(once);
   };
   const reader = body.getReader();
   const stream = new ReadableStream<Uint8Array>({
@@ -76,7 +82,7 @@ export function loggedResponse(res: Response, write: () => void): Response {
       }
     },
     cancel(reason) {
-      once();
+      afterGenerations(running);
       return reader.cancel(reason);
     },
   });

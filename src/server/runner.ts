@@ -36,6 +36,7 @@ export class GenerationSet {
   private readonly ctl = new AbortController();
 
   private readonly trace?: RequestTrace;
+  private settled: () => void = () => {};
 
   private constructor(
     private readonly ctx: ServerContext,
@@ -44,6 +45,7 @@ export class GenerationSet {
   ) {
     this.trace = ctx.traces.get(signal);
     this.remaining = specs.length;
+    this.trace?.running.push(new Promise((r) => (this.settled = r)));
     if (signal.aborted) this.ctl.abort();
     else signal.addEventListener("abort", () => this.ctl.abort(), { once: true });
   }
@@ -121,6 +123,7 @@ export class GenerationSet {
     this.trace?.done.push(done);
     if (!done.error) for (const line of timingLines(done)) this.ctx.log(line);
     this.remaining--;
+    if (this.remaining === 0) this.settled();
     this.push({ index, kind: "done", done });
   }
 

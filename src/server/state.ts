@@ -7,7 +7,7 @@ import type { EngineClient } from "../engine/client.ts";
 import type { ModelInfo } from "../engine/protocol.ts";
 import type { Tokenizer } from "../tokenizer/index.ts";
 import { BodyWorker } from "./body-client.ts";
-import type { CorsPolicy } from "./http.ts";
+import type { CorsPolicy, ParsedBody } from "./http.ts";
 import type { RequestTrace } from "./request-log.ts";
 import { Admission, Metrics } from "./metrics.ts";
 import type { ParamContext } from "./params.ts";
@@ -34,6 +34,8 @@ export class ServerContext {
   admission = new Admission(1, 0);
   /** the GGUF file loaded (for -hf, known once the download is done) */
   modelPath = "";
+  /** request bodies the middleware parsed, by the signal of the request the routes see */
+  readonly parsedBodies = new WeakMap<AbortSignal, ParsedBody>();
   /** what each request did (its generations), by the signal of the request the routes see */
   readonly traces = new WeakMap<AbortSignal, RequestTrace>();
   /** llama-server's CORS settings */
