@@ -155,6 +155,7 @@ export function middleware(ctx: ServerContext, route: Handler, o: HttpOptions) {
             ...cors,
             "Access-Control-Allow-Credentials": ctx.cors.credentials ? "true" : "false",
             "Access-Control-Allow-Methods": ctx.cors.methods,
+            // "*" echoes what the browser asks for: a wildcard does not cover Authorization (the Fetch standard)
             "Access-Control-Allow-Headers": ctx.cors.headers === "*" ? (req.headers.get("access-control-request-headers") ?? "*") : ctx.cors.headers,
             "Access-Control-Max-Age": "86400",
             "Content-Type": "text/html",
