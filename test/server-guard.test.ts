@@ -16,7 +16,7 @@ let srv: RunningServer;
 const slotDir = mkdtempSync(join(tmpdir(), "bloomery-guard-slots-"));
 
 beforeAll(async () => {
-  srv = await startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "8192", "-to", "2", "-t", "2", "--slot-save-path", slotDir], { env: { BLOOMERY_MAX_QUEUE: "2" } });
+  srv = await startServer(["-m", DEMO_MODEL, "-np", "2", "-c", "8192", "-to", "4", "-t", "2", "--slot-save-path", slotDir], { env: { BLOOMERY_MAX_QUEUE: "2" } });
 }, 600000);
 afterAll(async () => srv?.stop());
 
@@ -52,12 +52,17 @@ async function gapWhile<T>(during: () => Promise<T>): Promise<{ result: T; gapMs
   })();
   while (times.length < 3) await Bun.sleep(20); // it flows before the bad request
   const t0 = performance.now();
-  const result = await during();
-  const t1 = performance.now();
-  await Bun.sleep(300); // a chunk after it, so a stall that lasts to the end counts
-  ctl.abort();
-  await reading;
-  await idle();
+  let result: T;
+  let t1: number;
+  try {
+    result = await during();
+    t1 = performance.now();
+    await Bun.sleep(300); // a chunk after it, so a stall that lasts to the end counts
+  } finally {
+    ctl.abort();
+    await reading;
+    await idle();
+  }
   const inside = [t0, ...times.filter((t) => t > t0), Math.max(t1, times[times.length - 1] ?? t1)];
   let gap = 0;
   for (let i = 1; i < inside.length; i++) gap = Math.max(gap, inside[i] - inside[i - 1]);
@@ -114,8 +119,9 @@ describe("one request cannot freeze the server", () => {
     expect(gapMs).toBeLessThan(3000);
   });
 
-  test("100,000 nested arrays (200 KB): a 400 at once, the other stream keeps flowing", async () => {
-    const body = `{"prompt":"x","n_predict":1,"x":${"[".repeat(100000)}${"]".repeat(100000)}}`;
+  test("100,000 nested arrays (200 KB) in a field the schema checks: a 400 at once, the other stream keeps flowing", async () => {
+    // before: typebox's validation error walked them, 24.8 s and a 500 (Maximum call stack size exceeded)
+    const body = `{"prompt":"x","n_predict":1,"stop":${"[".repeat(100000)}${"]".repeat(100000)}}`;
     const { result, gapMs, ms } = await gapWhile(() => post(`${srv.url}/completion`, body));
     report("100,000 nested arrays", result.status, ms, gapMs);
     expect(result.status).toBe(400);
@@ -152,11 +158,11 @@ describe("one request cannot freeze the server", () => {
     expect(gapMs).toBeLessThan(3000);
   });
 
-  test("slowloris: headers of a generation route and no body are closed by -to (2 s)", async () => {
-    const r = await raw("POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", 15000);
-    console.log(`measure: slowloris (headers, no body) on /completion with -to 2: closed after ${r.closedAfterMs?.toFixed(0)} ms`);
+  test("slowloris: headers of a generation route and no body are closed by -to (4 s)", async () => {
+    const r = await raw("POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", 20000);
+    console.log(`measure: slowloris (headers, no body) on /completion with -to 4: closed after ${r.closedAfterMs?.toFixed(0)} ms`);
     expect(r.closedAfterMs).not.toBeNull();
-    expect(r.closedAfterMs!).toBeLessThan(10000);
+    expect(r.closedAfterMs!).toBeLessThan(14000);
     // the server still serves
     expect((await fetch(`${srv.url}/health`)).status).toBe(200);
   });
