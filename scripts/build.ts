@@ -16,7 +16,7 @@ const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const argv = process.argv.slice(2);
 const TEST_EXE = join(root, "build", "test", "bloomery-serve");
-const ENTRYPOINTS = ["src/cli/main.ts", "src/engine/worker.ts"];
+const ENTRYPOINTS = ["src/cli/main.ts", "src/engine/worker.ts", "src/server/body-worker.ts"];
 
 if (argv.includes("-h") || argv.includes("--help")) {
   console.log(`usage: bun scripts/build.ts [--cuda MODE] [--out PATH] [--for-tests] [--jobs N] [--force] [--trace]

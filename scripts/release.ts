@@ -13,7 +13,7 @@ import { writeFormula } from "./release-formula.ts";
 
 const root = resolve(import.meta.dir, "..");
 /** Entry points of the executable (as scripts/build.ts compiles them: the CLI and the engine worker). */
-export const ENTRYPOINTS = ["src/cli/main.ts", "src/engine/worker.ts"];
+export const ENTRYPOINTS = ["src/cli/main.ts", "src/engine/worker.ts", "src/server/body-worker.ts"];
 
 export interface ReleaseOptions {
   targets: "all" | string[];

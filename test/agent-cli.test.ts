@@ -120,7 +120,7 @@ describe("--dry-run", () => {
   test("text: the plan in a few lines", async () => {
     const r = await run(["--dry-run", "-m", DEMO]);
     expect(r.code).toBe(0);
-    expect(r.stdout).toContain("context: 32768 tokens, 8 slot(s) of 4096"); // -np auto with -c 0: 8 slots share the training context
+    expect(r.stdout).toContain("context: 131072 tokens, 4 slot(s) of 32768"); // -np auto with -c 0: 4 slots that each hold the training context
     expect(r.stdout).toContain(`start:   bloomery-serve -m ${DEMO}`);
   });
 

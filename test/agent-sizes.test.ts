@@ -274,8 +274,8 @@ describe("the start plan", () => {
   test("fits: the context left to the model is its training context", () => {
     const r = plan(["-m", DEMO], 64 * GiB);
     expect(r.refusal).toBeUndefined();
-    // -np auto with -c 0: the slots share the training context (llama-server's -c 0), 8 of 4096
-    expect(r.event.context).toMatchObject({ n_ctx: 32768, n_slots: 8, n_ctx_slot: 4096, fitted: false });
+    // -np auto with -c 0: a context this short, 4 slots that each hold all of it (llama-server's -np auto: 4 slots that may each grow to all of -c)
+    expect(r.event.context).toMatchObject({ n_ctx: 4 * 32768, n_slots: 4, n_ctx_slot: 32768, fitted: false });
     expect(r.event.memory).toMatchObject({ where: "host", fits: true });
     expect(r.event.memory.total_bytes).toBe(r.event.memory.weights_bytes + r.event.memory.kv_bytes! + r.event.memory.work_bytes!);
     expect(r.event.backend.kind).toBe("cpu");

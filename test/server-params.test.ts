@@ -7,10 +7,15 @@ import { GgufFile } from "../src/gguf/index.ts";
 import { ApiError } from "../src/server/errors.ts";
 import { readGenSettings, type ParamContext } from "../src/server/params.ts";
 import { readPrompts } from "../src/server/prompt.ts";
+import { ServerContext } from "../src/server/state.ts";
 import { DEMO_MODEL } from "./server-helpers.ts";
 
 const gguf = GgufFile.open(DEMO_MODEL);
-const tok = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
+const vocab = vocabFromMetadata((k) => gguf.raw(k));
+const tok = Tokenizer.fromVocab(vocab);
+const server = new ServerContext(defaultServerOptions(), [], () => {});
+server.tokenizer = tok;
+server.body.setTokenizer(tok, vocab);
 
 function ctx(opts = defaultServerOptions()): ParamContext {
   return { opts, nVocab: tok.nVocab, nSlots: 2, encode: (t) => tok.encode(t, { addSpecial: false, parseSpecial: false }) };
@@ -80,16 +85,28 @@ describe("generation settings", () => {
 });
 
 describe("prompts", () => {
-  test("a string, ids, mixed, a list of prompts, {prompt_string}", () => {
+  test("a string, ids, mixed, a list of prompts, {prompt_string}", async () => {
     const ids = tok.encode("def main", { addSpecial: true, parseSpecial: true });
-    expect(readPrompts(tok, "def main")).toEqual([ids]);
-    expect(readPrompts(tok, [5, 6, 7])).toEqual([[5, 6, 7]]);
-    expect(readPrompts(tok, ["def main", 7])).toEqual([[...ids, 7]]);
-    expect(readPrompts(tok, ["def main", [1, 2]])).toEqual([ids, [1, 2]]);
-    expect(readPrompts(tok, [{ prompt_string: "def main" }])).toEqual([ids]);
-    expect(() => readPrompts(tok, [1, 99999])).toThrow(ApiError);
-    expect(() => readPrompts(tok, [])).toThrow("must not be empty");
-    expect(() => readPrompts(tok, undefined)).toThrow("required");
-    expect(() => readPrompts(tok, [{ x: 1 }])).toThrow("prompt");
+    expect(await readPrompts(server, "def main")).toEqual([ids]);
+    expect(await readPrompts(server, [5, 6, 7])).toEqual([[5, 6, 7]]);
+    expect(await readPrompts(server, ["def main", 7])).toEqual([[...ids, 7]]);
+    expect(await readPrompts(server, ["def main", [1, 2]])).toEqual([ids, [1, 2]]);
+    expect(await readPrompts(server, [{ prompt_string: "def main" }])).toEqual([ids]);
+    await expect(readPrompts(server, [1, 99999])).rejects.toThrow(ApiError);
+    await expect(readPrompts(server, [])).rejects.toThrow("must not be empty");
+    await expect(readPrompts(server, undefined)).rejects.toThrow("required");
+    await expect(readPrompts(server, [{ x: 1 }])).rejects.toThrow("prompt");
+  });
+
+  test("a long text is tokenized in the body worker, to the same ids; one that cannot fit the context is refused before", async () => {
+    const text = "def main(argv):\n    return [x * 2 for x in argv if x]\n".repeat(2000); // 110 KB: past the inline limit
+    expect(await readPrompts(server, text)).toEqual([tok.encode(text, { addSpecial: true, parseSpecial: true })]);
+    const huge = "x".repeat(64 * 4096 * server.maxTokenBytes);
+    const t0 = performance.now();
+    const err = await readPrompts(server, huge, { nCtx: 4096 }).catch((e: unknown) => e);
+    expect(performance.now() - t0).toBeLessThan(200);
+    expect(err).toBeInstanceOf(ApiError);
+    expect((err as ApiError).type).toBe("exceed_context_size_error");
+    expect((err as ApiError).message).toContain("exceeds the available context size (4096 tokens)");
   });
 });

@@ -61,15 +61,15 @@ describe("-np auto through the executable", () => {
     expect(new Set(rs.map((r) => r.json.id_slot)).size).toBe(3);
   });
 
-  test("no -c: the slots share the training context (32768), 8 of 4096, as llama-server's -c 0 is all slots together", async () => {
+  test("no -c: 4 slots that each hold the training context (32768), so one long request fits (llama-server's -np auto: 4 slots on one unified cache)", async () => {
     const srv = await startServer(["-m", DEMO_MODEL, "-ngl", "0", "-t", "2", "-ub", "64", "-b", "64"]);
     running.push(srv);
     const { props, slots } = await slotsOf(srv.url);
-    expect(props.total_slots).toBe(8);
-    expect(props.default_generation_settings.n_ctx).toBe(4096);
-    expect(slots.map((s) => s.n_ctx)).toEqual(new Array(8).fill(4096));
-    expect(srv.log()).toMatch(/-np auto: 8 slots of 4096 tokens share the training context of 32768 \(KV 64\.0 MiB of .* left on host RAM after weights .*, prompt cache 8\.00 GiB \(--cache-ram\) and 1\.00 GiB kept free, .*; each slot holds at least 4096; 8 is the most -np auto gives\)/);
-    expect(srv.log()).toContain("8 slots, 4096 tokens each");
+    expect(props.total_slots).toBe(4);
+    expect(props.default_generation_settings.n_ctx).toBe(32768);
+    expect(slots.map((s) => s.n_ctx)).toEqual(new Array(4).fill(32768));
+    expect(srv.log()).toMatch(/-np auto: 4 slots of 32768 tokens each holding the whole training context \(KV 256\.0 MiB of .* left on host RAM after weights .*, prompt cache 8\.00 GiB \(--cache-ram\) and 1\.00 GiB kept free, .*; 4 is the most -np auto gives a context this short\)/);
+    expect(srv.log()).toContain("4 slots, 32768 tokens each");
   });
 
   test("the prompt cache's --cache-ram counts in the room under a --host-budget: 3 slots beside 16 MiB of it", async () => {

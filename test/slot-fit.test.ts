@@ -113,26 +113,38 @@ describe("slot fit (pure)", () => {
     expect(() => fitSlots(input({ cacheBytes: -1 }))).toThrow(/cacheBytes/);
   });
 
-  test("-c 0: the slots share the training context, each at least 4096, up to 8 (Qwen3-30B-A3B on an H200: 8 x 32768, not 5 x 262144)", () => {
+  test("-c 0: the slots share the training context, each at least 32768 (a coding agent's turn), up to 8 (Qwen3-30B-A3B on an H200: 8 x 32768, not 5 x 262144)", () => {
     const shared = (over: Partial<SharedFitInput>) => fitSharedContext({ ...input({}), nCtxTotal: 262144, minSlotCtx: MIN_SHARED_SLOT_CTX, shrink: true, ...over });
     const f = shared({});
     expect(f).toMatchObject({ nSlots: 8, nCtxSlot: 32768, nCtxTotal: 262144, shrunk: false, kvBytes: 24 * GiB, roomBytes: 121 * GiB });
     expect(f.line).toBe("-np auto: 8 slots of 32768 tokens share the training context of 262144 (KV 24.00 GiB of 121.00 GiB left on NVIDIA H200 after weights 17.00 GiB, " +
-      "buffers 512.0 MiB and 512.0 MiB kept free, of 139.00 GiB free; each slot holds at least 4096; 8 is the most -np auto gives)");
-    // a 40 GiB card: 22 GiB of room, 240298 positions: the slots share 8 x 29952 (multiples of 256)
+      "buffers 512.0 MiB and 512.0 MiB kept free, of 139.00 GiB free; each slot holds at least 32768; 8 is the most -np auto gives)");
+    // a 40 GiB card: 22 GiB of room, 240298 positions: 7 slots of at least 32768 share 7 x 34304 (multiples of 256)
     const c = shared({ availableBytes: 40 * GiB });
-    expect(c).toMatchObject({ nSlots: 8, nCtxSlot: 29952, nCtxTotal: 8 * 29952, shrunk: true });
+    expect(c).toMatchObject({ nSlots: 7, nCtxSlot: 34304, nCtxTotal: 7 * 34304, shrunk: true });
     expect(c.kvBytes).toBeLessThanOrEqual(c.roomBytes);
-    expect(c.line).toContain("-np auto: 8 slots of 29952 tokens share 239616 (the training context of 262144 does not fit) (KV 21.94 GiB of 22.00 GiB");
-    // room for 10000 positions: 2 slots of 4864 (a 3rd would hold under 4096)
+    expect(c.line).toContain("-np auto: 7 slots of 34304 tokens share 240128 (the training context of 262144 does not fit) (KV 21.98 GiB of 22.00 GiB");
+    expect(c.line).toContain("an 8th would leave a slot under 32768 tokens");
+    // room for 10000 positions: one slot of all of it (9984, a multiple of 256), so one long request fits
     const small = shared({ availableBytes: 18 * GiB + 10000 * kvBytesPerToken(QWEN30B) });
-    expect(small).toMatchObject({ nSlots: 2, nCtxSlot: 4864, nCtxTotal: 9728, shrunk: true });
-    expect(small.line).toContain("a 3rd would leave a slot under 4096 tokens");
-    // a training context that fits, smaller than 8 x 4096: as many slots of 4096 as it holds
-    expect(shared({ nCtxTotal: 16384 })).toMatchObject({ nSlots: 4, nCtxSlot: 4096, shrunk: false });
-    expect(shared({ nCtxTotal: 20000 })).toMatchObject({ nSlots: 4, nCtxSlot: 5000, nCtxTotal: 20000 });
-    // a training context under 4096: one slot of all of it
-    expect(shared({ nCtxTotal: 2048, minSlotCtx: 2048 })).toMatchObject({ nSlots: 1, nCtxSlot: 2048 });
+    expect(small).toMatchObject({ nSlots: 1, nCtxSlot: 9984, nCtxTotal: 9984, shrunk: true });
+    expect(small.line).toContain("-np auto: 1 slot of 9984 tokens holding 9984 (the training context of 262144 does not fit)");
+    expect(small.line).toContain("a 2nd would need");
+    // a training context of one long slot or less: up to 4 slots that each hold all of it (llama-server's -np auto, 4 slots on one cache)
+    expect(shared({ nCtxTotal: 16384 })).toMatchObject({ nSlots: 4, nCtxSlot: 16384, nCtxTotal: 4 * 16384, shrunk: false });
+    expect(shared({ nCtxTotal: 32768 }).line).toBe("-np auto: 4 slots of 32768 tokens each holding the whole training context (KV 12.00 GiB of 121.00 GiB left on NVIDIA H200 " +
+      "after weights 17.00 GiB, buffers 512.0 MiB and 512.0 MiB kept free, of 139.00 GiB free; 4 is the most -np auto gives a context this short)");
+    // where memory holds only 2 of them, 2
+    const two = shared({ nCtxTotal: 20000, availableBytes: 18 * GiB + 50000 * kvBytesPerToken(QWEN30B) });
+    expect(two).toMatchObject({ nSlots: 2, nCtxSlot: 20000, nCtxTotal: 40000, shrunk: false });
+    expect(two.line).toContain("a 3rd would need");
+    // under two long slots: slots of all of it; two: they share it
+    expect(shared({ nCtxTotal: 50000 })).toMatchObject({ nSlots: 4, nCtxSlot: 50000 });
+    expect(shared({ nCtxTotal: 65536 })).toMatchObject({ nSlots: 2, nCtxSlot: 32768 });
+    // a million tokens: 8 slots of 131072 (the eighth part, more than 32768)
+    expect(shared({ nCtxTotal: 1048576, availableBytes: 1000 * GiB })).toMatchObject({ nSlots: 8, nCtxSlot: 131072 });
+    // a training context under 4096: slots of all of it
+    expect(shared({ nCtxTotal: 2048, minSlotCtx: 2048 })).toMatchObject({ nSlots: 4, nCtxSlot: 2048 });
     // not one slot of 4096: refused naming every term
     const no = shared({ availableBytes: 18 * GiB + 4095 * kvBytesPerToken(QWEN30B) });
     expect(no.nSlots).toBe(0);
@@ -146,16 +158,20 @@ describe("slot fit (pure)", () => {
     expect(shared({ shrink: false }).nSlots).toBe(8);
     // a cap below what the memory holds, and why
     const cap = shared({ capTokens: 50000, capText: "the plan says so" });
-    expect(cap).toMatchObject({ nSlots: 8, nCtxSlot: 6144, shrunk: true });
-    expect(cap.line).toContain("share 49152 (the training context of 262144 is capped: the plan says so)");
+    expect(cap).toMatchObject({ nSlots: 1, nCtxSlot: 49920, shrunk: true });
+    expect(cap.line).toContain("holding 49920 (the training context of 262144 is capped: the plan says so)");
+    expect(cap.line).toContain("a 2nd would pass that cap");
+    const cap2 = shared({ capTokens: 70000, capText: "the plan says so" });
+    expect(cap2).toMatchObject({ nSlots: 2, nCtxSlot: 34816, shrunk: true });
+    expect(cap2.line).toContain("share 69632 (the training context of 262144 is capped: the plan says so)");
   });
 
   test("-c 0 on the host: the prompt cache first, then the shared context; the cache yields only to one slot of 4096", () => {
     const host = { marginBytes: HOST_MARGIN, where: "host RAM", availableText: "usable", nCtxTotal: 262144, minSlotCtx: MIN_SHARED_SLOT_CTX, shrink: true };
     const kv = kvBytesPerToken(QWEN30B);
-    // 18.5 GiB fixed + 8 GiB cache + 20000 positions: 4 slots of 4864 (19456 of 20000, multiples of 256)
+    // 18.5 GiB fixed + 8 GiB cache + 20000 positions: one slot of 19968 (a multiple of 256)
     const f = fitSharedContext({ ...input({}), ...host, availableBytes: 26.5 * GiB + 20000 * kv, cacheBytes: 8 * GiB });
-    expect(f).toMatchObject({ nSlots: 4, nCtxSlot: 4864, cacheSqueezed: false, shrunk: true });
+    expect(f).toMatchObject({ nSlots: 1, nCtxSlot: 19968, cacheSqueezed: false, shrunk: true });
     expect(f.line).toContain("prompt cache 8.00 GiB (--cache-ram)");
     // room for 3000 positions beside the cache, 90000 without: one slot of 4096, the cache gets the rest
     const q = fitSharedContext({ ...input({}), ...host, availableBytes: 18.5 * GiB + 90000 * kv, cacheBytes: 90000 * kv - 1000 * kv });
@@ -239,7 +255,7 @@ describe("slot layout (planEngine)", () => {
     expect(p.notes).toContain("srv  load_model: two");
   });
 
-  test("-np auto with -c 0 (or no -c): the slots share the training context, each at least 4096 (llama-server's -c 0)", () => {
+  test("-np auto with -c 0 (or no -c): the slots share the training context, or each hold all of a short one (llama-server's -c 0 with -np auto)", () => {
     const asked: AutoAsk[] = [];
     const auto: AutoSlots = (a) => (asked.push(a), { nSlots: 2, line: "two" });
     // the count's own per-slot context, or the shared context split evenly
@@ -252,8 +268,10 @@ describe("slot layout (planEngine)", () => {
     // --slot-ctx overrides the sharing
     expect(layout(["--slot-ctx", "1024"], auto)).toMatchObject({ nSlots: 2, nCtxSlot: 1024 });
     expect(asked[2]).toEqual({ nCtxSlot: 1024 });
-    // a layout that overfills the training context is refused
+    // up to 4 slots may each hold all of it; a layout that overfills it otherwise is refused
+    expect(layout([], () => ({ nSlots: 4, nCtxSlot: 32768, line: "four" }))).toMatchObject({ nSlots: 4, nCtxSlot: 32768, nCtxAsked: 32768 });
     expect(() => layout([], () => ({ nSlots: 4, nCtxSlot: 16384, line: "" }))).toThrow(/4 slots of 16384 tokens; the training context is 32768/);
+    expect(() => layout([], () => ({ nSlots: 5, nCtxSlot: 32768, line: "" }))).toThrow(/5 slots of 32768 tokens/);
   });
 
   test("a slot under 16 tokens, or an auto count under 1, is an EngineOptionError naming the flag", () => {
@@ -340,14 +358,14 @@ describe("the start plan counts the slots where the model runs", () => {
     const fits = fitContext(g, "host", small, FIT)!;
     expect(no.refusal?.next).toBe(`bloomery-serve -m ${DEMO} -t 2 -ub 64 -b 64 -ngl 0 --slot-ctx ${fits.nCtxSlot}`);
     expect(fits.nCtxSlot).toBeLessThan(32768);
-    // -c left to the model: the slots share what fits of the training context (a byte short of all
-    // of it: 32512 tokens, a multiple of 256), 7 slots of at least 4096 (4608, a multiple of 256)
+    // -c left to the model: what fits of the training context (a byte short of all of it: 32512
+    // tokens, a multiple of 256), in one slot so that one long request fits
     const fitted = plan(["-ngl", "0", "--cache-ram", "0"], small);
     expect(fitted.refusal).toBeUndefined();
-    expect(fitted.event.context).toMatchObject({ fitted: true, n_slots: 7, n_ctx_slot: 4608, n_ctx: 7 * 4608 });
-    expect(fitted.event.notes).toContain("fit: the training context of 32768 tokens does not fit; the slots share 32256");
+    expect(fitted.event.context).toMatchObject({ fitted: true, n_slots: 1, n_ctx_slot: 32512, n_ctx: 32512 });
+    expect(fitted.event.notes).toContain("fit: the training context of 32768 tokens does not fit; the slot holds 32512");
     expect(fitted.event.notes.find((n) => n.startsWith("-np auto:"))).toMatch(
-      /^-np auto: 7 slots of 4608 tokens share 32256 \(the training context of 32768 does not fit\) \(KV 63\.0 MiB of 64\.0 MiB left on host RAM .*; each slot holds at least 4096; an 8th would leave a slot under 4096 tokens\)$/);
+      /^-np auto: 1 slot of 32512 tokens holding 32512 \(the training context of 32768 does not fit\) \(KV 63\.5 MiB of 64\.0 MiB left on host RAM .*; a 2nd would need \S+ MiB more\)$/);
   });
 
   test("the host: the prompt cache's --cache-ram is counted beside the weights (-1, no limit, is not); it yields to one slot", () => {
@@ -370,7 +388,7 @@ describe("the start plan counts the slots where the model runs", () => {
     // -c 0: the cache first, then the shared context (its buffers counted at the widest slot)
     const sharedFixed = 1e15 - autoSlotFit(g, "host", { nCtxTotal: 32768, minSlotCtx: 4096, shrink: true }, { available: 1e15 }, FIT).roomBytes;
     const c0 = plan(["-ngl", "0", "--cache-ram", "64"], sharedFixed + 64 * MiB + 20000 * kvBytesPerToken(g.hp));
-    expect(c0.event.context).toMatchObject({ fitted: true, n_slots: 4, n_ctx_slot: 4864 });
+    expect(c0.event.context).toMatchObject({ fitted: true, n_slots: 1, n_ctx_slot: 19968 });
     expect(c0.event.notes.join("\n")).toContain("prompt cache 64.0 MiB (--cache-ram)");
   });
 
@@ -436,7 +454,7 @@ describe("the start plan counts the slots where the model runs", () => {
     expect(s.nCtxSlot).toBeGreaterThanOrEqual(4096);
     expect(layersAt(1, s.nCtxSlot)).toBe(3);
     expect(layersAt(1, s.nCtxSlot + 256)).toBeGreaterThan(3);
-    expect(s.line).toContain(`share ${s.nCtxSlot} (the training context of 32768 is capped: more would move another layer's experts to host memory`);
+    expect(s.line).toContain(`holding ${s.nCtxSlot} (the training context of 32768 is capped: more would move another layer's experts to host memory`);
   });
 
   test("a card with --cpu-moe: the CUDA library's sizes of the plan's card share, and the start plan's count beside them", () => {

@@ -337,7 +337,8 @@ export function planStart(inp: PlanInput): StartPlan {
   if (autoShrunk()) {
     // -c 0 with -np auto: the slots share what fits
     fitted = true;
-    notes.push(`fit: the training context of ${hp.nCtxTrain} tokens does not fit; the slots share ${ep.engine.nSlots * ep.engine.nCtx}`);
+    const n = ep.engine.nSlots, c = ep.engine.nCtx;
+    notes.push(`fit: the training context of ${hp.nCtxTrain} tokens does not fit; ${n * c > hp.nCtxTrain || n === 1 ? `${n === 1 ? "the slot holds" : "each slot holds"} ${c}` : `the slots share ${n * c}`}`);
   }
   notes.push(...ep.notes.map((n) => n.replace(/^srv\s+load_model:\s*/, "")));
   // the plan decides: an engine told the CPU does not probe the card again

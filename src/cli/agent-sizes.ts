@@ -14,7 +14,7 @@ import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram, markHostExperts } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
 import { cpuContextBytes, PlanError } from "../engine/plan.ts";
-import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, type SharedFit, type SlotFit } from "../engine/slot-fit.ts";
+import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, sharedLayout, type SharedFit, type SlotFit } from "../engine/slot-fit.ts";
 import type { CardShare, CardSplit } from "./agent-card-share.ts";
 import { expertBytes, knownShape, tokenEmbdBytes, shapeHParams, type KnownModel, type KnownQuant } from "./known-models.ts";
 
@@ -288,8 +288,9 @@ export function autoSlotFit(g: Geometry, where: "card" | "host", ask: number | S
     if (!at(fit.nSlots, fit.nCtxSlot)) {
       if (shared) {
         const layout = (t: number) => {
-          const n = Math.max(1, Math.min(MAX_AUTO_SLOTS, Math.floor(t / ask.minSlotCtx)));
-          return at(n, Math.floor(t / n));
+          const total = Math.min(ask.nCtxTotal, t);
+          const l = sharedLayout(total, t, ask.minSlotCtx, MAX_AUTO_SLOTS, total < ask.nCtxTotal);
+          return at(l.nSlots, l.nCtxSlot);
         };
         fit = count(largest(ask.minSlotCtx, (fit as SharedFit).nCtxTotal, layout));
       } else fit = count(largest(1, fit.nSlots, (n) => at(n, least)));

@@ -9,7 +9,6 @@ const LOOKUP = "lookup decoding is not supported yet";
 const CHECKPOINTS = "context checkpoints are not supported yet";
 const MULTIMODAL = "multimodal projectors (images, audio, video) are not supported yet";
 const EMBED = "embeddings and reranking are not supported yet";
-const CORS = "CORS settings are not configurable yet";
 const UI_CONFIG = "web UI defaults from the command line are not supported yet; the UI keeps its settings in the browser";
 const UI_MCP = "the web UI has no MCP client, so it needs no MCP proxy";
 const AGENT = "built-in agent tools and MCP servers are not part of bloomery";
@@ -52,8 +51,9 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     names: ["-np", "--parallel"], value: { type: "int", min: -1, keywords: { auto: -1 } }, hint: "N", env: "LLAMA_ARG_N_PARALLEL",
     key: "nParallel", default: -1, defaultText: "-1, auto", check: notZero,
     help: "number of slots, requests served at once. With N, each slot gets -c divided by N (as llama-server splits it). With auto (-1), " +
-      "each slot gets --slot-ctx, else the whole -c (llama-server's auto is 4 slots sharing one unified cache of -c tokens); with -c 0 (or none) the slots share the model's training context (or what fits), " +
-      "each at least 4,096 tokens; the count is the most slots, up to 8, whose f16 KV cache fits beside the weights the plan puts there " +
+      "each slot gets --slot-ctx, else the whole -c; with -c 0 (or none) the slots share the model's training context (or what fits), " +
+      "each holding at least 32,768 tokens (a coding agent's first turn) or all of a shorter context, which up to 4 slots then each hold; " +
+      "the count is the most slots, up to 8, whose f16 KV cache fits beside the weights the plan puts there " +
       "in the card's free memory (or beside the weights and --cache-ram in the host's usable RAM)",
     group: G, support: "supported",
   },
@@ -76,7 +76,11 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     value: { type: "list", of: { type: "string" }, split: ",", trim: true, dropEmpty: true },
     help: "model names the API answers to, comma-separated (default: the file name)", group: G, support: "supported",
   },
-  refuse(G, ["--tags"], ROUTER, "model tags, comma-separated (informational)", { hint: "STRING", env: "LLAMA_ARG_TAGS" }),
+  {
+    names: ["--tags"], hint: "STRING", env: "LLAMA_ARG_TAGS", key: "tags", default: [],
+    value: { type: "list", of: { type: "string" }, split: ",", trim: true, dropEmpty: true },
+    help: "model tags, comma-separated (informational: /v1/models lists them)", group: G, support: "supported",
+  },
   refuse(G, ["--embd-normalize"], EMBED, "embedding normalisation (-1 none, 0 max abs, 1 taxicab, 2 euclidean, >2 p-norm)", { hint: "N", default: 2 }),
   {
     names: ["--host"], hint: "HOST", env: "LLAMA_ARG_HOST", key: "hosts", default: ["127.0.0.1"], check: nonEmptyList,
@@ -92,10 +96,22 @@ export const SERVER_SPECIFIC_FLAGS: readonly FlagDef[] = [
     names: ["--path"], value: { type: "string", nonEmpty: true }, hint: "PATH", env: "LLAMA_ARG_STATIC_PATH", key: "staticPath",
     help: "directory of static files served at / instead of the built-in web UI (as llama-server: index.html for a directory)", group: G, support: "supported",
   },
-  refuse(G, ["--cors-origins"], CORS, "allowed CORS origins, comma-separated", { hint: "ORIGINS", env: "LLAMA_ARG_CORS_ORIGINS" }),
-  refuse(G, ["--cors-methods"], CORS, "allowed CORS methods, comma-separated", { hint: "METHODS", env: "LLAMA_ARG_CORS_METHODS" }),
-  refuse(G, ["--cors-headers"], CORS, "allowed CORS headers, comma-separated", { hint: "HEADERS", env: "LLAMA_ARG_CORS_HEADERS" }),
-  refuse(G, ["--cors-credentials"], CORS, "allow credentials in CORS requests", { neg: ["--no-cors-credentials"], env: "LLAMA_ARG_CORS_CREDENTIALS" }),
+  {
+    names: ["--cors-origins"], value: { type: "string", nonEmpty: true }, hint: "ORIGINS", env: "LLAMA_ARG_CORS_ORIGINS", key: "corsOrigins", default: "*",
+    help: "allowed CORS origins, comma-separated; 'localhost' reflects the Origin only when it is this machine", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-methods"], value: { type: "string", nonEmpty: true }, hint: "METHODS", env: "LLAMA_ARG_CORS_METHODS", key: "corsMethods", default: "GET, POST, DELETE, OPTIONS",
+    help: "allowed CORS methods, comma-separated", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-headers"], value: { type: "string", nonEmpty: true }, hint: "HEADERS", env: "LLAMA_ARG_CORS_HEADERS", key: "corsHeaders", default: "*",
+    help: "allowed CORS headers, comma-separated", group: G, support: "supported",
+  },
+  {
+    names: ["--cors-credentials"], negNames: ["--no-cors-credentials"], value: { type: "bool" }, env: "LLAMA_ARG_CORS_CREDENTIALS", key: "corsCredentials", default: true,
+    help: "allow credentials in CORS requests (with --cors-origins * the Origin is echoed back)", group: G, support: "supported",
+  },
   {
     names: ["--api-prefix"], value: { type: "string" }, hint: "PREFIX", env: "LLAMA_ARG_API_PREFIX", key: "apiPrefix", default: "",
     help: "path prefix every route (and the web UI) is served under, without the trailing slash (e.g. /llm)", group: G, support: "supported",

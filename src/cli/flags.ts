@@ -123,6 +123,13 @@ export interface ServerOptions {
   readonly staticPath: string | undefined;
   /** --api-prefix: every route under this path ("" = none; normalized: a leading slash, no trailing one). */
   readonly apiPrefix: string;
+  /** llama-server's CORS settings */
+  readonly corsOrigins: string;
+  readonly corsMethods: string;
+  readonly corsHeaders: string;
+  readonly corsCredentials: boolean;
+  /** --tags: listed with the model in /v1/models */
+  readonly tags: readonly string[];
 
   // sampling defaults (a request's own fields win)
   /** -1 = random. */
@@ -209,6 +216,11 @@ function bool(values: Values, key: string): boolean {
 function optStr(values: Values, key: string): string | undefined {
   const v = values[key];
   return v === undefined || typeof v === "string" ? v : wrongType(key, "a string", v);
+}
+
+function str(values: Values, key: string): string {
+  const v = values[key];
+  return typeof v === "string" ? v : wrongType(key, "a string", v);
 }
 
 function oneOf<T extends string>(values: Values, key: string, allowed: readonly T[]): T {
@@ -304,6 +316,11 @@ function buildOptions(v: Values): ServerOptions {
     ui: bool(v, "ui"),
     staticPath: optStr(v, "staticPath"),
     apiPrefix: normalizePrefix(optStr(v, "apiPrefix") ?? ""),
+    corsOrigins: str(v, "corsOrigins"),
+    corsMethods: str(v, "corsMethods"),
+    corsHeaders: str(v, "corsHeaders"),
+    corsCredentials: bool(v, "corsCredentials"),
+    tags: list(v, "tags", isString),
     seed: num(v, "seed"),
     temperature: Math.max(0, num(v, "temperature")),
     topK: num(v, "topK"),

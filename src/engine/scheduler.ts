@@ -322,7 +322,10 @@ export class Scheduler {
         // a sampling failure (e.g. every token banned) ends this request, never the engine
         s.task = undefined;
         s.lastUsed = ++this.clock;
-        this.hooks.done(t.finish("none", s.id, "", { message: `sampling failed: ${e instanceof Error ? e.message : String(e)}`, type: "server_error", code: 500 }));
+        const msg = e instanceof Error ? e.message : String(e);
+        // nothing left to sample is the request's own constraints (logit_bias, grammar): a 400
+        const theirs = /no token is left to sample/.test(msg);
+        this.hooks.done(t.finish("none", s.id, "", { message: `sampling failed: ${msg}${theirs ? " (the request's logit_bias and grammar leave no token)" : ""}`, type: theirs ? "invalid_request_error" : "server_error", code: theirs ? 400 : 500 }));
         return;
       }
       if (res.event) events.push(res.event);

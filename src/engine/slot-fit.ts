@@ -2,15 +2,26 @@
 // (up to 8) whose f16 KV cache fits beside the model's resident weights and work buffers in the
 // memory the engine will use (a card's free memory, or the host's usable RAM; there also the host
 // prompt cache's --cache-ram), less the margin kept free. With the context left to the model (-c 0):
-// llama-server's meaning, the training context (or what fits, whichever is smaller) shared by the
-// slots, each holding at least what a request needs. Pure arithmetic on numbers the caller gives;
-// the log line and the refusal name every term.
+// the training context (or what fits, whichever is smaller), in slots that each hold a coding
+// agent's first turn (LONG_SLOT_CTX) or the whole context if it is shorter, so one long request fits
+// an idle server as in llama-server's unified KV (-np auto there: 4 slots that may each grow to all
+// of -c); a short context gets up to 4 such slots where the memory has room. Pure arithmetic on
+// numbers the caller gives; the log line and the refusal name every term.
 
 /** The most slots -np auto gives. */
 export const MAX_AUTO_SLOTS = 8;
 
 /** The least a slot holds when -np auto shares the training context (or the training context, if smaller). */
 export const MIN_SHARED_SLOT_CTX = 4096;
+
+/**
+ * What a slot of a shared context holds at least (or the whole context, if shorter): a coding
+ * agent's first turn (Claude Code's is ~25,000 tokens of system prompt and tools, Codex's 8,000).
+ */
+export const LONG_SLOT_CTX = 32768;
+
+/** Slots -np auto gives a context of at most LONG_SLOT_CTX, memory permitting (llama-server's -np auto: 4). */
+export const AUTO_MIN_SLOTS = 4;
 
 /** A shared context that had to shrink to fit is rounded down to a multiple of this (tokens). */
 export const SHARED_CTX_ALIGN = 256;
@@ -189,17 +200,40 @@ export interface SharedFitInput extends SlotRoomInput {
 }
 
 export interface SharedFit extends SlotFit {
-  /** the tokens the slots share: nSlots x nCtxSlot */
+  /** the tokens of all slots: nSlots x nCtxSlot (more than the shared context when each slot holds all of it) */
   nCtxTotal: number;
   /** the training context did not fit (or the cap bound): the total is smaller */
   shrunk: boolean;
 }
 
 /**
+ * How -np auto lays out a shared context of `total` tokens: slots of at least `target` =
+ * LONG_SLOT_CTX (or a slot's share of `max`, or the least a request needs, whichever is more;
+ * never more than the total) that split the total between them; a total of one such slot gets up
+ * to AUTO_MIN_SLOTS slots that each hold all of it, as far as `roomTokens` (the positions the
+ * memory has room for) goes. `whole`: the slots each hold the total (more than one slot's share).
+ * A `shrunk` total is split in multiples of SHARED_CTX_ALIGN.
+ */
+export function sharedLayout(total: number, roomTokens: number, minSlotCtx: number, max: number, shrunk = false): { nSlots: number; nCtxSlot: number; target: number; whole: boolean } {
+  const target = Math.min(total, Math.max(LONG_SLOT_CTX, minSlotCtx, Math.ceil(total / max)));
+  const within = Math.max(1, Math.min(max, Math.floor(total / target)));
+  if (within === 1) {
+    const n = Math.max(1, Math.min(max, AUTO_MIN_SLOTS, Math.floor(roomTokens / total)));
+    return { nSlots: n, nCtxSlot: total, target, whole: true };
+  }
+  let nCtxSlot = Math.floor(total / within);
+  if (shrunk) {
+    const aligned = Math.floor(nCtxSlot / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
+    if (aligned >= minSlotCtx) nCtxSlot = aligned;
+  }
+  return { nSlots: within, nCtxSlot, target, whole: false };
+}
+
+/**
  * -np auto with the context left to the model (-c 0): the training context, or what fits if less
- * (with `shrink`), shared by the most slots (up to `maxSlots`) that each hold at least `minSlotCtx`
- * tokens; llama-server's -c 0 is the whole context of all slots together. Never throws for memory
- * that is too small: nSlots is 0 and `refusal` says why.
+ * (with `shrink`), laid out by sharedLayout: slots of a long request's length sharing it, or up to
+ * AUTO_MIN_SLOTS slots that each hold all of a short one. A total under `minSlotCtx` is refused.
+ * Never throws for memory that is too small: nSlots is 0 and `refusal` says why.
  */
 export function fitSharedContext(i: SharedFitInput): SharedFit {
   positiveInt("the shared context", i.nCtxTotal);
@@ -233,23 +267,25 @@ export function fitSharedContext(i: SharedFitInput): SharedFit {
     const aligned = Math.floor(total / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
     if (aligned >= i.minSlotCtx) total = aligned;
   }
-  const nSlots = Math.max(1, Math.min(max, Math.floor(total / i.minSlotCtx)));
-  let nCtxSlot = Math.floor(total / nSlots);
-  if (shrunk) {
-    const aligned = Math.floor(nCtxSlot / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
-    if (aligned >= i.minSlotCtx) nCtxSlot = aligned;
-  }
+  const roomTokens = Math.min(tokensIn(kvRoom), i.capTokens ?? Number.MAX_SAFE_INTEGER);
+  const lay = sharedLayout(total, roomTokens, i.minSlotCtx, max, shrunk && !cacheSqueezed);
+  const { nSlots, nCtxSlot, whole } = lay;
   const kvSlot = nCtxSlot * kvTok;
+  const capText = i.capText ?? `at ${i.capTokens}`;
   const why = cacheSqueezed ? SQUEEZED(cache)
     : nSlots === max ? (i.maxSlotsText ?? `${max} is the most -np auto gives`)
-    : `${aNth(nSlots + 1)} would leave a slot under ${i.minSlotCtx} tokens`;
+    : whole && nSlots === AUTO_MIN_SLOTS ? `${AUTO_MIN_SLOTS} is the most -np auto gives a context this short`
+    : whole && i.capTokens !== undefined && (nSlots + 1) * nCtxSlot > i.capTokens ? `${aNth(nSlots + 1)} would pass that cap`
+    : whole ? `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * kvSlot - kvRoom)} more`
+    : `${aNth(nSlots + 1)} would leave a slot under ${lay.target} tokens`;
   const capped = cap < i.nCtxTotal && cap <= tokensIn(kvRoom) && !cacheSqueezed;
-  const share = !shrunk ? `share the training context of ${i.nCtxTotal}`
-    : capped ? `share ${nSlots * nCtxSlot} (the training context of ${i.nCtxTotal} is capped: ${i.capText ?? `at ${i.capTokens}`})`
-    : `share ${nSlots * nCtxSlot} (the training context of ${i.nCtxTotal} does not fit)`;
+  const less = capped ? `the training context of ${i.nCtxTotal} is capped: ${capText}` : `the training context of ${i.nCtxTotal} does not fit`;
+  const shareText = whole
+    ? `${nSlots === 1 ? "holding" : "each holding"} ${shrunk ? `${nCtxSlot} (${less})` : "the whole training context"}`
+    : !shrunk ? `share the training context of ${i.nCtxTotal}` : `share ${nSlots * nCtxSlot} (${less})`;
   return {
     nSlots, nCtxSlot, nCtxTotal: nSlots * nCtxSlot, shrunk, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: kvRoom, cacheSqueezed,
-    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${nCtxSlot} tokens ${share} (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ` +
-      `each slot holds at least ${i.minSlotCtx}; ${why})`,
+    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${nCtxSlot} tokens ${shareText} (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ` +
+      `${whole ? "" : `each slot holds at least ${lay.target}; `}${why})`,
   };
 }

@@ -113,8 +113,10 @@ export class Task {
         prompt_per_second: this.promptMs ? (promptN * 1000) / this.promptMs : 0,
         predicted_n: genN,
         predicted_ms: this.genMs,
-        predicted_per_token_ms: genN ? this.genMs / genN : 0,
-        predicted_per_second: this.genMs ? (genN * 1000) / this.genMs : 0,
+        // as llama-server: the first token comes with the prompt's last batch, so the rates count
+        // the generation steps after it (n - 1)
+        predicted_per_token_ms: genN > 1 ? this.genMs / (genN - 1) : 0,
+        predicted_per_second: this.genMs > 0 && genN > 1 ? ((genN - 1) * 1000) / this.genMs : 0,
         cache_n: this.cached,
       },
     };

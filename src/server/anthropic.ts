@@ -7,7 +7,7 @@ import type { DoneEvent } from "../engine/protocol.ts";
 import { prepareChat, renderChatPrompt } from "./chat-request.ts";
 import { chatEvents, collectChat } from "./chat-stream.ts";
 import { randomString } from "./common.ts";
-import { ApiError, badField, badRequest, engineError, errorResponse } from "./errors.ts";
+import { ApiError, badField, badRequest, engineError, errorResponse, shownValue } from "./errors.ts";
 import { GenerationSet } from "./runner.ts";
 import { sseEvent, sseResponse } from "./sse.ts";
 import type { ServerContext } from "./state.ts";
@@ -16,6 +16,18 @@ type Obj = Record<string, unknown>;
 
 function isObj(v: unknown): v is Obj {
   return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+/**
+ * Claude Code's first system block carries a per-request checksum ("x-anthropic-billing-header:
+ * cc_version=...; cch=a5145;"): its five characters are masked, as llama-server does, so the
+ * prompt stays the same from turn to turn and the prompt cache keeps it.
+ */
+export function normalizeBillingHeader(text: string): string {
+  if (!text.startsWith("x-anthropic-billing-header:")) return text;
+  const i = text.indexOf("cch=", "x-anthropic-billing-header:".length);
+  if (i < 0 || text[i + 9] !== ";") return text;
+  return `${text.slice(0, i + 4)}fffff${text.slice(i + 9)}`;
 }
 
 function blocksText(blocks: unknown[], field: string): string {
@@ -37,16 +49,18 @@ export function anthropicToChat(body: Obj): Obj {
   const messages: Obj[] = [];
   const sys = body.system;
   if (typeof sys === "string") {
-    if (sys !== "") messages.push({ role: "system", content: sys });
+    if (sys !== "") messages.push({ role: "system", content: normalizeBillingHeader(sys) });
   } else if (Array.isArray(sys)) {
-    const text = blocksText(sys, "system");
+    const text = blocksText(sys.map((b) => (isObj(b) && typeof b.text === "string" ? { ...b, text: normalizeBillingHeader(b.text) } : b)), "system");
     if (text !== "") messages.push({ role: "system", content: text });
   }
   if (!Array.isArray(body.messages)) throw badField("messages", "'messages' is required");
   body.messages.forEach((m, i) => {
     if (!isObj(m)) throw badField(`messages[${i}]`, "expected an object");
     const role = m.role;
-    if (role !== "user" && role !== "assistant") throw badField(`messages[${i}].role`, `expected "user" or "assistant", got ${JSON.stringify(role)}`);
+    // llama-server passes other roles through to the template: Claude Code sends "system" turns
+    // inside messages (reminders between user turns)
+    if (role !== "user" && role !== "assistant" && role !== "system") throw badField(`messages[${i}].role`, `expected "user", "assistant" or "system", got ${shownValue(role)}`);
     const content = m.content;
     if (typeof content === "string") {
       messages.push({ role, content });
@@ -84,7 +98,7 @@ export function anthropicToChat(body: Obj): Obj {
         case "document":
           throw badRequest(`${String(b.type)} input is not supported by this model`);
         default:
-          throw badField(`${f}.type`, `unsupported content block type ${JSON.stringify(b.type)}`);
+          throw badField(`${f}.type`, `unsupported content block type ${shownValue(b.type)}`);
       }
     });
     // tool results answer the previous assistant turn: they come before the user's text
@@ -114,7 +128,7 @@ export function anthropicToChat(body: Obj): Obj {
     else if (tc.type === "tool") {
       if (typeof tc.name !== "string") throw badField("tool_choice.name", "expected a string");
       out.tool_choice = { type: "function", function: { name: tc.name } };
-    } else throw badField("tool_choice.type", `expected auto, any, tool or none, got ${JSON.stringify(tc.type)}`);
+    } else throw badField("tool_choice.type", `expected auto, any, tool or none, got ${shownValue(tc.type)}`);
     if (tc.disable_parallel_tool_use === true) out.parallel_tool_calls = false;
   }
   if (body.stop_sequences !== undefined && body.stop_sequences !== null) out.stop = body.stop_sequences;
@@ -162,7 +176,7 @@ function anthropicError(e: ApiError): Obj {
 export async function anthropicMessages(ctx: ServerContext, body: Obj, request: Request): Promise<Response> {
   const chat = anthropicToChat(body);
   chat.n = 1;
-  const prep = prepareChat(ctx, chat);
+  const prep = await prepareChat(ctx, chat);
   const set = GenerationSet.start(ctx, prep.specs, request.signal);
   const id = `msg_${randomString(24)}`;
   const nPrompt = prep.tokens.length;
@@ -239,9 +253,9 @@ export async function anthropicMessages(ctx: ServerContext, body: Obj, request: 
 }
 
 /** POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt. */
-export function anthropicCountTokens(ctx: ServerContext, body: Obj): Response {
+export async function anthropicCountTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const chat = anthropicToChat(body);
   const r = renderChatPrompt(ctx, chat);
-  const n = ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length;
+  const n = (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length;
   return Response.json({ input_tokens: n });
 }

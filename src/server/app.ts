@@ -5,7 +5,9 @@ import { Elysia } from "elysia";
 import { anthropicCountTokens, anthropicMessages } from "./anthropic.ts";
 import { chatCompletion } from "./chat.ts";
 import { nativeCompletion, oaiCompletion } from "./completion.ts";
-import { ApiError, badRequest, errorResponse, toApiError } from "./errors.ts";
+import { BodyError } from "./body-client.ts";
+import type { ParsedBody } from "./http.ts";
+import { ApiError, badRequest, errorResponse, shownValue, toApiError } from "./errors.ts";
 import { responsesCreate, responsesInputTokens } from "./responses.ts";
 import * as info from "./routes-info.ts";
 import {
@@ -57,12 +59,6 @@ function expected(schema: ValidationIssue["schema"]): string | undefined {
   return schema.type;
 }
 
-function shown(v: unknown): string {
-  const s = JSON.stringify(v);
-  if (s === undefined) return String(v);
-  return s.length > 60 ? `${s.slice(0, 57)}...` : s;
-}
-
 /** Elysia's validation error as llama's 400 naming the field. */
 function validationError(error: unknown): ApiError {
   let issues: ValidationIssue[] = [];
@@ -76,22 +72,24 @@ function validationError(error: unknown): ApiError {
   const field = fieldOfPath(first.path ?? "");
   if (first.message === "Expected required property") return badRequest(`Field '${field}': is required`);
   const want = expected(first.schema);
-  const detail = want ? `expected ${want}, got ${shown(first.value)}` : (first.summary ?? first.message ?? "invalid value");
+  const detail = want ? `expected ${want}, got ${shownValue(first.value)}` : (first.summary ?? first.message ?? "invalid value");
   return badRequest(`Field '${field}': ${detail}`);
 }
 
 export function buildApp(ctx: ServerContext, maxBodyBytes: number) {
   const app = new Elysia()
     .onParse(async ({ request }) => {
-      const text = await request.text();
-      const size = Buffer.byteLength(text);
-      if (size > maxBodyBytes) throw new ApiError("invalid_request_error", `the request body (${size} bytes) is larger than the limit of ${maxBodyBytes} bytes`, {}, 413);
-      if (text.trim() === "") throw new BodyParseError("the request body is empty; expected a JSON object");
-      try {
-        return JSON.parse(text) as unknown;
-      } catch (e) {
-        throw new BodyParseError(`the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
-      }
+      const pre = ctx.parsedBodies.get(request.signal);
+      const parsed: ParsedBody = pre ?? (await (async (): Promise<ParsedBody> => {
+        const bytes = new Uint8Array(await request.arrayBuffer());
+        if (bytes.length > maxBodyBytes) throw new ApiError("invalid_request_error", `the request body (${bytes.length} bytes) is larger than the limit of ${maxBodyBytes} bytes`, {}, 413);
+        return ctx.body.parse(bytes).then((value): ParsedBody => ({ value }), (e: unknown): ParsedBody => ({ error: e }));
+      })());
+      if (parsed.error === undefined) return parsed.value;
+      // past a few KiB parsed in the body worker: a large or deeply nested body never blocks other requests
+      const e = parsed.error;
+      if (e instanceof BodyError && (e.kind === "depth" || /is empty/.test(e.message))) throw new BodyParseError(e.message);
+      throw new BodyParseError(`the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
     })
     .onError(({ code, error }) => {
       if (code === "NOT_FOUND") return notFound();

@@ -17,7 +17,7 @@ import { GrammarMatcher } from "../grammar/index.ts";
 import { grammarOf } from "./completion.ts";
 import { badField, badRequest, notSupported } from "./errors.ts";
 import { type GenSettings, readGenSettings } from "./params.ts";
-import { checkContext } from "./prompt.ts";
+import { checkContext, checkTextFits, encodeText } from "./prompt.ts";
 import type { ChoiceSpec, ReasoningBudget } from "./runner.ts";
 import type { ServerContext } from "./state.ts";
 import { toolCallGrammar } from "./tool-grammar.ts";
@@ -56,6 +56,15 @@ function checkMessages(messages: unknown[]): void {
       if (type !== "text") throw badField(`messages[${i}].content[${j}].type`, "unsupported content[].type");
     });
   });
+}
+
+/** Characters of every string in the messages (a lower bound of what the prompt renders to). */
+function textChars(v: unknown, depth = 0): number {
+  if (typeof v === "string") return v.length;
+  if (depth > 8 || v === null || typeof v !== "object") return 0;
+  let n = 0;
+  for (const x of Array.isArray(v) ? v : Object.values(v)) n += textChars(x, depth + 1);
+  return n;
 }
 
 /** A system message that describes the tools, for templates that do not render tools themselves. */
@@ -147,7 +156,7 @@ export function renderChatPrompt(ctx: ServerContext, body: Body): {
 }
 
 /** Everything a chat completion needs before it runs. */
-export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
+export async function prepareChat(ctx: ServerContext, body: Body): Promise<PreparedChat> {
   // logprobs (boolean) + top_logprobs -> n_probs, as llama-server
   const genBody: Body = { ...body };
   delete genBody.logprobs;
@@ -160,6 +169,8 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
     throw badRequest("top_logprobs requires logprobs to be set to true");
   }
   const settings = readGenSettings(genBody, ctx.paramContext());
+  // a conversation whose text alone cannot fit the context is refused before it is rendered
+  if (Array.isArray(body.messages)) checkTextFits(ctx, textChars(body.messages), { nCtx: ctx.nCtxSlot });
   const r = renderChatPrompt(ctx, body);
   const policy = r.policy;
   if (policy.mode !== "none" && body.grammar !== undefined && body.grammar !== null) throw badRequest("Cannot use custom grammar constraints with tools.");
@@ -186,7 +197,7 @@ export function prepareChat(ctx: ServerContext, body: Body): PreparedChat {
   const rf = body.reasoning_format;
   const reasoningFormat = rf === undefined || rf === null ? ctx.opts.reasoningFormat : parseReasoningFormat(rf);
   const tok = ctx.tokenizer;
-  const tokens = tok.encode(r.prompt, { addSpecial: true, parseSpecial: true });
+  const tokens = await encodeText(ctx, r.prompt, true, true, { nCtx: ctx.nCtxSlot });
   if (tokens.length === 0) throw badField("messages", "the rendered prompt is empty");
   checkContext(tokens.length, ctx.nCtxSlot);
   // reasoning budget: request (reasoning_budget_tokens / thinking_budget_tokens, -1 = server default), else --reasoning-budget

@@ -38,7 +38,7 @@ export function deltaJson(d: ChatDelta): Record<string, unknown> {
 }
 
 export async function chatCompletion(ctx: ServerContext, body: Body, request: Request): Promise<Response> {
-  const prep = prepareChat(ctx, body);
+  const prep = await prepareChat(ctx, body);
   const s = prep.settings;
   const set = GenerationSet.start(ctx, prep.specs, request.signal);
   const id = chatCompletionId();

@@ -41,10 +41,10 @@ interface Job {
   promptOf: number[];
 }
 
-function prepare(ctx: ServerContext, body: Body): Job {
+async function prepare(ctx: ServerContext, body: Body): Promise<Job> {
   const settings = readGenSettings(body, ctx.paramContext());
   const grammar = grammarOf(body);
-  const prompts = readPrompts(ctx.tokenizer, body.prompt);
+  const prompts = await readPrompts(ctx, body.prompt, { nCtx: ctx.nCtxSlot });
   const specs: ChoiceSpec[] = [];
   const promptOf: number[] = [];
   prompts.forEach((p, pi) => {
@@ -78,10 +78,10 @@ function textOf(events: TokenEvent[], done: DoneEvent): string {
 
 /** POST /completion and /completions: llama's native completion. */
 export async function nativeCompletion(ctx: ServerContext, body: Body, request: Request): Promise<Response> {
-  const job = prepare(ctx, body);
+  const job = await prepare(ctx, body);
   const s = job.settings;
   const set = GenerationSet.start(ctx, job.specs, request.signal);
-  const genSettings = settingsJson(s, { grammar: job.grammar });
+  const genSettings = settingsJson(s, { grammar: job.grammar, eogIds: ctx.tokenizer.eogIds });
   const finalObj = (i: number, content: string, tokens: number[], d: DoneEvent, probs?: Record<string, unknown>[]) => {
     const prompt = job.prompts[job.promptOf[i]];
     const res: Record<string, unknown> = {
@@ -161,7 +161,7 @@ export async function oaiCompletion(ctx: ServerContext, body: Body, request: Req
   if (body.echo === true) throw badRequest("Only no echo is supported");
   for (const p of ["best_of", "suffix"]) if (body[p] !== undefined && body[p] !== null) throw badRequest(`Unsupported param: ${p}`);
   if (body.prompt === undefined) throw badField("prompt", "\"prompt\" is required");
-  const job = prepare(ctx, body);
+  const job = await prepare(ctx, body);
   const s = job.settings;
   const set = GenerationSet.start(ctx, job.specs, request.signal);
   const id = chatCompletionId();

@@ -5,7 +5,7 @@
 import { availableParallelism } from "node:os";
 import type { ServerOptionKey, ServerOptions } from "../cli/flags.ts";
 import type { EngineOptions } from "../engine/protocol.ts";
-import { MIN_SHARED_SLOT_CTX } from "../engine/slot-fit.ts";
+import { AUTO_MIN_SLOTS, MIN_SHARED_SLOT_CTX } from "../engine/slot-fit.ts";
 import { PROMOTE_AUTO } from "../engine/promote-fit.ts";
 
 /** Fewest tokens a slot may hold. */
@@ -70,9 +70,10 @@ export function slotLayout(o: ServerOptions, nCtxTrain: number, auto: AutoSlots)
     if (!Number.isInteger(a.nSlots) || a.nSlots < 1) throw new EngineOptionError("--parallel", `-np auto chose ${a.nSlots} slots; at least 1 is needed`);
     nSlots = a.nSlots;
     nCtxSlot = a.nCtxSlot ?? Math.floor(nCtxTrain / nSlots);
-    if (!Number.isInteger(nCtxSlot) || nCtxSlot < MIN_SLOT_CTX || nSlots * nCtxSlot > nCtxTrain)
+    // slots share the training context, or (a short one) each hold all of it
+    if (!Number.isInteger(nCtxSlot) || nCtxSlot < MIN_SLOT_CTX || nCtxSlot > nCtxTrain || (nSlots * nCtxSlot > nCtxTrain && !(nCtxSlot === nCtxTrain && nSlots <= AUTO_MIN_SLOTS)))
       throw new EngineOptionError("--parallel", `-np auto chose ${nSlots} slots of ${nCtxSlot} tokens; the training context is ${nCtxTrain} and a slot holds at least ${MIN_SLOT_CTX}`);
-    nCtxAsked = nSlots * nCtxSlot;
+    nCtxAsked = nSlots * nCtxSlot > nCtxTrain ? nCtxSlot : nSlots * nCtxSlot; // each slot all of it, or their share
     note = `srv  load_model: ${a.line}`;
   } else {
     // --slot-ctx, or -np auto with -c N: each slot gets what was asked (llama-server's auto shares

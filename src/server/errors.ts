@@ -22,6 +22,16 @@ export interface ErrorBody {
   error: { code: number; message: string; type: string; n_prompt_tokens?: number; n_ctx?: number; [k: string]: unknown };
 }
 
+/** Longest error message a response or log line carries (a message that quotes a client's input is cut). */
+export const MESSAGE_MAX = 2000;
+
+/** A message as it may be sent and logged: control characters escaped (no forged log lines, no terminal escapes), cut at MESSAGE_MAX. */
+export function safeMessage(m: string): string {
+  const s = m.length > MESSAGE_MAX * 2 ? m.slice(0, MESSAGE_MAX * 2) : m;
+  const e = s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => (c === "\n" ? "\\n" : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
+  return e.length > MESSAGE_MAX ? `${e.slice(0, MESSAGE_MAX)}... (${m.length} characters in all)` : e;
+}
+
 /** An error a route answers with: the status is the code of the type unless given. */
 export class ApiError extends Error {
   override readonly name = "ApiError";
@@ -34,13 +44,32 @@ export class ApiError extends Error {
     /** extra response headers (Retry-After) */
     readonly headers: Record<string, string> = {},
   ) {
-    super(message);
+    super(safeMessage(message));
     this.status = status ?? ERROR_STATUS[type];
   }
 
   body(): ErrorBody {
     return { error: { code: this.status, message: this.message, type: this.type, ...this.extra } };
   }
+}
+
+/** Longest piece of a client's input an error message repeats. */
+export const SHOWN_MAX = 60;
+
+/**
+ * A client's value as an error message may repeat it: JSON (strings quoted, control characters
+ * escaped, also DEL, C1 controls and the line separators a terminal or log would act on), cut to
+ * `max` characters with "..." so a huge or hostile value never fills a log or a response.
+ */
+export function shownValue(v: unknown, max = SHOWN_MAX): string {
+  let s: string;
+  try {
+    s = JSON.stringify(typeof v === "string" && v.length > 4 * max ? v.slice(0, 4 * max) : v) ?? String(v);
+  } catch {
+    s = String(v);
+  }
+  s = s.replace(/[\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return s.length > max ? `${s.slice(0, max - 3)}...` : s;
 }
 
 /** A bad request field: 400 naming the field as llama-server does ("Field 'x': ..."). */

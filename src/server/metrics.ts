@@ -45,6 +45,10 @@ export class Metrics {
       ["n_decode_total", "Total number of forward passes (llama_decode() calls in llama-server)", st.nDecode],
       ["n_tokens_max", "Largest observed sequence length (prompt + generation)", this.nTokensMax],
       ["requests_total", "Number of generating requests received", this.requests],
+      // llama-server's speculative decoding counters: bloomery has no draft model yet, so they stay 0
+      ["spec_decode_num_draft_tokens_total", "Number of draft tokens proposed by speculative decoding", 0],
+      ["spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted by speculative decoding", 0],
+      ["spec_decode_num_drafts_total", "Number of drafts proposed by speculative decoding", 0],
     ];
     const gauges: [string, string, number][] = [
       ["prompt_tokens_seconds", "Average prompt throughput in tokens/s", rate(this.bucketPromptTokens, this.bucketPromptMs)],
@@ -128,8 +132,14 @@ export class Admission {
     return Math.min(this.active, this.slots);
   }
 
-  /** Reserve room for `n` generations or throw the 503. */
+  /** Reserve room for `n` generations or throw the 503 (a 400 when `n` could never fit, however idle the server). */
   acquire(n: number): void {
+    if (n > this.slots + this.maxQueue) {
+      throw new ApiError(
+        "invalid_request_error",
+        `the request asks for ${n} generations at once (prompts x n), more than this server can ever hold: ${this.slots} slots and ${this.maxQueue} queue places; send fewer prompts or choices per request`,
+      );
+    }
     if (this.active + n > this.slots + this.maxQueue) {
       throw new ApiError(
         "unavailable_error",

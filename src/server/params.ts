@@ -4,7 +4,7 @@
 import type { ServerOptions } from "../cli/flags.ts";
 import type { SamplingParams } from "../engine/protocol.ts";
 import { parseLogitBiasField, parseSamplersField, resolveSamplingParams } from "../sampling/index.ts";
-import { badField } from "./errors.ts";
+import { badField, shownValue } from "./errors.ts";
 
 const INT32_MAX = 2 ** 31 - 1;
 
@@ -56,7 +56,7 @@ function num(b: Body, names: string | string[], def: number): { v: number; name:
   const ns = typeof names === "string" ? [names] : names;
   const p = pick(b, ns);
   if (!p) return { v: def, name: ns[0] };
-  if (typeof p[1] !== "number" || !Number.isFinite(p[1])) throw badField(p[0], `expected a number, got ${JSON.stringify(p[1])}`);
+  if (typeof p[1] !== "number" || !Number.isFinite(p[1])) throw badField(p[0], `expected a number, got ${shownValue(p[1])}`);
   return { v: p[1], name: p[0] };
 }
 
@@ -76,7 +76,7 @@ function hard(b: Body, names: string | string[], def: number, lo: number, hi: nu
 function bool(b: Body, name: string, def: boolean): boolean {
   if (!has(b, name)) return def;
   const v = b[name];
-  if (typeof v !== "boolean") throw badField(name, `expected a boolean, got ${JSON.stringify(v)}`);
+  if (typeof v !== "boolean") throw badField(name, `expected a boolean, got ${shownValue(v)}`);
   return v;
 }
 
@@ -124,6 +124,8 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
   const samplers = has(b, "samplers") ? wrapSampling(() => parseSamplersField(b.samplers)) : [...o.samplers];
   const ignoreEos = bool(b, "ignore_eos", o.ignoreEos);
   const bias = has(b, "logit_bias") ? wrapSampling(() => parseLogitBiasField(b.logit_bias, ctx.nVocab, ctx.encode)) : [];
+  const banned = new Set(bias.filter((x) => x.bias === -Infinity).map((x) => x.id)).size;
+  if (banned >= ctx.nVocab) throw badField("logit_bias", `bans every token of the vocabulary (${banned} of ${ctx.nVocab}); nothing could be generated`);
   const mirostat = Math.round(soft(b, "mirostat", 0, 0, 2)) as 0 | 1 | 2;
   const nProbs = Math.min(hard(b, ["n_probs", "logprobs"], 0, 0, INT32_MAX), ctx.nVocab);
   const postSamplingProbs = bool(b, "post_sampling_probs", false);
@@ -191,7 +193,7 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
 }
 
 /** llama's `generation_settings` / `/props` params object for a request's settings. */
-export function settingsJson(s: GenSettings, extra: { grammar?: string; chatFormat?: string; reasoningFormat?: string }, onlyMetrics = false): Record<string, unknown> {
+export function settingsJson(s: GenSettings, extra: { grammar?: string; chatFormat?: string; reasoningFormat?: string; eogIds?: number[] }, onlyMetrics = false): Record<string, unknown> {
   const p = s.params;
   const base: Record<string, unknown> = {
     seed: p.seed === -1 ? 4294967295 : p.seed,
@@ -223,7 +225,13 @@ export function settingsJson(s: GenSettings, extra: { grammar?: string; chatForm
     n_keep: s.nKeep,
     ignore_eos: s.ignoreEos,
     stream: s.stream,
-    ...(onlyMetrics ? {} : { logit_bias: p.logitBias.map(({ id, bias }) => ({ bias: Number.isFinite(bias) ? bias : -3.4028234663852886e38, token: id })) }),
+    // llama-server's JSON: a ban (-inf) is null; ignore_eos shows as a ban of every end-of-generation token
+    ...(onlyMetrics ? {} : {
+      logit_bias: [
+        ...p.logitBias.map(({ id, bias }) => ({ bias: Number.isFinite(bias) ? bias : null, token: id })),
+        ...(s.ignoreEos ? (extra.eogIds ?? []).map((id) => ({ bias: null, token: id })) : []),
+      ],
+    }),
     n_probs: s.nProbs,
     min_keep: s.minKeep,
     ...(onlyMetrics ? {} : { grammar: extra.grammar ?? "" }),

@@ -6,7 +6,7 @@ import type { DoneEvent } from "../engine/protocol.ts";
 import { prepareChat, renderChatPrompt } from "./chat-request.ts";
 import { chatEvents, collectChat } from "./chat-stream.ts";
 import { nowSeconds, randomString } from "./common.ts";
-import { badField, badRequest, engineError, errorResponse } from "./errors.ts";
+import { badField, badRequest, engineError, errorResponse, shownValue } from "./errors.ts";
 import { GenerationSet } from "./runner.ts";
 import { sseEvent, sseResponse } from "./sse.ts";
 import type { ServerContext } from "./state.ts";
@@ -23,10 +23,10 @@ function partsText(content: unknown, field: string, allowed: string[]): string {
   const out: string[] = [];
   content.forEach((p, i) => {
     if (!isObj(p)) throw badField(`${field}[${i}]`, "expected an object");
-    if (p.type === "input_image" || p.type === "input_file") throw badRequest(`'${p.type}' is not supported by this model`);
+    if (p.type === "input_image" || p.type === "input_file") throw badRequest(`${shownValue(p.type)} is not supported by this model`);
     if (typeof p.type !== "string" || !allowed.includes(p.type)) throw badField(`${field}[${i}].type`, `must be one of ${allowed.map((a) => `'${a}'`).join(", ")}`);
     const text = p.type === "refusal" ? p.refusal : p.text;
-    if (typeof text !== "string") throw badField(`${field}[${i}]`, `'${p.type}' requires text`);
+    if (typeof text !== "string") throw badField(`${field}[${i}]`, `${shownValue(p.type)} requires text`);
     out.push(text);
   });
   return out.join("\n");
@@ -119,7 +119,7 @@ function outputItems(m: ParsedMessage, ids: Ids): Obj[] {
 export async function responsesCreate(ctx: ServerContext, body: Obj, request: Request): Promise<Response> {
   const chat = responsesToChat(body);
   chat.n = 1;
-  const prep = prepareChat(ctx, chat);
+  const prep = await prepareChat(ctx, chat);
   const set = GenerationSet.start(ctx, prep.specs, request.signal);
   const ids: Ids = { resp: `resp_${randomString()}`, reasoning: `rs_${randomString()}`, message: `msg_${randomString()}` };
   const nPrompt = prep.tokens.length;
@@ -210,7 +210,7 @@ export async function responsesCreate(ctx: ServerContext, body: Obj, request: Re
 }
 
 /** POST /v1/responses/input_tokens: the prompt's token count. */
-export function responsesInputTokens(ctx: ServerContext, body: Obj): Response {
+export async function responsesInputTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const r = renderChatPrompt(ctx, responsesToChat(body));
-  return Response.json({ object: "response.input_tokens", input_tokens: ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length });
+  return Response.json({ object: "response.input_tokens", input_tokens: (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length });
 }

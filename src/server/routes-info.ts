@@ -40,8 +40,8 @@ export function models(ctx: ServerContext): Response {
     data: [
       {
         id: ctx.modelName,
-        aliases: ctx.opts.alias.slice(1),
-        tags: [],
+        aliases: [...ctx.opts.alias].sort(),
+        tags: [...ctx.opts.tags],
         object: "model",
         created,
         owned_by: "llamacpp",
@@ -107,7 +107,8 @@ export async function slots(ctx: ServerContext, query: URLSearchParams): Promise
 
 /** A bare file name (no directory parts), as llama's fs_validate_filename wants for slot files. */
 function validFilename(name: string): boolean {
-  return name.length > 0 && name.length <= 255 && !/[/\\\0]/.test(name) && name !== "." && name !== ".." && !/^\s|\s$/.test(name);
+  // no directory parts, no control characters (CR/LF would forge log lines), as fs_validate_filename
+  return name.length > 0 && name.length <= 255 && !/[/\\\x00-\x1f\x7f]/.test(name) && name !== "." && name !== ".." && !/^\s|\s$/.test(name);
 }
 
 /** POST /slots/{id}?action=save|restore|erase (needs --slot-save-path, as llama-server). */
@@ -153,11 +154,11 @@ function validUtf8(bytes: Uint8Array): boolean {
   }
 }
 
-export function tokenize(ctx: ServerContext, body: Obj): Response {
+export async function tokenize(ctx: ServerContext, body: Obj): Promise<Response> {
   const tok = ctx.tokenizer;
   const c = body.content;
   if (c === undefined || c === null) return Response.json({ tokens: [] });
-  const ids = tokenizeMixed(tok, c as string | (string | number)[], body.add_special === true, body.parse_special !== false, "content");
+  const ids = await tokenizeMixed(ctx, c as string | (string | number)[], body.add_special === true, body.parse_special !== false, "content");
   if (body.with_pieces !== true) return Response.json({ tokens: ids });
   return Response.json({
     tokens: ids.map((id) => {
@@ -181,9 +182,9 @@ export function applyTemplate(ctx: ServerContext, body: Obj): Response {
 }
 
 /** POST /v1/chat/completions/input_tokens: the rendered prompt's token count. */
-export function chatInputTokens(ctx: ServerContext, body: Obj): Response {
+export async function chatInputTokens(ctx: ServerContext, body: Obj): Promise<Response> {
   const r = renderChatPrompt(ctx, body);
-  return Response.json({ object: "response.input_tokens", input_tokens: ctx.tokenizer.encode(r.prompt, { addSpecial: true, parseSpecial: true }).length });
+  return Response.json({ object: "response.input_tokens", input_tokens: (await ctx.encodePrompt(r.prompt, { addSpecial: true, parseSpecial: true })).length });
 }
 
 /** The routes that exist in llama-server but need a model or flag this server does not offer. */

@@ -3,6 +3,7 @@
 // cancellation when the client goes away, metrics, and the reasoning budget (end the thinking
 // after N tokens by stopping the generation and continuing from the forced end tag).
 import type { DoneEvent, GenerateRequest, TokenEvent } from "../engine/protocol.ts";
+import { type RequestTrace, timingLines } from "./request-log.ts";
 import type { ServerContext } from "./state.ts";
 
 export type ChoiceEvent =
@@ -34,12 +35,17 @@ export class GenerationSet {
   private remaining: number;
   private readonly ctl = new AbortController();
 
+  private readonly trace?: RequestTrace;
+  private settled: () => void = () => {};
+
   private constructor(
     private readonly ctx: ServerContext,
     readonly specs: ChoiceSpec[],
     signal: AbortSignal,
   ) {
+    this.trace = ctx.traces.get(signal);
     this.remaining = specs.length;
+    this.trace?.running.push(new Promise((r) => (this.settled = r)));
     if (signal.aborted) this.ctl.abort();
     else signal.addEventListener("abort", () => this.ctl.abort(), { once: true });
   }
@@ -114,7 +120,10 @@ export class GenerationSet {
   private finishOne(index: number, done: DoneEvent): void {
     this.ctx.admission.release(1);
     this.ctx.metrics.record(done);
+    this.trace?.done.push(done);
+    if (!done.error) for (const line of timingLines(done)) this.ctx.log(line);
     this.remaining--;
+    if (this.remaining === 0) this.settled();
     this.push({ index, kind: "done", done });
   }
 

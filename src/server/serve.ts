@@ -159,6 +159,7 @@ async function serve(
   const maxBodyBytes = envInt(env, "BLOOMERY_MAX_BODY_MB", DEFAULT_MAX_BODY_MB) * 1024 * 1024;
   const loadDelayMs = envInt(env, "BLOOMERY_TEST_LOAD_DELAY_MS", 0);
   const ctx = new ServerContext(o, apiKeys, log);
+  ctx.body.start();
 
   // listen first: /health answers 503 while the model loads
   const app = buildApp(ctx, maxBodyBytes);
@@ -196,6 +197,7 @@ async function serve(
   else if (o.staticPath !== undefined) log(`srv  init: serving static files from ${o.staticPath} at ${o.apiPrefix}/`);
   else log(`srv  init: web UI: chat at ${o.apiPrefix}/, the experts' placement at ${o.apiPrefix}/placement`);
   events.emit({ event: "listening", url: urls.find((u) => u.startsWith("http")) ?? urls[0], urls });
+  if (o.corsOrigins === "*" && apiKeys.length === 0) log("srv  init: security: no API key is set and CORS allows all origins (--cors-origins localhost, or --api-key)");
   if (apiKeys.length === 1) log(`srv  init: api_keys: ****${apiKeys[0].slice(-4)}`);
   else if (apiKeys.length > 1) log(`srv  init: api_keys: ${apiKeys.length} keys loaded`);
 
@@ -213,6 +215,7 @@ async function serve(
     process.off("SIGTERM", onSignal);
     for (const s of servers) s.stop(true);
     ctx.client?.close();
+    ctx.body.close();
     return code;
   };
 
@@ -238,7 +241,9 @@ async function serve(
     if (loadDelayMs > 0) await Bun.sleep(loadDelayMs);
     const geometry = openGeometry(modelPath);
     const gguf = geometry.gguf as GgufFile;
-    ctx.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
+    const vocab = vocabFromMetadata((k) => gguf.raw(k));
+    ctx.tokenizer = Tokenizer.fromVocab(vocab);
+    ctx.body.setTokenizer(ctx.tokenizer, vocab);
     const plan = planStart({ o, explicit, argv, source: src, machine: machineFor(o, probe()), dryRun: false, geometry, path: modelPath });
     events.emit(plan.event);
     if (plan.refusal) throw plan.refusal;

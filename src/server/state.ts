@@ -6,6 +6,9 @@ import { type ChatFormat, detectChatFormat, getChatTemplate } from "../chat/inde
 import type { EngineClient } from "../engine/client.ts";
 import type { ModelInfo } from "../engine/protocol.ts";
 import type { Tokenizer } from "../tokenizer/index.ts";
+import { BodyWorker } from "./body-client.ts";
+import type { CorsPolicy, ParsedBody } from "./http.ts";
+import type { RequestTrace } from "./request-log.ts";
 import { Admission, Metrics } from "./metrics.ts";
 import type { ParamContext } from "./params.ts";
 
@@ -31,16 +34,26 @@ export class ServerContext {
   admission = new Admission(1, 0);
   /** the GGUF file loaded (for -hf, known once the download is done) */
   modelPath = "";
+  /** request bodies the middleware parsed, by the signal of the request the routes see */
+  readonly parsedBodies = new WeakMap<AbortSignal, ParsedBody>();
+  /** what each request did (its generations), by the signal of the request the routes see */
+  readonly traces = new WeakMap<AbortSignal, RequestTrace>();
+  /** llama-server's CORS settings */
+  readonly cors: CorsPolicy;
+  /** request bodies and prompt texts are parsed and tokenized here, large ones off the serving thread */
+  readonly body = new BodyWorker();
 
   constructor(
     readonly opts: ServerOptions,
     readonly apiKeys: readonly string[],
     readonly log: Log,
-  ) {}
+  ) {
+    this.cors = { origins: opts.corsOrigins, methods: opts.corsMethods, headers: opts.corsHeaders, credentials: opts.corsCredentials };
+  }
 
-  /** model name answered in responses and /v1/models: the alias, else the -hf spec, else the file name */
+  /** model name answered in responses and /v1/models: the first alias in byte order (llama-server keeps them in a std::set), else the -hf spec, else the file name */
   get modelName(): string {
-    return this.opts.alias[0] ?? this.opts.hfRepo ?? basename(this.modelPath);
+    return [...this.opts.alias].sort()[0] ?? this.opts.hfRepo ?? basename(this.modelPath);
   }
 
   get ready(): boolean {
@@ -79,6 +92,23 @@ export class ServerContext {
     if (modelTemplate === "" && flagTemplate === undefined) this.log("srv  load_model: the model has no chat template; using ChatML");
     this.template = CHATML_TEMPLATE;
     this.chatFormat = detectChatFormat(CHATML_TEMPLATE);
+  }
+
+  private longestPiece = 0;
+
+  /** The vocabulary's longest token in bytes (a text of N bytes is at least N / this many tokens). */
+  get maxTokenBytes(): number {
+    if (this.longestPiece === 0) {
+      let m = 1;
+      for (let i = 0; i < this.tokenizer.nVocab; i++) m = Math.max(m, this.tokenizer.tokenBytes(i).length);
+      this.longestPiece = m;
+    }
+    return this.longestPiece;
+  }
+
+  /** Token ids of a prompt text, off the serving thread when it is long. */
+  encodePrompt(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): Promise<number[]> {
+    return this.body.encode(text, opts);
   }
 
   paramContext(): ParamContext {
