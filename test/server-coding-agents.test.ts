@@ -28,7 +28,7 @@ afterAll(async () => srv?.stop());
 /** Why an agent's binary cannot run here, or null when it can. */
 function cannotRun(name: string): string | null {
   const exe = join(BIN, name);
-  if (!existsSync(exe)) return `node_modules/.bin/${name} is missing (npm ci installs it)`;
+  if (!existsSync(exe)) return `node_modules/.bin/${name} is missing (npm ci installs claude and codex; .ci/run installs opencode: npm install --no-save opencode-ai@1.18.33)`;
   const p = Bun.spawnSync([exe, "--version"], { stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", HOME: tmpdir() } });
   return p.exitCode === 0 ? null : `${name} --version exited ${p.exitCode}: ${p.stderr.toString().slice(0, 200)}`;
 }
