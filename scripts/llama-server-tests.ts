@@ -20,7 +20,12 @@ const ROOT = join(import.meta.dir, "..");
 const NODE_LLAMA_CPP = "3.22.1";
 const LLAMA_COMMIT = "de3ff815ea7d559ee917f063901b8986f038abc6";
 const CACHE = process.env.LLAMA_SERVER_TESTS_CACHE ?? join(ROOT, "node_modules", ".cache", "llama-server-tests");
-const EXE = process.env.LLAMA_SERVER_BIN_PATH ?? join(ROOT, "dist", "bloomery-serve");
+/** The executable: the given one, else the tests' own (npm test builds it), else dist/'s. */
+const EXE =
+  process.env.LLAMA_SERVER_BIN_PATH ??
+  process.env.BLOOMERY_TEST_EXE ??
+  [join(ROOT, "build", "test", "bloomery-serve"), join(ROOT, "dist", "bloomery-serve")].find((p) => existsSync(p)) ??
+  join(ROOT, "dist", "bloomery-serve");
 const DEMO = process.env.LLAMA_SERVER_TEST_MODEL ?? [join(ROOT, "assets", "demo", "bloomery-demo-q8_0.gguf"), join(ROOT, "..", "shared", "fixtures", "demo-model", "bloomery-demo-q8_0.gguf")].find((p) => existsSync(p));
 const PYTHON = process.env.LLAMA_SERVER_TESTS_PYTHON ?? (existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
 const EXPECTED = join(ROOT, "docs", "llama-server-tests.md");
@@ -125,7 +130,7 @@ function readJunit(path: string): Case[] {
 
 function main(): void {
   if (!DEMO) fail("the demo model is not found (assets/demo/ or ../shared/fixtures/demo-model/); set LLAMA_SERVER_TEST_MODEL");
-  if (!existsSync(EXE)) fail(`${EXE} is missing: run npm run build first`);
+  if (!existsSync(EXE)) fail(`${EXE} is missing: run npm test (the tests' executable) or npm run build first`);
   const missing = PY_MODULES.filter((m) => run([PYTHON, "-c", `import ${m}`]).code !== 0);
   if (missing.length) fail(`${PYTHON} lacks ${missing.join(", ")} (Debian: apt-get install python3-pytest python3-requests python3-aiohttp python3-wget python3-prometheus-client python3-filelock python3-pytest-timeout)`);
   const tests = fetchSuite();

@@ -99,15 +99,15 @@ export function fakeServer(template: string, ggufPath: string, script: Script, o
   const ctx = new ServerContext(o, [], () => {});
   const g = GgufFile.open(ggufPath);
   const extra = vocab.specials ?? [];
-  ctx.tokenizer = Tokenizer.fromVocab(
-    vocabFromMetadata((k) => {
-      const v = g.raw(k);
-      if (extra.length === 0) return v;
-      if (k === "tokenizer.ggml.tokens") return [...(v as string[]), ...extra];
-      if (k === "tokenizer.ggml.token_type") return [...Array.from(v as ArrayLike<number>), ...extra.map(() => TokenType.CONTROL)];
-      return v;
-    }),
-  );
+  const vocabData = vocabFromMetadata((k) => {
+    const v = g.raw(k);
+    if (extra.length === 0) return v;
+    if (k === "tokenizer.ggml.tokens") return [...(v as string[]), ...extra];
+    if (k === "tokenizer.ggml.token_type") return [...Array.from(v as ArrayLike<number>), ...extra.map(() => TokenType.CONTROL)];
+    return v;
+  });
+  ctx.tokenizer = Tokenizer.fromVocab(vocabData);
+  ctx.body.setTokenizer(ctx.tokenizer, vocabData);
   const engine = new FakeEngine(script);
   if (vocab.tokens) engine.tokenizer = ctx.tokenizer;
   ctx.client = engine as unknown as EngineClient;
