@@ -2,7 +2,8 @@
 // (normal or NEOX, YaRN; angles as the CPU reference forms them) with K and V written to the f16
 // cache, and decode attention split along the context (flash-decoding): each block takes one KV
 // head's query group over a slice of positions with an online softmax, and the last block of a
-// (token, KV head) merges the slices. The split count is derived on the card from the position,
+// (token, KV head) merges the slices; a sliding window limits the positions, a sink logit per head
+// joins the denominator. The split count is derived on the card from the position,
 // so a captured graph serves every step.
 #include <math.h>
 
@@ -124,6 +125,14 @@ int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok) {
 
 #define AD_WARPS 4
 #define AD_MAX_SPLITS 32
+
+// An output element from its weighted sum A, softmax sum L and running maximum M with a sink's logit
+// in the denominator (gpt-oss: the sink takes a share of the attention and gives no value), stable
+// whichever of M and the sink is larger.
+__device__ __forceinline__ float with_sink(float A, float L, float M, float sink) {
+  const float M2 = fmaxf(M, sink), f = L > 0.0f ? expf(M - M2) : 0.0f;
+  return A * f / (L * f + expf(sink - M2));
+}
 // grid: x over KV heads, y over slices (up to max_splits), z over tokens.
 template <int HD, int GM>
 __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
@@ -135,15 +144,16 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   __shared__ float sp[AD_WARPS][32][GM];
   __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
   __shared__ __align__(16) float sacc[AD_WARPS][GM][HD];
-  __shared__ float s_f[GM][AD_MAX_SPLITS], s_L[GM];
+  __shared__ float s_f[GM][AD_MAX_SPLITS], s_L[GM], s_M[GM];
   const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
   const int n = a.pos[t] + 1;
-  int splits = (n + a.min_chunk - 1) / a.min_chunk;
+  const int lo = a.window > 0 && n > a.window ? n - a.window : 0; // the first position the query sees
+  int splits = (n - lo + a.min_chunk - 1) / a.min_chunk;
   if (splits > a.max_splits) splits = a.max_splits;
   if (si >= splits) return;
-  const int chunk = (n + splits - 1) / splits;
-  const int p0 = si * chunk, p1 = min(n, p0 + chunk);
+  const int chunk = (n - lo + splits - 1) / splits;
+  const int p0 = lo + si * chunk, p1 = min(n, p0 + chunk);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int h = i / HD, d = i - h * HD;
     sq[h][d] = a.q[(size_t)t * a.ldq + (size_t)(g * G + h) * HD + d] * a.scale;
@@ -272,7 +282,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
     }
     const int qh = g * G + h;
     if (splits == 1) {
-      a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = L > 0.0f ? A / L : 0.0f;
+      a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = a.sinks ? with_sink(A, L, M, a.sinks[qh]) : L > 0.0f ? A / L : 0.0f;
     } else {
       float *pp = a.part + (((size_t)t * a.nh + qh) * a.max_splits + si) * sts;
       pp[2 + d] = A;
@@ -304,6 +314,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
       L += f * sp[0][s2][h];
     }
     s_L[h] = L;
+    s_M[h] = M;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
@@ -312,7 +323,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
     float A = 0.0f;
 #pragma unroll 8
     for (int s2 = 0; s2 < splits; s2++) A += s_f[h][s2] * __ldcg(pp + (size_t)s2 * sts);
-    a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = s_L[h] > 0.0f ? A / s_L[h] : 0.0f;
+    a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = a.sinks ? with_sink(A, s_L[h], s_M[h], a.sinks[qh]) : s_L[h] > 0.0f ? A / s_L[h] : 0.0f;
   }
   if (threadIdx.x == 0) a.counters[(size_t)t * a.nkv + g] = 0;
 }

@@ -35,8 +35,8 @@ static float h2f_host(uint16_t h) {
 static bool vector_role(int kind, int role) {
   switch (kind) {
     case CU_BLOCK_ATTN:
-      return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_BV);
-    case CU_BLOCK_MOE: return role == CU_MOE_NORM;
+      return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_SINKS);
+    case CU_BLOCK_MOE: return role == CU_MOE_NORM || role == CU_MOE_RBIAS; // the experts' biases are F32 rows (matrices)
     case CU_BLOCK_FFN:
     case CU_BLOCK_OUTPUT: return role == 0;
     default: return false;
@@ -160,6 +160,8 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           if (t[r].data && t[r].ne[0] != hd) return cu_fail(BL_E_INVAL, "block %lld: q/k norm of %lld elements", (long long)i, (long long)t[r].ne[0]);
         for (int r = CU_ATTN_BQ; r <= CU_ATTN_BV; r++)
           if (t[r].data && t[r].ne[0] != (r == CU_ATTN_BQ ? nh * hd : nkv * hd)) return cu_fail(BL_E_INVAL, "block %lld: bias size", (long long)i);
+        if (t[CU_ATTN_BO].data && t[CU_ATTN_BO].ne[0] != E) return cu_fail(BL_E_INVAL, "block %lld: output bias of %lld elements", (long long)i, (long long)t[CU_ATTN_BO].ne[0]);
+        if (t[CU_ATTN_SINKS].data && t[CU_ATTN_SINKS].ne[0] != nh) return cu_fail(BL_E_INVAL, "block %lld: %lld sinks for %lld heads", (long long)i, (long long)t[CU_ATTN_SINKS].ne[0], (long long)nh);
         d.qd = d.qd > nh * hd ? d.qd : nh * hd;
         d.kd = d.kd > nkv * hd ? d.kd : nkv * hd;
         d.hd = d.hd > hd ? d.hd : hd;
@@ -191,6 +193,14 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           CU_OK(need(t[CU_MOE_GATE_INP], i, "ffn_gate_inp"));
           if (t[CU_MOE_GATE_INP].type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: router weights of type %s (F32 expected)", (long long)i, cu_type_name((int)t[CU_MOE_GATE_INP].type));
           CU_OK(shape(t[CU_MOE_GATE_INP], i, "ffn_gate_inp", E, X));
+          if (t[CU_MOE_RBIAS].data && t[CU_MOE_RBIAS].ne[0] != X) return cu_fail(BL_E_INVAL, "block %lld: router bias of %lld elements", (long long)i, (long long)t[CU_MOE_RBIAS].ne[0]);
+          const char *bn[3] = {"ffn_gate_exps bias", "ffn_up_exps bias", "ffn_down_exps bias"};
+          for (int k = 0; k < 3; k++) {
+            const bl_tensor &bt = t[CU_MOE_BGATE + k];
+            if (!bt.data) continue;
+            if (bt.type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: %s of type %s (F32 expected)", (long long)i, bn[k], cu_type_name((int)bt.type));
+            CU_OK(shape(bt, i, bn[k], k == 2 ? E : ff, X));
+          }
         }
         d.ff = d.ff > ff ? d.ff : ff;
         d.X = d.X > X ? d.X : X;
@@ -421,6 +431,12 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
     o.eps = (float)b.eps;
     o.attn_scale = b.attn_scale > 0 ? (float)b.attn_scale : (b.head_dim > 0 ? 1.0f / sqrtf((float)b.head_dim) : 1.0f);
     o.w_scale = (float)b.expert_weights_scale;
+    o.window = (int)b.window;
+    o.act = (int)b.act;
+    o.alpha = (float)b.alpha;
+    o.limit = (float)b.limit;
+    o.general = b.window != 0 || b.act != BL_ACT_SWIGLU || b.t[CU_ATTN_SINKS].data || b.t[CU_ATTN_BO].data ||
+                (b.kind == CU_BLOCK_MOE && (b.t[CU_MOE_RBIAS].data || b.t[CU_MOE_BGATE].data || b.t[CU_MOE_BUP].data || b.t[CU_MOE_BDOWN].data));
     rope_of(b, o.rope);
     o.src = &bl[(size_t)i];
     // the neighbours the kernels fuse across (decided here, once: the attention's output product takes

@@ -26,6 +26,11 @@ struct cu_blk {
   const cu_fblock *src;
   int moe_next;  // attention blocks: the MoE block after it (its router may run in the output product), or -1
   int attn_next; // MoE / FFN blocks: the attention block after it (its weights prefetched), or -1
+  // options only the general kernels take (gpt-oss): the block runs on them (cu_blk.general)
+  int window;    // attention: a sliding window (0: every position; sinks and an output bias in vec[])
+  int act;       // MoE: the experts' activation (BL_ACT_*; biases in vec[CU_MOE_RBIAS] and t[CU_MOE_BGATE..])
+  float alpha, limit;
+  bool general;  // an option above (or a bias / sink) is set: the fast kernels do not take this block
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):

@@ -249,6 +249,7 @@ static bool card_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
 // false when that path does not take them (then the output product and the router run apart).
 static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
   memset(&f, 0, sizeof f);
+  if (a.general || m.general) return false; // an output bias, a router bias: the general kernels
   const dmat &r = m.t[CU_MOE_GATE_INP];
   if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
   f.o = a.t[CU_ATTN_O];
@@ -374,7 +375,7 @@ static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
 // The decode batches' attention output product; the attention's x8 rows (attn_x8) are for it alone.
 static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
   const int qd = b.n_head * b.head_dim;
-  const int64_t rc = dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
+  const int64_t rc = dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
   c->attx8.nt = 0;
   return rc;
 }
@@ -447,8 +448,10 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
   if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
-  const bool a2 = ntok == 1 && !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
-  if (a2 || (ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot))) {
+  // sinks, a sliding window (b.general): the general decode kernel (cu_attn_decode) for every batch
+  const bool plain = !b.general;
+  const bool a2 = plain && ntok == 1 && !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
+  if (a2 || (plain && ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot))) {
     // one token: Q/K norm, RoPE, the cache write and attention in one kernel
     cu_mark(c, S_ATTN);
     attn1_args a1;
@@ -491,9 +494,9 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       }
       return cu_fo(c->st, f, c->smem_limit);
     }
-    return dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+    return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
-  if (!big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+  if (plain && !big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch of distinct slots: as one token's attention, a block column a token
     cu_mark(c, S_ATTN);
     attn1_args a1;
@@ -512,7 +515,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   CU_OK(cu_qk_prep(c->st, qa, ntok, &qk_tok));
   if (qk_tok) c->n_qktok++;
   cu_mark(c, S_ATTN);
-  if (big && cu_flash_supported(hd)) {
+  if (plain && big && cu_flash_supported(hd)) {
     fa_args f;
     memset(&f, 0, sizeof f);
     f.q = c->q;
@@ -531,7 +534,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     bool fa2 = false;
     CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles, &fa2));
     if (fa2) c->n_fa2++;
-  } else if (!big && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+  } else if (plain && !big && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
     // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
     attn1_args a1;
     one_token_attn(c, b, qa, a1);
@@ -566,11 +569,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
       a.min_chunk = c->min_chunk;
       a.out = c->att + (size_t)t0 * qd;
       a.ldo = qd;
+      a.window = b.window;
+      a.sinks = b.vec[CU_ATTN_SINKS];
       CU_OK(cu_attn_decode(c->st, a, nt));
     }
   }
   cu_mark(c, S_O);
-  return dense_product(c, b.t[CU_ATTN_O], nullptr, c->att, qd, ntok, c->x, E, EPI_ADD, big);
+  return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
 // The arguments both decode-batch expert paths take (moe_batch_args, moe_dec_args; the rest
@@ -669,7 +674,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
   const float *selw = c->dense_w;
-  if (ntok == 1 && !big) {
+  if (ntok == 1 && !big && !b.general) {
     // one token: the router as a plain product (its normalised row kept in h), the expert kernels
     // selecting for themselves from the logits (fastdec.cu)
     fmoe_args fm;
@@ -716,10 +721,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       }
     }
   }
-  const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
+  // biases and the clamped activation (b.general) are the decode kernels' (moe_dec.cu) for every batch
+  const bool tc = big && !b.general && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   // decode batches' experts grouped by expert (moe_batch.cu; not in the batch-invariant mode)
   const moe_batch_args mb = batch_experts(c, b, gate, up, down);
-  const bool grouped_ok = !tc && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
+  const bool grouped_ok = !tc && !b.general && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
   bool grouped = false; // the picks' kernel grouped the pairs too
   bool hq_ready = false; // and quantized the experts' rows (moe_batch_args.hq)
   cu_mark(c, S_ROUTER);
@@ -729,7 +735,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     // a decode batch: the router's product with each row read once (its normalised rows kept in
     // h for the experts), then each token's picks (mv_batch.cu)
     mv_args a = normed_products(c, b.vec[CU_MOE_NORM], b.eps);
-    a.job[0] = job(rw, nullptr, c->router, b.n_expert, EPI_STORE);
+    a.job[0] = job(rw, b.vec[CU_MOE_RBIAS], c->router, b.n_expert, EPI_STORE);
     a.njobs = 1;
     mb_pick_args pk = {};
     bool fused = false;
@@ -779,8 +785,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     r.max_groups = c->router_groups;
     r.norm_topk = b.norm_topk;
     r.w_scale = b.w_scale;
+    r.bias = b.vec[CU_MOE_RBIAS];
     // a prompt batch (FAST_ROUTEBIG): rows normalised once, a tiled product, then the picks (route_big.cu)
-    if (big && (cu_fast & FAST_ROUTEBIG) && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && K <= ROUTER_MAX_K &&
+    if (big && !r.bias && (cu_fast & FAST_ROUTEBIG) && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && K <= ROUTER_MAX_K &&
         cu_route_big_fits(r, c->smem_limit)) {
       CU_OK(cu_route_big(c->st, r, c->smem_limit));
       c->n_routebig++;
@@ -812,6 +819,19 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     }
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
+    if (moe) {
+      // gpt-oss: the experts' biases and the clamped SwiGLU
+      const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
+      const float **dst[3] = {&m.bg, &m.bu, &m.bd};
+      int *ld[3] = {&m.ldbg, &m.ldbu, &m.ldbd};
+      for (int k = 0; k < 3; k++) {
+        *dst[k] = reinterpret_cast<const float *>(bias[k]->d);
+        *ld[k] = (int)(bias[k]->nb1 / 4);
+      }
+      m.act_kind = b.act;
+      m.alpha = b.alpha;
+      m.limit = b.limit;
+    }
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);
   }
   gemm_args g;

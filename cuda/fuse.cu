@@ -72,9 +72,7 @@ struct pass {
     const bl_op &nm = ops[i], &op = ops[i + 1];
     const bl_attn_params *a = params<bl_attn_params>(op);
     if (!a) return fail(i + 1, "no parameters");
-    if (a->window != 0) return fail(i + 1, "sliding-window attention (a window of %lld) is not implemented on the card yet", (long long)a->window);
-    if (role(op, BL_ATTN_SINKS).data) return fail(i + 1, "attention sinks are not implemented on the card yet");
-    if (role(op, BL_ATTN_BO).data) return fail(i + 1, "an attention output bias is not implemented on the card yet");
+    if (a->window < 0) return fail(i + 1, "a sliding window of %lld", (long long)a->window);
     if (a->rope.type != BL_ROPE_NORMAL && a->rope.type != BL_ROPE_NEOX) return fail(i + 1, "RoPE type %lld is not implemented on the card", (long long)a->rope.type);
     const double eps = params<bl_norm_params>(nm)->eps;
     if ((role(op, BL_ATTN_Q_NORM).data || role(op, BL_ATTN_K_NORM).data) && a->eps != eps)
@@ -95,10 +93,12 @@ struct pass {
     b.yarn_attn_factor = a->rope.attn_factor;
     b.yarn_beta_fast = a->rope.beta_fast;
     b.yarn_beta_slow = a->rope.beta_slow;
+    b.window = a->window;
     b.t[CU_ATTN_NORM] = role(nm, BL_NORM_WEIGHT);
     const int map[][2] = {{CU_ATTN_Q, BL_ATTN_Q}, {CU_ATTN_K, BL_ATTN_K}, {CU_ATTN_V, BL_ATTN_V}, {CU_ATTN_O, BL_ATTN_O},
                           {CU_ATTN_Q_NORM, BL_ATTN_Q_NORM}, {CU_ATTN_K_NORM, BL_ATTN_K_NORM}, {CU_ATTN_BQ, BL_ATTN_BQ},
-                          {CU_ATTN_BK, BL_ATTN_BK}, {CU_ATTN_BV, BL_ATTN_BV}};
+                          {CU_ATTN_BK, BL_ATTN_BK}, {CU_ATTN_BV, BL_ATTN_BV}, {CU_ATTN_BO, BL_ATTN_BO},
+                          {CU_ATTN_SINKS, BL_ATTN_SINKS}};
     for (const auto &m : map) b.t[m[0]] = role(op, m[1]);
     return true;
   }
@@ -109,15 +109,16 @@ struct pass {
     const bl_experts_params *x = params<bl_experts_params>(ex);
     if (!r) return fail(i + 1, "no parameters");
     if (!x) return fail(i + 2, "no parameters");
-    if (r->gating != BL_GATING_SOFTMAX)
-      return fail(i + 1, "gating %lld (%s) is not implemented on the card yet (softmax then top-k is)", (long long)r->gating,
-                  r->gating == BL_GATING_SOFTMAX_WEIGHT ? "top-k then softmax" : r->gating == BL_GATING_SIGMOID ? "sigmoid" : "unknown");
-    if (role(rt, BL_ROUTER_B).data) return fail(i + 1, "a router bias is not implemented on the card yet");
+    // top-k then softmax over the k is softmax, top-k and renormalisation: the same picks and weights
+    if (r->gating != BL_GATING_SOFTMAX && r->gating != BL_GATING_SOFTMAX_WEIGHT)
+      return fail(i + 1, "gating %lld (%s) is not implemented on the card yet (softmax then top-k, and top-k then softmax, are)",
+                  (long long)r->gating, r->gating == BL_GATING_SIGMOID ? "sigmoid" : "unknown");
+    if (r->gating == BL_GATING_SOFTMAX_WEIGHT && r->norm_topk)
+      return fail(i + 1, "top-k then softmax with a renormalisation of the picks is not implemented on the card");
     if (role(rt, BL_ROUTER_CORR).data) return fail(i + 1, "a router selection bias is not implemented on the card yet");
     if (r->n_group > 1) return fail(i + 1, "grouped expert choice is not implemented on the card yet");
-    if (x->act != BL_ACT_SWIGLU) return fail(i + 2, "activation %lld is not implemented on the card yet (SwiGLU is)", (long long)x->act);
-    for (int k = BL_EXPERTS_BGATE; k <= BL_EXPERTS_BDOWN; k++)
-      if (role(ex, k).data) return fail(i + 2, "expert biases are not implemented on the card yet");
+    if (x->act != BL_ACT_SWIGLU && x->act != BL_ACT_SWIGLU_OAI)
+      return fail(i + 2, "activation %lld is not implemented on the card yet (SwiGLU and the clamped SwiGLU are)", (long long)x->act);
     if (r->n_expert != x->n_expert || r->n_used != x->n_used)
       return fail(i + 2, "%lld experts, %lld used, but the router picks %lld of %lld", (long long)x->n_expert, (long long)x->n_used,
                   (long long)r->n_used, (long long)r->n_expert);
@@ -127,7 +128,10 @@ struct pass {
     b.layer = x->layer;
     b.n_expert = x->n_expert;
     b.n_expert_used = x->n_used;
-    b.norm_topk = r->norm_topk;
+    b.norm_topk = r->gating == BL_GATING_SOFTMAX_WEIGHT ? 1 : r->norm_topk;
+    b.act = x->act;
+    b.alpha = x->alpha;
+    b.limit = x->limit;
     b.eps = params<bl_norm_params>(nm)->eps;
     b.expert_weights_scale = r->scale;
     b.expert_store = x->store;
@@ -138,6 +142,10 @@ struct pass {
     b.t[CU_MOE_GATE] = role(ex, BL_EXPERTS_GATE);
     b.t[CU_MOE_UP] = role(ex, BL_EXPERTS_UP);
     b.t[CU_MOE_DOWN] = role(ex, BL_EXPERTS_DOWN);
+    b.t[CU_MOE_RBIAS] = role(rt, BL_ROUTER_B);
+    b.t[CU_MOE_BGATE] = role(ex, BL_EXPERTS_BGATE);
+    b.t[CU_MOE_BUP] = role(ex, BL_EXPERTS_BUP);
+    b.t[CU_MOE_BDOWN] = role(ex, BL_EXPERTS_BDOWN);
     return true;
   }
 

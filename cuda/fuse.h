@@ -13,8 +13,10 @@ enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4
 // tensor roles of a fused block (t[]): attention, MoE and FFN blocks; EMBED's token_embd and OUTPUT's norm
 // and head take roles 0 and 0, 1
 enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O = 4, CU_ATTN_Q_NORM = 5, CU_ATTN_K_NORM = 6,
-       CU_ATTN_BQ = 7, CU_ATTN_BK = 8, CU_ATTN_BV = 9 };
-enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_MOE_DOWN = 4 };
+       CU_ATTN_BQ = 7, CU_ATTN_BK = 8, CU_ATTN_BV = 9, CU_ATTN_BO = 10, CU_ATTN_SINKS = 11 };
+// the router's bias (a vector) and the experts' biases (F32 rows, one an expert) stay on the card
+enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_MOE_DOWN = 4, CU_MOE_RBIAS = 5, CU_MOE_BGATE = 6,
+       CU_MOE_BUP = 7, CU_MOE_BDOWN = 8 };
 #define CU_BLOCK_TENSORS 12
 
 struct cu_fblock {
@@ -29,6 +31,9 @@ struct cu_fblock {
   uint64_t expert_store; // MoE blocks: the EXPERTS op's store and its layer, and its host mark (BL_HOST_EXPERTS_*)
   int64_t expert_layer;
   int64_t host_experts;
+  int64_t window;   // attention: a sliding window (0: every position)
+  int64_t act;      // MoE: the experts' activation (BL_ACT_*)
+  double alpha, limit;
   bl_tensor t[CU_BLOCK_TENSORS];
   const bl_op *ops; // the run of ops it came from (the host hook's argument) and their count
   int64_t n_ops;

@@ -126,7 +126,8 @@ __global__ void k_add_rows(float *x, const float *y, int n) {
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) { return cu_host_call_for(c, b, ntok, k, 0); }
 
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
-  if (!b.host || cu_host_on_disk(b) || ntok != 1 || big || !c->expert_fn) return false;
+  // (a block on the general kernels, gpt-oss's: the one-token expert kernels the split takes lack its options)
+  if (!b.host || b.general || cu_host_on_disk(b) || ntok != 1 || big || !c->expert_fn) return false;
   return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 

@@ -100,6 +100,7 @@ struct router_args {
   int max_groups;
   int norm_topk;
   float w_scale;
+  const float *bias; // added to each logit (n_expert), or null
 };
 int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit);
 // The router of a prompt batch (route_big.cu; FAST_ROUTEBIG): x's rows RMS-normalised once into
@@ -122,6 +123,10 @@ struct moe_dec_args {
   int ldact;
   float *x;             // residual (ldx)
   int ldx;
+  const float *bg, *bu, *bd; // each expert's gate, up and down biases (rows ldbg / ldbu / ldbd apart), or null
+  int ldbg, ldbu, ldbd;
+  int act_kind;         // BL_ACT_SWIGLU, or BL_ACT_SWIGLU_OAI with alpha and limit
+  float alpha, limit;
 };
 int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_limit);
 int64_t cu_moe_dec_init(int smem_optin);
@@ -342,6 +347,8 @@ struct attn_args {
   int max_splits, min_chunk;
   float *out;
   int ldo;
+  int window;           // a query sees its own and the window - 1 positions before it (0: all)
+  const float *sinks;   // a logit per query head joining every softmax's denominator (null: none)
 };
 int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok);
 bool cu_attn_decode_supported(int hd, int G);

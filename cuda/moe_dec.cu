@@ -2,7 +2,8 @@
 // logits, softmax, top-k, renormalised weights, picks sorted by expert id; the last block of a
 // launch does the selection, so one launch), gate and up of the chosen experts fused with SwiGLU
 // (only their rows are read), and down over all picks of a token weighted and added to the
-// residual. A dense FFN runs the same kernels with one "expert" of weight 1.
+// residual; the router's and the experts' biases and gpt-oss's clamped SwiGLU where a block has
+// them. A dense FFN runs the same kernels with one "expert" of weight 1.
 #include "common.cuh"
 #include "internal.h"
 #include "quants.cuh"
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_router(router_args a) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
       const float v = warp_sum(acc[t]);
-      if (lane == 0 && t < nt) a.logits[(size_t)(t0 + t) * a.n_expert + e] = v;
+      if (lane == 0 && t < nt) a.logits[(size_t)(t0 + t) * a.n_expert + e] = a.bias ? v + a.bias[e] : v;
     }
   }
   if (!last_arrival(a.counters + blockIdx.y, (int)gridDim.x)) return;
@@ -100,8 +101,19 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
   const uint8_t *u = a.up.d + (size_t)e * a.up.nb2 + (size_t)r * a.up.nb1;
   float ag = 0.0f, au = 0.0f;
   mv_row2<T>(g, u, xs, n, ag, au, lane);
-  const float gv = warp_sum(ag), uv = warp_sum(au);
-  if (lane == 0) a.act[((size_t)t * a.k + j) * a.ldact + r] = silu_f(gv) * uv;
+  float gv = warp_sum(ag), uv = warp_sum(au);
+  if (lane != 0) return;
+  if (a.bg) gv += a.bg[(size_t)e * a.ldbg + r];
+  if (a.bu) uv += a.bu[(size_t)e * a.ldbu + r];
+  float out;
+  if (a.act_kind == BL_ACT_SWIGLU_OAI) {
+    // gpt-oss: gate clamped above, up clamped both ways, gate * sigmoid(alpha gate) * (up + 1)
+    const float gc = fminf(gv, a.limit), uc = fminf(fmaxf(uv, -a.limit), a.limit);
+    out = gc / (1.0f + expf(-a.alpha * gc)) * (uc + 1.0f);
+  } else {
+    out = silu_f(gv) * uv;
+  }
+  a.act[((size_t)t * a.k + j) * a.ldact + r] = out;
 }
 
 // grid: x over output rows (MV_WARPS a block), y over tokens. Lanes walk the units of all the
@@ -136,7 +148,10 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_down(moe_dec_args a) {
     acc += wj * s;
   }
   acc = warp_sum(acc);
-  if (lane == 0) a.x[(size_t)t * a.ldx + r] += acc;
+  if (lane != 0) return;
+  if (a.bd)
+    for (int j = 0; j < K; j++) acc += a.selw[(size_t)t * K + j] * a.bd[(size_t)a.sel[(size_t)t * K + j] * a.ldbd + r];
+  a.x[(size_t)t * a.ldx + r] += acc;
 }
 
 int64_t cu_moe_dec(cudaStream_t st, const moe_dec_args &a, int ntok, int smem_limit) {

@@ -9,6 +9,7 @@
 #   model             synth qwen3-30b-a3b:Q4_K_M (the benchmark file) into /tmp/bl/q.gguf, once
 #   ab:ARGS           `bench -m q.gguf ARGS` (ARGS with '+' for spaces), NEW and BASE alternated over two rounds
 #   new:ARGS          `bench ARGS` on NEW alone ('+' for spaces)
+#   synth:MODEL:QUANT synth MODEL:QUANT into /tmp/bl/MODEL.gguf with NEW, once
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/bl
@@ -47,6 +48,9 @@ for what in "$@"; do
           timeout ${AB_TIMEOUT:-300} $cli bench -m /tmp/bl/q.gguf $arg 2>&1 | grep -E "^\||error|t/s|host experts|share" | grep -v "^| ---\|^| model" | tee -a "$OUT/ab.log"
         done
       done ;;
+    synth)
+      name=${arg%%:*}
+      [ -f /tmp/bl/$name.gguf ] || ( time timeout 300 $NEW synth $arg -o /tmp/bl/$name.gguf ) 2>&1 | tail -4 | tee -a "$OUT/synth.log" ;;
     new)
       echo "== NEW: bench $arg" | tee -a "$OUT/new.log"
       timeout ${AB_TIMEOUT:-300} $NEW bench $arg 2>&1 | grep -E "^\||error|t/s|placement" | tee -a "$OUT/new.log" ;;

@@ -3,7 +3,11 @@
 // margin is clear), and against the CPU's ggml path. A family the card does not run yet is refused
 // at load naming its op - checked wherever the CUDA library is built (no card needed).
 import { describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { synth } from "../src/cli/synth.ts";
+import { std } from "./logit-math.ts";
 import { cudaLib, cudaStatus } from "../ffi/cuda.ts";
 import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
@@ -37,6 +41,36 @@ describe.skipIf(!haveLib)("what the card refuses, by op (no card needed)", () =>
   }
 });
 
+describe.skipIf(!st.ok)("gpt-oss's real tensor types on the card (synth test-gpt-oss:MXFP4: MXFP4 experts, Q8_0 attention)", () => {
+  test("the card's logits against the CPU's exact path, prompts and decode steps, within the int8 bound", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "bloomery-oss-"));
+    try {
+      const file = join(dir, "oss.gguf");
+      await synth({ model: "test-gpt-oss", quant: "MXFP4", out: file, seed: 5 });
+      const card = Model.load(file, { nCtx: 256, nThreads: 2, nGpuLayers: "all", maxTokens: 256 });
+      const cpu = Model.load(file, { nCtx: 256, nThreads: 2, exact: true });
+      try {
+        const V = card.hp.nVocab;
+        const prompt = Array.from({ length: 150 }, (_, i) => (i * 7919 + 13) % V); // past the 128-position window
+        const a = card.evalSequence(prompt, 0), b = cpu.evalSequence(prompt, 0);
+        const rel = maxAbsDiff(a, b) / std(b);
+        let worst = rel;
+        for (let s = 0; s < 6; s++) {
+          const t = (s * 31 + 7) % V;
+          worst = Math.max(worst, maxAbsDiff(card.evalSequence([t], prompt.length + s), cpu.evalSequence([t], prompt.length + s)) / std(b));
+        }
+        console.log(`test-gpt-oss:MXFP4 on the card: prompt of 150 max |dlogit| / std ${rel.toExponential(2)}, with 6 decode steps ${worst.toExponential(2)}`);
+        expect(worst).toBeLessThan(3e-2);
+      } finally {
+        card.close();
+        cpu.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe.skipIf(!st.ok)("family conformance on the card", () => {
   for (const c of FAMILY_CASES.filter((k) => !k.cudaRefusal)) {
     test(`${c.name}: logits within ${c.cudaTol} of transformers, greedy equal wherever the margin is clear, near the CPU's`, async () => {
@@ -57,6 +91,28 @@ describe.skipIf(!st.ok)("family conformance on the card", () => {
       } finally {
         card.close();
         cpu.close();
+      }
+    });
+
+    test(`${c.name}: every routed expert in host memory beside the card (--cpu-moe, prompts uploaded and one-token steps through the hook): the card's logits within its bound`, async () => {
+      if (!existsSync(c.gguf)) return console.log(`skip: ${c.gguf} was not carried to this machine`);
+      const refs = await familyRefs(c);
+      const base = { nCtx: 256, nThreads: 2, nGpuLayers: "all" as const, maxTokens: 256 };
+      const card = Model.load(c.gguf, { ...base, placement: {} });
+      const host = Model.load(c.gguf, { ...base, placement: { cpuMoe: true } });
+      try {
+        expect(host.backend.hostStats?.()?.blocks).toBeGreaterThan(0);
+        for (const r of refs) {
+          const a = card.evalSequence(r.prompt, 0), b = host.evalSequence(r.prompt, 0);
+          const d = maxAbsDiff(a, b), dr = maxAbsDiff(b, r.last_logits);
+          const same = greedyAgreement(greedy(host, r.prompt, 8), { ...r, greedy: r.greedy.slice(0, 8) });
+          console.log(`${c.name} --cpu-moe prompt ${r.prompt.length}: max |dlogit| vs the card ${d.toExponential(2)}, vs transformers ${dr.toExponential(2)}, greedy ${same}/8`);
+          expect(dr).toBeLessThan(c.cudaTol);
+          if (same < 8) expect(r.margins[same]).toBeLessThan(c.clear);
+        }
+      } finally {
+        host.close();
+        card.close();
       }
     });
   }
