@@ -767,6 +767,24 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       }
     }
   }
+  if (moe && !picked && ntok == 1 && b.general && rw.d && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, K)) {
+    // one token of a block on the general kernels (gpt-oss): the normalised row into h, the router's
+    // product (its bias in the epilogue) over every SM, then the picks: cu_router's one block a token
+    // group took a twentieth of a step
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MOE_NORM], b.eps, c->h, E, 1));
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.x = c->h;
+    a.ldx = E;
+    a.n = E;
+    a.job[0] = job(rw, b.vec[CU_MOE_RBIAS], c->router, b.n_expert, EPI_STORE);
+    a.njobs = 1;
+    CU_OK(cu_matvec(c->st, a, 1, c->smem_limit));
+    CU_OK(cu_route_pick(c->st, c->router, 1, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+    picked = true;
+    sel = c->sel;
+    selw = c->selw;
+  }
   if (moe && !picked) {
     router_args r;
     memset(&r, 0, sizeof r);
