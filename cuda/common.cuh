@@ -189,3 +189,10 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
   return warp_sum(s);
 }
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+// The experts' activation of a gate value and an up value: SwiGLU, or gpt-oss's clamped form (the
+// gate clamped above, up both ways, gate * sigmoid(alpha gate) * (up + 1)); oai: the latter.
+__device__ __forceinline__ float act_glu(float gv, float uv, bool oai, float alpha, float limit) {
+  if (!oai) return silu_f(gv) * uv;
+  const float gc = fminf(gv, limit), uc = fminf(fmaxf(uv, -limit), limit);
+  return gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
+}

@@ -28,6 +28,7 @@ struct fa_rows {
   float o[HD / 8][4];
   float m0, m1, l0, l1;
   int qp0, qp1;
+  int lo0, lo1; // the first position each row sees (a sliding window; 0 without)
 };
 
 // Four query values scaled into halves at p (the scale folded into Q).
@@ -39,7 +40,7 @@ __device__ __forceinline__ void fa_q4(__half *p, const float *src, bool have, fl
 
 // The warp's rows' fragments from the staged Q rows sQ (its 16 rows first), state cleared.
 template <int HD>
-__device__ __forceinline__ void fa_rows_init(fa_rows<HD> &w, const __half *sQ, int lane, int qp0, int qp1) {
+__device__ __forceinline__ void fa_rows_init(fa_rows<HD> &w, const __half *sQ, int lane, int qp0, int qp1, int window) {
   constexpr int LDS = HD + 8;
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(w.qf[kk], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
@@ -51,6 +52,8 @@ __device__ __forceinline__ void fa_rows_init(fa_rows<HD> &w, const __half *sQ, i
   w.l1 = 0.0f;
   w.qp0 = qp0;
   w.qp1 = qp1;
+  w.lo0 = window > 0 ? qp0 - window + 1 : 0;
+  w.lo1 = window > 0 ? qp1 - window + 1 : 0;
 }
 
 // The warp's rows against the staged tile of positions kb .. kb + 63 (sK, sV: 64 rows of HD + 8).
@@ -77,8 +80,8 @@ __device__ __forceinline__ void fa_rows_tile(fa_rows<HD> &w, const __half *sK, c
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       const int kp = kb + 8 * nt + 2 * tig + e;
-      if (kp > w.qp0) s[nt][e] = -INFINITY;
-      if (kp > w.qp1) s[nt][2 + e] = -INFINITY;
+      if (kp > w.qp0 || kp < w.lo0) s[nt][e] = -INFINITY;
+      if (kp > w.qp1 || kp < w.lo1) s[nt][2 + e] = -INFINITY;
       mx0 = fmaxf(mx0, s[nt][e]);
       mx1 = fmaxf(mx1, s[nt][2 + e]);
     }
@@ -124,15 +127,24 @@ __device__ __forceinline__ void fa_rows_tile(fa_rows<HD> &w, const __half *sK, c
   }
 }
 
-// The rows' normalised outputs: row r0 (when have0) at out0, r1 (when have1) at out1 (the head's first element).
+// A row's output scale 1 / l, or with a sink's logit (base 2, as m) in the denominator, stable
+// whichever of m and the sink is larger (the sink takes a share of the attention and gives no value).
+__device__ __forceinline__ float fa_inv(float l, float m, const float *sink2) {
+  if (!sink2) return l > 0.0f ? 1.0f / l : 0.0f;
+  const float M2 = fmaxf(m, *sink2), f = l > 0.0f ? exp2f(m - M2) : 0.0f;
+  return f / (l * f + exp2f(*sink2 - M2));
+}
+
+// The rows' normalised outputs: row r0 (when have0) at out0, r1 (when have1) at out1 (the head's
+// first element); sink2: the head's sink logit in base 2, or null.
 template <int HD>
-__device__ __forceinline__ void fa_rows_store(fa_rows<HD> &w, float *out0, float *out1, bool have0, bool have1, int lane) {
+__device__ __forceinline__ void fa_rows_store(fa_rows<HD> &w, float *out0, float *out1, bool have0, bool have1, int lane, const float *sink2) {
   const int tig = lane & 3;
   w.l0 += __shfl_xor_sync(0xffffffffu, w.l0, 1);
   w.l0 += __shfl_xor_sync(0xffffffffu, w.l0, 2);
   w.l1 += __shfl_xor_sync(0xffffffffu, w.l1, 1);
   w.l1 += __shfl_xor_sync(0xffffffffu, w.l1, 2);
-  const float i0 = w.l0 > 0.0f ? 1.0f / w.l0 : 0.0f, i1 = w.l1 > 0.0f ? 1.0f / w.l1 : 0.0f;
+  const float i0 = fa_inv(w.l0, w.m0, sink2), i1 = fa_inv(w.l1, w.m1, sink2);
 #pragma unroll
   for (int nt = 0; nt < HD / 8; nt++) {
     const int d = 8 * nt + 2 * tig;
@@ -145,6 +157,16 @@ __device__ __forceinline__ void fa_rows_store(fa_rows<HD> &w, float *out0, float
       out1[d + 1] = w.o[nt][3] * i1;
     }
   }
+}
+
+// The first K/V tile a query tile needs: 0, or with a sliding window the tile holding the lowest
+// position its earliest query sees (positions below it are masked for every row).
+__device__ __forceinline__ int fa_first_kb(const fa_args &a, int tok0, int cnt) {
+  if (a.window <= 0) return 0;
+  int mn = a.pos[tok0];
+  for (int r = 1; r < cnt; r++) mn = min(mn, a.pos[tok0 + r]);
+  const int lo = mn - a.window + 1;
+  return lo > 0 ? lo / FA_KV * FA_KV : 0;
 }
 
 template <int HD>
@@ -164,10 +186,10 @@ __global__ void __launch_bounds__(128) k_fa(fa_args a) {
   __syncthreads();
   const int r0 = warp * 16 + gid, r1 = r0 + 8;
   fa_rows<HD> w;
-  fa_rows_init(w, sQ + warp * 16 * LDS, lane, r0 < cnt ? a.pos[tok0 + r0] : -1, r1 < cnt ? a.pos[tok0 + r1] : -1);
+  fa_rows_init(w, sQ + warp * 16 * LDS, lane, r0 < cnt ? a.pos[tok0 + r0] : -1, r1 < cnt ? a.pos[tok0 + r1] : -1, a.window);
   const size_t base = (size_t)tile.z * a.slot_stride + (size_t)g * HD;
   const __half *kbase = a.kc + base, *vbase = a.vc + base;
-  for (int kb = 0; kb <= maxp; kb += FA_KV) {
+  for (int kb = fa_first_kb(a, tok0, cnt); kb <= maxp; kb += FA_KV) {
     __syncthreads();
     for (int i = tid; i < FA_KV * HD / 8; i += 128) {
       const int r = i / (HD / 8), c = (i - r * (HD / 8)) * 8, p = kb + r;
@@ -183,7 +205,8 @@ __global__ void __launch_bounds__(128) k_fa(fa_args a) {
     fa_rows_tile(w, sK, sV, kb, lane);
   }
   float *o0 = a.out + (size_t)(tok0 + r0) * a.ldo + (size_t)h * HD, *o1 = a.out + (size_t)(tok0 + r1) * a.ldo + (size_t)h * HD;
-  fa_rows_store(w, o0, o1, r0 < cnt, r1 < cnt, lane);
+  const float sink2 = a.sinks ? a.sinks[h] * 1.4426950408889634f : 0.0f;
+  fa_rows_store(w, o0, o1, r0 < cnt, r1 < cnt, lane, a.sinks ? &sink2 : nullptr);
 }
 
 // Shared memory of a k_fa2 block: two buffers of a K tile and a V tile (64 rows of HD + 8 halves
@@ -240,8 +263,9 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
   const int hw = warp >> 2, wr = warp & 3, h = h0 + hw;
   const size_t base = (size_t)tile.z * a.slot_stride + (size_t)g * HD;
   const __half *kbase = a.kc + base, *vbase = a.vc + base;
-  // tile 0 in flight while Q is staged
-  fa2_stage<HD, NT>(sbuf, sbuf + FA_KV * LDS, kbase, vbase, a.kd, 0, maxp, tid);
+  // the first tile in flight while Q is staged
+  const int kb0 = fa_first_kb(a, tok0, cnt);
+  fa2_stage<HD, NT>(sbuf, sbuf + FA_KV * LDS, kbase, vbase, a.kd, kb0, maxp, tid);
   for (int i = tid; i < HPB * FA_Q * HD / 4; i += NT) {
     const int hr = i / (HD / 4), hh = hr / FA_Q, r = hr - hh * FA_Q, c = (i - hr * (HD / 4)) * 4;
     fa_q4(sQ + hr * LDS + c, a.q + (size_t)(tok0 + r) * a.ldq + (size_t)(h0 + hh) * HD + c, r < cnt, a.scale_log2);
@@ -249,8 +273,8 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
   __syncthreads();
   const int r0 = wr * 16 + gid, r1 = r0 + 8;
   fa_rows<HD> w;
-  fa_rows_init(w, sQ + (hw * FA_Q + wr * 16) * LDS, lane, r0 < cnt ? a.pos[tok0 + r0] : -1, r1 < cnt ? a.pos[tok0 + r1] : -1);
-  for (int t = 0, kb = 0; kb <= maxp; t++, kb += FA_KV) {
+  fa_rows_init(w, sQ + (hw * FA_Q + wr * 16) * LDS, lane, r0 < cnt ? a.pos[tok0 + r0] : -1, r1 < cnt ? a.pos[tok0 + r1] : -1, a.window);
+  for (int t = 0, kb = kb0; kb <= maxp; t++, kb += FA_KV) {
     cp_async_wait_all();
     // tile t visible to all; every warp done with the other buffer (tile t - 1, or Q before tile 1)
     __syncthreads();
@@ -259,7 +283,8 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
     fa_rows_tile(w, cur, cur + FA_KV * LDS, kb, lane);
   }
   float *o0 = a.out + (size_t)(tok0 + r0) * a.ldo + (size_t)h * HD, *o1 = a.out + (size_t)(tok0 + r1) * a.ldo + (size_t)h * HD;
-  fa_rows_store(w, o0, o1, r0 < cnt, r1 < cnt, lane);
+  const float sink2 = a.sinks ? a.sinks[h] * 1.4426950408889634f : 0.0f;
+  fa_rows_store(w, o0, o1, r0 < cnt, r1 < cnt, lane, a.sinks ? &sink2 : nullptr);
 }
 
 // Whether k_fa2's shared memory fits the card (set by cu_attn_init; else FAST_FA2 runs k_fa), and

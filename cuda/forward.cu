@@ -515,9 +515,12 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   CU_OK(cu_qk_prep(c->st, qa, ntok, &qk_tok));
   if (qk_tok) c->n_qktok++;
   cu_mark(c, S_ATTN);
-  if (plain && big && cu_flash_supported(hd)) {
+  if (big && cu_flash_supported(hd)) {
+    // (a sliding window and sinks too: gpt-oss's prompts)
     fa_args f;
     memset(&f, 0, sizeof f);
+    f.window = b.window;
+    f.sinks = b.vec[CU_ATTN_SINKS];
     f.q = c->q;
     f.ldq = qd;
     f.kc = c->kc + layer;
@@ -721,8 +724,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       }
     }
   }
-  // biases and the clamped activation (b.general) are the decode kernels' (moe_dec.cu) for every batch
-  const bool tc = big && !b.general && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
+  // prompt batches on the tensor cores (gpt-oss's biases and clamped activation in their epilogues);
+  // decode batches of a block on the general kernels (b.general) take moe_dec.cu's
+  const bool tc = big && cu_gemm_supported(gate.type, gate.ne0) && cu_gemm_supported(down.type, down.ne0);
   // decode batches' experts grouped by expert (moe_batch.cu; not in the batch-invariant mode)
   const moe_batch_args mb = batch_experts(c, b, gate, up, down);
   const bool grouped_ok = !tc && !b.general && (cu_fast & FAST_MOE) && moe && ntok >= 2 && ntok <= MV_MAX_NT && cu_moe_batch_fits(mb, ntok, c->smem_limit);
@@ -762,6 +766,24 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
         selw = c->selw;
       }
     }
+  }
+  if (moe && !picked && ntok == 1 && b.general && rw.d && rw.type == T_F32 && rw.ne0 == E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, K)) {
+    // one token of a block on the general kernels (gpt-oss): the normalised row into h, the router's
+    // product (its bias in the epilogue) over every SM, then the picks: cu_router's one block a token
+    // group took a twentieth of a step
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MOE_NORM], b.eps, c->h, E, 1));
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.x = c->h;
+    a.ldx = E;
+    a.n = E;
+    a.job[0] = job(rw, b.vec[CU_MOE_RBIAS], c->router, b.n_expert, EPI_STORE);
+    a.njobs = 1;
+    CU_OK(cu_matvec(c->st, a, 1, c->smem_limit));
+    CU_OK(cu_route_pick(c->st, c->router, 1, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+    picked = true;
+    sel = c->sel;
+    selw = c->selw;
   }
   if (moe && !picked) {
     router_args r;
@@ -842,6 +864,18 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   g.b = c->h;
   g.ldb = E;
   g.mode = EPI_SWIGLU;
+  g.act = b.act;
+  g.alpha = b.alpha;
+  g.limit = b.limit;
+  const dmat &bgate = b.t[CU_MOE_BGATE], &bup = b.t[CU_MOE_BUP], &bdown = b.t[CU_MOE_BDOWN];
+  if (moe && bgate.d) {
+    g.job[0].bias = reinterpret_cast<const float *>(bgate.d);
+    g.job[0].bias_e = bgate.nb1 / 4;
+  }
+  if (moe && bup.d) {
+    g.bias2 = reinterpret_cast<const float *>(bup.d);
+    g.bias2_e = bup.nb1 / 4;
+  }
   if (!moe) {
     g.ntok = ntok;
     CU_OK(cu_gemm(c->st, g, 64, (ntok + 63) / 64));
@@ -879,6 +913,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   gemm_args d;
   memset(&d, 0, sizeof d);
   d.job[0] = gjob(down, c->ypair, E, nullptr);
+  if (moe && bdown.d) {
+    d.job[0].bias = reinterpret_cast<const float *>(bdown.d);
+    d.job[0].bias_e = bdown.nb1 / 4;
+  }
   d.njobs = 1;
   d.b = c->act;
   d.b16 = b16 ? c->act16 : nullptr;

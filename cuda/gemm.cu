@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   auto stage_b16 = [&](int k0) {
     for (int q = tid; q < BN * (GEMM_BK / 8); q += 128) {
       const int r = q / (GEMM_BK / 8), ch = q - r * (GEMM_BK / 8);
-      const bool in = brow[r] >= 0;
+      const bool in = brow[r] >= 0 && k0 + 8 * ch < K;
       cp_async16_or_zero(sB + r * LDK + 8 * ch, a.b16 + (size_t)(in ? brow[r] : 0) * a.ldb + k0 + 8 * ch, in);
     }
   };
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
       for (int i = tid; i < BN * (GEMM_BK / 4); i += 128) {
         const int r = i / (GEMM_BK / 4), c = (i - r * (GEMM_BK / 4)) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (brow[r] >= 0) v = *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c);
+        if (brow[r] >= 0 && k0 + c < K) v = *reinterpret_cast<const float4 *>(a.b + (size_t)brow[r] * a.ldb + k0 + c);
         st_h4(sB + r * LDK + c, v.x, v.y, v.z, v.w);
       }
     }
@@ -132,9 +132,13 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
       const uint8_t *rp = row_ptr(row, ok);
       const int kk = kfirst + uw, blk = kk / Q::UPB, u = kk - blk * Q::UPB;
       __half *dst = sA + row * LDK + blk * Q::BE - k0;
+      // a block past the row's end (the last slice of a K that is no multiple of 128): zeros, its
+      // unit decoded from the row's first block (never read past the matrix)
+      const bool kin = blk * Q::BE < K;
+      ok = ok && kin;
       // the block in the copy keeps its address's offset within 16 bytes (the units' loads see the same alignment)
       const uint8_t *bp = RAW ? sR + row * RB + (reinterpret_cast<uintptr_t>(rp + (size_t)blk0 * Q::BB) & 15) + (size_t)(blk - blk0) * Q::BB
-                              : rp + (size_t)blk * Q::BB;
+                              : rp + (size_t)(kin ? blk : 0) * Q::BB;
       Q::unit(bp, u, [&](int pos, float v0, float v1, float v2, float v3) {
         if (ok) st_h4(dst + pos, v0, v1, v2, v3);
         else st_h4(dst + pos, 0.f, 0.f, 0.f, 0.f);
@@ -146,7 +150,8 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
     for (int kk = 0; kk < GEMM_BK / 16; kk++) tile_k16<BN>(acc, sA, LDK, sB, LDK, kk * 16, warp, lane);
   }
   if (!swiglu) {
-    tile_store<BN>(acc, r0, nrows, start, count, job.c, job.ldc, job.bias, a.mode == EPI_ADD, warp, lane);
+    tile_store<BN>(acc, r0, nrows, start, count, job.c, job.ldc, job.bias ? job.bias + (size_t)e * job.bias_e : nullptr, a.mode == EPI_ADD, warp,
+                   lane);
     return;
   }
   // SwiGLU: gate rows 0..63 and up rows 64..127 meet in shared memory
@@ -155,12 +160,18 @@ __global__ void __launch_bounds__(128) k_gemm(gemm_args a) {
   __syncthreads();
   tile_each<BN>(acc, warp, lane, [&](int row, int col, float v) { sC[row * LDC + col] = v; });
   __syncthreads();
+  // (gpt-oss: each expert's gate and up biases, and the clamped activation)
+  const float *bg = job.bias ? job.bias + (size_t)e * job.bias_e : nullptr, *bu = a.bias2 ? a.bias2 + (size_t)e * a.bias2_e : nullptr;
+  const bool oai = a.act == BL_ACT_SWIGLU_OAI;
   for (int i = tid; i < (GEMM_BM / 2) * BN; i += 128) {
     const int col = i / (GEMM_BM / 2), row = i - col * (GEMM_BM / 2);
     if (col >= count || r0 + row >= nrows) continue;
-    const float gv = sC[row * LDC + col], uv = sC[(row + GEMM_BM / 2) * LDC + col];
-    if (a.c16) a.c16[(size_t)(start + col) * job.ldc + r0 + row] = __float2half_rn(silu_f(gv) * uv);
-    else job.c[(size_t)(start + col) * job.ldc + r0 + row] = silu_f(gv) * uv;
+    float gv = sC[row * LDC + col], uv = sC[(row + GEMM_BM / 2) * LDC + col];
+    if (bg) gv += bg[r0 + row];
+    if (bu) uv += bu[r0 + row];
+    const float y = act_glu(gv, uv, oai, a.alpha, a.limit);
+    if (a.c16) a.c16[(size_t)(start + col) * job.ldc + r0 + row] = __float2half_rn(y);
+    else job.c[(size_t)(start + col) * job.ldc + r0 + row] = y;
   }
 }
 
@@ -171,7 +182,7 @@ static int gemm_optin = 0; // the card's opt-in shared memory a block (cu_gemm_i
 
 bool cu_gemm_supported(int type, int ne0) {
   cu_type_geom g;
-  return cu_type_geom_of(type, &g) && ne0 % GEMM_BK == 0 && ne0 > 0;
+  return cu_type_geom_of(type, &g) && ne0 > 0 && ne0 % 32 == 0 && ne0 % g.be == 0;
 }
 
 // Whether a launch takes the raw path: the type has one, every matrix's rows and experts start on
@@ -184,7 +195,7 @@ static bool raw_ok(const gemm_args &a, int bn) {
     return reinterpret_cast<uintptr_t>(w.d) % 16 == 0 && w.nb1 % 16 == 0 && (w.ne2 <= 1 || w.nb2 % 16 == 0);
   };
   for (int j = 0; j < a.njobs; j++)
-    if (!aligned(a.job[j].w)) return false;
+    if (!aligned(a.job[j].w) || a.job[j].w.ne0 % GEMM_BK != 0) return false; // (the copy takes whole slices)
   return a.mode != EPI_SWIGLU || aligned(a.w2);
 }
 

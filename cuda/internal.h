@@ -364,6 +364,8 @@ struct fa_args {
   float scale_log2;
   float *out;
   int ldo;
+  int window;          // > 0: a query at position p sees positions p - window + 1 .. p (gpt-oss's sliding layers)
+  const float *sinks;  // a logit per query head in each row's softmax denominator (gpt-oss), or null
 };
 int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles, bool *fa2 = nullptr); // *fa2: k_fa2 took it (FAST_FA2)
 bool cu_flash_supported(int hd);
@@ -417,6 +419,7 @@ struct gemm_job {
   float *c;           // output row start + i at c + (start + i) * ldc
   int ldc;
   const float *bias;
+  int64_t bias_e;     // grouped: elements between one expert's bias row and the next (gpt-oss's per-expert biases; 0: one row)
   int blocks;         // set by cu_gemm
 };
 struct gemm_args {
@@ -432,8 +435,13 @@ struct gemm_args {
   const int32_t *n_tiles; // grouped: tiles in use (device)
   int ntok;               // dense: rows of b
   int mode;               // EPI_STORE / EPI_ADD / EPI_SWIGLU
+  const float *bias2;     // EPI_SWIGLU: the up rows' bias (job 0's bias is the gate rows'), bias2_e apart an expert
+  int64_t bias2_e;
+  int act;                // EPI_SWIGLU: BL_ACT_SWIGLU, or BL_ACT_SWIGLU_OAI (gpt-oss's clamped form, with alpha and limit)
+  float alpha, limit;
 };
-// grid rows: dense ceil(ntok / bn); grouped max_tiles. bn is 32 or 64.
+// grid rows: dense ceil(ntok / bn); grouped max_tiles. bn is 32 or 64. Rows of K elements, any
+// multiple of 32 (and of the type's block): the last slice of K past the row reads as zeros.
 int64_t cu_gemm(cudaStream_t st, gemm_args a, int bn, int grid_y);
 bool cu_gemm_supported(int type, int ne0);
 int64_t cu_gemm_init(int smem_optin);

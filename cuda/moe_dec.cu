@@ -105,15 +105,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_moe_gu(moe_dec_args a) {
   if (lane != 0) return;
   if (a.bg) gv += a.bg[(size_t)e * a.ldbg + r];
   if (a.bu) uv += a.bu[(size_t)e * a.ldbu + r];
-  float out;
-  if (a.act_kind == BL_ACT_SWIGLU_OAI) {
-    // gpt-oss: gate clamped above, up clamped both ways, gate * sigmoid(alpha gate) * (up + 1)
-    const float gc = fminf(gv, a.limit), uc = fminf(fmaxf(uv, -a.limit), a.limit);
-    out = gc / (1.0f + expf(-a.alpha * gc)) * (uc + 1.0f);
-  } else {
-    out = silu_f(gv) * uv;
-  }
-  a.act[((size_t)t * a.k + j) * a.ldact + r] = out;
+  a.act[((size_t)t * a.k + j) * a.ldact + r] = act_glu(gv, uv, a.act_kind == BL_ACT_SWIGLU_OAI, a.alpha, a.limit);
 }
 
 // grid: x over output rows (MV_WARPS a block), y over tokens. Lanes walk the units of all the

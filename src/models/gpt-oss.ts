@@ -109,8 +109,9 @@ const synth: SynthFamily = {
   shapes: {
     "gpt-oss-20b": { ...base, name: "gpt-oss-20b", nLayer: 24, nExpert: 32 },
     "gpt-oss-120b": { ...base, name: "gpt-oss-120b", nLayer: 36, nExpert: 128 },
-    // a small shape for tests: whole MXFP4 / Q8_0 blocks, a real byte-level vocabulary
-    "test-gpt-oss": { ...base, name: "test-gpt-oss", nLayer: 2, nEmbd: 256, nHead: 4, nHeadKv: 2, headDim: 64, nExpert: 8, nExpertUsed: 2, nFfExp: 256, nFf: 256, nVocab: 1024, nCtxTrain: 4096 },
+    // a small shape for tests: whole MXFP4 / Q8_0 blocks, a real byte-level vocabulary; rows of 320
+    // (2.5 slices of 128, as 2,880 is 22.5: the tensor-core products' last slice is half a slice)
+    "test-gpt-oss": { ...base, name: "test-gpt-oss", nLayer: 2, nEmbd: 320, nHead: 4, nHeadKv: 2, headDim: 64, nExpert: 8, nExpertUsed: 2, nFfExp: 320, nFf: 320, nVocab: 1024, nCtxTrain: 4096 },
   },
   write(sh: Shape, t: SynthTensors): void {
     const w = t.w, n = t.nLayer;
