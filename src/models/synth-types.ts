@@ -33,6 +33,8 @@ export interface Shape {
   moe?: { nDense: number; nShared: number; scale: number; nGroup: number; nGroupUsed: number; nextn: number };
   /** multi-head latent attention's sizes (deepseek2; nHeadKv 1 and headDim kvLora + rope, as its files say) */
   mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number };
+  /** YaRN context extension as the real model's config has it (factor over orig positions; DeepSeek's log multiplier) */
+  yarn?: { factor: number; orig: number; logMul?: number; betaFast?: number; betaSlow?: number };
 }
 
 /** What synth hands a family's writer: the writer for metadata, and tensor makers that fill by the quant mix. */
