@@ -65,7 +65,9 @@ export class Model {
     this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
-    for (const note of checkModelFile(this.gguf, this.hp)) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(note); // refuses a broken file
+    const say = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
+    for (const note of checkModelFile(this.gguf, this.hp)) say(note); // refuses a broken file
+    for (const note of this.family.notes?.(this.gguf, this.hp) ?? []) say(note);
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
     const specs = this.family.program(this.gguf, this.hp);

@@ -10,7 +10,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
-import { ffnHalf, moeKeys } from "./sigmoid-moe.ts";
+import { ffnHalf, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HParams, ModelFamily } from "./types.ts";
 
@@ -237,10 +237,17 @@ const synth: SynthFamily = {
       t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
       t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
       t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02 / Math.sqrt(n));
+      if (i >= n) {
+        // an MTP layer's own tensors (llama.cpp's nextn.*): never read by the forward pass
+        t.mat(`${p}nextn.eh_proj.weight`, "nextn_eh_proj", i, [2 * E, E]);
+        t.ones(`${p}nextn.enorm.weight`, [E]);
+        t.ones(`${p}nextn.hnorm.weight`, [E]);
+        t.ones(`${p}nextn.shared_head_norm.weight`, [E]);
+      }
     }
     t.ones("output_norm.weight", [E]);
     t.mat("output.weight", "output", -1, [E, sh.nVocab]);
   },
 };
 
-export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth };
+export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth, notes: (f) => nextnNotes(f, A, keys(f)) };

@@ -8,7 +8,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { attentionOp, embedOp, Gating, normOp, outputOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
-import { ffnHalf, moeKeys } from "./sigmoid-moe.ts";
+import { ffnHalf, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HParams, ModelFamily } from "./types.ts";
 
@@ -160,4 +160,7 @@ const synth: SynthFamily = {
   },
 };
 
-export const glm4moe: ModelFamily = { archs: [A], hparams, program, synth };
+export const glm4moe: ModelFamily = {
+  archs: [A], hparams, program, synth,
+  notes: (f) => nextnNotes(f, A, moeKeys(f, A, Gating.Sigmoid)),
+};

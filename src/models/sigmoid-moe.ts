@@ -105,3 +105,20 @@ export function ffnHalf(f: GgufFile, k: MoeKeys, i: number, nEmbd: number, nFfDe
   }
   return ops;
 }
+
+/**
+ * The load's line about the MTP layers a file appends (llama.cpp's nextn.* tensors and a whole layer
+ * after the main ones): not run, not read; they are a draft model for speculative decoding, which
+ * bloomery does not do yet (--spec-type draft-mtp and the other speculative flags are refused by name).
+ */
+export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
+  if (!k.nNextn) return [];
+  let bytes = 0, n = 0;
+  for (const t of f.tensors.values()) {
+    const m = /^blk\.(\d+)\./.exec(t.name);
+    if (m && Number(m[1]) >= k.nLayer) (bytes += t.nbytes), n++;
+  }
+  const layers = k.nNextn === 1 ? `layer blk.${k.nLayer}` : `layers blk.${k.nLayer}-${k.nLayer + k.nNextn - 1}`;
+  return [`${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB) is not used: ` +
+    "it drafts tokens for speculative decoding, which is not implemented yet; the model runs without it"];
+}

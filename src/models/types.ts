@@ -54,6 +54,8 @@ export interface ModelFamily {
   hparams(f: GgufFile): HParams;
   /** The forward pass as a list of ops; throws a clear error when tensors are missing or misshapen. */
   program(f: GgufFile, hp: HParams): OpSpec[];
+  /** What the load says once about the file (parts of it it does not run, and why). */
+  notes?(f: GgufFile, hp: HParams): string[];
   /** The real models `synth` imitates and how their tensors are written (absent: synth does not know the family). */
   synth?: SynthFamily;
 }
