@@ -8,36 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { synth } from "../src/cli/synth.ts";
 import { Model } from "../src/engine/model.ts";
-import { GgufFile, GgufValueType } from "../src/gguf/index.ts";
+import { GgufFile } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
-import { editGguf, f32Fill, type TensorCopy } from "./gguf-edit.ts";
+import { withMtp } from "./mtp-edit.ts";
 import { FIXTURES, hasFixtures } from "./paths.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-mtp-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
-/** The fixture with an MTP layer appended: the last layer's tensors again as blk.N, and nextn.* beside them. */
-function withMtp(src: string, arch: string, dst: string): string {
-  const f = GgufFile.open(src);
-  const n = f.u32(`${arch}.block_count`), E = f.u32(`${arch}.embedding_length`);
-  const extra: TensorCopy[] = [];
-  return editGguf(src, dst, {
-    kv: { [`${arch}.block_count`]: { type: GgufValueType.U32, value: n + 1 }, [`${arch}.nextn_predict_layers`]: { type: GgufValueType.U32, value: 1 } },
-    tensor: (t) => {
-      if (t.name.startsWith(`blk.${n - 1}.`)) extra.push({ ...t, name: t.name.replace(`blk.${n - 1}.`, `blk.${n}.`), data: t.data.slice() });
-      return t;
-    },
-    get extra() {
-      return [
-        ...extra,
-        { name: `blk.${n}.nextn.eh_proj.weight`, type: 0, ne: [2 * E, E], data: f32Fill(2 * E * E, 0.01) },
-        { name: `blk.${n}.nextn.enorm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
-        { name: `blk.${n}.nextn.hnorm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
-        { name: `blk.${n}.nextn.shared_head_norm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
-      ];
-    },
-  });
-}
 
 function load(file: string): { m: Model; lines: string[] } {
   const lines: string[] = [];
