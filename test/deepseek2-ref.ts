@@ -116,7 +116,7 @@ export class DeepseekRef {
     const nLayer = layers ?? f.u32(`${A}.block_count`) - f.u32(`${A}.nextn_predict_layers`, 0);
     const H = f.u32(`${A}.attention.head_count`), kvl = f.u32(`${A}.attention.kv_lora_rank`);
     const nr = f.u32(`${A}.rope.dimension_count`), qh = f.u32(`${A}.attention.key_length_mla`), vd = f.u32(`${A}.attention.value_length_mla`);
-    const nope = qh - nr, ql = f.u32(`${A}.attention.q_lora_rank`, 0);
+    const nope = qh - nr, ql = this.has("blk.0.attn_q_a.weight") ? f.u32(`${A}.attention.q_lora_rank`) : 0;
     const nDense = f.u32(`${A}.leading_dense_block_count`, 0), nFf = f.u32(`${A}.feed_forward_length`);
     const X = f.u32(`${A}.expert_count`), K = f.u32(`${A}.expert_used_count`), F = f.u32(`${A}.expert_feed_forward_length`);
     const S = F * f.u32(`${A}.expert_shared_count`, 0);

@@ -54,7 +54,7 @@ function liteEdit(): GgufEdit {
     closeSync(fd);
   }
   return {
-    kv: { [`${K}.attention.q_lora_rank`]: undefined },
+    // q_lora_rank kept, as a lite model's file may have it: the tensors decide (llama.cpp's is_lite)
     tensor: (t) => {
       if (/attn_q_a(_norm)?\.weight$/.test(t.name)) return null;
       const m = t.name.endsWith("attn_q_b.weight") ? qs[t.name.replace("attn_q_b", "attn_q")] : undefined;

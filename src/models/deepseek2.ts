@@ -35,7 +35,10 @@ function mlaKeys(f: GgufFile): MlaKeys {
   const nRot = f.u32(`${A}.rope.dimension_count`);
   const keyLen = f.u32(`${A}.attention.key_length`), valLen = f.u32(`${A}.attention.value_length`);
   const keyMla = f.u32(`${A}.attention.key_length_mla`, keyLen), valMla = f.u32(`${A}.attention.value_length_mla`, valLen);
-  const k: MlaKeys = { qLora: f.u32(`${A}.attention.q_lora_rank`, 0), kvLora, nope: keyMla - nRot, nRot, vDim: valMla };
+  // q's form by the tensors, as llama.cpp's lite models (V2-Lite, Kanana-2, GigaChat3) ignore q_lora_rank: its
+  // LoRA (attn_q_a / _norm / q_b) where blk.0 has it, else a plain attn_q
+  const qa = f.tensor("blk.0.attn_q_a.weight");
+  const k: MlaKeys = { qLora: qa ? f.u32(`${A}.attention.q_lora_rank`, qa.ne[1]) : 0, kvLora, nope: keyMla - nRot, nRot, vDim: valMla };
   if (keyLen !== kvLora + nRot || valLen !== kvLora) {
     bad(`attention.key_length ${keyLen} / value_length ${valLen} are not kv_lora_rank + rope (${kvLora + nRot}) / kv_lora_rank (${kvLora}): not an MLA conversion`);
   }
