@@ -85,9 +85,10 @@ enum bl_op_kind {
   BL_OP_EXPERTS = 5, /* x += sum over the picks of weight * expert(h)              t: BL_EXPERTS_* p: bl_experts_params */
   BL_OP_FFN = 6,     /* x += [sigmoid(h . gate_inp)] * down(act(gate h, up h))     t: BL_FFN_*     p: bl_ffn_params
                       * (a dense FFN, or a shared expert with its optional scalar gate) */
-  BL_OP_OUTPUT = 7   /* logits[out rows] = head(norm(x))                           t: BL_OUTPUT_*  p: bl_norm_params */
+  BL_OP_OUTPUT = 7,  /* logits[out rows] = head(norm(x))                           t: BL_OUTPUT_*  p: bl_norm_params */
+  BL_OP_MLA = 8      /* x += multi-head latent attention(h) over a latent KV layer t: BL_MLA_*     p: bl_mla_params */
 };
-#define BL_OP_KINDS 8
+#define BL_OP_KINDS 9
 
 enum { BL_EMBED_TOKENS = 0, BL_EMBED_TENSORS };
 enum { BL_NORM_WEIGHT = 0, BL_NORM_TENSORS };
@@ -102,6 +103,12 @@ enum { BL_EXPERTS_GATE = 0, BL_EXPERTS_UP = 1, BL_EXPERTS_DOWN = 2, BL_EXPERTS_B
        BL_EXPERTS_TENSORS };
 enum { BL_FFN_GATE = 0, BL_FFN_UP = 1, BL_FFN_DOWN = 2, BL_FFN_GATE_INP = 3, BL_FFN_TENSORS };
 enum { BL_OUTPUT_NORM = 0, BL_OUTPUT_HEAD = 1, BL_OUTPUT_TENSORS };
+/* MLA's tensors (DeepSeek V2/V3's names): a plain q [n_embd, n_head*(nope+rope)], or its LoRA: q_a [n_embd,
+ * q_lora], q_a_norm [q_lora], q_b [q_lora, n_head*(nope+rope)]; kv_a [n_embd, kv_lora+rope] (the latent, then
+ * the shared rope part), kv_a_norm [kv_lora]; k_b [nope, kv_lora, n_head] (absorbed into the queries) and v_b
+ * [kv_lora, v, n_head] (the values out of the latent); o [n_head*v, n_embd]. */
+enum { BL_MLA_Q = 0, BL_MLA_Q_A = 1, BL_MLA_Q_A_NORM = 2, BL_MLA_Q_B = 3, BL_MLA_KV_A = 4, BL_MLA_KV_A_NORM = 5,
+       BL_MLA_K_B = 6, BL_MLA_V_B = 7, BL_MLA_O = 8, BL_MLA_TENSORS };
 #define BL_OP_MAX_TENSORS 11
 
 enum { BL_NORM_RMS = 0 };
@@ -129,6 +136,23 @@ typedef struct bl_attn_params {
   double scale;        /* softmax scale; 0: 1 / sqrt(head_dim) */
   bl_rope_params rope;
 } bl_attn_params; /* 16 slots */
+
+/* Multi-head latent attention (DeepSeek V2/V3, Kimi K2) in its absorbed form: a KV cache row per position holds
+ * the normalised latent (kv_lora) and the shared rotated key part (rope.n_rot), f16 (the context's kv_k_dim is
+ * kv_lora + n_rot; its values are the latent: kv_v_dim 0). A query head is [nope | rope] dims; its nope part
+ * times k_b's head gives a latent query, so scores are [q_latent | q_rope] . [latent | k_rope] * scale over
+ * the slot's positions; the softmax-weighted latent times v_b's head is the head's value, and o gives the
+ * output. eps: the q_a and kv_a norms'; scale 0: 1 / sqrt(nope + n_rot). */
+typedef struct bl_mla_params {
+  int64_t kv_layer;    /* the KV cache layer it reads and writes */
+  int64_t n_head;
+  int64_t kv_lora;     /* the latent's size */
+  int64_t nope;        /* a query / key head's dims without rotation */
+  int64_t v_dim;       /* a value head's dims */
+  double eps;
+  double scale;
+  bl_rope_params rope; /* n_rot: the rotated dims of a query head and of the shared key part */
+} bl_mla_params; /* 16 slots */
 
 /* How a router makes its picks from the logits l = W h (+ b):
  *   SOFTMAX:        p = softmax(l) over every expert; the n_used largest p; weights p (divided by their
@@ -198,7 +222,8 @@ typedef struct bl_ctx_params {
   int64_t max_tokens;   /* largest batch forward() takes */
   int64_t n_threads;
   int64_t kv_layers, kv_slots, kv_ctx; /* KV cache: layers x slots x positions */
-  int64_t kv_k_dim, kv_v_dim;          /* per position: n_head_kv * head_dim */
+  int64_t kv_k_dim, kv_v_dim;          /* per position and layer: K and V widths (GQA: n_head_kv * head_dim
+                                        * each; MLA: kv_lora + n_rot and 0, its values being the latent in K) */
   int64_t max_q_dim;                   /* n_head * head_dim */
   int64_t max_ff;                      /* largest FFN / expert hidden size */
   int64_t max_experts;
@@ -318,8 +343,9 @@ int64_t bl_cpu_expert_picks(uint64_t ctx, int64_t n_layers, int64_t n_expert, in
 int64_t bl_cpu_kv_clear(uint64_t ctx, int64_t slot, int64_t from);
 /* Copy n positions of slot src's KV to slot dst (prefix sharing between slots). */
 int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
-/* Bytes one position takes across all layers (k and v), and save/restore of n positions. The
- * saved layout is position-major, so the first m*pos_bytes bytes of a state are a state of m. */
+/* Bytes one position takes across all layers (k and v: layers * (kv_k_dim + kv_v_dim) * 2), and
+ * save/restore of n positions. The saved layout is position-major (for each position, every layer's k row
+ * then its v row), so the first m*pos_bytes bytes of a state are a state of m. */
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);

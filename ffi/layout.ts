@@ -9,12 +9,12 @@ export const BATCH_SLOTS = 7;
 export const CTX_PARAM_SLOTS = 13;
 
 /** bl_op_kind (bloomery.h). */
-export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7 }
+export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7, Mla = 8 }
 
 /** A field of a parameter struct: its name and whether the slot holds an int64 or a double. */
 export type FieldKind = "i" | "f";
 
-/** The parameter structs by kind, their fields in slot order (bl_rope_params flattened into bl_attn_params as rope_*). */
+/** The parameter structs by kind, their fields in slot order (bl_rope_params flattened into bl_attn_params and bl_mla_params as rope_*). */
 export const PARAM_FIELDS = {
   norm: [["kind", "i"], ["eps", "f"]],
   rope: [["type", "i"], ["n_rot", "i"], ["orig_ctx", "i"], ["base", "f"], ["freq_scale", "f"], ["ext_factor", "f"],
@@ -26,6 +26,9 @@ export const PARAM_FIELDS = {
   experts: [["n_expert", "i"], ["n_used", "i"], ["act", "i"], ["layer", "i"], ["store", "i"], ["store_layer", "i"], ["host", "i"],
     ["alpha", "f"], ["limit", "f"]],
   ffn: [["act", "i"], ["alpha", "f"], ["limit", "f"]],
+  mla: [["kv_layer", "i"], ["n_head", "i"], ["kv_lora", "i"], ["nope", "i"], ["v_dim", "i"], ["eps", "f"], ["scale", "f"],
+    ["rope_type", "i"], ["rope_n_rot", "i"], ["rope_orig_ctx", "i"], ["rope_base", "f"], ["rope_freq_scale", "f"], ["rope_ext_factor", "f"],
+    ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"]],
 } as const satisfies Record<string, readonly (readonly [string, FieldKind])[]>;
 
 export type ParamStruct = keyof typeof PARAM_FIELDS;
@@ -40,6 +43,7 @@ export const OP_PARAMS: Record<OpKind, Exclude<ParamStruct, "rope"> | undefined>
   [OpKind.Experts]: "experts",
   [OpKind.Ffn]: "ffn",
   [OpKind.Output]: "norm",
+  [OpKind.Mla]: "mla",
 };
 
 /** Tensor roles by kind (bloomery.h BL_*_*), in role order. */
@@ -51,6 +55,7 @@ export const OP_ROLES = {
   [OpKind.Experts]: ["gate", "up", "down", "bgate", "bup", "bdown"],
   [OpKind.Ffn]: ["gate", "up", "down", "gate_inp"],
   [OpKind.Output]: ["norm", "head"],
+  [OpKind.Mla]: ["q", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "k_b", "v_b", "o"],
 } as const satisfies Record<OpKind, readonly string[]>;
 
 export type Role<K extends OpKind> = (typeof OP_ROLES)[K][number];

@@ -11,10 +11,11 @@ import { std } from "./logit-math.ts";
 import { cudaLib, cudaStatus } from "../ffi/cuda.ts";
 import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
-import { GgufFile } from "../src/gguf/index.ts";
+import { GgufFile, GgufValueType } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
 import { encodeProgram } from "../src/engine/program.ts";
 import { MappedWeights } from "../src/engine/weights.ts";
+import { editGguf } from "./gguf-edit.ts";
 import { greedy, maxAbsDiff } from "./model-fixtures.ts";
 import { FAMILY_CASES, familyRefs, greedyAgreement } from "./conformance/families.ts";
 
@@ -39,6 +40,32 @@ describe.skipIf(!haveLib)("what the card refuses, by op (no card needed)", () =>
       }
     });
   }
+});
+
+describe.skipIf(!haveLib)("what the card refuses past the router (no card needed)", () => {
+  test("glm4moe routed by softmax without a selection bias: its shared expert, an ffn on the experts' norm, refused by name", () => {
+    const src = FAMILY_CASES.find((c) => c.name.startsWith("glm4moe"))!.gguf;
+    if (!existsSync(src)) return console.log(`skip: ${src} missing`);
+    const dir = mkdtempSync(join(tmpdir(), "bloomery-cudafam-"));
+    try {
+      const file = editGguf(src, join(dir, "softmax.gguf"), {
+        kv: { "glm4moe.expert_gating_func": { type: GgufValueType.U32, value: 1 } },
+        tensor: (t) => (t.name.endsWith("exp_probs_b.bias") ? null : t),
+      });
+      const f = GgufFile.open(file);
+      const fam = familyFor(f), hp = fam.hparams(f);
+      const w = new MappedWeights(f, false);
+      try {
+        const why = cudaUnsupported(encodeProgram(fam.program(f, hp), (n) => w.tensor(n), hp.nEmbd, hp.nVocab));
+        console.log(`glm4moe (softmax routing) on the card: ${why}`);
+        expect(why).toMatch(/^op 10 \(ffn\): a shared expert \(an ffn after the experts, on their input norm\) is not implemented on the card yet/);
+      } finally {
+        w.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe.skipIf(!st.ok)("gpt-oss's real tensor types on the card (synth test-gpt-oss:MXFP4: MXFP4 experts, Q8_0 attention)", () => {

@@ -6,7 +6,7 @@ import { cpuPath, cpuPaths, setCpuPath } from "../ffi/cpu-kernels.ts";
 import { Model } from "../src/engine/model.ts";
 import { hasFixtures } from "./paths.ts";
 import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
-import { FAMILY_CASES, familyRefs, greedyAgreement } from "./conformance/families.ts";
+import { FAMILY_CASES, familyRefs, greedyAgreement, llamaRefs } from "./conformance/families.ts";
 
 function onPath<T>(path: string, f: () => T): T {
   const was = cpuPath();
@@ -37,15 +37,21 @@ describe.skipIf(!hasFixtures)("family conformance on the CPU", () => {
 
     for (const path of cpuPaths()) {
       test(`${c.name}: ggml numerics on the ${path} path: logits within ${c.ggmlTol}, teacher-forced top-1 agrees at clear margins`, async () => {
-        const refs = await familyRefs(c);
+        const refs = await familyRefs(c), lrefs = await llamaRefs(c);
         await onPath(path, async () => {
           const m = Model.load(c.gguf, { nCtx: 256, nThreads: 2 });
           try {
-            let clear = 0, agree = 0, worst = 0;
-            for (const r of refs) {
-              const d = maxAbsDiff(m.evalSequence(r.prompt, 0), r.last_logits);
+            let clear = 0, agree = 0, worst = 0, worstLlama = 0;
+            for (const [k, r] of refs.entries()) {
+              const lg = m.evalSequence(r.prompt, 0);
+              const d = maxAbsDiff(lg, r.last_logits);
               worst = Math.max(worst, d);
               expect(d).toBeLessThan(c.ggmlTol);
+              if (lrefs && c.llamaTol !== undefined) {
+                const dl = maxAbsDiff(lg, lrefs[k].last_logits);
+                worstLlama = Math.max(worstLlama, dl);
+                expect(dl).toBeLessThan(c.llamaTol);
+              }
               const all = m.evalSequence([...r.prompt, ...r.greedy], 0, 0, true);
               const V = m.hp.nVocab;
               for (let s = 0; s < r.greedy.length; s++) {
@@ -54,7 +60,8 @@ describe.skipIf(!hasFixtures)("family conformance on the CPU", () => {
                 if (argmax(all.subarray((r.prompt.length - 1 + s) * V, (r.prompt.length + s) * V)) === r.greedy[s]) agree++;
               }
             }
-            console.log(`${c.name} ${path}: max |dlogit| ${worst.toExponential(2)}, teacher-forced top-1 ${agree}/${clear} at margins >= 0.1`);
+            const vsLlama = lrefs ? `, ${worstLlama.toExponential(2)} from llama.cpp's` : "";
+            console.log(`${c.name} ${path}: max |dlogit| ${worst.toExponential(2)}${vsLlama}, teacher-forced top-1 ${agree}/${clear} at margins >= 0.1`);
             expect(agree / clear).toBeGreaterThanOrEqual(c.agree);
           } finally {
             m.close();

@@ -155,9 +155,17 @@ describe("split rules", () => {
     expect(split("deepseek-v3", "abc 1234")).toEqual(["abc", " ", "123", "4"]);
   });
 
+  test("kimi-k2: Han runs apart from other letters, case runs and contractions as GPT-4o's", () => {
+    expect(split("kimi-k2", "你好world")).toEqual(["你好", "world"]);
+    expect(split("gpt-4o", "你好world")).toEqual(["你好world"]);
+    expect(split("kimi-k2", "日本語テキスト")).toEqual(["日本語", "テキスト"]);
+    expect(split("kimi-k2", "HelloWorld it's 12345")).toEqual(["Hello", "World", " it's", " ", "123", "45"]);
+    expect(split("kimi-k2", "x=1;\n\n  y")).toEqual(["x", "=", "1", ";\n\n", " ", " y"]);
+  });
+
   test("pieces always concatenate to the input", () => {
     const text = fx.cases.map((c) => c.text).join("\u0085\uFEFF \t\n");
-    for (const pre of ["qwen2", "qwen35", "llama3", "gpt-2", "default", "gpt-4o", "deepseek-v3"]) {
+    for (const pre of ["qwen2", "qwen35", "llama3", "gpt-2", "default", "gpt-4o", "deepseek-v3", "kimi-k2"]) {
       expect(split(pre, text).join("")).toBe(text);
     }
   });

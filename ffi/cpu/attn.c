@@ -1,24 +1,15 @@
 /* bloomery CPU library: the ATTN op (with a NORM fused in) as one pool job - rmsnorm, Q/K/V projections (the
- * input converted once per activation type, the three matrices one item space), biases,
- * per-head Q/K norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache
- * (items of (KV head, tile of up to 16 query tokens of one sequence): each sub-tile of 64
- * positions converted once for the tile's tokens and the query heads sharing the KV head; online
- * softmax over chunks of 512 positions merged in a fixed order - for few tokens and long contexts
- * the chunks are items of their own - so results never depend on the batch or the threads),
- * output projection (and its bias) and residual. Sliding-window layers take items of (token, KV head)
- * over the chunks their window reaches; attention sinks (a logit per head) join every softmax's
- * denominator in the merge. Queries are rounded to f16 before the K products, as ggml does. The exact path
- * keeps the reference loops (one pass, double sums of the softmax). */
-#include "ctx.h"
+ * input converted once per activation type, the three matrices one item space), biases, per-head Q/K
+ * norm, RoPE, the f16 KV cache write, causal GQA attention over the slot's cache (attn_core.c: items of
+ * (KV head, tile of up to 16 query tokens of one sequence), chunks merged in a fixed order, so results
+ * never depend on the batch or the threads; sliding windows and sinks), output projection (and its bias)
+ * and residual. Queries are rounded to f16 before the K products, as ggml does. */
+#include "attn_core.h"
 #include "common.h"
 #include "rope.h"
 #include "simd_attn.h"
 #include <math.h>
 #include <string.h>
-
-#define SUB BL_ATTN_SUB /* positions per sub-tile of a chunk */
-#define CHUNK 512  /* positions per chunk: the unit of the softmax merge, whatever the batch or threads */
-#define QTILE 16   /* query tokens of one sequence that share each converted sub-tile */
 
 static inline uint16_t *kv_at(const bl_cpu_ctx *c, uint16_t *base, int64_t layer, int64_t slot, int64_t pos, int64_t dim) {
   return base + (((layer * c->p.kv_slots + slot) * c->p.kv_ctx) + pos) * dim;
@@ -45,21 +36,14 @@ typedef struct {
   int lanes_o;
   const bl_tensor *w[3];
   int64_t rpi, tiles[3];
-  /* attention */
-  int64_t n_chunk;        /* chunks of the longest context in the batch */
-  int split;              /* chunks are items of their own (few tokens), merged in a phase after */
-  int64_t n_qt;           /* tiles of query tokens (runs of one sequence) sharing each sub-tile */
-  int32_t *qt;            /* their first tokens, and n_tok at the end */
-  float *part;            /* split: n_tok x nkv x n_chunk x group x (hd + 2): m, l, acc */
-  float *wk;              /* per worker: the sub-tile's work space, then n_chunk x group x (hd + 2) states */
-  int64_t wk_stride;
+  bl_attn_core core;      /* the attention over the cache */
   /* output projection */
   int32_t vt_o;
   int64_t rb_o, rpi_o;
   uint8_t *qo;
   const uint8_t **act;  /* per worker pointer arrays */
   float **yp;
-  bl_counter c_norm, c_q[3], c_mm, c_prep, c_att, c_merge, c_qo, c_o, c_res;
+  bl_counter c_norm, c_q[3], c_mm, c_prep, c_qo, c_o, c_res;
 } attn_job;
 
 static void prep_token(attn_job *j, int64_t t) {
@@ -90,145 +74,6 @@ static void prep_token(attn_job *j, int64_t t) {
   kn->to_f16(k, kv_at(c, c->kc, j->layer, j->seq[t], j->pos[t], j->kd), j->kd);
   kn->to_f16(v, kv_at(c, c->vc, j->layer, j->seq[t], j->pos[t], j->kd), j->kd);
   if (!bl_exact(c)) kn->round_f16(q, j->qd);
-}
-
-/* The first position token t sees: its window's, or 0. */
-static inline int64_t first_pos(const attn_job *j, int64_t t) {
-  const int64_t lo = j->window > 0 ? (int64_t)j->pos[t] + 1 - j->window : 0;
-  return lo > 0 ? lo : 0;
-}
-
-/* The reference loop of the exact path: one (token, head), all positions. */
-static void attn_exact(attn_job *j, int ith, int64_t t, int64_t h) {
-  bl_cpu_ctx *c = j->c;
-  const int64_t hd = j->hd, g = h / j->group, n = (int64_t)j->pos[t] + 1, lo = first_pos(j, t);
-  float *sc = j->wk + (int64_t)ith * j->wk_stride; /* kv_ctx floats in the exact layout */
-  float acc[1024];
-  const float *q = c->q + t * j->qd + h * hd;
-  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t], 0, j->kd) + g * hd;
-  float mx = j->sinks ? j->sinks[h] : -INFINITY;
-  for (int64_t p = lo; p < n; p++) {
-    const uint16_t *kr = kb + p * j->kd;
-    float s = 0;
-    for (int64_t i = 0; i < hd; i++) s += q[i] * bl_fp16_to_f32(kr[i]);
-    s *= j->scale;
-    sc[p] = s;
-    if (s > mx) mx = s;
-  }
-  double sum = j->sinks ? expf(j->sinks[h] - mx) : 0;
-  for (int64_t p = lo; p < n; p++) {
-    sc[p] = expf(sc[p] - mx);
-    sum += sc[p];
-  }
-  const float inv = (float)(1.0 / sum);
-  for (int64_t i = 0; i < hd; i++) acc[i] = 0;
-  for (int64_t p = lo; p < n; p++) {
-    const uint16_t *vr = vb + p * j->kd;
-    const float pw = sc[p] * inv;
-    for (int64_t i = 0; i < hd; i++) acc[i] += pw * bl_fp16_to_f32(vr[i]);
-  }
-  memcpy(c->att + t * j->qd + h * hd, acc, sizeof(float) * (size_t)hd);
-}
-
-static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64_t n_ch, int64_t stride);
-static inline int64_t n_chunks(const attn_job *j, int64_t t);
-
-
-/* Chunk ch (positions [ch * CHUNK, ...) up to the token's own) of token t against KV head g, for
- * every query head of the group: the online-softmax state (m, l, acc[hd]) of each head, written
- * to out[hh * (hd + 2)], by the path's attention sub-tiles of SUB positions. */
-static void attn_chunk(attn_job *j, float *wk, int64_t t, int64_t g, int64_t ch, float *out) {
-  bl_cpu_ctx *c = j->c;
-  const int64_t hd = j->hd, G = j->group, n = (int64_t)j->pos[t] + 1, sts = hd + 2, lo = first_pos(j, t);
-  const int64_t p0 = ch * CHUNK > lo ? ch * CHUNK : lo, p1 = (ch + 1) * CHUNK < n ? (ch + 1) * CHUNK : n;
-  for (int64_t h = 0; h < G; h++) {
-    out[h * sts] = -INFINITY;
-    out[h * sts + 1] = 0;
-    memset(out + h * sts + 2, 0, sizeof(float) * (size_t)hd);
-  }
-  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t], 0, j->kd) + g * hd;
-  const float *q = c->q + t * j->qd + g * G * hd;
-  for (int64_t b0 = p0; b0 < p1; b0 += SUB) {
-    const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
-    c->kern->attn_prep(kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, wk);
-    c->kern->attn_heads(q, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale, out, wk);
-  }
-}
-
-/* Tokens [t0, t1) of one sequence against KV head g: each sub-tile converted once for all of
- * them. Per token the same chunks, sub-tiles and position counts as attn_chunk, so the same bits. */
-static void attn_tile(attn_job *j, int ith, int64_t g, int64_t t0, int64_t t1) {
-  bl_cpu_ctx *c = j->c;
-  const bl_kernels *kn = c->kern;
-  const int64_t hd = j->hd, G = j->group, sts = hd + 2, per_tok = j->n_chunk * G * sts;
-  float *wk = j->wk + (int64_t)ith * j->wk_stride;
-  float *st = wk + bl_attn_work(hd);
-  int64_t maxn = 0;
-  for (int64_t t = t0; t < t1; t++)
-    if (j->pos[t] + 1 > maxn) maxn = j->pos[t] + 1;
-  const uint16_t *kb = kv_at(c, c->kc, j->layer, j->seq[t0], 0, j->kd) + g * hd;
-  const uint16_t *vb = kv_at(c, c->vc, j->layer, j->seq[t0], 0, j->kd) + g * hd;
-  for (int64_t ch = 0; ch * CHUNK < maxn; ch++) {
-    const int64_t cend = (ch + 1) * CHUNK;
-    for (int64_t t = t0; t < t1; t++) {
-      if (j->pos[t] + 1 <= ch * CHUNK) continue;
-      float *o = st + (t - t0) * per_tok + ch * G * sts;
-      for (int64_t h = 0; h < G; h++) {
-        o[h * sts] = -INFINITY;
-        o[h * sts + 1] = 0;
-        memset(o + h * sts + 2, 0, sizeof(float) * (size_t)hd);
-      }
-    }
-    for (int64_t b0 = ch * CHUNK; b0 < cend && b0 < maxn; b0 += SUB) {
-      const int64_t lim = cend < maxn ? cend : maxn;
-      const int nbm = (int)(lim - b0 < SUB ? lim - b0 : SUB);
-      kn->attn_prep(kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nbm, (int)hd, wk);
-      for (int64_t t = t0; t < t1; t++) {
-        const int64_t n = (int64_t)j->pos[t] + 1, p1 = cend < n ? cend : n;
-        if (p1 <= b0) continue;
-        const int nb = (int)(p1 - b0 < SUB ? p1 - b0 : SUB);
-        kn->attn_heads(c->q + t * j->qd + g * G * hd, hd, (int)G, kb + b0 * j->kd, vb + b0 * j->kd, j->kd, nb, (int)hd, j->scale,
-                       st + (t - t0) * per_tok + ch * G * sts, wk);
-      }
-    }
-  }
-  for (int64_t t = t0; t < t1; t++)
-    for (int64_t hh = 0; hh < G; hh++)
-      merge_head(j, t, g * G + hh, st + (t - t0) * per_tok + hh * sts, n_chunks(j, t), G * sts);
-}
-
-/* att row of (t, h) from the states of its n_ch chunks (stride `stride` floats between chunks). */
-static void merge_head(attn_job *j, int64_t t, int64_t h, const float *pp, int64_t n_ch, int64_t stride) {
-  const int64_t hd = j->hd;
-  float M = -INFINITY;
-  for (int64_t ch = 0; ch < n_ch; ch++)
-    if (pp[ch * stride + 1] > 0 && pp[ch * stride] > M) M = pp[ch * stride];
-  if (j->sinks && j->sinks[h] > M) M = j->sinks[h]; /* the sink joins the denominator */
-  float *o = j->c->att + t * j->qd + h * hd;
-  memset(o, 0, sizeof(float) * (size_t)hd);
-  double L = 0;
-  for (int64_t ch = 0; ch < n_ch; ch++) {
-    const float *m = pp + ch * stride;
-    if (m[1] <= 0) continue;
-    const float a = expf(m[0] - M);
-    L += (double)a * m[1];
-    j->c->kern->axpy_f32(a, m + 2, o, hd);
-  }
-  if (j->sinks) L += expf(j->sinks[h] - M);
-  j->c->kern->scale_f32(L > 0 ? (float)(1.0 / L) : 0.0f, o, hd);
-}
-
-static inline int64_t n_chunks(const attn_job *j, int64_t t) { return ((int64_t)j->pos[t] + CHUNK) / CHUNK; }
-
-/* A sliding-window item: token t against KV head g, the chunks its window reaches (from the one
- * holding its first position), merged for each query head of the group. */
-static void attn_window_item(attn_job *j, int ith, int64_t t, int64_t g) {
-  const int64_t G = j->group, sts = j->hd + 2, ch0 = first_pos(j, t) / CHUNK, n_ch = n_chunks(j, t) - ch0;
-  float *wk = j->wk + (int64_t)ith * j->wk_stride, *st = wk + bl_attn_work(j->hd);
-  for (int64_t ch = 0; ch < n_ch; ch++) attn_chunk(j, wk, t, g, ch0 + ch, st + ch * G * sts);
-  for (int64_t hh = 0; hh < G; hh++) merge_head(j, t, g * G + hh, st + hh * sts, n_ch, G * sts);
 }
 
 static void attn_task(void *a, int ith, int nth) {
@@ -270,31 +115,7 @@ static void attn_task(void *a, int ith, int nth) {
   bl_pool_barrier_ith(c->pool, ith);
   for (int64_t t; (t = bl_claim(&j->c_prep, 1)) < j->n_tok;) prep_token(j, t);
   bl_pool_barrier_ith(c->pool, ith);
-  if (exact) {
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nh;) attn_exact(j, ith, i / j->nh, i % j->nh);
-  } else if (j->window) {
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * j->nkv;) attn_window_item(j, ith, i / j->nkv, i % j->nkv);
-  } else if (!j->split) {
-    /* items of (KV head, tile of query tokens), the tiles of the latest tokens (the longest) first */
-    const int64_t items = j->n_qt * j->nkv;
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < items;) {
-      const int64_t r = items - 1 - i, q = r / j->nkv;
-      attn_tile(j, ith, r % j->nkv, j->qt[q], j->qt[q + 1]);
-    }
-  } else {
-    /* few tokens, long contexts: every chunk an item, the same states merged the same way */
-    const int64_t G = j->group, sts = j->hd + 2, per_tok = j->nkv * j->n_chunk;
-    float *wk = j->wk + (int64_t)ith * j->wk_stride;
-    for (int64_t i; (i = bl_claim(&j->c_att, 1)) < j->n_tok * per_tok;) {
-      const int64_t t = i / per_tok, g = (i % per_tok) / j->n_chunk, ch = i % j->n_chunk;
-      if (ch < n_chunks(j, t)) attn_chunk(j, wk, t, g, ch, j->part + ((t * j->nkv + g) * j->n_chunk + ch) * G * sts);
-    }
-    bl_pool_barrier_ith(c->pool, ith);
-    for (int64_t i; (i = bl_claim(&j->c_merge, 1)) < j->n_tok * j->nh;) {
-      const int64_t t = i / j->nh, h = i % j->nh, g = h / G, hh = h % G;
-      merge_head(j, t, h, j->part + ((t * j->nkv + g) * j->n_chunk) * G * sts + hh * sts, n_chunks(j, t), G * sts);
-    }
-  }
+  bl_attn_core_run(&j->core, ith);
   bl_pool_barrier_ith(c->pool, ith);
   if (!exact) {
     bl_job_quantize(c, &j->c_qo, j->vt_o, j->lanes_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
@@ -332,7 +153,7 @@ int64_t bl_attn_check(const bl_ctx_params *p, const bl_op *op) {
   if (hd <= 0 || hd > 1024 || nh <= 0 || nkv <= 0 || nh % nkv != 0)
     return bl_fail(BL_E_INVAL, "attention: bad heads (n_head %lld, n_head_kv %lld, head_dim %lld)", (long long)nh, (long long)nkv, (long long)hd);
   if (b->kv_layer < 0 || b->kv_layer >= p->kv_layers) return bl_fail(BL_E_INVAL, "attention: KV layer %lld out of range", (long long)b->kv_layer);
-  if (nkv * hd != p->kv_k_dim || nh * hd > p->max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
+  if (nkv * hd != p->kv_k_dim || nkv * hd != p->kv_v_dim || nh * hd > p->max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
   if (b->window < 0) return bl_fail(BL_E_INVAL, "attention: sliding window %lld", (long long)b->window);
   if (b->rope.type != BL_ROPE_NONE && b->rope.type != BL_ROPE_NORMAL && b->rope.type != BL_ROPE_NEOX)
     return bl_fail(BL_E_UNSUPPORTED, "attention: RoPE type %lld", (long long)b->rope.type);
@@ -427,19 +248,33 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   j.rb_o = bl_row_bytes(j.vt_o, j.qd);
   j.lanes_o = bl_lanes(c, j.o, n_tok);
   j.rpi_o = bl_rows_per_item(E, n_tok, nth);
-  /* chunks of CHUNK positions; few (token, KV head) items for the threads: chunks become items */
-  j.n_chunk = (max_pos + CHUNK) / CHUNK;
-  j.split = !bl_exact(c) && !j.window && j.n_chunk > 1 && n_tok * nkv < 2 * nth;
-  j.wk_stride = bl_exact(c) ? c->p.kv_ctx : bl_attn_work(hd) + QTILE * j.n_chunk * j.group * (hd + 2);
-  j.wk_stride = (j.wk_stride + 15) & ~(int64_t)15;
+  /* the attention over the cache: units of a KV head and its query heads */
+  bl_attn_core *ac = &j.core;
+  ac->c = c;
+  ac->n_tok = n_tok;
+  ac->hd = hd;
+  ac->nh = nh;
+  ac->nkv = nkv;
+  ac->group = ac->gsub = j.group;
+  ac->qs = ac->os = j.qd;
+  ac->kd = j.kd;
+  ac->q = c->q;
+  ac->out = c->att;
+  ac->kb = c->kc + (size_t)j.layer * (size_t)c->p.kv_slots * (size_t)c->p.kv_ctx * (size_t)j.kd;
+  ac->vb = c->vc + (size_t)j.layer * (size_t)c->p.kv_slots * (size_t)c->p.kv_ctx * (size_t)j.kd;
+  ac->window = j.window;
+  ac->pos = pos;
+  ac->seq = seq;
+  ac->scale = j.scale;
+  size_t core_sz[3];
+  bl_attn_core_plan(ac, BL_ATTN_QTILE, max_pos, nth, core_sz);
   const size_t sz[] = {
       (size_t)(j.n_vt > 0 ? j.rb[0] * n_tok : 0), (size_t)(j.n_vt > 1 ? j.rb[1] * n_tok : 0),
       (size_t)(j.n_vt > 2 ? j.rb[2] * n_tok : 0), (size_t)(j.rb_o * n_tok),
-      sizeof(float) * (size_t)(j.split ? n_tok * nh * j.n_chunk * (hd + 2) : 0),
-      sizeof(float) * (size_t)(nth * j.wk_stride), sizeof(void *) * (size_t)(nth * n_tok),
+      core_sz[1], core_sz[2], sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(float) * (size_t)(2 * E + 2 * hd + j.qd + 2 * j.kd + nh), /* norm, q/k norm, bias and sink vectors */
-      sizeof(int32_t) * (size_t)(n_tok + 1),                 /* query tiles */
+      core_sz[0],                                             /* query tiles */
   };
   enum { NB = sizeof sz / sizeof sz[0] };
   size_t total = 0;
@@ -453,20 +288,10 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   }
   for (int i = 0; i < 3; i++) j.qin[i] = out[i];
   j.qo = out[3];
-  j.part = out[4];
-  j.wk = out[5];
   j.act = out[6];
   j.yp = out[7];
   float *vec = out[8];
-  j.qt = out[9];
-  j.n_qt = 0;
-  for (int64_t t = 0; t < n_tok;) {
-    int64_t e = t + 1;
-    while (e < n_tok && e - t < QTILE && seq[e] == seq[t]) e++;
-    j.qt[j.n_qt++] = (int32_t)t;
-    t = e;
-  }
-  j.qt[j.n_qt] = (int32_t)n_tok;
+  bl_attn_core_bind(ac, out[9], out[4], out[5]);
   if (norm && (s = opt_vec(bl_op_t(norm, BL_NORM_WEIGHT), vec, E, &j.normw))) return s;
   float *v = vec + E;
   if ((s = opt_vec(bl_op_t(op, BL_ATTN_Q_NORM), v, hd, &j.qn))) return s;
@@ -476,6 +301,7 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   if ((s = opt_vec(bl_op_t(op, BL_ATTN_BV), v += j.kd, j.kd, &j.bv))) return s;
   if ((s = opt_vec(bl_op_t(op, BL_ATTN_BO), v += j.kd, E, &j.bo))) return s;
   if ((s = opt_vec(bl_op_t(op, BL_ATTN_SINKS), v += E, nh, &j.sinks))) return s;
+  ac->sinks = j.sinks;
   const int64_t t0 = c->prof ? bl_prof_now() : 0;
   bl_pool_run(c->pool, attn_task, &j);
   bl_prof_add(c, BL_PROF_ATTN, t0);

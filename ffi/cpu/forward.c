@@ -1,6 +1,6 @@
 /* bloomery CPU library: the CPU backend's context (allocation, KV cache operations), the check of a
  * program's ops, and the walk over them for one batch: a NORM is fused into the op after it that
- * reads h (ATTN, ROUTER + EXPERTS, FFN), found by a pass over the list, and runs alone otherwise. */
+ * reads h (ATTN, MLA, ROUTER + EXPERTS, FFN), found by a pass over the list, and runs alone otherwise. */
 #include "ctx.h"
 #include "common.h"
 #include <stdio.h>
@@ -30,7 +30,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
 int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   if (!p || !out) return bl_fail(BL_E_INVAL, "ctx_new: null argument");
   if (p->n_embd <= 0 || p->n_vocab <= 0 || p->max_tokens <= 0 || p->kv_layers < 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 ||
-      p->kv_k_dim <= 0 || p->kv_v_dim != p->kv_k_dim || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0)
+      p->kv_k_dim <= 0 || p->kv_v_dim < 0 || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0)
     return bl_fail(BL_E_INVAL, "ctx_new: invalid parameters (n_embd %lld, max_tokens %lld, kv %lldx%lldx%lld, k_dim %lld, v_dim %lld)",
                    (long long)p->n_embd, (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots,
                    (long long)p->kv_ctx, (long long)p->kv_k_dim, (long long)p->kv_v_dim);
@@ -64,13 +64,14 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   c->slot_list = zalloc(T * ne * sizeof(int32_t));
   c->qact = zalloc(2 * T * (size_t)c->qact_row);
   c->scores = zalloc((size_t)nt * (size_t)p->kv_ctx * F);
-  size_t kvn = (size_t)p->kv_layers * (size_t)p->kv_slots * (size_t)p->kv_ctx * (size_t)p->kv_k_dim;
+  const size_t kv_pos = (size_t)p->kv_layers * (size_t)p->kv_slots * (size_t)p->kv_ctx;
+  const size_t kvn = kv_pos * (size_t)p->kv_k_dim, kvv = kv_pos * (size_t)p->kv_v_dim;
   c->kc = zalloc(kvn * 2);
-  c->vc = zalloc(kvn * 2);
+  c->vc = zalloc(kvv * 2);
   if (!c->pool || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->ff_a || !c->ff_b || !c->moe_out ||
       !c->router || !c->router_sc || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc) {
     bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
-    return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", kvn * 4 >> 20);
+    return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", (kvn + kvv) * 2 >> 20);
   }
   int64_t st = bl_cpu_ext_init(c);
   if (st != BL_OK) {
@@ -92,6 +93,7 @@ const char *bl_op_name(int64_t kind) {
     case BL_OP_EXPERTS: return "experts";
     case BL_OP_FFN: return "ffn";
     case BL_OP_OUTPUT: return "output";
+    case BL_OP_MLA: return "latent attention";
     default: return "unknown op";
   }
 }
@@ -164,18 +166,20 @@ static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab
     case BL_OP_ROUTER: return bl_router_check(p, op);
     case BL_OP_EXPERTS: return bl_experts_check(p, op);
     case BL_OP_FFN: return bl_ffn_check(p, op);
+    case BL_OP_MLA: return bl_mla_check(p, op);
     default: return bl_fail(BL_E_INVAL, "unknown kind %lld", (long long)op->kind);
   }
 }
 
-/* The walk: a NORM fused into the op after it (ATTN, ROUTER [+ EXPERTS], FFN); an EXPERTS op
+/* The walk: a NORM fused into the op after it (ATTN, MLA, ROUTER [+ EXPERTS], FFN); an EXPERTS op
  * takes the last router's picks (its own when they are neighbours). *used: the ops taken. */
 static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, const bl_batch *batch, int64_t *used) {
   const bl_op *op = &ops[i];
   const bl_op *next = i + 1 < n ? &ops[i + 1] : NULL;
   const bl_op *norm = NULL;
   const int64_t nt = batch->n_tokens;
-  if (op->kind == BL_OP_NORM && next && (next->kind == BL_OP_ATTN || next->kind == BL_OP_ROUTER || next->kind == BL_OP_FFN)) {
+  if (op->kind == BL_OP_NORM && next &&
+      (next->kind == BL_OP_ATTN || next->kind == BL_OP_MLA || next->kind == BL_OP_ROUTER || next->kind == BL_OP_FFN)) {
     norm = op;
     op = next;
     next = i + 2 < n ? &ops[i + 2] : NULL;
@@ -185,6 +189,7 @@ static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, c
     case BL_OP_EMBED: return embed(c, op, batch);
     case BL_OP_NORM: return bl_norm_op(c, op, nt);
     case BL_OP_ATTN: return bl_attn_op(c, norm, op, batch);
+    case BL_OP_MLA: return bl_mla_op(c, norm, op, batch);
     case BL_OP_ROUTER:
       if (next && next->kind == BL_OP_EXPERTS) {
         (*used)++;
@@ -258,7 +263,7 @@ int64_t bl_cpu_kv_clear(uint64_t h, int64_t slot, int64_t from) {
 
 int64_t bl_cpu_kv_pos_bytes(uint64_t h) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
-  return c ? c->p.kv_layers * c->p.kv_k_dim * 2 * 2 : 0;
+  return c ? c->p.kv_layers * (c->p.kv_k_dim + c->p.kv_v_dim) * 2 : 0;
 }
 
 typedef enum { KV_SAVE, KV_LOAD } kv_dir;
@@ -266,14 +271,14 @@ typedef enum { KV_SAVE, KV_LOAD } kv_dir;
 /* Saved KV is position-major (for each position: every layer's k row, then its v row), so any
  * prefix of a saved state is itself a valid saved state of fewer positions. */
 static int64_t kv_move(bl_cpu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, kv_dir dir) {
-  const size_t row = (size_t)c->p.kv_k_dim * 2;
+  const size_t krow = (size_t)c->p.kv_k_dim * 2, vrow = (size_t)c->p.kv_v_dim * 2;
   for (int64_t p = 0; p < n; p++) {
     for (int64_t l = 0; l < c->p.kv_layers; l++) {
-      size_t off = ((((size_t)l * c->p.kv_slots + slot) * c->p.kv_ctx) + (size_t)p) * c->p.kv_k_dim;
-      uint16_t *kk = c->kc + off, *vv = c->vc + off;
-      if (dir == KV_SAVE) { memcpy(buf, kk, row); memcpy(buf + row, vv, row); }
-      else { memcpy(kk, buf, row); memcpy(vv, buf + row, row); }
-      buf += 2 * row;
+      const size_t at = (((size_t)l * c->p.kv_slots + slot) * c->p.kv_ctx) + (size_t)p;
+      uint16_t *kk = c->kc + at * c->p.kv_k_dim, *vv = c->vc + at * c->p.kv_v_dim;
+      if (dir == KV_SAVE) { memcpy(buf, kk, krow); memcpy(buf + krow, vv, vrow); }
+      else { memcpy(kk, buf, krow); memcpy(vv, buf + krow, vrow); }
+      buf += krow + vrow;
     }
   }
   return BL_OK;
@@ -299,12 +304,10 @@ int64_t bl_cpu_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t n) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
   int64_t s = kv_check(c, src, n);
   if (s || (s = kv_check(c, dst, n))) return s;
-  const size_t row = (size_t)c->p.kv_k_dim * 2 * (size_t)n;
   for (int64_t l = 0; l < c->p.kv_layers; l++) {
-    size_t so = (((size_t)l * c->p.kv_slots + src) * c->p.kv_ctx) * c->p.kv_k_dim;
-    size_t d0 = (((size_t)l * c->p.kv_slots + dst) * c->p.kv_ctx) * c->p.kv_k_dim;
-    memcpy(c->kc + d0, c->kc + so, row);
-    memcpy(c->vc + d0, c->vc + so, row);
+    const size_t so = ((size_t)l * c->p.kv_slots + src) * c->p.kv_ctx, d0 = ((size_t)l * c->p.kv_slots + dst) * c->p.kv_ctx;
+    memcpy(c->kc + d0 * c->p.kv_k_dim, c->kc + so * c->p.kv_k_dim, (size_t)c->p.kv_k_dim * 2 * (size_t)n);
+    if (c->p.kv_v_dim) memcpy(c->vc + d0 * c->p.kv_v_dim, c->vc + so * c->p.kv_v_dim, (size_t)c->p.kv_v_dim * 2 * (size_t)n);
   }
   return BL_OK;
 }
@@ -318,6 +321,7 @@ _Static_assert(sizeof(bl_attn_params) == 16 * 8, "bl_attn_params layout");
 _Static_assert(sizeof(bl_router_params) == 7 * 8, "bl_router_params layout");
 _Static_assert(sizeof(bl_experts_params) == 9 * 8, "bl_experts_params layout");
 _Static_assert(sizeof(bl_ffn_params) == 3 * 8, "bl_ffn_params layout");
+_Static_assert(sizeof(bl_mla_params) == 16 * 8, "bl_mla_params layout");
 _Static_assert(sizeof(bl_program) == 4 * 8, "bl_program layout");
 _Static_assert(sizeof(bl_batch) == 7 * 8, "bl_batch layout");
 _Static_assert(sizeof(bl_ctx_params) == 13 * 8, "bl_ctx_params layout");

@@ -8,7 +8,7 @@
 import { checkModelFile } from "../engine/model-check.ts";
 import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
-import type { HParams } from "../models/types.ts";
+import { kvBytesPerPos, type HParams } from "../models/types.ts";
 import { cudaPlanBytes } from "../engine/cuda-backend.ts";
 import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram, markHostExperts } from "../engine/program.ts";
@@ -102,7 +102,7 @@ export interface MemoryNeed {
 
 /** f16 K and V for every attention layer, slot and position. */
 export function kvBytes(hp: HParams, nSlots: number, nCtxSlot: number): number {
-  return 2 * hp.kvLayers * nSlots * nCtxSlot * hp.nHeadKv * hp.headDim * 2;
+  return nSlots * nCtxSlot * kvBytesPerPos(hp);
 }
 
 /** The CUDA context's work buffers (cuda/ctx.cu buffer_list, without the KV cache). */

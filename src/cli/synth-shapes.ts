@@ -1,6 +1,6 @@
 // bloomery synth: the real models `synth` imitates (gathered from the family files) and the
 // tensor-type rules of each quantization mix (llama-quantize's choices, ../shared/SPEC.md).
-import { GgmlType } from "../gguf/index.ts";
+import { GgmlType, TYPE_INFO } from "../gguf/index.ts";
 import { FAMILIES } from "../models/registry.ts";
 import type { Shape, SynthFamily } from "../models/synth-types.ts";
 
@@ -57,3 +57,22 @@ export const MIXES: Record<string, QuantMix> = {
     typeOf: (role) => (role.endsWith("_exps") ? GgmlType.MXFP4 : GgmlType.Q8_0),
   },
 };
+
+/**
+ * llama-quantize's fallback for a tensor whose rows do not fill whole blocks of the mix's type
+ * (tensor_type_fallback: DeepSeek's attn_k_b, rows of qk_nope 128, under a K-quant): the 256-value
+ * types step down to a 32-value one, and F16 where even that does not divide.
+ */
+export function fallbackType(t: GgmlType, ncols: number): GgmlType {
+  const fits = (u: GgmlType) => ncols % TYPE_INFO[u].blockElems === 0;
+  if (fits(t)) return t;
+  const down: Partial<Record<GgmlType, GgmlType>> = {
+    [GgmlType.IQ1_S]: GgmlType.IQ4_NL, [GgmlType.IQ1_M]: GgmlType.IQ4_NL, [GgmlType.IQ2_XXS]: GgmlType.IQ4_NL,
+    [GgmlType.IQ2_XS]: GgmlType.IQ4_NL, [GgmlType.IQ2_S]: GgmlType.IQ4_NL, [GgmlType.IQ3_XXS]: GgmlType.IQ4_NL,
+    [GgmlType.IQ3_S]: GgmlType.IQ4_NL, [GgmlType.IQ4_XS]: GgmlType.IQ4_NL,
+    [GgmlType.Q2_K]: GgmlType.Q4_0, [GgmlType.Q3_K]: GgmlType.Q4_0, [GgmlType.TQ1_0]: GgmlType.Q4_0, [GgmlType.TQ2_0]: GgmlType.Q4_0,
+    [GgmlType.Q4_K]: GgmlType.Q5_0, [GgmlType.Q5_K]: GgmlType.Q5_1, [GgmlType.Q6_K]: GgmlType.Q8_0,
+  };
+  const d = down[t];
+  return d !== undefined && fits(d) ? d : GgmlType.F16;
+}

@@ -7,7 +7,7 @@ import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { GgmlType, GgufValueType, GgufWriter, TYPE_INFO, type TensorFiller } from "../gguf/index.ts";
 import type { Shape, SynthTensors } from "../models/synth-types.ts";
-import { MIXES, SHAPES, synthShape } from "./synth-shapes.ts";
+import { fallbackType, MIXES, SHAPES, synthShape } from "./synth-shapes.ts";
 import { synthVocab } from "./synth-vocab.ts";
 
 export interface SynthOptions {
@@ -102,7 +102,7 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
     w,
     nLayer: sh.nLayer,
     mat(name, role, layer, ne, std = 0.02) {
-      const type = mix.typeOf(role, layer, sh.nLayer);
+      const type = fallbackType(mix.typeOf(role, layer, sh.nLayer), ne[0]);
       count(ne);
       w.addTensor(name, type, ne, randomFiller(type, tseed++, std, centered));
     },

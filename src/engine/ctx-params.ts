@@ -1,7 +1,7 @@
 // bloomery engine: bl_ctx_params (ffi/bloomery.h) for a model's sizes - the one layout every
 // native context takes (the CPU backend, a card's context, the host experts' CPU context).
 import { CTX_PARAM_SLOTS, Slots } from "../../ffi/layout.ts";
-import type { HParams } from "../models/types.ts";
+import { kvWidths, qWidth, type HParams } from "../models/types.ts";
 
 export interface CtxShape {
   nSlots: number;
@@ -18,9 +18,9 @@ export interface CtxShape {
 /** Context parameters in bl_ctx_params' slot order. */
 export function ctxParams(hp: HParams, o: CtxShape): Slots {
   const p = new Slots(CTX_PARAM_SLOTS);
-  const kvDim = hp.nHeadKv * hp.headDim;
+  const kv = kvWidths(hp);
   const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, o.nThreads ?? 1, o.kvLayers ?? hp.kvLayers, o.nSlots, o.nCtxSlot,
-    kvDim, kvDim, hp.nHead * hp.headDim, hp.nFf, hp.nExpert, o.exact ? 1 : 0];
+    kv.k, kv.v, qWidth(hp), hp.nFf, hp.nExpert, o.exact ? 1 : 0];
   vals.forEach((v, i) => p.setInt(i, v));
   return p;
 }

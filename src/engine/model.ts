@@ -65,11 +65,16 @@ export class Model {
     this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
-    for (const note of checkModelFile(this.gguf, this.hp)) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(note); // refuses a broken file
+    const say = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
+    for (const note of checkModelFile(this.gguf, this.hp)) say(note); // refuses a broken file
+    for (const note of this.family.notes?.(this.gguf, this.hp) ?? []) say(note);
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
-    this.plan = o.placement ? this.makePlan(o, nCtx) : undefined;
     const specs = this.family.program(this.gguf, this.hp);
+    // the tensors the forward pass reads: the rest (an MTP layer's, llama.cpp's nextn.*) is neither
+    // planned nor prefaulted
+    const used = new Set(specs.flatMap((op) => Object.values(op.tensors as Record<string, string | undefined>).filter((n): n is string => !!n)));
+    this.plan = o.placement ? this.makePlan(o, nCtx, used) : undefined;
     const plan = this.plan;
     const onCard = plan?.backend === "cuda";
     // the RAM of the routed experts' cache: asked for, or what the plan leaves them (on the CPU the
@@ -81,7 +86,7 @@ export class Model {
     const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
     // the host experts beside a card in 2 MiB pages when asked (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=1)
     const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;
-    this.weights = new MappedWeights(this.gguf, routed ? (t) => !routed.has(t.name) : true, huge);
+    this.weights = new MappedWeights(this.gguf, (t) => used.has(t.name) && !routed?.has(t.name), huge);
     // a failure past this point gives back what was mapped, read into huge pages or made (GiBs)
     let experts: ExpertStore | undefined, backends: BackendFactory | undefined;
     try {
@@ -118,12 +123,13 @@ export class Model {
   readonly plan: LoadPlan | undefined;
 
   /** Plan the load before anything is mapped: a plan that cannot run throws PlanError naming its terms. */
-  private makePlan(o: LoadOptions, nCtx: number): LoadPlan {
+  private makePlan(o: LoadOptions, nCtx: number, used: ReadonlySet<string>): LoadPlan {
     const choice = chooseBackend(this.hp, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact });
     const ram = readRam();
     // the card's own fit (weights, KV cache, buffers against its free memory) is checked where
     // the card's sizes are known (placement.ts); the plan places tensors by the flags
-    const plan = planLoad(this.hp, [...this.gguf.tensors.values()].map((t) => ({ name: t.name, bytes: t.nbytes })), choice.kind, o.placement ?? {},
+    const tensors = [...this.gguf.tensors.values()].filter((t) => used.has(t.name));
+    const plan = planLoad(this.hp, tensors.map((t) => ({ name: t.name, bytes: t.nbytes })), choice.kind, o.placement ?? {},
       { card: choice.kind === "cuda" ? cudaDeviceInfo(o.device ?? 0) : null, hostAvailableBytes: ram.usable_bytes },
       { nSlots: o.nSlots ?? 1, nCtxSlot: nCtx, maxTokens: o.maxTokens ?? 512 });
     (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(plan.line);

@@ -3,7 +3,7 @@
 // placement flags (-ngl, --cpu-moe, --n-cpu-moe, -ot), the card's free memory and the host's
 // available RAM, or budgets that plan as if the machine were smaller. One line states the plan;
 // a plan that cannot run is refused before anything is loaded, naming every term of its sum.
-import type { HParams } from "../models/types.ts";
+import { kvBytesPerPos, type HParams } from "../models/types.ts";
 
 export type Tier = "card" | "host" | "disk";
 export type GpuLayersSetting = number | "auto" | "all";
@@ -92,15 +92,14 @@ function layerOf(name: string): number | null {
 
 /** The host bytes of the CPU backend's context: the f16 KV cache of every slot and its workspace (an estimate). */
 export function cpuContextBytes(hp: HParams, c: PlanContext): number {
-  const kvRow = hp.nHeadKv * hp.headDim * 2 * 2; // K and V, f16
-  const kv = hp.kvLayers * c.nSlots * c.nCtxSlot * kvRow;
+  const kv = c.nSlots * c.nCtxSlot * kvBytesPerPos(hp); // K and V, f16
   const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
   return kv + c.maxTokens * perTok + 64 * MiB;
 }
 
 /** The card's bytes beside the weights (an estimate of cuda/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */
 export function cardContextBytes(hp: HParams, c: PlanContext): number {
-  const kv = hp.kvLayers * c.nSlots * c.nCtxSlot * hp.nHeadKv * hp.headDim * 2 * 2;
+  const kv = c.nSlots * c.nCtxSlot * kvBytesPerPos(hp);
   const pairs = c.maxTokens * Math.max(1, hp.nExpertUsed);
   const perTok = (5 * hp.nEmbd + 3 * hp.nHead * hp.headDim + hp.nExpert) * 4;
   return kv + c.maxTokens * perTok + pairs * (hp.nFf + hp.nEmbd) * 4 + 8 * hp.nVocab * 4 + 64 * MiB;

@@ -32,11 +32,14 @@ export interface KvShape {
   kvLayers: number;
   nHeadKv: number;
   headDim: number;
+  /** V's width when not K's (HParams.kvVDim: 0 for latent attention, whose values live in K) */
+  kvVDim?: number;
 }
 
 /** Bytes of one position of the KV cache: K and V, f16, over every attention layer. */
 export function kvBytesPerToken(s: KvShape): number {
-  return s.kvLayers * s.nHeadKv * s.headDim * 2 * 2;
+  const k = s.nHeadKv * s.headDim;
+  return s.kvLayers * (k + (s.kvVDim ?? k)) * 2;
 }
 
 /** The memory -np auto counts in: what is there and what is already spoken for. */

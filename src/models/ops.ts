@@ -51,7 +51,7 @@ export function ropeParams(f: GgufFile, arch: string, type: RopeType, nRot: numb
   };
 }
 
-type Params<S extends "norm" | "attn" | "router" | "experts" | "ffn"> = Partial<Record<ParamName<S>, number>>;
+type Params<S extends "norm" | "attn" | "router" | "experts" | "ffn" | "mla"> = Partial<Record<ParamName<S>, number>>;
 
 export function embedOp(tokEmbd: string): OpSpec<OpKind.Embed> {
   return { kind: OpKind.Embed, layer: -1, params: {}, tensors: { tokens: tokEmbd } };
@@ -90,6 +90,37 @@ export function attentionOp(o: AttentionOpts): OpSpec<OpKind.Attn> {
     rope_beta_fast: o.rope.betaFast, rope_beta_slow: o.rope.betaSlow,
   };
   return { kind: OpKind.Attn, layer: o.layer, params, tensors: o.tensors };
+}
+
+export interface MlaOpts {
+  layer: number;
+  /** the KV cache layer (default: layer) */
+  kvLayer?: number;
+  nHead: number;
+  /** the latent's size (kv_lora_rank) */
+  kvLora: number;
+  /** a query / key head's dims without rotation (qk_nope_head_dim) */
+  nope: number;
+  /** a value head's dims */
+  vDim: number;
+  /** epsilon of the q_a and kv_a norms */
+  eps: number;
+  /** softmax scale (0 or absent: 1 / sqrt(nope + rope.nRot)) */
+  scale?: number;
+  /** nRot: the rotated dims of a query head and of the shared key part */
+  rope: RopeParams;
+  tensors: Partial<Record<Role<OpKind.Mla>, string>>;
+}
+
+/** Multi-head latent attention on h over the latent KV cache, residual added (bloomery.h's bl_mla_params). */
+export function mlaOp(o: MlaOpts): OpSpec<OpKind.Mla> {
+  const params: Params<"mla"> = {
+    kv_layer: o.kvLayer ?? o.layer, n_head: o.nHead, kv_lora: o.kvLora, nope: o.nope, v_dim: o.vDim, eps: o.eps, scale: o.scale ?? 0,
+    rope_type: o.rope.type, rope_n_rot: o.rope.nRot, rope_orig_ctx: o.rope.origCtx, rope_base: o.rope.base,
+    rope_freq_scale: o.rope.freqScale, rope_ext_factor: o.rope.extFactor, rope_attn_factor: o.rope.attnFactor,
+    rope_beta_fast: o.rope.betaFast, rope_beta_slow: o.rope.betaSlow,
+  };
+  return { kind: OpKind.Mla, layer: o.layer, params, tensors: o.tensors };
 }
 
 export interface RouterOpts {

@@ -1,10 +1,12 @@
 // bloomery models: the registry of model families by `general.architecture`.
 import { GgufError, type GgufFile } from "../gguf/index.ts";
+import { deepseek2 } from "./deepseek2.ts";
+import { glm4moe } from "./glm4moe.ts";
 import { gptOss } from "./gpt-oss.ts";
 import { qwen3moe } from "./qwen3moe.ts";
 import type { ModelFamily } from "./types.ts";
 
-export const FAMILIES: readonly ModelFamily[] = [qwen3moe, gptOss];
+export const FAMILIES: readonly ModelFamily[] = [qwen3moe, gptOss, glm4moe, deepseek2];
 
 export function familyFor(f: GgufFile): ModelFamily {
   const arch = f.str("general.architecture");

@@ -20,6 +20,21 @@ export interface Shape {
   nCtxTrain: number;
   ropeBase: number;
   eps: number;
+  /** rotated dims of a head when fewer than headDim (partial rotary) */
+  nRot?: number;
+  /** per-head Q/K norms (glm4moe: GLM-4.5 has them, Air does not) */
+  qkNorm?: boolean;
+  /** V's width in the KV cache when not K's (HParams.kvVDim: 0 for latent attention) */
+  kvVDim?: number;
+  /** the widest query row when not nHead * headDim (HParams.qDim) */
+  qDim?: number;
+  /** the sigmoid-router MoE families' layout (deepseek2, glm4moe): leading dense layers, shared experts,
+   * the routed weights' scale, expert groups (0: none), MTP layers written after the main ones */
+  moe?: { nDense: number; nShared: number; scale: number; nGroup: number; nGroupUsed: number; nextn: number };
+  /** multi-head latent attention's sizes (deepseek2; nHeadKv 1 and headDim kvLora + rope, as its files say) */
+  mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number };
+  /** YaRN context extension as the real model's config has it (factor over orig positions; DeepSeek's log multiplier) */
+  yarn?: { factor: number; orig: number; logMul?: number; betaFast?: number; betaSlow?: number };
 }
 
 /** What synth hands a family's writer: the writer for metadata, and tensor makers that fill by the quant mix. */

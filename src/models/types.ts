@@ -21,6 +21,31 @@ export interface HParams {
   eps: number;
   /** layers that have an attention KV cache, in order */
   kvLayers: number;
+  /**
+   * per position and layer, the KV cache's V width when it is not the K width (nHeadKv * headDim): 0 for
+   * multi-head latent attention, whose values are the latent held in K (deepseek2: nHeadKv 1, headDim
+   * kv_lora + rope). Absent: V as wide as K.
+   */
+  kvVDim?: number;
+  /** the widest query / attention-output row when it is not nHead * headDim (MLA: n_head * v) */
+  qDim?: number;
+}
+
+/** The K and V widths of a position in one KV cache layer (f16 values). */
+export function kvWidths(hp: HParams): { k: number; v: number } {
+  const k = hp.nHeadKv * hp.headDim;
+  return { k, v: hp.kvVDim ?? k };
+}
+
+/** Bytes one position of the KV cache takes over every layer (K and V, f16). */
+export function kvBytesPerPos(hp: HParams): number {
+  const { k, v } = kvWidths(hp);
+  return hp.kvLayers * (k + v) * 2;
+}
+
+/** The widest query row (the context's max_q_dim). */
+export function qWidth(hp: HParams): number {
+  return hp.qDim ?? hp.nHead * hp.headDim;
 }
 
 export interface ModelFamily {
@@ -29,6 +54,8 @@ export interface ModelFamily {
   hparams(f: GgufFile): HParams;
   /** The forward pass as a list of ops; throws a clear error when tensors are missing or misshapen. */
   program(f: GgufFile, hp: HParams): OpSpec[];
+  /** What the load says once about the file (parts of it it does not run, and why). */
+  notes?(f: GgufFile, hp: HParams): string[];
   /** The real models `synth` imitates and how their tensors are written (absent: synth does not know the family). */
   synth?: SynthFamily;
 }

@@ -42,6 +42,13 @@ const DEEPSEEK3 = [
   "[一-龥぀-ゟ゠-ヿ]+",
   "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 ];
+// Kimi K2's (tokenization_kimi.py, tiktoken): GPT-4o's with Han runs split off and kept out of the word
+// classes (its `[...&&[^\p{Han}]]` as a lookahead). llama.cpp runs a hand-written stand-in for it that
+// keeps a run of letters whole (camelCase is one piece there, two in the model's own tokenizer).
+const NOT_HAN = "(?!\\p{Script=Han})";
+const KIMI_UP = `(?:${NOT_HAN}[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])`;
+const KIMI_LO = `(?:${NOT_HAN}[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])`;
+const KIMI_K2 = `\\p{Script=Han}+|[^\\r\\n\\p{L}\\p{N}]?${KIMI_UP}*${KIMI_LO}+${CONTRACTIONS}?|[^\\r\\n\\p{L}\\p{N}]?${KIMI_UP}+${KIMI_LO}*${CONTRACTIONS}?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`;
 // llama.cpp's rule for pre = "default" (and a missing pre).
 const DEFAULT = ["[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "\\p{N}+", "[0-9][0-9][0-9]"];
 
@@ -69,6 +76,7 @@ add(["qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "grok-2"], (
 add(["qwen35"], (n) => rule(n, [QWEN35]));
 add(["gpt-4o", "llama4", "minimax-m2"], (n) => rule(n, [GPT4O]));
 add(["deepseek-v3"], (n) => rule(n, DEEPSEEK3));
+add(["kimi-k2"], (n) => rule(n, [KIMI_K2]));
 
 /** The split rule for tokenizer.ggml.pre; an unknown name is refused. */
 export function splitRuleFor(pre: string): SplitRule {

@@ -24,6 +24,10 @@ export interface FamilyCase {
   agree: number;
   /** on the card: the refusal the load must give while the family is not ported (a pattern), or undefined: it runs */
   cudaRefusal?: RegExp;
+  /** llama.cpp's own answer on the GGUF (llamacpp-ref.json: greedy and last logits a prompt), when the fixture has one */
+  llamacpp?: string;
+  /** max |logit - llama.cpp's| of a prompt's last position on the CPU's ggml paths (with `llamacpp`) */
+  llamaTol?: number;
 }
 
 // the GPU machine reads the fixtures it was carried (BLOOMERY_FIXTURES)
@@ -38,7 +42,28 @@ export const FAMILY_CASES: FamilyCase[] = [
     name: "gpt-oss F16", gguf: join(fam, "gpt_oss", "gpt_oss.gguf"), ref: join(fam, "gpt_oss", "ref.json"), exactTol: 2e-2, ggmlTol: 4e-2, cudaTol: 5e-2,
     clear: 0.02, agree: 0.9,
   },
+  // GLM: llama.cpp's own last logits are 3.9e-2 from transformers' on the 120-id prompt (5e-3 on the
+  // others); ggml's numerics (f16 activations into the F16 products) give that offset: the exact path
+  // keeps 1.6e-3, the ggml paths 4.0e-2 from transformers and 4.5e-3 from llama.cpp
+  {
+    name: "glm4moe F16", gguf: join(fam, "glm4_moe", "glm4_moe.gguf"), ref: join(fam, "glm4_moe", "ref.json"), exactTol: 5e-3, ggmlTol: 5e-2, cudaTol: 5e-2,
+    clear: 0.02, agree: 0.9, cudaRefusal: /gating 2 \(sigmoid\) is not implemented on the card yet/,
+    llamacpp: join(fam, "glm4_moe", "llamacpp-ref.json"), llamaTol: 1e-2,
+  },
+  // DeepSeek V3 (MLA, grouped sigmoid routing): llama.cpp's last logits are within 5.6e-3 of transformers', and
+  // its greedy text parts from transformers' only on the 5-id prompt, at step 6 (a margin of 0.001); ours
+  // keeps 1.2e-3 on the exact path and 2.7e-3 on the ggml paths, greedy equal on all four
+  {
+    name: "deepseek2 F16", gguf: join(fam, "deepseek_v3", "deepseek_v3.gguf"), ref: join(fam, "deepseek_v3", "ref.json"), exactTol: 5e-3, ggmlTol: 1e-2,
+    cudaTol: 2e-2, clear: 0.02, agree: 0.9, cudaRefusal: /multi-head latent attention is not implemented on the card yet/,
+    llamacpp: join(fam, "deepseek_v3", "llamacpp-ref.json"), llamaTol: 1e-2,
+  },
 ];
+
+/** llama.cpp's answers of a case (greedy and last logits a prompt, in ref.json's order). */
+export async function llamaRefs(c: FamilyCase): Promise<{ greedy: number[]; last_logits: number[] }[] | undefined> {
+  return c.llamacpp ? (await Bun.file(c.llamacpp).json()).refs : undefined;
+}
 
 export async function familyRefs(c: FamilyCase): Promise<FamilyRef[]> {
   return (await Bun.file(c.ref).json()).refs;

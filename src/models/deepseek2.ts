@@ -1,0 +1,256 @@
+// bloomery models: deepseek2 (DeepSeek V3 and R1, Kimi K2, DeepSeek V2 and GLM-4.7-Flash; llama.cpp's
+// deepseek2.cpp): multi-head latent attention (the MLA op: q through its LoRA q_a / q_a_norm / q_b, or a
+// plain q in the lite models; a latent KV cache of kv_lora + rope values a position; k_b absorbed into
+// the queries, v_b out of the latent), NORMAL RoPE on the rope part with YaRN and DeepSeek's mscale
+// (llama.cpp's yarn_attn_factor for deepseek2 and its kq_scale), leading dense SwiGLU layers, then MoE
+// layers: a sigmoid router (expert_gating_func 2) choosing by score plus exp_probs_b within the best
+// expert groups, weights normalised and scaled, and shared experts on the same normalised rows. The files
+// are the MLA-split conversions (attn_k_b / attn_v_b, llama.cpp of April 2025 on); an older one with
+// attn_kv_b is refused by name. MTP layers after the main ones (nextn_predict_layers) are not run.
+import type { GgufFile } from "../gguf/index.ts";
+import { GgufError } from "../gguf/index.ts";
+import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
+import { ffnHalf, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
+import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
+import type { HParams, ModelFamily } from "./types.ts";
+
+const A = "deepseek2";
+
+/** What deepseek2 reads beyond HParams. */
+interface MlaKeys {
+  qLora: number;
+  kvLora: number;
+  nope: number;
+  nRot: number;
+  vDim: number;
+}
+
+function mlaKeys(f: GgufFile): MlaKeys {
+  const bad = (what: string): never => { throw new GgufError(f.path, `${A}: ${what}`); };
+  if (f.tensor("blk.0.attn_kv_b.weight") && !f.tensor("blk.0.attn_k_b.weight")) {
+    bad("blk.0.attn_kv_b.weight: this file predates llama.cpp's MLA split (attn_k_b / attn_v_b, April 2025); reconvert it with a current convert_hf_to_gguf.py");
+  }
+  if (f.f32(`${A}.attention.temperature_scale`, 0) !== 0) bad("attention temperature scaling (attention.temperature_scale, Mistral-Large's) is not supported");
+  const kvLora = f.u32(`${A}.attention.kv_lora_rank`);
+  const nRot = f.u32(`${A}.rope.dimension_count`);
+  const keyLen = f.u32(`${A}.attention.key_length`), valLen = f.u32(`${A}.attention.value_length`);
+  const keyMla = f.u32(`${A}.attention.key_length_mla`, keyLen), valMla = f.u32(`${A}.attention.value_length_mla`, valLen);
+  // q's form by the tensors, as llama.cpp's lite models (V2-Lite, Kanana-2, GigaChat3) ignore q_lora_rank: its
+  // LoRA (attn_q_a / _norm / q_b) where blk.0 has it, else a plain attn_q
+  const qa = f.tensor("blk.0.attn_q_a.weight");
+  const k: MlaKeys = { qLora: qa ? f.u32(`${A}.attention.q_lora_rank`, qa.ne[1]) : 0, kvLora, nope: keyMla - nRot, nRot, vDim: valMla };
+  if (keyLen !== kvLora + nRot || valLen !== kvLora) {
+    bad(`attention.key_length ${keyLen} / value_length ${valLen} are not kv_lora_rank + rope (${kvLora + nRot}) / kv_lora_rank (${kvLora}): not an MLA conversion`);
+  }
+  if (nRot < 2 || nRot % 2 || k.nope < 1 || k.vDim < 1 || kvLora + nRot > 1024) bad(`MLA sizes: rope ${nRot}, nope ${k.nope}, v ${k.vDim}, kv_lora ${kvLora}`);
+  return k;
+}
+
+function fallbackGating(f: GgufFile, nLayer: number): Gating {
+  // llama.cpp: V2 / V2.5 files without expert_gating_func route by softmax; GLM-4.7-Flash's by sigmoid
+  const vocab = f.u32(`${A}.vocab_size`, 0);
+  return (nLayer === 47 || nLayer === 48) && vocab === 154880 ? Gating.Sigmoid : Gating.Softmax;
+}
+
+function keys(f: GgufFile) {
+  const blockCount = f.u32(`${A}.block_count`);
+  return moeKeys(f, A, fallbackGating(f, blockCount - f.u32(`${A}.nextn_predict_layers`, 0)));
+}
+
+function hparams(f: GgufFile): HParams {
+  const k = keys(f), m = mlaKeys(f);
+  const nEmbd = f.u32(`${A}.embedding_length`);
+  const nHead = f.u32(`${A}.attention.head_count`);
+  const nHeadKv = f.u32(`${A}.attention.head_count_kv`, 1);
+  const bad = (what: string): never => { throw new GgufError(f.path, `${A}: ${what}`); };
+  if (nHeadKv !== 1) bad(`attention.head_count_kv ${nHeadKv}: an MLA conversion has one latent KV head`);
+  const emb = f.requireTensor("token_embd.weight");
+  if (emb.ne[0] !== nEmbd) bad(`token_embd has rows of ${emb.ne[0]}, embedding_length is ${nEmbd}`);
+  if (nHead < 1 || nHead > 1024) bad(`head_count ${nHead}`);
+  return {
+    arch: A,
+    nVocab: emb.ne[1],
+    nEmbd,
+    nLayer: k.nLayer,
+    nCtxTrain: f.u32(`${A}.context_length`),
+    nHead,
+    // the latent KV cache: one head of kv_lora + rope values (K), the values being its latent part
+    nHeadKv: 1,
+    headDim: m.kvLora + m.nRot,
+    kvVDim: 0,
+    qDim: nHead * m.vDim,
+    nFf: Math.max(k.nDense ? f.u32(`${A}.feed_forward_length`) : 0, k.nFfExp * Math.max(1, k.nShared)),
+    nExpert: k.nExpert,
+    nExpertUsed: k.nExpertUsed,
+    eps: f.f32(`${A}.attention.layer_norm_rms_epsilon`),
+    kvLayers: k.nLayer,
+  };
+}
+
+/**
+ * RoPE's attn_factor and the softmax scale as llama.cpp gives them for deepseek2: llama-context.cpp sets
+ * yarn_attn_factor from the YaRN factor and `rope.scaling.yarn_log_multiplier` (stored as 0.1 x
+ * mscale_all_dim: [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]), cancelling ggml's own 1 + 0.1 ln(factor); deepseek2.cpp
+ * undoes that to pre-scale kq_scale by mscale^2 over sqrt(nope + rope).
+ */
+export function deepseekScales(rope: RopeParams, logMulKey: number | undefined, qkHead: number): { attnFactor: number; scale: number } {
+  const fr = Math.fround;
+  const logMul = logMulKey !== undefined ? fr(fr(logMulKey) / fr(0.1)) : 0;
+  const factor = 1 / rope.freqScale;
+  const getMscale = (s: number, m: number) => (s <= 1 ? 1 : 0.1 * m * Math.log(s) + 1);
+  let attnFactor = rope.attnFactor;
+  if (rope.extFactor !== 0) {
+    let y: number;
+    if (logMul !== 0) {
+      const msad = logMul;
+      const msc = msad !== 1 ? msad : 1; // deepseek2's special case (DeepSeek-V2-Lite's config)
+      y = getMscale(factor, msc) / getMscale(factor, msad);
+    } else {
+      y = getMscale(factor, 1);
+    }
+    y *= 1 / (1 + 0.1 * Math.log(factor));
+    attnFactor = y * rope.attnFactor;
+  }
+  const org = attnFactor * (1 + 0.1 * Math.log(1 / rope.freqScale));
+  const mscale = org * (1 + 0.1 * logMul * Math.log(1 / rope.freqScale));
+  return { attnFactor, scale: (mscale * mscale) / Math.sqrt(qkHead) };
+}
+
+function program(f: GgufFile, hp: HParams): OpSpec[] {
+  const k = keys(f), m = mlaKeys(f);
+  const E = hp.nEmbd, H = hp.nHead, dq = H * (m.nope + m.nRot);
+  const base = ropeParams(f, A, RopeType.Normal, m.nRot, hp.nCtxTrain);
+  const logMulKey = f.has(`${A}.rope.scaling.yarn_log_multiplier`) ? f.f32(`${A}.rope.scaling.yarn_log_multiplier`) : undefined;
+  const { attnFactor, scale } = deepseekScales(base, logMulKey, m.nope + m.nRot);
+  const rope = { ...base, attnFactor };
+  const nFfDense = k.nDense ? f.u32(`${A}.feed_forward_length`) : 0;
+  const ops: OpSpec[] = [embedOp("token_embd.weight")];
+  for (let i = 0; i < hp.nLayer; i++) {
+    const p = `blk.${i}.`;
+    const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
+    ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
+    const q = m.qLora
+      ? { q_a: need("attn_q_a.weight", [E, m.qLora]), q_a_norm: need("attn_q_a_norm.weight", [m.qLora]), q_b: need("attn_q_b.weight", [m.qLora, dq]) }
+      : { q: need("attn_q.weight", [E, dq]) };
+    ops.push(mlaOp({
+      layer: i, nHead: H, kvLora: m.kvLora, nope: m.nope, vDim: m.vDim, eps: hp.eps, scale, rope,
+      tensors: {
+        ...q,
+        kv_a: need("attn_kv_a_mqa.weight", [E, m.kvLora + m.nRot]), kv_a_norm: need("attn_kv_a_norm.weight", [m.kvLora]),
+        k_b: need("attn_k_b.weight", [m.nope, m.kvLora, H]), v_b: need("attn_v_b.weight", [m.kvLora, m.vDim, H]),
+        o: need("attn_output.weight", [H * m.vDim, E]),
+      },
+    }));
+    ops.push(...ffnHalf(f, k, i, E, nFfDense, hp.eps, "ffn_norm"));
+  }
+  f.requireTensor("output_norm.weight", [E]);
+  if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
+  ops.push(outputOp(f, hp.eps));
+  return ops;
+}
+
+const mla = { qLora: 1536, kvLora: 512, nope: 128, rope: 64, v: 128 };
+const v3 = {
+  arch: A, nLayer: 61, nEmbd: 7168, nHead: 128, nHeadKv: 1, headDim: 576, kvVDim: 0, qDim: 128 * 128, nExpert: 256, nExpertUsed: 8,
+  nFfExp: 2048, nFf: 18432, nVocab: 129280, nCtxTrain: 163840, ropeBase: 10000, eps: 1e-6, mla,
+  moe: { nDense: 3, nShared: 1, scale: 2.5, nGroup: 8, nGroupUsed: 4, nextn: 0 },
+  yarn: { factor: 40, orig: 4096, logMul: 0.1, betaFast: 32, betaSlow: 1 },
+};
+
+const synth: SynthFamily = {
+  shapes: {
+    "deepseek-v3": { ...v3, name: "DeepSeek-V3" },
+    "deepseek-r1": { ...v3, name: "DeepSeek-R1" },
+    "kimi-k2": {
+      ...v3, name: "Kimi-K2", nHead: 64, qDim: 64 * 128, nExpert: 384, nVocab: 163840, nCtxTrain: 131072, ropeBase: 50000,
+      moe: { nDense: 1, nShared: 1, scale: 2.827, nGroup: 1, nGroupUsed: 1, nextn: 0 }, yarn: { factor: 32, orig: 4096, logMul: 0.1, betaFast: 1, betaSlow: 1 },
+    },
+    // a small shape for tests: whole K-quant blocks where llama-quantize would use them (k_b's rows of nope
+    // fall back to Q5_0, as in the real files), two expert groups, YaRN with DeepSeek's log multiplier
+    "test-deepseek2": {
+      arch: A, name: "test-deepseek2", nLayer: 3, nEmbd: 256, nHead: 4, nHeadKv: 1, headDim: 288, kvVDim: 0, qDim: 4 * 64, nExpert: 8, nExpertUsed: 2,
+      nFfExp: 256, nFf: 512, nVocab: 1024, nCtxTrain: 4096, ropeBase: 10000, eps: 1e-6,
+      mla: { qLora: 256, kvLora: 256, nope: 64, rope: 32, v: 64 },
+      moe: { nDense: 1, nShared: 1, scale: 2.5, nGroup: 2, nGroupUsed: 1, nextn: 0 }, yarn: { factor: 4, orig: 1024, logMul: 0.1, betaFast: 32, betaSlow: 1 },
+    },
+  },
+  write(sh: Shape, t: SynthTensors): void {
+    const w = t.w, n = t.nLayer, mo = sh.moe!, ml = sh.mla!;
+    const nDense = Math.min(mo.nDense, Math.max(0, n - 1)); // a cut (--layers) keeps at least one MoE layer
+    w.u32(`${A}.block_count`, n + mo.nextn);
+    w.u32(`${A}.context_length`, sh.nCtxTrain);
+    w.u32(`${A}.embedding_length`, sh.nEmbd);
+    w.u32(`${A}.feed_forward_length`, sh.nFf);
+    w.u32(`${A}.attention.head_count`, sh.nHead);
+    w.u32(`${A}.attention.head_count_kv`, 1);
+    w.f32(`${A}.rope.freq_base`, sh.ropeBase);
+    w.f32(`${A}.attention.layer_norm_rms_epsilon`, sh.eps);
+    w.u32(`${A}.expert_used_count`, sh.nExpertUsed);
+    w.u32(`${A}.expert_group_count`, mo.nGroup);
+    w.u32(`${A}.expert_group_used_count`, mo.nGroupUsed);
+    w.u32(`${A}.attention.key_length`, ml.kvLora + ml.rope);
+    w.u32(`${A}.attention.value_length`, ml.kvLora);
+    w.u32(`${A}.leading_dense_block_count`, nDense);
+    w.u32(`${A}.vocab_size`, sh.nVocab);
+    w.u32(`${A}.attention.q_lora_rank`, ml.qLora);
+    w.u32(`${A}.attention.kv_lora_rank`, ml.kvLora);
+    w.u32(`${A}.attention.key_length_mla`, ml.nope + ml.rope);
+    w.u32(`${A}.attention.value_length_mla`, ml.v);
+    w.u32(`${A}.expert_feed_forward_length`, sh.nFfExp);
+    w.u32(`${A}.expert_count`, sh.nExpert);
+    w.u32(`${A}.expert_shared_count`, mo.nShared);
+    w.f32(`${A}.expert_weights_scale`, mo.scale);
+    w.bool(`${A}.expert_weights_norm`, true);
+    w.u32(`${A}.expert_gating_func`, 2);
+    w.u32(`${A}.rope.dimension_count`, ml.rope);
+    if (sh.yarn) {
+      w.str(`${A}.rope.scaling.type`, "yarn");
+      w.f32(`${A}.rope.scaling.factor`, sh.yarn.factor);
+      w.u32(`${A}.rope.scaling.original_context_length`, sh.yarn.orig);
+      if (sh.yarn.betaFast !== undefined) w.f32(`${A}.rope.scaling.yarn_beta_fast`, sh.yarn.betaFast);
+      if (sh.yarn.betaSlow !== undefined) w.f32(`${A}.rope.scaling.yarn_beta_slow`, sh.yarn.betaSlow);
+      if (sh.yarn.logMul !== undefined) w.f32(`${A}.rope.scaling.yarn_log_multiplier`, sh.yarn.logMul);
+    }
+    if (mo.nextn) w.u32(`${A}.nextn_predict_layers`, mo.nextn);
+    const E = sh.nEmbd, H = sh.nHead, F = sh.nFfExp, X = sh.nExpert, S = F * mo.nShared, dq = H * (ml.nope + ml.rope);
+    t.mat("token_embd.weight", "token_embd", -1, [E, sh.nVocab], 1.0);
+    for (let i = 0; i < n + mo.nextn; i++) {
+      const p = `blk.${i}.`;
+      t.ones(`${p}attn_norm.weight`, [E]);
+      t.mat(`${p}attn_q_a.weight`, "attn_q_a", i, [E, ml.qLora]);
+      t.ones(`${p}attn_q_a_norm.weight`, [ml.qLora]);
+      t.mat(`${p}attn_q_b.weight`, "attn_q_b", i, [ml.qLora, dq]);
+      t.mat(`${p}attn_kv_a_mqa.weight`, "attn_kv_a_mqa", i, [E, ml.kvLora + ml.rope]);
+      t.ones(`${p}attn_kv_a_norm.weight`, [ml.kvLora]);
+      t.mat(`${p}attn_k_b.weight`, "attn_k_b", i, [ml.nope, ml.kvLora, H]);
+      t.mat(`${p}attn_v_b.weight`, "attn_v_b", i, [ml.kvLora, ml.v, H]);
+      t.mat(`${p}attn_output.weight`, "attn_output", i, [H * ml.v, E], 0.02 / Math.sqrt(n));
+      t.ones(`${p}ffn_norm.weight`, [E]);
+      if (i < nDense) {
+        t.mat(`${p}ffn_gate.weight`, "ffn_gate", i, [E, sh.nFf]);
+        t.mat(`${p}ffn_up.weight`, "ffn_up", i, [E, sh.nFf]);
+        t.mat(`${p}ffn_down.weight`, "ffn_down", i, [sh.nFf, E], 0.02 / Math.sqrt(n));
+        continue;
+      }
+      t.router(`${p}ffn_gate_inp.weight`, i, E, X);
+      t.small(`${p}exp_probs_b.bias`, [X], 0.02);
+      t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
+      t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
+      t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(n));
+      t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
+      t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
+      t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02 / Math.sqrt(n));
+      if (i >= n) {
+        // an MTP layer's own tensors (llama.cpp's nextn.*): never read by the forward pass
+        t.mat(`${p}nextn.eh_proj.weight`, "nextn_eh_proj", i, [2 * E, E]);
+        t.ones(`${p}nextn.enorm.weight`, [E]);
+        t.ones(`${p}nextn.hnorm.weight`, [E]);
+        t.ones(`${p}nextn.shared_head_norm.weight`, [E]);
+      }
+    }
+    t.ones("output_norm.weight", [E]);
+    t.mat("output.weight", "output", -1, [E, sh.nVocab]);
+  },
+};
+
+export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth, notes: (f) => nextnNotes(f, A, keys(f)) };

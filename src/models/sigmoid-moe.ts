@@ -1,0 +1,124 @@
+// bloomery models: the MoE layers DeepSeek V3 and GLM-4.5 share (llama.cpp's deepseek2 and glm4moe): the
+// router's keys (gating function, selection bias `exp_probs_b`, expert groups, normalised and scaled
+// weights), shared experts, leading dense layers, and the MTP (next-token prediction) layers their files
+// append after the main ones - counted in block_count, never part of the forward pass (they are a draft
+// model for speculative decoding, not run here).
+import type { GgufFile } from "../gguf/index.ts";
+import { GgufError } from "../gguf/index.ts";
+import { Act, expertsOp, ffnOp, Gating, normOp, routerOp, type OpSpec } from "./ops.ts";
+
+/** What a sigmoid-router MoE family reads from `<arch>.*` keys. */
+export interface MoeKeys {
+  /** layers of the forward pass (block_count less the MTP layers) */
+  nLayer: number;
+  /** MTP layers after them (nextn_predict_layers) */
+  nNextn: number;
+  /** leading dense layers (leading_dense_block_count) */
+  nDense: number;
+  /** shared experts a MoE layer (expert_shared_count; their FFN is nShared * nFfExp wide) */
+  nShared: number;
+  nFfExp: number;
+  nExpert: number;
+  nExpertUsed: number;
+  gating: Gating;
+  normTopk: boolean;
+  /** routed weights times this (expert_weights_scale; 0: 1) */
+  scale: number;
+  nGroup: number;
+  nGroupUsed: number;
+}
+
+/** llama.cpp's expert_gating_func values (llama-hparams.h): 1 softmax, 2 sigmoid, 3 softmax over the chosen. */
+function gatingOf(f: GgufFile, key: string, fallback: Gating): Gating {
+  const v = f.u32(key, 0);
+  switch (v) {
+    case 0: return fallback;
+    case 1: return Gating.Softmax;
+    case 2: return Gating.Sigmoid;
+    case 3: return Gating.SoftmaxWeight;
+    default: throw new GgufError(f.path, `${key} ${v} is not supported (1 softmax, 2 sigmoid and 3 softmax-over-the-chosen are)`);
+  }
+}
+
+export function moeKeys(f: GgufFile, a: string, fallbackGating: Gating): MoeKeys {
+  const bad = (what: string): never => { throw new GgufError(f.path, `${a}: ${what}`); };
+  const blockCount = f.u32(`${a}.block_count`);
+  const nNextn = f.u32(`${a}.nextn_predict_layers`, 0);
+  if (nNextn >= blockCount) bad(`nextn_predict_layers ${nNextn} leaves no layer of block_count ${blockCount}`);
+  const k: MoeKeys = {
+    nLayer: blockCount - nNextn,
+    nNextn,
+    nDense: f.u32(`${a}.leading_dense_block_count`, 0),
+    nShared: f.u32(`${a}.expert_shared_count`, 0),
+    nFfExp: f.u32(`${a}.expert_feed_forward_length`),
+    nExpert: f.u32(`${a}.expert_count`),
+    nExpertUsed: f.u32(`${a}.expert_used_count`),
+    gating: gatingOf(f, `${a}.expert_gating_func`, fallbackGating),
+    normTopk: f.bool(`${a}.expert_weights_norm`, false),
+    scale: f.f32(`${a}.expert_weights_scale`, 0),
+    nGroup: f.u32(`${a}.expert_group_count`, 0),
+    nGroupUsed: f.u32(`${a}.expert_group_used_count`, 0),
+  };
+  if (k.nLayer < 1 || k.nLayer > 1024) bad(`block_count ${blockCount} is out of range`);
+  if (k.nDense > k.nLayer) bad(`leading_dense_block_count ${k.nDense} is more than the ${k.nLayer} layers`);
+  if (k.nExpert < 1 || k.nExpertUsed < 1 || k.nExpertUsed > k.nExpert || k.nExpertUsed > 64) bad(`expert_used_count ${k.nExpertUsed} of ${k.nExpert} experts`);
+  if (k.nGroup > 1 && (k.nExpert % k.nGroup !== 0 || k.nGroup > 64 || k.nGroupUsed < 1 || k.nGroupUsed > k.nGroup)) {
+    bad(`expert_group_count ${k.nGroup} (${k.nGroupUsed} used) does not divide ${k.nExpert} experts`);
+  }
+  if (k.nGroup > 1 && k.gating !== Gating.Sigmoid) bad(`expert groups with gating ${k.gating} (bloomery groups the sigmoid router only)`);
+  return k;
+}
+
+/**
+ * The FFN half of layer i after its attention: the norm (`normName`), then a dense FFN for the leading
+ * dense layers, else the router (its selection bias when the file has one), the routed experts and the
+ * shared expert on the same normalised rows (an FFN op after EXPERTS reads the h the norm wrote).
+ */
+export function ffnHalf(f: GgufFile, k: MoeKeys, i: number, nEmbd: number, nFfDense: number, eps: number, normName: string): OpSpec[] {
+  const p = `blk.${i}.`;
+  const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
+  const E = nEmbd, X = k.nExpert, F = k.nFfExp;
+  const ops: OpSpec[] = [normOp(i, need(`${normName}.weight`, [E]), eps)];
+  if (i < k.nDense) {
+    ops.push(ffnOp(i, { gate: need("ffn_gate.weight", [E, nFfDense]), up: need("ffn_up.weight", [E, nFfDense]), down: need("ffn_down.weight", [nFfDense, E]) }));
+    return ops;
+  }
+  if (f.tensor(`${p}ffn_gate_up_exps.weight`)) {
+    throw new GgufError(f.path, `${p}ffn_gate_up_exps.weight: merged gate and up experts are not supported yet (convert with separate ffn_gate_exps and ffn_up_exps)`);
+  }
+  const corr = f.tensor(`${p}exp_probs_b.bias`) ? need("exp_probs_b.bias", [X]) : undefined;
+  if (corr && k.gating !== Gating.Sigmoid) {
+    throw new GgufError(f.path, `${p}exp_probs_b.bias: a selection bias beside gating ${Gating[k.gating]} (the file lacks expert_gating_func = 2: it was converted before llama.cpp wrote that key; reconvert it)`);
+  }
+  ops.push(routerOp({
+    layer: i, nExpert: X, nUsed: k.nExpertUsed, gating: k.gating, normTopk: k.normTopk, scale: k.scale,
+    nGroup: k.nGroup > 1 ? k.nGroup : 0, nGroupUsed: k.nGroup > 1 ? k.nGroupUsed : 0,
+    tensors: { w: need("ffn_gate_inp.weight", [E, X]), corr },
+  }));
+  ops.push(expertsOp({
+    layer: i, nExpert: X, nUsed: k.nExpertUsed, act: Act.Swiglu,
+    tensors: { gate: need("ffn_gate_exps.weight", [E, F, X]), up: need("ffn_up_exps.weight", [E, F, X]), down: need("ffn_down_exps.weight", [F, E, X]) },
+  }));
+  if (k.nShared > 0) {
+    const S = F * k.nShared;
+    ops.push(ffnOp(i, { gate: need("ffn_gate_shexp.weight", [E, S]), up: need("ffn_up_shexp.weight", [E, S]), down: need("ffn_down_shexp.weight", [S, E]) }));
+  }
+  return ops;
+}
+
+/**
+ * The load's line about the MTP layers a file appends (llama.cpp's nextn.* tensors and a whole layer
+ * after the main ones): not run, not read; they are a draft model for speculative decoding, which
+ * bloomery does not do yet (--spec-type draft-mtp and the other speculative flags are refused by name).
+ */
+export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
+  if (!k.nNextn) return [];
+  let bytes = 0, n = 0;
+  for (const t of f.tensors.values()) {
+    const m = /^blk\.(\d+)\./.exec(t.name);
+    if (m && Number(m[1]) >= k.nLayer) (bytes += t.nbytes), n++;
+  }
+  const layers = k.nNextn === 1 ? `layer blk.${k.nLayer}` : `layers blk.${k.nLayer}-${k.nLayer + k.nNextn - 1}`;
+  return [`${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB) is not used: ` +
+    "it drafts tokens for speculative decoding, which is not implemented yet; the model runs without it"];
+}

@@ -1,0 +1,29 @@
+// Test helper: a family fixture with an MTP (next-token prediction) layer appended, as GLM-4.5's and
+// DeepSeek V3's files carry one: block_count one more, nextn_predict_layers 1, the last layer's tensors
+// again as blk.N and llama.cpp's nextn.* tensors beside them.
+import { GgufFile, GgufValueType } from "../src/gguf/index.ts";
+import { editGguf, f32Fill, type TensorCopy } from "./gguf-edit.ts";
+
+/** The fixture with an MTP layer appended: the last layer's tensors again as blk.N, and nextn.* beside them. */
+export function withMtp(src: string, arch: string, dst: string): string {
+  const f = GgufFile.open(src);
+  const n = f.u32(`${arch}.block_count`), E = f.u32(`${arch}.embedding_length`);
+  const extra: TensorCopy[] = [];
+  return editGguf(src, dst, {
+    kv: { [`${arch}.block_count`]: { type: GgufValueType.U32, value: n + 1 }, [`${arch}.nextn_predict_layers`]: { type: GgufValueType.U32, value: 1 } },
+    tensor: (t) => {
+      if (t.name.startsWith(`blk.${n - 1}.`)) extra.push({ ...t, name: t.name.replace(`blk.${n - 1}.`, `blk.${n}.`), data: t.data.slice() });
+      return t;
+    },
+    get extra() {
+      return [
+        ...extra,
+        { name: `blk.${n}.nextn.eh_proj.weight`, type: 0, ne: [2 * E, E], data: f32Fill(2 * E * E, 0.01) },
+        { name: `blk.${n}.nextn.enorm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
+        { name: `blk.${n}.nextn.hnorm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
+        { name: `blk.${n}.nextn.shared_head_norm.weight`, type: 0, ne: [E], data: f32Fill(E, 1) },
+      ];
+    },
+  });
+}
+
