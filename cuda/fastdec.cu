@@ -221,8 +221,10 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   cu_pdl_wait();
   xrow_s<S> r; // S = 2 up to 2,048 columns (stage.cuh: no spills)
   xrow_load(r, a.h, n);
+  int ej = 0; // the block's expert (its biases)
   if (a.sel) {
     const int e = pick_at(a, j);
+    ej = e;
     issue(e);
     if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   } else select_experts(a, ssel, sw);
@@ -230,7 +232,10 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
   x8v x8 = {};
   if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   if (!has0) return;
-  if (!a.sel) issue(ssel[j]);
+  if (!a.sel) {
+    ej = ssel[j];
+    issue(ej);
+  }
   cp_async_wait_all();
   __syncwarp();
   const int nb = n / Q::BE;
@@ -262,9 +267,25 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
     }
   }
   if (lane == 0) {
+    if (a.bg || a.bu || a.act_kind == BL_ACT_SWIGLU_OAI) {
+      // gpt-oss: the expert's biases, the clamped activation
+      const bool oai = a.act_kind == BL_ACT_SWIGLU_OAI;
+      const float *bg = a.bg ? a.bg + (size_t)ej * a.ldbg : nullptr, *bu = a.bu ? a.bu + (size_t)ej * a.ldbu : nullptr;
+      a.act[(size_t)j * ff + r0] = act_glu(g0 + (bg ? bg[r0] : 0.0f), u0 + (bu ? bu[r0] : 0.0f), oai, a.alpha, a.limit);
+      if (has1) a.act[(size_t)j * ff + r1] = act_glu(g1 + (bg ? bg[r1] : 0.0f), u1 + (bu ? bu[r1] : 0.0f), oai, a.alpha, a.limit);
+      return;
+    }
     a.act[(size_t)j * ff + r0] = silu_f(g0) * u0;
     if (has1) a.act[(size_t)j * ff + r1] = silu_f(g1) * u1;
   }
+}
+
+// The picks' down biases at output row `row`, weighted (gpt-oss; 0 without).
+__device__ __forceinline__ float fdown_bias(const fmoe_args &a, const int *ssel, const float *sw, int K, int row) {
+  if (!a.bd) return 0.0f;
+  float s = 0.0f;
+  for (int j = 0; j < K; j++) s += sw[j] * a.bd[(size_t)ssel[j] * a.ldbd + row];
+  return s;
 }
 
 // FAST_ACT8 (int8 rows, picks in memory): gate/up with 32 rows a block (four a warp), so a block
@@ -486,7 +507,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
       }
       BL_TR_MARK(3);
       acc = warp_sum(acc);
-      if (lane == 0) a.x[row] += acc;
+      if (lane == 0) a.x[row] += acc + fdown_bias(a, ssel, sw, K, row);
       return;
     }
   }
@@ -504,7 +525,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     __syncwarp();
   }
   acc = warp_sum(acc);
-  if (lane == 0) a.x[row] += acc;
+  if (lane == 0) a.x[row] += acc + fdown_bias(a, ssel, sw, K, row);
 }
 
 // ---- host side ----
@@ -661,7 +682,10 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   // FAST_ACT8: the picks in memory, int8 rows on both sides, whole groups of 32 a block
   p.smem_gu8 = gu8_smem(n, 8 * 8 * (size_t)p.cap_gu); // the most it takes (rows in slots, not packed)
   p.smem_dn8 = (size_t)x8_bytes(K * ff) + 8 * (size_t)p.cap_dn;
-  p.act8 = (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
+  // (gpt-oss's biases and clamped activation: k_fgu's, with the picks in memory)
+  const bool gen = a.bg || a.bu || a.bd || a.act_kind != BL_ACT_SWIGLU;
+  if (gen && (!a.sel || a.fo_part)) return false;
+  p.act8 = !gen && (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
            reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
          fmv_kernel(a.down.type, a.down.type, false) != nullptr;

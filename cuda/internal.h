@@ -272,6 +272,13 @@ struct fmoe_args {
   int *fo_ovf;                      // with fo_acc: their flag (fopick.cuh fo_acc_sum)
   l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
   int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: FAST_TMAGU, sm_90+, rows packed and 16-byte aligned)
+  // gpt-oss: each expert's gate, up and down biases (rows ld* floats apart an expert, or null) and
+  // the clamped SwiGLU (act_kind BL_ACT_SWIGLU_OAI); such a launch takes the picks in memory (sel)
+  // and the kernels without FAST_ACT8 (k_fgu, k_fdown)
+  const float *bg, *bu, *bd;
+  int ldbg, ldbu, ldbd;
+  int act_kind;
+  float alpha, limit;
 };
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr, bool *act8 = nullptr,
                 bool *tma = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8); *tma: gate/up's bulk copies (FAST_TMAGU)
