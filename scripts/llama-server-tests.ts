@@ -135,7 +135,9 @@ function main(): void {
   if (missing.length) fail(`${PYTHON} lacks ${missing.join(", ")} (Debian: apt-get install python3-pytest python3-requests python3-aiohttp python3-wget python3-prometheus-client python3-filelock python3-pytest-timeout)`);
   const tests = fetchSuite();
   const oai = openaiPath();
-  const timeout = run([PYTHON, "-c", "import pytest_timeout"]).code === 0 ? ["-p", "pytest_timeout", "-o", "timeout=300"] : [];
+  // pytest-timeout loads itself through its entry point (Debian's package has one); naming it with
+  // -p as well registers it twice and pytest stops before any test
+  const timeout = run([PYTHON, "-c", "import pytest_timeout"]).code === 0 ? ["-o", "timeout=300"] : [];
   const junit = join(CACHE, "junit.xml");
   rmSync(junit, { force: true });
   const work = join(CACHE, "work");
