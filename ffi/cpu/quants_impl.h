@@ -147,6 +147,15 @@ extern const uint64_t bl_iq1s_grid[2048]; /* signed bytes -1, 0, 1 */
  * IQ2_XXS, IQ2_XS and IQ3_XXS, which store only 7 of a group's 8 signs). */
 static inline uint8_t bl_iq_signs7(uint32_t s7) { return (uint8_t)(s7 | ((uint32_t)__builtin_parity(s7) << 7)); }
 
+/* Four 7-bit sign indices (bits 7l .. 7l + 6 of w) as four sign bytes (byte l). */
+static inline uint32_t bl_iq_signs7x4(uint32_t w) {
+  const uint32_t x = (w & 0x7fu) | ((w << 1) & 0x7f00u) | ((w << 2) & 0x7f0000u) | ((w << 3) & 0x7f000000u);
+  uint32_t p = x ^ (x >> 4); /* bit 0 of each byte: the parity of its 7 bits (higher bits are noise) */
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return x | ((p & 0x01010101u) << 7);
+}
+
 /* Integer dot of 8 activation values with a grid point of unsigned bytes, element j negated where
  * bit j of signs is set. */
 static inline int bl_iq_dot8(const int8_t *q8, uint64_t grid, uint32_t signs) {
