@@ -33,6 +33,8 @@ typedef struct bl_type_traits {
 
 /* NULL for an unknown or unsupported type id. */
 const bl_type_traits *bl_traits(int32_t type);
+/* A ggml type id's name (also of the types this library has no traits for: TQ1_0, I32, ...). */
+const char *bl_type_name(int64_t type);
 
 /* bytes of a row of n elements of type; -1 when n is not a multiple of the block or type unknown */
 int64_t bl_row_bytes(int32_t type, int64_t n);

@@ -49,6 +49,21 @@ const bl_type_traits *bl_traits(int32_t type) {
   return &traits[type];
 }
 
+const char *bl_type_name(int64_t type) {
+  const bl_type_traits *t = (type >= 0 && type < BL_TYPE_COUNT) ? bl_traits((int32_t)type) : NULL;
+  if (t) return t->name;
+  switch (type) { /* ggml's other ids (ggml.h), named in refusals */
+    case 24: return "I8";
+    case 25: return "I16";
+    case 26: return "I32";
+    case 27: return "I64";
+    case 28: return "F64";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    default: return "an unknown ggml type";
+  }
+}
+
 int64_t bl_row_bytes(int32_t type, int64_t n) {
   const bl_type_traits *t = bl_traits(type);
   if (!t || n < 0 || n % t->block_elems != 0) return -1;
