@@ -78,8 +78,8 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
   } else {
     cu_type_geom g;
     if (!cu_type_geom_of((int)t.type, &g))
-      return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: type %s has no CUDA kernels", (long long)bi, kind_name(kind),
-                     (long long)role, cu_type_name((int)t.type));
+      return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: %s weights are not implemented on the card yet", (long long)bi,
+                     kind_name(kind), (long long)role, cu_type_name((int)t.type));
     if (t.ne[0] <= 0 || t.ne[0] % g.be != 0 || t.nb1 != (t.ne[0] / g.be) * g.bb)
       return cu_fail(BL_E_UNSUPPORTED, "block %lld (%s) tensor %lld: %s rows of %lld elements (%lld bytes) are not whole blocks",
                      (long long)bi, kind_name(kind), (long long)role, g.name, (long long)t.ne[0], (long long)t.nb1);

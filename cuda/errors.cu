@@ -52,6 +52,22 @@ bool cu_type_geom_of(int type, cu_type_geom *g) {
 const char *cu_type_name(int type) {
   cu_type_geom g;
   if (cu_type_geom_of(type, &g)) return g.name;
+  switch (type) { // the ggml types the card has no kernels for, named in its refusals
+    case 9: return "Q8_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K";
+    case 15: return "Q8_K";
+    case 16: return "IQ2_XXS";
+    case 17: return "IQ2_XS";
+    case 18: return "IQ3_XXS";
+    case 19: return "IQ1_S";
+    case 21: return "IQ3_S";
+    case 22: return "IQ2_S";
+    case 29: return "IQ1_M";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    default: break;
+  }
   static thread_local char buf[32];
   snprintf(buf, sizeof buf, "ggml type %d", type);
   return buf;

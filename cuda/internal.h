@@ -16,6 +16,14 @@ int64_t cu_init_kernels(int smem_optin);
 void cu_trace_setup();
 void cu_trace_dump();
 
+// ---- the grid quant types' test paths (test_iq.cu; no model kernel reads them yet) ----
+// Whether type is one (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), with its geometry.
+bool cu_iq_test_geom(int64_t type, cu_type_geom *g);
+// n elements (whole blocks) at src dequantized into y (device memory, the default stream).
+int64_t cu_test_iq_dequant(int64_t type, const uint8_t *src, int64_t n, float *y);
+// y[r] = row r . x (rows of n elements ws bytes apart at w, x quantized to int8 groups on the card).
+int64_t cu_test_iq_dot8(int64_t type, const uint8_t *w, int64_t ws, int64_t rows, const float *x, int64_t n, float *y);
+
 // ---- the experts' weighted sum added to the residual (moe.cu), recorded until x is next read ----
 // x[t] += sum_j selw[t * k + j] * ypair[pair_of[t * k + j]] (j in pick order, n columns, ntok rows):
 // k_moe_combine's sum. FAST_COMBINE: a decode batch's grouped experts (cu_moe_batch) record it in

@@ -33,7 +33,8 @@ static int64_t test_device(int64_t dev, int *smem_limit) {
 
 static int64_t check_rows(int64_t type, int64_t n, int64_t row_stride) {
   cu_type_geom g;
-  if (!cu_type_geom_of((int)type, &g)) return cu_fail(BL_E_UNSUPPORTED, "type %s has no CUDA kernels", cu_type_name((int)type));
+  if (!cu_type_geom_of((int)type, &g) && !cu_iq_test_geom(type, &g))
+    return cu_fail(BL_E_UNSUPPORTED, "type %s has no CUDA kernels", cu_type_name((int)type));
   if (n <= 0 || n % g.be || row_stride != (n / g.be) * g.bb)
     return cu_fail(BL_E_INVAL, "%s rows of %lld elements and %lld bytes", g.name, (long long)n, (long long)row_stride);
   return BL_OK;
@@ -112,7 +113,11 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
   m.ne2 = 1;
   m.nb1 = row_stride;
   m.nb2 = (int64_t)wb;
-  if (path == 0 || path == 3) {
+  cu_type_geom ig;
+  if (cu_iq_test_geom(type, &ig)) { // the grid types: their int8-activation dot only (quants_iq.cuh)
+    if (path != 3 || n_x != 1) return cu_fail(BL_E_UNSUPPORTED, "test_matmul: %s rows have only path 3 (one row of int8 activations) on the card", ig.name);
+    CU_OK(cu_test_iq_dot8(type, m.d, row_stride, rows, static_cast<const float *>(b.p[1]), n, static_cast<float *>(b.p[2])));
+  } else if (path == 0 || path == 3) {
     if (path == 3 && n_x != 1) return cu_fail(BL_E_INVAL, "test_matmul: path 3 (int8 activations) takes one row of x");
     mv_args a;
     memset(&a, 0, sizeof a);
@@ -155,7 +160,8 @@ extern "C" int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *s
   int smem = 0;
   CU_OK(test_device(dev, &smem));
   cu_type_geom g;
-  if (!cu_type_geom_of((int)type, &g)) return cu_fail(BL_E_UNSUPPORTED, "type %s has no CUDA kernels", cu_type_name((int)type));
+  const bool iq = cu_iq_test_geom(type, &g);
+  if (!iq && !cu_type_geom_of((int)type, &g)) return cu_fail(BL_E_UNSUPPORTED, "type %s has no CUDA kernels", cu_type_name((int)type));
   if (n % g.be) return cu_fail(BL_E_INVAL, "test_dequant: %lld elements are not whole %s blocks", (long long)n, g.name);
   const size_t sb = (size_t)(n / g.be) * g.bb;
   dev_bufs b;
@@ -171,7 +177,8 @@ extern "C" int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *s
   m.ne2 = 1;
   m.nb1 = (int64_t)sb;
   m.nb2 = (int64_t)sb;
-  CU_OK(cu_rows_f32(0, m, nullptr, 1, static_cast<float *>(b.p[1]), (int)n));
+  if (iq) CU_OK(cu_test_iq_dequant(type, m.d, n, static_cast<float *>(b.p[1])));
+  else CU_OK(cu_rows_f32(0, m, nullptr, 1, static_cast<float *>(b.p[1]), (int)n));
   CU_TRY(cudaDeviceSynchronize(), "test_dequant: running");
   CU_TRY(cudaMemcpy(dst, b.p[1], (size_t)n * 4, cudaMemcpyDeviceToHost), "test_dequant: copying back");
   return BL_OK;

@@ -130,7 +130,7 @@ describe("bl_type_size", () => {
   test("unknown ids are refused with the id named", () => {
     const be = new BigInt64Array(1);
     const bb = new BigInt64Array(1);
-    for (const id of [4, 5, 16, 21, 38, 40, -1, 1000]) {
+    for (const id of [4, 5, 24, 34, 38, 40, -1, 1000]) {
       const f = failure(cpu().bl_type_size(id, be, bb));
       expect(f.status).toBe(BL_E_UNSUPPORTED);
       expect(f.message).toContain(`${id}`);
@@ -468,7 +468,7 @@ describe("bad arguments", () => {
   test("unknown type ids are unsupported, with the id named", () => {
     const src = new Uint8Array(64);
     const dst = new Float32Array(64);
-    for (const id of [5, 17, 99, -3]) {
+    for (const id of [5, 35, 99, -3]) {
       for (const status of [
         cpu().bl_dequantize(id, src, dst, 32),
         cpu().bl_quantize(id, dst, src, 32),

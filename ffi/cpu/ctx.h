@@ -67,6 +67,9 @@ int64_t bl_matmul(bl_cpu_ctx *c, const bl_tensor *w, int64_t slab, const float *
 int32_t bl_act_type(const bl_cpu_ctx *c, int32_t wtype);
 /* Check a weight can be multiplied on this path; returns a status naming what is missing. */
 int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *what);
+/* Whether the CPU has a product of w's type (every path has one where any has: cpuid.c), else a
+ * refusal naming the type: checked at load (bl_cpu_check), not first met by a request. */
+int64_t bl_weight_type_check(const bl_tensor *w, const char *what);
 
 /* ---- pieces that run inside a pool job (every worker calls them; items claimed by counter) ---- */
 /* Convert rows of x (length n) to type vt at dst + t * rb. */

@@ -139,6 +139,29 @@ static int64_t vec_check(const bl_tensor *t, int64_t n, const char *what) {
   return BL_OK;
 }
 
+/* The matrices an op multiplies by: each type must have a CPU product. */
+static int64_t matrices_check(const bl_op *op) {
+  static const struct {
+    int64_t kind;
+    int role;
+    const char *what;
+  } M[] = {
+      {BL_OP_ATTN, BL_ATTN_Q, "attention q"},       {BL_OP_ATTN, BL_ATTN_K, "attention k"},
+      {BL_OP_ATTN, BL_ATTN_V, "attention v"},       {BL_OP_ATTN, BL_ATTN_O, "attention output"},
+      {BL_OP_EXPERTS, BL_EXPERTS_GATE, "experts' gate"}, {BL_OP_EXPERTS, BL_EXPERTS_UP, "experts' up"},
+      {BL_OP_EXPERTS, BL_EXPERTS_DOWN, "experts' down"}, {BL_OP_FFN, BL_FFN_GATE, "ffn gate"},
+      {BL_OP_FFN, BL_FFN_UP, "ffn up"},             {BL_OP_FFN, BL_FFN_DOWN, "ffn down"},
+      {BL_OP_OUTPUT, BL_OUTPUT_HEAD, "output head"},
+  };
+  for (size_t i = 0; i < sizeof M / sizeof M[0]; i++) {
+    if (M[i].kind != op->kind || M[i].role >= op->n_tensors) continue;
+    const bl_tensor *w = bl_op_t(op, M[i].role);
+    int64_t s;
+    if (w->data && (s = bl_weight_type_check(w, M[i].what))) return s;
+  }
+  return BL_OK;
+}
+
 /* Whether the op runs on a context of these sizes (no context needed). */
 static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab) {
   if (op->n_tensors < 0 || op->n_tensors > BL_OP_MAX_TENSORS || (op->n_tensors > 0 && !op->tensors))
@@ -148,7 +171,8 @@ static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab
     case BL_OP_EMBED: {
       const bl_tensor *te = bl_op_t(op, BL_EMBED_TOKENS);
       const bl_type_traits *tr = bl_traits((int32_t)te->type);
-      if (!te->data || !tr || !tr->to_float) return bl_fail(BL_E_UNSUPPORTED, "token_embd of type %lld cannot be read", (long long)te->type);
+      if (!te->data || !tr || !tr->to_float)
+        return bl_fail(BL_E_UNSUPPORTED, "token_embd of type %s (ggml type %lld) cannot be read on the CPU", bl_type_name(te->type), (long long)te->type);
       if (te->ne[0] != p->n_embd) return bl_fail(BL_E_INVAL, "token_embd rows have %lld elements, n_embd is %lld", (long long)te->ne[0], (long long)p->n_embd);
       return BL_OK;
     }
@@ -221,6 +245,7 @@ int64_t bl_cpu_check(const bl_ctx_params *p, const bl_program *prog, int64_t *ba
   int routed = 0;
   for (int64_t i = 0; i < prog->n_ops; i++) {
     int64_t s = op_check(p, &ops[i], prog->n_vocab);
+    if (s == BL_OK) s = matrices_check(&ops[i]);
     if (s == BL_OK && ops[i].kind == BL_OP_ROUTER) routed = 1;
     if (s == BL_OK && ops[i].kind == BL_OP_EXPERTS && !routed) s = bl_fail(BL_E_INVAL, "no router before it");
     if (s != BL_OK) {

@@ -79,9 +79,11 @@ void bl_kernels_init_avx512(bl_kernels *k);
 void bl_avx2_fill_k(bl_kernels *k);
 void bl_avx2_fill_q(bl_kernels *k);
 void bl_avx2_fill_f(bl_kernels *k);
+void bl_avx2_fill_iq(bl_kernels *k);
 void bl_avx512_fill_k(bl_kernels *k);
 void bl_avx512_fill_q(bl_kernels *k);
 void bl_avx512_fill_f(bl_kernels *k);
+void bl_avx512_fill_iq(bl_kernels *k);
 void bl_avx512_fill_attn(bl_kernels *k);
 void bl_avx512_fill_kl(bl_kernels *k);
 /* Lane-order Q8_K (simd_avx512_kl.c): the quantizer, and the 256 values from and back to element order. */

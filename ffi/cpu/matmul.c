@@ -22,11 +22,17 @@ int32_t bl_act_type(const bl_cpu_ctx *c, int32_t wtype) {
   return bl_exact(c) ? BL_F32 : tr->vec_dot_type;
 }
 
+int64_t bl_weight_type_check(const bl_tensor *w, const char *what) {
+  const bl_type_traits *tr = bl_traits((int32_t)w->type);
+  if (tr && tr->vec_dot && bl_kern()->tile[w->type]) return BL_OK;
+  return bl_fail(BL_E_UNSUPPORTED, "%s: %s weights (ggml type %lld) are not implemented on the CPU (no product of that type)", what,
+                 bl_type_name(w->type), (long long)w->type);
+}
+
 int64_t bl_check_weight(const bl_cpu_ctx *c, const bl_tensor *w, const char *what) {
   const bl_type_traits *tr = bl_traits((int32_t)w->type);
   if (!w->data) return bl_fail(BL_E_INVAL, "%s: missing weight", what);
-  if (!tr || !tr->vec_dot || !c->kern->tile[w->type])
-    return bl_fail(BL_E_UNSUPPORTED, "%s: weight type %lld has no CPU product", what, (long long)w->type);
+  if (!tr || !tr->vec_dot || !c->kern->tile[w->type]) return bl_weight_type_check(w, what);
   if (w->ne[0] % tr->block_elems != 0)
     return bl_fail(BL_E_INVAL, "%s: rows of %lld elements are not whole %s blocks", what, (long long)w->ne[0], tr->name);
   if (w->ne[0] > c->widest)

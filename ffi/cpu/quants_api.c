@@ -9,6 +9,11 @@
   [id] = {.name = nm, .block_elems = be, .block_bytes = bb, .vec_dot_type = vdt,               \
           .to_float = bl_to_float_##fn, .from_float = bl_from_float_##fn, .vec_dot = vd}
 
+/* the grid types: 256-element blocks read with Q8_K activations, no quantizer */
+#define R(id, nm, bb, fn)                                                                            \
+  [id] = {.name = nm, .block_elems = 256, .block_bytes = bb, .vec_dot_type = BL_Q8_K,               \
+          .to_float = bl_to_float_##fn, .from_float = NULL, .vec_dot = bl_vec_dot_##fn##_q8_K}
+
 static const bl_type_traits traits[BL_TYPE_COUNT] = {
     T(BL_F32, "F32", 1, 4, BL_F32, f32, bl_vec_dot_f32),
     T(BL_F16, "F16", 1, 2, BL_F16, f16, bl_vec_dot_f16),
@@ -28,12 +33,35 @@ static const bl_type_traits traits[BL_TYPE_COUNT] = {
     T(BL_IQ4_NL, "IQ4_NL", 32, 18, BL_Q8_0, iq4_nl, bl_vec_dot_iq4_nl_q8_0),
     T(BL_IQ4_XS, "IQ4_XS", 256, 136, BL_Q8_K, iq4_xs, bl_vec_dot_iq4_xs_q8_K),
     T(BL_MXFP4, "MXFP4", 32, 17, BL_Q8_0, mxfp4, bl_vec_dot_mxfp4_q8_0),
+    R(BL_IQ2_XXS, "IQ2_XXS", 66, iq2_xxs),
+    R(BL_IQ2_XS, "IQ2_XS", 74, iq2_xs),
+    R(BL_IQ2_S, "IQ2_S", 82, iq2_s),
+    R(BL_IQ3_XXS, "IQ3_XXS", 98, iq3_xxs),
+    R(BL_IQ3_S, "IQ3_S", 110, iq3_s),
+    R(BL_IQ1_S, "IQ1_S", 50, iq1_s),
+    R(BL_IQ1_M, "IQ1_M", 56, iq1_m),
 };
 #undef T
+#undef R
 
 const bl_type_traits *bl_traits(int32_t type) {
   if (type < 0 || type >= BL_TYPE_COUNT || traits[type].name == NULL) return NULL;
   return &traits[type];
+}
+
+const char *bl_type_name(int64_t type) {
+  const bl_type_traits *t = (type >= 0 && type < BL_TYPE_COUNT) ? bl_traits((int32_t)type) : NULL;
+  if (t) return t->name;
+  switch (type) { /* ggml's other ids (ggml.h), named in refusals */
+    case 24: return "I8";
+    case 25: return "I16";
+    case 26: return "I32";
+    case 27: return "I64";
+    case 28: return "F64";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    default: return "an unknown ggml type";
+  }
 }
 
 int64_t bl_row_bytes(int32_t type, int64_t n) {
@@ -79,6 +107,8 @@ int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n) {
   int64_t st = lookup("bl_quantize", type, n, &t);
   if (st != BL_OK) return st;
   if (n == 0) return BL_OK;
+  if (!t->from_float)
+    return bl_fail(BL_E_UNSUPPORTED, "bl_quantize: %s has no quantizer here (files of this type are read, not written)", t->name);
   if (!src || !dst) return bl_fail(BL_E_INVAL, "bl_quantize: %s: null buffer", t->name);
   for (int64_t i = 0; i < n; i++)
     if (!isfinite(src[i]))

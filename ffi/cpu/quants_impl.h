@@ -67,6 +67,47 @@ typedef struct BL_PACKED {
   uint8_t qs[128];
 } bl_block_iq4_xs; /* 136 */
 
+/* The grid types (ggml-common.h's layouts; how the fields are read: quants_iq2.c, quants_iq13.c).
+ * Grid indices select points of the codebooks in iq_grids.h; signs flip single elements. */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint8_t qs[64]; /* per 32 elements: 4 grid indices (8 bits), then a word of 4 x 7-bit sign indices and a 4-bit scale */
+} bl_block_iq2_xxs; /* 66 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint16_t qs[32];    /* per 8 elements: 9-bit grid index | 7-bit sign index << 9 */
+  uint8_t scales[8];  /* per 32 elements: two 4-bit scales (first and second 16) */
+} bl_block_iq2_xs; /* 74 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint8_t qs[32];     /* per 8 elements: low 8 bits of the 10-bit grid index */
+  uint8_t signs[32];  /* per 8 elements: one sign bit each */
+  uint8_t qh[8];      /* per 32 elements: the top 2 index bits of its 4 entries */
+  uint8_t scales[8];  /* as IQ2_XS */
+} bl_block_iq2_s; /* 82 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint8_t qs[64];  /* per 4 elements: an 8-bit grid index */
+  uint8_t sas[32]; /* per 32 elements: a word of 4 x 7-bit sign indices and a 4-bit scale */
+} bl_block_iq3_xxs; /* 98 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint8_t qs[64];    /* per 4 elements: low 8 bits of the 9-bit grid index */
+  uint8_t qh[8];     /* per 32 elements: the top index bit of its 8 entries */
+  uint8_t signs[32]; /* per 8 elements: one sign bit each */
+  uint8_t scales[4]; /* per 64 elements: two 4-bit scales (first and second 32) */
+} bl_block_iq3_s; /* 110 */
+typedef struct BL_PACKED {
+  uint16_t d;
+  uint8_t qs[32];  /* per 8 elements: low 8 bits of the 11-bit grid index */
+  uint16_t qh[8];  /* per 32 elements: 4 x 3 high index bits, a 3-bit scale, the sign of the shift */
+} bl_block_iq1_s; /* 50 */
+typedef struct BL_PACKED {
+  uint8_t qs[32];     /* per 8 elements: low 8 bits of the 11-bit grid index */
+  uint8_t qh[16];     /* per 16 elements: two nibbles of 3 high index bits and the sign of the shift */
+  uint8_t scales[8];  /* four words: 3-bit scales per 16 elements, the f16 block scale in the top nibbles */
+} bl_block_iq1_m; /* 56 */
+
 _Static_assert(sizeof(bl_block_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(bl_block_q4_1) == 20, "q4_1");
 _Static_assert(sizeof(bl_block_q5_0) == 22, "q5_0");
@@ -82,10 +123,56 @@ _Static_assert(sizeof(bl_block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(bl_block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(bl_block_q8_K) == 292, "q8_K");
 _Static_assert(sizeof(bl_block_iq4_xs) == 136, "iq4_xs");
+_Static_assert(sizeof(bl_block_iq2_xxs) == 66, "iq2_xxs");
+_Static_assert(sizeof(bl_block_iq2_xs) == 74, "iq2_xs");
+_Static_assert(sizeof(bl_block_iq2_s) == 82, "iq2_s");
+_Static_assert(sizeof(bl_block_iq3_xxs) == 98, "iq3_xxs");
+_Static_assert(sizeof(bl_block_iq3_s) == 110, "iq3_s");
+_Static_assert(sizeof(bl_block_iq1_s) == 50, "iq1_s");
+_Static_assert(sizeof(bl_block_iq1_m) == 56, "iq1_m");
 
 /* Value tables (facts of the formats): IQ4_NL / IQ4_XS non-linear levels; MXFP4 e2m1 values doubled. */
 extern const int8_t bl_kvalues_iq4nl[16];
 extern const int8_t bl_kvalues_mxfp4[16];
+
+/* The IQ codebooks expanded (iq_grids.c from iq_grids.h): entry i's element j in byte j. */
+extern const uint64_t bl_iq2xxs_grid[256];
+extern const uint64_t bl_iq2xs_grid[512];
+extern const uint64_t bl_iq2s_grid[1024];
+extern const uint32_t bl_iq3xxs_grid[256];
+extern const uint32_t bl_iq3s_grid[512];
+extern const uint64_t bl_iq1s_grid[2048]; /* signed bytes -1, 0, 1 */
+
+/* A 7-bit sign index to its 8 sign bits: bit 7 makes the count of negatives even (the rule of
+ * IQ2_XXS, IQ2_XS and IQ3_XXS, which store only 7 of a group's 8 signs). */
+static inline uint8_t bl_iq_signs7(uint32_t s7) { return (uint8_t)(s7 | ((uint32_t)__builtin_parity(s7) << 7)); }
+
+/* Four 7-bit sign indices (bits 7l .. 7l + 6 of w) as four sign bytes (byte l). */
+static inline uint32_t bl_iq_signs7x4(uint32_t w) {
+  const uint32_t x = (w & 0x7fu) | ((w << 1) & 0x7f00u) | ((w << 2) & 0x7f0000u) | ((w << 3) & 0x7f000000u);
+  uint32_t p = x ^ (x >> 4); /* bit 0 of each byte: the parity of its 7 bits (higher bits are noise) */
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return x | ((p & 0x01010101u) << 7);
+}
+
+/* Integer dot of 8 activation values with a grid point of unsigned bytes, element j negated where
+ * bit j of signs is set. */
+static inline int bl_iq_dot8(const int8_t *q8, uint64_t grid, uint32_t signs) {
+  int s = 0;
+  for (int j = 0; j < 8; j++) {
+    const int v = (int)((grid >> (8 * j)) & 255) * q8[j];
+    s += (signs >> j) & 1 ? -v : v;
+  }
+  return s;
+}
+
+/* IQ1_M's f16 block scale, from the top nibbles of its four scale words. */
+static inline uint16_t bl_iq1m_d(const uint8_t *scales) {
+  uint16_t sc[4];
+  memcpy(sc, scales, 8);
+  return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+}
 
 /* Round to nearest, ties to even, for |f| <= 2^22 (ggml's nearest_int rule). */
 static inline int bl_nearest_int(float f) {
@@ -151,6 +238,16 @@ BL_DECL_TYPE(iq4_nl)
 BL_DECL_TYPE(iq4_xs)
 BL_DECL_TYPE(mxfp4)
 #undef BL_DECL_TYPE
+/* The grid types: read, not written (no from_float). */
+#define BL_DECL_READ(t) void bl_to_float_##t(const void *src, float *dst, int64_t n);
+BL_DECL_READ(iq2_xxs)
+BL_DECL_READ(iq2_xs)
+BL_DECL_READ(iq2_s)
+BL_DECL_READ(iq3_xxs)
+BL_DECL_READ(iq3_s)
+BL_DECL_READ(iq1_s)
+BL_DECL_READ(iq1_m)
+#undef BL_DECL_READ
 
 void bl_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
@@ -168,5 +265,12 @@ void bl_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq4_nl_q8_0(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq4_xs_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq2_xxs_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq2_xs_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq2_s_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq3_xxs_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq3_s_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq1_s_q8_K(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_iq1_m_q8_K(int64_t n, float *s, const void *x, const void *y);
 
 #endif

@@ -269,6 +269,7 @@ void bl_avx2_fill_f(bl_kernels *k) {
 void bl_kernels_init_avx2(bl_kernels *k) {
   bl_avx2_fill_f(k);
   bl_avx2_fill_k(k);
+  bl_avx2_fill_iq(k);
   bl_avx2_fill_q(k);
   bl_avx2_fill_attn(k);
 }

@@ -237,6 +237,7 @@ void bl_avx512_fill_f(bl_kernels *k) {
 void bl_kernels_init_avx512(bl_kernels *k) {
   bl_avx512_fill_f(k);
   bl_avx512_fill_k(k);
+  bl_avx512_fill_iq(k);
   bl_avx512_fill_q(k);
   bl_avx512_fill_kl(k);
   bl_avx512_fill_attn(k);

@@ -80,6 +80,20 @@ int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_bl
         break;
       case BL_Q6_K: put16(blk, offsetof(bl_block_q6_K, d), scale16(r1, ws / 1300.0f)); break;
       case BL_IQ4_XS: put16(blk, offsetof(bl_block_iq4_xs, d), scale16(r1, ws / 1500.0f)); break;
+      /* the grid types: every index is a point of the codebook, so only d is set (rms at d = 1:
+       * about 55 for IQ2, 140 for IQ3, 7.2 for IQ1) */
+      case BL_IQ2_XXS: put16(blk, offsetof(bl_block_iq2_xxs, d), scale16(r1, ws / 42.0f)); break;
+      case BL_IQ2_XS: put16(blk, offsetof(bl_block_iq2_xs, d), scale16(r1, ws / 42.0f)); break;
+      case BL_IQ2_S: put16(blk, offsetof(bl_block_iq2_s, d), scale16(r1, ws / 42.0f)); break;
+      case BL_IQ3_XXS: put16(blk, offsetof(bl_block_iq3_xxs, d), scale16(r1, ws / 110.0f)); break;
+      case BL_IQ3_S: put16(blk, offsetof(bl_block_iq3_s, d), scale16(r1, ws / 110.0f)); break;
+      case BL_IQ1_S: put16(blk, offsetof(bl_block_iq1_s, d), scale16(r1, ws / 5.5f)); break;
+      case BL_IQ1_M: { /* d's 16 bits in the top nibbles of the four scale words */
+        const uint16_t d = scale16(r1, ws / 5.5f);
+        uint8_t *sc = blk + offsetof(bl_block_iq1_m, scales);
+        for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | (((d >> (4 * k)) & 15) << 4));
+        break;
+      }
       default: return bl_fail(BL_E_UNSUPPORTED, "synth_fill: type %s is not generated", tr->name);
     }
   }

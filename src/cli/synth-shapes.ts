@@ -3,6 +3,7 @@
 import { GgmlType, TYPE_INFO } from "../gguf/index.ts";
 import { FAMILIES } from "../models/registry.ts";
 import type { Shape, SynthFamily } from "../models/synth-types.ts";
+import { LOW_MIXES } from "./synth-mixes-low.ts";
 
 export type { Shape };
 
@@ -56,6 +57,7 @@ export const MIXES: Record<string, QuantMix> = {
     name: "MXFP4", fileType: 38,
     typeOf: (role) => (role.endsWith("_exps") ? GgmlType.MXFP4 : GgmlType.Q8_0),
   },
+  ...LOW_MIXES,
 };
 
 /**

@@ -1,10 +1,11 @@
 // bloomery engine: the CPU backend: a native context (workspace, f16 KV cache, thread pool)
 // that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
-import { check, cpu } from "../../ffi/cpu.ts";
+import { check, cpu, NativeError } from "../../ffi/cpu.ts";
 import { ctxThreads, setCtxThreads } from "../../ffi/cpu-kernels.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
 import { ctxParams } from "./ctx-params.ts";
+import { ModelCheckError } from "./model-check.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
 import type { EncodedProgram } from "./program.ts";
@@ -18,6 +19,8 @@ export interface CpuBackendOptions {
   nThreadsBatch?: number;
   /** the slow exact reference path (f32 activations, dequantized weights) */
   exact?: boolean;
+  /** the model's file, named when the CPU refuses it (a ModelCheckError) */
+  file?: string;
 }
 
 export class CpuBackend implements Backend {
@@ -34,6 +37,15 @@ export class CpuBackend implements Backend {
     o: CpuBackendOptions,
   ) {
     const p = ctxParams(hp, o);
+    // the program checked at load (every weight type has a CPU product, every option is honoured),
+    // so a file the CPU cannot run is refused here, naming what, not by each request's forward pass
+    const bad = new BigInt64Array(1);
+    try {
+      check(cpu().bl_cpu_check(ptr(p.i), ptr(prog.program.i), ptr(bad)), "the CPU cannot run it");
+    } catch (e) {
+      if (e instanceof NativeError) throw new ModelCheckError(o.file ?? "the model", e.message);
+      throw e;
+    }
     const out = new BigUint64Array(1);
     check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context");
     this.ctx = out[0];

@@ -110,6 +110,7 @@ export class Model {
         nThreads: o.nThreads ?? Math.max(1, availableParallelism()),
         nThreadsBatch: o.nThreadsBatch,
         exact: o.exact,
+        file: this.gguf.path,
       }, { nGpuLayers: o.nGpuLayers, device: o.device, exact: o.exact, cardBudgetBytes: o.placement?.cardBudgetBytes, log: o.log, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots });
     } catch (e) {
       backends?.close();
