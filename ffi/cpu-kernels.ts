@@ -31,8 +31,8 @@ export function kernels(): Lib {
   return lib;
 }
 
-/** The CPU kernel paths, in order of the bits of bl_cpu_paths. */
-export const CPU_PATHS = ["scalar", "avx2", "avx512"] as const;
+/** The CPU kernel paths, in order of the bits of bl_cpu_paths (avx2, avx512 on x86-64; neon, dotprod, i8mm on aarch64). */
+export const CPU_PATHS = ["scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"] as const;
 export type CpuPath = (typeof CPU_PATHS)[number];
 
 const cs = (s: string): Buffer => Buffer.from(s + "\0", "utf8");

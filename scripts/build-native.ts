@@ -3,17 +3,29 @@
 // sm_XX,..., or --cuda-arch / BLOOMERY_CUDA_ARCH; by default the card in this machine, every release
 // target in CI, else the CPU only), saying what it builds and why, with a progress line per CUDA source.
 // Usage: bun scripts/build-native.ts [--cuda MODE] [--cuda-arch sm_90,...] [--jobs N] [--force] [--trace] [--build-dir DIR]
+//        [--arch x64|arm64]
 // It records its choice in build/native-build.json (scripts/build.ts embeds the CUDA library only
-// when this build made one).
+// when this build made one). --arch arm64 on an x86-64 host cross-compiles the CPU library with
+// Debian's aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu) into build/linux-arm64/
+// (no CUDA library: that needs NVIDIA's aarch64 toolkit, docs/arm64.md).
 import { readdirSync, mkdirSync, statSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { BuildChoiceError, chooseCuda, findNvcc, probeCards, type CudaChoice } from "./build-cuda-mode.ts";
+import { cpuCompiler, parseArch } from "./build-arch.ts";
 
 const root = join(import.meta.dir, "..");
 const argv = process.argv.slice(2);
-// --build-dir DIR: where the libraries and objects go (default build/; the build's own tests use another)
-const build = argv.includes("--build-dir") ? resolve(argv[argv.indexOf("--build-dir") + 1]) : join(root, "build");
+let arch: ReturnType<typeof parseArch>;
+try {
+  arch = parseArch(argv);
+} catch (e) {
+  console.error(`build-native: ${e instanceof Error ? e.message : String(e)}`);
+  process.exit(1);
+}
+// --build-dir DIR: where the libraries and objects go (default build/, or build/linux-arm64/ for a
+// cross build; the build's own tests use another)
+const build = argv.includes("--build-dir") ? resolve(argv[argv.indexOf("--build-dir") + 1]) : join(root, "build", ...arch.subdir);
 const force = argv.includes("--force");
 const t0 = performance.now();
 mkdirSync(build, { recursive: true });
@@ -61,7 +73,9 @@ function jobs(): number {
 const nvcc = findNvcc(process.env, existsSync);
 let choice: CudaChoice;
 try {
-  choice = chooseCuda(argv, process.env, { nvcc, cards: nvcc ? probeCards() : null, ci: !!process.env.CI && process.env.CI !== "false" });
+  choice = arch.cross
+    ? { kind: "cpu", why: `a cross build for ${arch.name} makes no CUDA library (it needs NVIDIA's ${arch.name} toolkit on an ${arch.name} host)` } as CudaChoice
+    : chooseCuda(argv, process.env, { nvcc, cards: nvcc ? probeCards() : null, ci: !!process.env.CI && process.env.CI !== "false" });
 } catch (e) {
   if (e instanceof BuildChoiceError) fail(e.message);
   throw e;
@@ -71,20 +85,26 @@ say(choice.kind === "cpu"
   ? `building the CPU library, no CUDA library (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`
   : `building the CPU library and the CUDA library for ${choice.archs.join(", ")} (${choice.why}) [choose: --cuda cpu|native|release|sm_XX,...]`);
 
-// CPU library: baseline x86-64 code; SIMD paths carry their own target attributes and are
-// chosen at run time from cpuid, never by the build machine.
+// CPU library: baseline x86-64 (or armv8-a) code; SIMD paths carry their own target attributes
+// and are chosen at run time from cpuid (the hardware capability bits on aarch64), never by the
+// build machine.
 const cpuDir = join(root, "ffi", "cpu");
 const cpuSrc = sources(cpuDir, [".c"]);
 const cpuDeps = [...cpuSrc, ...sources(cpuDir, [".h"]), join(root, "ffi", "bloomery.h")];
 const cpuLib = join(build, "libbloomery_cpu.so");
-if (!existsSync(cpuLib) || newest(cpuDeps) > statSync(cpuLib).mtimeMs || force) {
-  say(`compiling the CPU library (${cpuSrc.length} C sources, gcc) ...`);
+const stampFile = join(build, "libbloomery_cpu.arch");
+const sameArch = !existsSync(cpuLib) || (existsSync(stampFile) ? readFileSync(stampFile, "utf8") : "x64") === arch.name;
+if (!existsSync(cpuLib) || newest(cpuDeps) > statSync(cpuLib).mtimeMs || force || !sameArch) {
+  const cc = cpuCompiler(arch, (t) => Bun.which(t) !== null);
+  if (typeof cc !== "object") fail(cc);
+  say(`compiling the CPU library for ${arch.name} (${cpuSrc.length} C sources, ${cc.cc}) ...`);
   const c0 = performance.now();
   run([
-    "gcc", "-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-    "-Wno-unused-parameter", "-fvisibility=default", "-pthread",
+    cc.cc, "-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+    "-Wno-unused-parameter", "-fvisibility=default", "-pthread", ...cc.flags,
     "-o", cpuLib, ...cpuSrc, "-lm",
   ]);
+  writeFileSync(stampFile, arch.name);
   say(`${cpuLib} in ${clock(performance.now() - c0)}`);
 } else {
   say(`${cpuLib} is up to date`);
@@ -105,7 +125,7 @@ if (choice.kind === "cpu") {
 }
 
 function record(archs: string[] | null): void {
-  writeFileSync(join(build, "native-build.json"), `${JSON.stringify({ cuda: archs, trace: archs ? trace() : false }, null, 1)}\n`);
+  writeFileSync(join(build, "native-build.json"), `${JSON.stringify({ cuda: archs, trace: archs ? trace() : false, arch: arch.name }, null, 1)}\n`);
 }
 
 function trace(): boolean {

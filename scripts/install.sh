@@ -65,7 +65,7 @@ machine=$(uname -m)
 case "$os" in
   Linux) os=linux ;;
   Darwin) os=darwin ;;
-  *) die 2 "unsupported operating system '$os': bloomery ships for Linux x86-64, Linux aarch64 (NVIDIA GB10) and macOS on Apple silicon" ;;
+  *) die 2 "unsupported operating system '$os': bloomery ships for Linux x86-64, Linux aarch64 and macOS on Apple silicon" ;;
 esac
 case "$machine" in
   x86_64 | amd64) arch=x64 ;;
@@ -122,13 +122,26 @@ if [ "$os" = darwin ]; then
   suffix=darwin-arm64
   exe=bloomery-serve-metal
 elif [ "$arch" = arm64 ]; then
-  # the aarch64 build is for the NVIDIA GB10 (compute 12.1)
-  if [ "$VARIANT" != cuda ]; then
-    [ -n "$cards" ] || die 4 "no NVIDIA card found: the Linux aarch64 build is for the NVIDIA GB10 (compute 12.1) and needs its driver (nvidia-smi); set BLOOMERY_VARIANT=cuda to install it anyway"
-    [ "$best_cc" -ge 121 ] || die 4 "the Linux aarch64 build is for the NVIDIA GB10 (compute 12.1); this machine's cards: $cards; set BLOOMERY_VARIANT=cuda to install it anyway"
-    [ "$driver_major" -ge "$MIN_DRIVER" ] || die 4 "NVIDIA driver $driver is older than $MIN_DRIVER, which the CUDA 13 build needs; update the driver"
-  fi
-  suffix=linux-arm64-cuda
+  # aarch64: the CPU build (NEON, dotprod, i8mm chosen at run time), or the CUDA build for the
+  # NVIDIA GB10 (compute 12.1) where one is found with a new enough driver
+  case "$VARIANT" in
+    cpu) suffix=linux-arm64 ;;
+    cuda) suffix=linux-arm64-cuda ;;
+    '')
+      if [ -z "$cards" ]; then
+        suffix=linux-arm64
+      elif [ "$best_cc" -lt 121 ]; then
+        say "NVIDIA card(s) found (compute $cards) but the aarch64 CUDA build is for the GB10 (compute 12.1); installing the CPU build"
+        suffix=linux-arm64
+      elif [ "$driver_major" -lt "$MIN_DRIVER" ]; then
+        say "NVIDIA driver $driver is older than $MIN_DRIVER, which the CUDA build needs; installing the CPU build (update the driver and run this again for the GPU build)"
+        suffix=linux-arm64
+      else
+        suffix=linux-arm64-cuda
+      fi
+      ;;
+    *) die 5 "BLOOMERY_VARIANT must be cpu or cuda, not '$VARIANT'" ;;
+  esac
 else
   case "$VARIANT" in
     cpu) suffix=linux-x64 ;;

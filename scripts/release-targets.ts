@@ -3,7 +3,7 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 
-export type TargetId = "linux-x64" | "linux-x64-cuda" | "linux-arm64-cuda" | "darwin-arm64-metal";
+export type TargetId = "linux-x64" | "linux-x64-cuda" | "linux-arm64" | "linux-arm64-cuda" | "darwin-arm64-metal";
 
 export interface ReleaseTarget {
   id: TargetId;
@@ -39,6 +39,12 @@ export const TARGETS: readonly ReleaseTarget[] = [
     libs: ["libbloomery_cpu.so", "libbloomery_cuda.so"], placeholders: [], suffix: "linux-x64-cuda",
     // sm_120a needs CUDA 12.8
     cuda: { archs: ["sm_86", "sm_90", "sm_120a", "compute_120"], minNvcc: [12, 8] },
+  },
+  {
+    // the CPU build for aarch64 Linux (NEON / dotprod / i8mm chosen at run time): cross-built on an
+    // x86-64 host with Debian's aarch64 gcc and the arm64 Bun runtime from npm (docs/arm64.md)
+    id: "linux-arm64", os: "linux", arch: "arm64", bunTarget: "bun-linux-arm64", exe: "bloomery-serve",
+    libs: ["libbloomery_cpu.so"], placeholders: ["libbloomery_cuda.so"], suffix: "linux-arm64",
   },
   {
     id: "linux-arm64-cuda", os: "linux", arch: "arm64", bunTarget: "bun-linux-arm64", exe: "bloomery-serve",
@@ -109,14 +115,20 @@ export function missingToolchain(t: ReleaseTarget, host: Host, root: string): st
       if (!hasSources(root, "cuda", [".cu"])) return `${t.id}: the CUDA library's sources (cuda/*.cu) are not in this checkout yet`;
       return null;
     }
+    case "linux-arm64":
+      if (here === want) return host.has("gcc") ? null : `${t.id}: needs gcc (apt-get install gcc)`;
+      if (here !== "linux-x64") return `${t.id}: build it on an aarch64 Linux host with gcc, or cross-build it on an x86-64 Linux host (this is ${here})`;
+      if (!host.has("aarch64-linux-gnu-gcc")) return `${t.id}: the cross build needs aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)`;
+      if (!host.has("npm")) return `${t.id}: the cross build needs npm to fetch the arm64 Bun runtime (@oven/bun-linux-aarch64)`;
+      return null;
     case "linux-arm64-cuda":
       if (here !== want) {
         return (
           `${t.id}: build it on an aarch64 Linux host (the GB10 itself, or any arm64 Linux box) with gcc and the CUDA toolkit >= 12.9 ` +
           `for sbsa (sm_121a first appears in CUDA 12.9; the GB10's DGX OS ships CUDA 13). Cross-building from ${here} would need ` +
           `aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu), NVIDIA's cross toolkit cuda-cross-sbsa-<ver> (from NVIDIA's ` +
-          `CUDA apt repository, not Debian's), scripts/build-native.ts taught to use them (CC / nvcc -ccbin), and the CPU library's ` +
-          `x86-only files (immintrin.h / cpuid.h) kept out of an aarch64 build`
+          `CUDA apt repository, not Debian's) and scripts/build-native.ts taught to pass nvcc -ccbin for its CUDA library (the CPU ` +
+          `library already cross-builds: the linux-arm64 target, docs/arm64.md)`
         );
       }
       if (!host.has("gcc")) return `${t.id}: needs gcc`;

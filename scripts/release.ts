@@ -10,6 +10,9 @@ import { ReleaseError, sha256File, verifySums, writeSums, writeTarGz, type Archi
 import { smokeTest } from "./release-smoke.ts";
 import { prepareDemoAsset } from "./demo-asset.ts";
 import { writeFormula } from "./release-formula.ts";
+import { archInfo } from "./build-arch.ts";
+import { bunRuntime } from "./bun-runtime.ts";
+import { arm64Runner } from "./arm64-emu.ts";
 
 const root = resolve(import.meta.dir, "..");
 /** Entry points of the executable (as scripts/build.ts compiles them: the CLI and the engine worker). */
@@ -68,16 +71,27 @@ function capture(cmd: string[]): string | null {
   return p.exitCode === 0 ? p.stdout.toString() : null;
 }
 
+/** A Linux target of the other architecture (linux-arm64 on an x86-64 host): a cross build. */
+function crossArch(t: ReleaseTarget): ReturnType<typeof archInfo> | null {
+  if (t.os !== "linux" || process.platform !== "linux") return null;
+  const a = archInfo(t.arch);
+  return a.cross ? a : null;
+}
+
 /** Build the target's native libraries (scripts/build-native.ts owns how) and stage copies of them. */
 function stageLibraries(t: ReleaseTarget, stage: string): Map<string, string> {
   const args = [process.execPath, "scripts/build-native.ts"];
   // a CUDA target's own architectures; a target without CUDA compiles none (its library is a stand-in)
   args.push(...(t.cuda ? ["--cuda-arch", t.cuda.archs.join(",")] : ["--cuda", "cpu"]));
+  // another architecture's CPU library goes to build/linux-<arch>/
+  const cross = crossArch(t);
+  if (cross) args.push("--arch", cross.name);
   run(args, `${t.id}: building the native libraries`);
+  const dir = join(root, "build", ...(cross?.subdir ?? []));
   const libs = new Map<string, string>();
   for (const lib of t.libs) {
-    const src = join(root, "build", lib);
-    if (!existsSync(src) || statSync(src).size === 0) throw new ReleaseError(`${t.id}: scripts/build-native.ts did not produce build/${lib}`);
+    const src = join(dir, lib);
+    if (!existsSync(src) || statSync(src).size === 0) throw new ReleaseError(`${t.id}: scripts/build-native.ts did not produce ${src}`);
     const dst = join(stage, lib);
     copyFileSync(src, dst);
     if (lib.endsWith(".so")) checkNeeded(t, dst);
@@ -127,9 +141,11 @@ function checkNeeded(t: ReleaseTarget, lib: string): void {
 /** Compile the executable for `t` with the staged libraries in place of build/*. */
 async function compile(t: ReleaseTarget, libs: Map<string, string>, outfile: string): Promise<void> {
   const unknown: string[] = [];
+  // a cross build: the target's Bun runtime from npm (checked against package-lock.json), not a download by bun build
+  const executablePath = crossArch(t) ? bunRuntime(t.bunTarget, (s) => console.log(`${t.id}: ${s}`)) : undefined;
   const result = await Bun.build({
     entrypoints: ENTRYPOINTS.map((e) => join(root, e)),
-    compile: { target: t.bunTarget, outfile },
+    compile: executablePath ? { target: t.bunTarget, outfile, executablePath } : { target: t.bunTarget, outfile },
     minify: false,
     plugins: [
       {
@@ -163,8 +179,11 @@ async function buildTarget(t: ReleaseTarget, o: ReleaseOptions, log: (s: string)
   prepareDemoAsset(root);
   await compile(t, libs, exe);
   const runsHere = t.os === process.platform && t.arch === process.arch;
+  // an aarch64 Linux executable on an x86-64 host: smoke-tested under qemu-user where it is installed
+  const emu = !runsHere && t.os === "linux" && t.arch === "arm64" ? arm64Runner() : null;
   if (o.smoke && runsHere) await smokeTest(exe, o.version, log);
-  else if (o.smoke) log(`${t.id}: smoke test skipped (the executable does not run on ${process.platform}-${process.arch})`);
+  else if (o.smoke && emu && typeof emu === "object") await smokeTest(exe, o.version, log, emu.prefix);
+  else if (o.smoke) log(`${t.id}: smoke test skipped (the executable does not run on ${process.platform}-${process.arch}${typeof emu === "string" ? `: ${emu}` : ""})`);
   const entries: ArchiveEntry[] = [{ name: t.exe, data: readFileSync(exe), mode: 0o755 }];
   for (const doc of ["README.md", "LICENSE"]) {
     const p = join(root, doc);

@@ -11,7 +11,8 @@ import { writeTarGz, writeSums } from "../scripts/release-archive.ts";
 const SCRIPT = readFileSync(join(ROOT, "scripts", "install.sh"), "utf8");
 const VERSION = "9.9.9";
 const SUFFIXES: [string, string][] = [
-  ["linux-x64", "bloomery-serve"], ["linux-x64-cuda", "bloomery-serve"], ["linux-arm64-cuda", "bloomery-serve"], ["darwin-arm64", "bloomery-serve-metal"],
+  ["linux-x64", "bloomery-serve"], ["linux-x64-cuda", "bloomery-serve"], ["linux-arm64", "bloomery-serve"], ["linux-arm64-cuda", "bloomery-serve"],
+  ["darwin-arm64", "bloomery-serve-metal"],
 ];
 const AVX2 = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma f16c bmi2\n\n";
 const NO_AVX2 = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx\n\n";
@@ -178,13 +179,28 @@ describe("install.sh in a clean root", () => {
     expect(intelMac.err).toContain("Apple silicon");
   });
 
-  test("Linux aarch64 with a GB10 gets the aarch64 CUDA build; without one it is refused", async () => {
-    const gb10 = await install({ arch: "aarch64", gpus: "12.1, 580.95.05", cpuinfo: "processor : 0\nFeatures : fp asimd\n" });
+  test("Linux aarch64 with a GB10 gets the aarch64 CUDA build; without one the aarch64 CPU build, saying why", async () => {
+    const arm = "processor : 0\nFeatures : fp asimd asimddp i8mm\n";
+    const gb10 = await install({ arch: "aarch64", gpus: "12.1, 580.95.05", cpuinfo: arm });
     expect(gb10.code).toBe(0);
+    expect(gb10.err).toContain("NVIDIA compute 12.1, driver 580.95.05 -> linux-arm64-cuda");
     expect(installed(gb10)).toContain("(linux-arm64-cuda)");
-    const none = await install({ arch: "aarch64" });
-    expect(none.code).toBe(4);
-    expect(none.err).toContain("NVIDIA GB10");
+    const none = await install({ arch: "aarch64", cpuinfo: arm });
+    expect(none.code).toBe(0);
+    expect(none.err).toContain("platform linux-arm64 -> linux-arm64\n");
+    expect(installed(none)).toContain("(linux-arm64)");
+    expect(none.err).toContain(`installed bloomery-serve ${VERSION} (linux-arm64)`);
+    const orin = await install({ arch: "aarch64", gpus: "8.7, 580.95.05", cpuinfo: arm });
+    expect(orin.code).toBe(0);
+    expect(orin.err).toContain("the aarch64 CUDA build is for the GB10 (compute 12.1); installing the CPU build");
+    expect(installed(orin)).toContain("(linux-arm64)");
+    const oldDriver = await install({ arch: "aarch64", gpus: "12.1, 570.10.01", cpuinfo: arm });
+    expect(oldDriver.err).toContain("driver 570.10.01 is older than 580");
+    expect(installed(oldDriver)).toContain("(linux-arm64)");
+    const cpu = await install({ arch: "arm64", gpus: "12.1, 580.95.05", cpuinfo: arm, env: { BLOOMERY_VARIANT: "cpu" } });
+    expect(installed(cpu)).toContain("(linux-arm64)");
+    const cuda = await install({ arch: "aarch64", cpuinfo: arm, env: { BLOOMERY_VARIANT: "cuda" } });
+    expect(installed(cuda)).toContain("(linux-arm64-cuda)");
   });
 
   test("macOS on Apple silicon gets bloomery-serve-metal", async () => {

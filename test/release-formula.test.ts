@@ -14,7 +14,7 @@ const sum = (c: string): string => c.repeat(64);
 const sums = new Map([
   [`bloomery-${V}-darwin-arm64.tar.gz`, sum("a")],
   [`bloomery-${V}-linux-x64-cuda.tar.gz`, sum("b")],
-  [`bloomery-${V}-linux-arm64-cuda.tar.gz`, sum("c")],
+  [`bloomery-${V}-linux-arm64.tar.gz`, sum("c")],
 ]);
 
 describe("Homebrew formula", () => {
@@ -33,7 +33,8 @@ describe("Homebrew formula", () => {
     expect(f).toContain(`version "${V}"`);
     expect(f).toContain(`url "${url}/bloomery-${V}-darwin-arm64.tar.gz"\n    sha256 "${sum("a")}"`);
     expect(f).toContain(`url "${url}/bloomery-${V}-linux-x64-cuda.tar.gz"\n      sha256 "${sum("b")}"`);
-    expect(f).toContain(`url "${url}/bloomery-${V}-linux-arm64-cuda.tar.gz"\n      sha256 "${sum("c")}"`);
+    expect(f).toContain(`url "${url}/bloomery-${V}-linux-arm64.tar.gz"\n      sha256 "${sum("c")}"`);
+    expect(f).not.toContain("linux-arm64-cuda.tar.gz");
     expect(f).not.toMatch(/@[A-Z]/);
   });
 

@@ -1,6 +1,7 @@
 // Tests of the release: the archive writer against the system's tar, SHA256SUMS checks, the
-// toolchain messages per target, and an end-to-end run: scripts/release.ts builds the linux
-// x86-64 archive, its sums verify with sha256sum -c, and install.sh installs it from a local host.
+// toolchain messages per target, and end-to-end runs: scripts/release.ts builds the linux
+// x86-64 archive, its sums verify with sha256sum -c, and install.sh installs it from a local host;
+// it cross-builds the linux-arm64 archive and smoke-tests it under qemu-user.
 import { afterAll, describe, expect, test } from "bun:test";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -8,6 +9,7 @@ import { tmpdir } from "node:os";
 import { ROOT } from "./paths.ts";
 import { parseSums, ReleaseError, tarBytes, verifySums, writeSums, writeTarGz } from "../scripts/release-archive.ts";
 import { TARGETS, archiveName, missingToolchain, targetById, type Host } from "../scripts/release-targets.ts";
+import { arm64Runner, elfMachine } from "../scripts/arm64-emu.ts";
 
 const work = mkdtempSync(join(tmpdir(), "release-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -70,11 +72,13 @@ describe("targets", () => {
   });
   test("names", () => {
     expect(TARGETS.map((t) => archiveName("1.2.3", t))).toEqual([
-      "bloomery-1.2.3-linux-x64.tar.gz", "bloomery-1.2.3-linux-x64-cuda.tar.gz", "bloomery-1.2.3-linux-arm64-cuda.tar.gz", "bloomery-1.2.3-darwin-arm64.tar.gz",
+      "bloomery-1.2.3-linux-x64.tar.gz", "bloomery-1.2.3-linux-x64-cuda.tar.gz", "bloomery-1.2.3-linux-arm64.tar.gz", "bloomery-1.2.3-linux-arm64-cuda.tar.gz",
+      "bloomery-1.2.3-darwin-arm64.tar.gz",
     ]);
     expect(targetById("darwin-arm64-metal")?.exe).toBe("bloomery-serve-metal");
     expect(targetById("linux-x64-cuda")?.cuda?.archs).toEqual(["sm_86", "sm_90", "sm_120a", "compute_120"]);
     expect(targetById("linux-arm64-cuda")?.cuda?.archs).toEqual(["sm_121a"]);
+    expect(targetById("linux-arm64")).toMatchObject({ bunTarget: "bun-linux-arm64", libs: ["libbloomery_cpu.so"], placeholders: ["libbloomery_cuda.so"] });
   });
   test("what each target needs, said when it is missing", () => {
     const x64 = host("linux", "x64", ["gcc", "nvcc"], [13, 0]);
@@ -89,6 +93,13 @@ describe("targets", () => {
     expect(missingToolchain(targetById("darwin-arm64-metal")!, x64, ROOT)).toContain("Xcode");
     expect(missingToolchain(targetById("darwin-arm64-metal")!, host("darwin", "arm64", [], null), ROOT)).toContain("xcode-select --install");
     expect(missingToolchain(targetById("linux-x64")!, host("darwin", "arm64", ["gcc"], null), ROOT)).toContain("x86-64 Linux host");
+    // linux-arm64: natively on aarch64 with gcc, or cross-built on x86-64 with the aarch64 gcc and npm
+    const a64 = targetById("linux-arm64")!;
+    expect(missingToolchain(a64, host("linux", "arm64", ["gcc"], null), ROOT)).toBeNull();
+    expect(missingToolchain(a64, host("linux", "x64", ["gcc", "aarch64-linux-gnu-gcc", "npm"], null), ROOT)).toBeNull();
+    expect(missingToolchain(a64, host("linux", "x64", ["gcc", "npm"], null), ROOT)).toContain("apt-get install gcc-aarch64-linux-gnu");
+    expect(missingToolchain(a64, host("linux", "x64", ["gcc", "aarch64-linux-gnu-gcc"], null), ROOT)).toContain("npm");
+    expect(missingToolchain(a64, host("darwin", "arm64", ["gcc"], null), ROOT)).toContain("aarch64 Linux host");
   });
   test("asking for a target this machine cannot build fails, naming the toolchain", () => {
     const p = Bun.spawnSync([process.execPath, "scripts/release.ts", "--targets", "darwin-arm64-metal", "--out", join(work, "none")], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
@@ -154,4 +165,39 @@ describe.skipIf(!canBuild)("end to end", () => {
       server.stop(true);
     }
   }, 300_000);
+});
+
+// linux-arm64 cross-built here: needs the aarch64 gcc, qemu-user for the smoke test, and the arm64
+// Bun runtime already fetched (scripts/arm64-tests.ts fetches it; this test uses no network)
+const armRuntime = join(ROOT, "build", "bun-runtime", `bun-linux-aarch64-${Bun.version}`, "bun");
+const armEmu = arm64Runner();
+const armWhy = !canBuild || process.arch !== "x64"
+  ? "needs an x86-64 Linux host"
+  : !Bun.which("aarch64-linux-gnu-gcc")
+    ? "no aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+    : typeof armEmu === "string"
+      ? armEmu
+      : !existsSync(armRuntime)
+        ? `no arm64 Bun runtime at ${armRuntime} (bun scripts/arm64-tests.ts or bun scripts/bun-runtime.ts fetches it from npm)`
+        : null;
+if (armWhy) console.log(`release linux-arm64 end-to-end skipped: ${armWhy}`);
+
+describe.skipIf(armWhy !== null)("linux-arm64 end to end", () => {
+  test("release.ts cross-builds the linux-arm64 archive, smoke-tests it under qemu-user, and SHA256SUMS lists it", async () => {
+    const out = join(work, "dist-arm64");
+    const p = Bun.spawn([process.execPath, "scripts/release.ts", "--targets", "linux-arm64", "--out", out, "--level", "1"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const [stdout, stderr, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+    if (code !== 0) throw new Error(`release.ts failed (${code}):\n${stdout}\n${stderr}`);
+    expect(stdout).toContain("--version, synth, serve and /health pass (under ");
+    const name = `bloomery-${VERSION}-linux-arm64.tar.gz`;
+    const check = sh(["sha256sum", "-c", "SHA256SUMS"], out);
+    expect(check.code).toBe(0);
+    expect(check.out).toContain(`${name}: OK`);
+    const x = join(work, "x-arm64");
+    mkdirSync(x);
+    expect(sh(["tar", "-xzf", join(out, name), "-C", x]).code).toBe(0);
+    expect(elfMachine(new Uint8Array(readFileSync(join(x, "bloomery-serve")).subarray(0, 64)))).toBe("aarch64");
+    rmSync(out, { recursive: true, force: true });
+    rmSync(x, { recursive: true, force: true });
+  }, 600_000);
 });

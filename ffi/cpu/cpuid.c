@@ -1,15 +1,25 @@
-/* bloomery CPU library: run-time choice of the kernel path from cpuid and xgetbv (never from the
- * build machine), the BLOOMERY_CPU_PATH override, and the exported path queries. */
+/* bloomery CPU library: run-time choice of the kernel path - on x86-64 from cpuid and xgetbv, on
+ * aarch64 from the hardware capability bits (getauxval AT_HWCAP / AT_HWCAP2 on Linux, sysctl on
+ * macOS), never from the build machine - the BLOOMERY_CPU_PATH override, and the exported path
+ * queries. A path of the other architecture is never supported. */
 #include "common.h"
 #include "kernels.h"
-#include <cpuid.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
-static const char *const path_names[BL_PATH_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *const path_names[BL_PATH_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"};
+#define PATH_LIST "scalar, avx2, avx512, neon, dotprod, i8mm"
 
+#if defined(__x86_64__)
 static uint64_t xgetbv0(void) {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -20,6 +30,7 @@ static uint64_t xgetbv0(void) {
 static int detect(bl_path p) {
   unsigned a, b, c, d;
   if (p == BL_PATH_SCALAR) return 1;
+  if (p != BL_PATH_AVX2 && p != BL_PATH_AVX512) return 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
   const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
   if (!osxsave || !fma || !f16c) return 0;
@@ -35,6 +46,42 @@ static int detect(bl_path p) {
   if ((xcr0 & 0xe6) != 0xe6) return 0;
   return f && dq && bw && vl && vnni;
 }
+#elif defined(__aarch64__)
+/* Advanced SIMD (every aarch64 Linux has it, but the bit is the word), the dot product
+ * instructions (FEAT_DotProd: sdot / udot) and the int8 matrix multiply (FEAT_I8MM: smmla). */
+#if defined(__linux__)
+static int feature(int which) {
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  switch (which) {
+    case 0: return (hw >> 1) & 1;   /* HWCAP_ASIMD */
+    case 1: return (hw >> 20) & 1;  /* HWCAP_ASIMDDP */
+    default: return (hw2 >> 13) & 1; /* HWCAP2_I8MM */
+  }
+}
+#elif defined(__APPLE__)
+static int feature(int which) {
+  const char *name = which == 0 ? "hw.optional.AdvSIMD" : which == 1 ? "hw.optional.arm.FEAT_DotProd" : "hw.optional.arm.FEAT_I8MM";
+  int v = 0;
+  size_t len = sizeof v;
+  if (sysctlbyname(name, &v, &len, NULL, 0) != 0) return which == 0; /* Advanced SIMD is in every Apple arm64 CPU */
+  return v != 0;
+}
+#else
+static int feature(int which) { return which == 0; }
+#endif
+
+static int detect(bl_path p) {
+  switch (p) {
+    case BL_PATH_SCALAR: return 1;
+    case BL_PATH_NEON: return feature(0);
+    case BL_PATH_DOTPROD: return feature(0) && feature(1);
+    case BL_PATH_I8MM: return feature(0) && feature(1) && feature(2);
+    default: return 0;
+  }
+}
+#else
+static int detect(bl_path p) { return p == BL_PATH_SCALAR; }
+#endif
 
 static bl_kernels tables[BL_PATH_COUNT];
 static int supported[BL_PATH_COUNT];
@@ -51,14 +98,18 @@ int bl_path_by_name(const char *name) {
 static void init(void) {
   tables[BL_PATH_SCALAR] = bl_kernels_scalar;
   supported[BL_PATH_SCALAR] = 1;
-  for (int p = BL_PATH_AVX2; p < BL_PATH_COUNT; p++) {
+  for (int p = BL_PATH_SCALAR + 1; p < BL_PATH_COUNT; p++) {
     supported[p] = detect((bl_path)p);
     if (!supported[p]) continue;
     tables[p] = bl_kernels_scalar; /* entries a path leaves NULL fall back to the reference */
     tables[p].name = path_names[p];
     tables[p].path = (bl_path)p;
+#if defined(__x86_64__)
     if (p == BL_PATH_AVX2) bl_kernels_init_avx2(&tables[p]);
     else bl_kernels_init_avx512(&tables[p]);
+#elif defined(__aarch64__)
+    bl_kernels_init_neon(&tables[p], (bl_path)p);
+#endif
   }
   int best = BL_PATH_SCALAR;
   for (int p = 0; p < BL_PATH_COUNT; p++)
@@ -67,7 +118,7 @@ static void init(void) {
   if (env && *env && strcmp(env, "auto") != 0) {
     int p = bl_path_by_name(env);
     if (p < 0)
-      snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s is not a path (scalar, avx2, avx512 or auto)", env);
+      snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s is not a path (" PATH_LIST " or auto)", env);
     else if (!supported[p])
       snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s: this CPU lacks the instructions of that path", env);
     else best = p;
@@ -111,7 +162,7 @@ int64_t bl_cpu_paths(void) {
 int64_t bl_cpu_set_path(const char *name) {
   pthread_once(&once, init);
   int p = bl_path_by_name(name);
-  if (p < 0) return bl_fail(BL_E_INVAL, "cpu path '%s' is not one of scalar, avx2, avx512", name ? name : "(null)");
+  if (p < 0) return bl_fail(BL_E_INVAL, "cpu path '%s' is not one of " PATH_LIST, name ? name : "(null)");
   if (!supported[p]) return bl_fail(BL_E_UNSUPPORTED, "cpu path '%s': this CPU lacks the instructions of that path", name);
   active = &tables[p];
   env_error[0] = 0;

@@ -1,5 +1,6 @@
-/* bloomery CPU library: the kernel table (one per instruction-set path: scalar, AVX2, AVX-512)
- * that matmul, MoE and attention call through, chosen at run time from cpuid (cpuid.c). */
+/* bloomery CPU library: the kernel table (one per instruction-set path: scalar; AVX2, AVX-512 on
+ * x86-64; NEON, dotprod, i8mm on aarch64) that matmul, MoE and attention call through, chosen at
+ * run time from cpuid / the hardware capability bits (cpuid.c). */
 #ifndef BL_KERNELS_H
 #define BL_KERNELS_H
 #include "quants.h"
@@ -21,7 +22,17 @@ typedef void (*bl_tile_fn)(int64_t n, const uint8_t *w, int64_t ws, int nw, cons
 /* Convert one activation row of n floats (n a multiple of the block) to an activation type. */
 typedef void (*bl_act_fn)(const float *x, void *dst, int64_t n);
 
-typedef enum { BL_PATH_SCALAR = 0, BL_PATH_AVX2 = 1, BL_PATH_AVX512 = 2, BL_PATH_COUNT = 3 } bl_path;
+/* The bit numbers of bl_cpu_paths (ffi/cpu-kernels.ts's CPU_PATHS): a path of the other
+ * architecture is never supported. */
+typedef enum {
+  BL_PATH_SCALAR = 0,
+  BL_PATH_AVX2 = 1,
+  BL_PATH_AVX512 = 2,
+  BL_PATH_NEON = 3,
+  BL_PATH_DOTPROD = 4,
+  BL_PATH_I8MM = 5,
+  BL_PATH_COUNT = 6
+} bl_path;
 
 typedef struct bl_kernels {
   const char *name;
@@ -66,12 +77,14 @@ typedef struct bl_kernels {
 const bl_kernels *bl_kern(void);
 /* The table of a path, or NULL when this CPU cannot run it. */
 const bl_kernels *bl_kern_path(bl_path p);
-/* Path by name ("scalar", "avx2", "avx512"); -1 when the name is unknown. */
+/* Path by name ("scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"); -1 when the name is unknown. */
 int bl_path_by_name(const char *name);
 /* Whether this CPU (and OS) can run a path. */
 int bl_path_supported(bl_path p);
 
-/* Per-path tables, defined in kernels_scalar.c, simd_avx2_*.c and simd_avx512_*.c. */
+/* Per-path tables, defined in kernels_scalar.c, simd_avx2_*.c, simd_avx512_*.c (x86-64) and
+ * simd_neon_*.c (aarch64: one source for neon, dotprod and i8mm, which differ only in how the
+ * exact integer sums are formed). */
 extern const bl_kernels bl_kernels_scalar;
 void bl_kernels_init_avx2(bl_kernels *k);
 void bl_kernels_init_avx512(bl_kernels *k);
@@ -91,6 +104,12 @@ void bl_avx512_act_q8k_lanes(const float *x, void *dst, int64_t n);
 void bl_avx512_q8k_to_lanes(const int8_t *src, int8_t *dst);
 void bl_avx512_q8k_from_lanes(const int8_t *src, int8_t *dst);
 void bl_avx2_fill_attn(bl_kernels *k);
+/* aarch64: the tables of the neon, dotprod and i8mm paths (simd_neon_*.c). */
+void bl_kernels_init_neon(bl_kernels *k, bl_path p);
+void bl_neon_fill_f(bl_kernels *k);
+void bl_neon_fill_q(bl_kernels *k, bl_path p);
+void bl_neon_fill_k(bl_kernels *k, bl_path p);
+void bl_neon_fill_attn(bl_kernels *k);
 
 /* Scalar float helpers (the scalar table's entries, reused by SIMD paths for tails). */
 float bl_dot_f32_ref(const float *x, const float *y, int64_t n);

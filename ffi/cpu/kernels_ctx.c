@@ -149,7 +149,7 @@ static const bl_kernels *path_kernels(const char *path, int *lanes) {
 }
 
 static int64_t bad_path(const char *fn, const char *path) {
-  return bl_fail(BL_E_UNSUPPORTED, "%s: '%s' is not a path this CPU runs (scalar, avx2, avx512; avx512+lanes)", fn, path);
+  return bl_fail(BL_E_UNSUPPORTED, "%s: '%s' is not a path this CPU runs (scalar, avx2, avx512, neon, dotprod, i8mm; avx512+lanes)", fn, path);
 }
 
 int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, void *dst, int64_t n) {
@@ -162,6 +162,7 @@ int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, v
   if (n && (!x || !dst)) return bl_fail(BL_E_INVAL, "bl_kernel_quantize: null buffer");
   const int lane_order = lanes && act_type == BL_Q8_K;
   if (n) (lane_order ? k->act_q8k_lanes : k->act[act_type])(x, dst, n);
+#if defined(__x86_64__) /* lane-order activations are the AVX-512 path's only */
   if (lane_order) /* back to element order, to compare with the reference */
     for (int64_t b = 0; b < n / BL_QK_K; b++) {
       int8_t *qs = (int8_t *)dst + b * 292 + 4;
@@ -169,6 +170,7 @@ int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, v
       bl_avx512_q8k_from_lanes(qs, tmp);
       memcpy(qs, tmp, 256);
     }
+#endif
   return BL_OK;
 }
 

@@ -51,7 +51,13 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline void relax(void) { __builtin_ia32_pause(); }
+static inline void relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#endif
+}
 
 /* CPU quota of the cgroup (v2 cpu.max, else v1 cfs files), rounded up; 0 when unlimited. */
 static int cgroup_cpus(void) {

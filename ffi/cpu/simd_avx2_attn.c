@@ -2,6 +2,7 @@
  * algorithm in 8-lane halves - K transposed in 8x8 blocks, each head's scores of 16 positions as
  * two vectors of FMAs over the head dimension, values accumulated from f32 V rows - with, lane by
  * lane, the same float operations, so both paths give the same bits. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "simd_attn.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -119,3 +120,4 @@ void bl_avx2_fill_attn(bl_kernels *k) {
   k->attn_prep = attn_prep;
   k->attn_heads = attn_heads;
 }
+#endif /* __x86_64__ */

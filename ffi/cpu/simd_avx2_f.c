@@ -2,6 +2,7 @@
  * reference quantizers of quants_*.c, rounding by explicit modes, never by MXCSR) and the float
  * helpers of attention and the dense parts (f16 dot / axpy with F16C, SwiGLU and softmax
  * exponentials by range reduction and Cephes' polynomial for expf). */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -273,3 +274,4 @@ void bl_kernels_init_avx2(bl_kernels *k) {
   bl_avx2_fill_q(k);
   bl_avx2_fill_attn(k);
 }
+#endif /* __x86_64__ */

@@ -4,6 +4,7 @@
  * scale per pair lane, the activation's 16-element sums times the block's mins or offset, and
  * used for up to BL_TILE_A activation rows (vpmaddubsw, vpmaddwd, vpaddd). Exact integer block
  * sums; float accumulation in another order than the scalar reference. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -164,3 +165,4 @@ void bl_avx2_fill_k(bl_kernels *k) {
   k->tile[BL_Q3_K] = tile_q3_K;
   k->tile[BL_IQ4_XS] = tile_iq4_xs;
 }
+#endif /* __x86_64__ */

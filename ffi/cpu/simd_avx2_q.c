@@ -3,6 +3,7 @@
  * their own type. A 32-block is unpacked once into signed 8-bit weights (|w| for vpmaddubsw, w
  * for the signs vpsignb puts on the activation) and used for up to BL_TILE_A rows. Float rows:
  * products in f32 (exact for f16 and bf16 pairs) summed in double, as the reference does. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -191,3 +192,4 @@ void bl_avx2_fill_q(bl_kernels *k) {
   k->tile[BL_BF16] = tile_bf16;
   k->tile[BL_F32] = tile_f32;
 }
+#endif /* __x86_64__ */

@@ -3,6 +3,7 @@
  * so that each head's scores of 16 positions are one vector of FMAs over the head dimension, V as
  * f32 rows that each head's values accumulate from in registers. The float operations are, lane by
  * lane, those of the AVX2 file, so both paths give the same bits. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "simd_attn.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -118,3 +119,4 @@ void bl_avx512_fill_attn(bl_kernels *k) {
   k->attn_prep = attn_prep;
   k->attn_heads = attn_heads;
 }
+#endif /* __x86_64__ */

@@ -2,6 +2,7 @@
  * reference quantizers of quants_*.c) and the float helpers of attention and the dense parts
  * (f16 dot / axpy with F16C, SwiGLU and softmax exponentials). The exponential is a range
  * reduction by ln 2 and Cephes' polynomial for expf: within 2 ulp of expf over the range used. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -242,3 +243,4 @@ void bl_kernels_init_avx512(bl_kernels *k) {
   bl_avx512_fill_kl(k);
   bl_avx512_fill_attn(k);
 }
+#endif /* __x86_64__ */

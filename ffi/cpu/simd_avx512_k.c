@@ -7,6 +7,7 @@
  * inner loop serves every type: vpmaddubsw (u8 x s8 pairs) then vpdpwssd (pairs x group scale).
  * A block is unpacked once and used for up to BL_TILE_A activation rows. The integer part of
  * every block is exact; the float accumulation differs from the scalar reference only in order. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -144,3 +145,4 @@ void bl_avx512_fill_k(bl_kernels *k) {
   k->tile[BL_Q3_K] = tile_q3_K;
   k->tile[BL_IQ4_XS] = tile_iq4_xs;
 }
+#endif /* __x86_64__ */

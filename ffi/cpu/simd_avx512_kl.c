@@ -14,6 +14,7 @@
  * to BL_TILE_A activation rows, two weight rows at a time for 8 activation rows. The integer
  * group sums are exact; the float steps differ from the scalar reference in order and rounding
  * (more than simd_avx512_k.c's, which follow the reference's lanes more closely). */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -378,3 +379,4 @@ void bl_avx512_fill_kl(bl_kernels *k) {
   k->tile_lanes[BL_IQ4_XS] = tilel_iq4_xs;
   k->act_q8k_lanes = bl_avx512_act_q8k_lanes;
 }
+#endif /* __x86_64__ */

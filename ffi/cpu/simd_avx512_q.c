@@ -4,6 +4,7 @@
  * |w| with a sign mask (applied to the activation, so vpdpbusd sees u8 x s8) and used for up to
  * BL_TILE_A rows. Float rows: products in f32 (exact for f16 and bf16 pairs) summed in double,
  * as the reference does, in a different order. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -183,3 +184,4 @@ void bl_avx512_fill_q(bl_kernels *k) {
   k->tile[BL_BF16] = tile_bf16;
   k->tile[BL_F32] = tile_f32;
 }
+#endif /* __x86_64__ */

@@ -18,8 +18,10 @@ class Bloomery < Formula
       sha256 "@SHA256:linux-x64-cuda@"
     end
     on_arm do
-      url "@URL@/bloomery-@VERSION@-linux-arm64-cuda.tar.gz"
-      sha256 "@SHA256:linux-arm64-cuda@"
+      # the aarch64 CPU build (NEON, dotprod, i8mm chosen at run time); a GB10 wants the
+      # linux-arm64-cuda archive from install.sh, which is not built yet (docs/arm64.md)
+      url "@URL@/bloomery-@VERSION@-linux-arm64.tar.gz"
+      sha256 "@SHA256:linux-arm64@"
     end
   end
 
