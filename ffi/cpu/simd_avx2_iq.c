@@ -5,6 +5,7 @@
  * (1/8, 1/4, 1) in d, then used for up to BL_TILE_A activation rows. IQ1's points, shifted by
  * +-1/8, are held as the exact integers 8 * grid +- 1 with d / 8. Exact integer block sums; the
  * float accumulation differs from the scalar reference in order. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -189,3 +190,4 @@ void bl_avx2_fill_iq(bl_kernels *k) {
   k->tile[BL_IQ1_S] = tile_iq1_s;
   k->tile[BL_IQ1_M] = tile_iq1_m;
 }
+#endif /* __x86_64__ */

@@ -7,6 +7,7 @@
  * +-1/8, are held as the exact integers 8 * grid +- 1 with d / 8. These types have no lane-order
  * kernels: every batch size takes these (kernels.h's tile), one row's bits whatever its batch.
  * Exact integer block sums; the float accumulation differs from the scalar reference in order. */
+#if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
 #include <immintrin.h>
@@ -208,3 +209,4 @@ void bl_avx512_fill_iq(bl_kernels *k) {
   k->tile[BL_IQ1_S] = tile_iq1_s;
   k->tile[BL_IQ1_M] = tile_iq1_m;
 }
+#endif /* __x86_64__ */
