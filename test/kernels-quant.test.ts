@@ -203,8 +203,10 @@ describe("products of every weight type agree with the scalar path", () => {
             : [[16, 5, 1, 0], [37, 13, 11, 2], [2048, 4, 9, 0], [100, 7, 3, 4]];
         const differ = shapes.reduce((acc, [n, rows, nX, pad], i) => acc + compare(path, type, n, rows, nX, pad, i + 1), 0);
         // the path runs a kernel of its own: a table entry left empty falls back to the scalar
-        // reference (cpuid.c), whose float sums of the block integers come in another order
-        if (be > 1) expect(differ).toBeGreaterThan(0);
+        // reference (cpuid.c), whose float sums of the block integers come in another order than
+        // the x86 kernels'. (aarch64's kernels keep the reference's order by design - neon gives its
+        // bits on every type - so there the bits cannot tell a kernel from the fallback.)
+        if (be > 1 && (path === "avx2" || path === "avx512")) expect(differ).toBeGreaterThan(0);
       });
     }
   }
