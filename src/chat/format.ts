@@ -24,7 +24,7 @@ export interface ChatFormat {
   readsEnableThinking: boolean;
 }
 
-const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml", "gpt-oss"]);
+const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml", "glm-xml", "deepseek-v3.1", "gpt-oss"]);
 
 /**
  * Names the chat format of a template by its contents. `promptOpensThinking` comes from one
