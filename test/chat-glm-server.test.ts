@@ -175,6 +175,7 @@ describe.skipIf(!fixture)("GLM-4.7 through the server (scripted engine)", () => 
     const enc = (t: string) => new TextEncoder().encode(t);
     const m = GrammarMatcher.compile(s.engine.requests[0].grammar!);
     expect(m.clone().accepts(enc(`${THOUGHT}${CALL}`))).toBe(true);
+    expect(m.clone().accepts(enc(`${THOUGHT}${CALL_46}`))).toBe(true);
     expect(m.clone().accepts(enc(`${THOUGHT}${TWO_CALLS.replace("</tool_call><tool_call>", "</tool_call>\n<tool_call>")}`))).toBe(true);
     expect(m.clone().accepts(enc(`${THOUGHT}${FINAL}`))).toBe(false);
     expect(m.clone().accepts(enc(`${THOUGHT}${CALL.replace("<arg_value>3<", "<arg_value>three<")}`))).toBe(false);

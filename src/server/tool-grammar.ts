@@ -109,10 +109,11 @@ function glmCallRules(name: string, params: JsonSchema, p: string): string[] {
       rules.push(prefixRules(convertJsonSchema(schema).gbnf, vp));
       value = `${vp}root`;
     }
-    const one = `${lit(`<arg_key>${key}</arg_key><arg_value>`)} ${value} ${lit("</arg_value>")}`;
+    const one = `${lit(`<arg_key>${key}</arg_key>`)} glm-nl ${lit("<arg_value>")} ${value} ${lit("</arg_value>")} glm-nl`;
     parts.push(required.has(key) ? one : `( ${one} )?`);
   });
-  rules.push(`${p}call ::= ${lit(name)} ${parts.join(" ")}`);
+  // GLM-4.5 / 4.6 put a newline after the name and between the tags; GLM-4.7 none
+  rules.push(`${p}call ::= ${lit(name)} glm-nl ${parts.join(" ")}`);
   return rules;
 }
 
@@ -155,6 +156,7 @@ export function toolCallGrammar(policy: ToolPolicy, o: ToolGrammarOptions): stri
   }
   rules.push(`call ::= ${lit(w.open)} ${body} ${lit(w.close)}`);
   rules.push(`xml-text ::= ${FREE_TEXT}`);
+  if (w.body === "glm") rules.push(`glm-nl ::= "\\n"?`);
   rules.push(`xml-char ::= [^<] | "<" [^/]`);
   let think = "";
   if (o.thinking) {
