@@ -206,6 +206,19 @@ describe.skipIf(!fixture)("DeepSeek V3.1 through the server (scripted engine)", 
     expect(g.clone().accepts(enc(`${THOUGHT}${CALL.replace("get_weather", "get_time")}`))).toBe(false);
   });
 
+  test("reasoning budget: the thoughts are cut, </think> forced, and the reply goes on", async () => {
+    const long = "one two three four five six seven eight nine ten eleven twelve thirteen</think>";
+    const s = server((_req, call) => (call === 0 ? `${long}${FINAL}` : FINAL));
+    const r = await json(await s.post("/v1/chat/completions", { messages: USER, reasoning_budget_tokens: 3 }));
+    expect(s.engine.requests.length).toBe(2);
+    expect(s.ctx.tokenizer.decode(s.engine.requests[1].prompt).endsWith("\n</think>\n\n")).toBe(true);
+    const m = r.choices[0].message;
+    expect(m.content).toBe(FINAL);
+    expect(m.reasoning_content.length).toBeGreaterThan(0);
+    expect(long.startsWith(m.reasoning_content)).toBe(true);
+    expect(m.reasoning_content.length).toBeLessThan(30);
+  });
+
   test("Anthropic messages: a thinking block, text; tool_use with its input; streamed", async () => {
     const s = server(() => `${THOUGHT}${FINAL}`);
     const r = await json(await s.post("/v1/messages", { model: "x", max_tokens: 100, messages: USER }));
