@@ -166,6 +166,10 @@ describe.skipIf(!fixture)("GLM-4.7 through the server (scripted engine)", () => 
     // cut off inside a value: the call ends with what was written
     const cut = parseChatOutput("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Seo", { syntax: "glm-xml", thinking: null, tools: [WEATHER] });
     expect(cut.tool_calls[0].function).toEqual({ name: "get_weather", arguments: '{"city":"Seo"}' });
+    for (const text of ["<tool_call>get_weather<arg_key>city</arg_key>", "<tool_call>get_weather<arg_key>city</arg_key><arg_val", "<tool_call>get_weather<arg_key>ci"]) {
+      const p = parseChatOutput(text, { syntax: "glm-xml", thinking: null, tools: [WEATHER] });
+      expect(JSON.parse(p.tool_calls[0].function.arguments), text).toEqual(text.includes("</arg_key>") ? { city: "" } : {});
+    }
   });
 
   test("tool_choice required / named: a grammar the model's call satisfies", async () => {

@@ -58,6 +58,8 @@ export class GlmCall implements CallMachine {
     if (this.st === "value") {
       this.closeArg(this.text.slice(this.pos));
       at = this.text.length;
+    } else if (this.st === "vopen") {
+      this.closeArg("");
     }
     this.closeArgs();
     return { status: "done", rest: this.text.slice(at) };
