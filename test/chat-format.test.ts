@@ -18,9 +18,9 @@ describe.skipIf(!fixture)("detectChatFormat on the fixture templates", () => {
     "Qwen3-Coder.jinja": ["qwen3-coder", "qwen3-xml", false, false, true],
     "Qwen3.5-4B.jinja": ["qwen3.5", "qwen3-xml", true, true, true],
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": ["nemotron-3", "qwen3-xml", true, true, true],
-    "GLM-4.7-Flash.jinja": ["glm-4.5", "glm-xml", true, true, false],
+    "GLM-4.7-Flash.jinja": ["glm-4.5", "glm-xml", true, true, true],
     "MiniMax-M2.jinja": ["minimax-m2", "minimax-xml", true, true, false],
-    "deepseek-ai-DeepSeek-V3.1.jinja": ["deepseek-v3.1", "deepseek-v3.1", true, true, false],
+    "deepseek-ai-DeepSeek-V3.1.jinja": ["deepseek-v3.1", "deepseek-v3.1", true, true, true],
     "openai-gpt-oss-120b.jinja": ["gpt-oss", "gpt-oss", true, false, true],
   };
   for (const [name, [family, toolCalls, thinks, opens, parsed]] of Object.entries(expected)) {

@@ -451,20 +451,23 @@ describe("ChatOutputParser: reasoning and tool calls together", () => {
   });
 
   test("formats without a parser give content only", () => {
-    const o = (): OutputOptions => ({ syntax: "glm-xml", thinking: think, tools: TOOLS });
-    const m = both("<think>r</think><tool_call>python<arg_key>code</arg_key><arg_value>1</arg_value></tool_call>", o);
+    const o = (): OutputOptions => ({ syntax: "minimax-xml", thinking: think, tools: TOOLS });
+    const call = '<minimax:tool_call>\n<invoke name="python">\n<parameter name="code">1</parameter>\n</invoke>\n</minimax:tool_call>';
+    const m = both(`<think>r</think>${call}`, o);
     expect(m.reasoning_content).toBe("r");
     expect(m.tool_calls).toEqual([]);
-    expect(m.content).toBe("<tool_call>python<arg_key>code</arg_key><arg_value>1</arg_value></tool_call>");
+    expect(m.content).toBe(call);
   });
 });
 
 describe("long outputs stream in linear time", () => {
   // A quadratic parser (re-reading the whole call on every chunk) takes many seconds here.
   const body = "line of code x = 1 + 2  # comment\n".repeat(6000); // ~200 KB
-  const cases: [string, "hermes" | "qwen3-xml", string][] = [
+  const cases: [string, "hermes" | "qwen3-xml" | "glm-xml" | "deepseek-v3.1", string][] = [
     ["hermes", "hermes", `<tool_call>\n{"name": "python", "arguments": ${JSON.stringify({ code: body })}}\n</tool_call>`],
     ["xml", "qwen3-xml", `<tool_call>\n<function=python>\n<parameter=code>\n${body}\n</parameter>\n</function>\n</tool_call>`],
+    ["glm", "glm-xml", `<tool_call>python<arg_key>code</arg_key><arg_value>${body}</arg_value></tool_call>`],
+    ["deepseek", "deepseek-v3.1", `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>python<｜tool▁sep｜>${JSON.stringify({ code: body })}<｜tool▁call▁end｜><｜tool▁calls▁end｜>`],
   ];
   for (const [name, syntax, text] of cases) {
     test(`${name}: a 200 KB argument in 4-character chunks`, () => {

@@ -1,7 +1,8 @@
 // Test helper: the real HTTP app (buildApp) on a ServerContext whose engine is scripted: each
 // generation streams a text the test chooses, in pseudo-random token-sized pieces (or, with
-// `tokens`, as the engine would: encoded, decoded token by token with special tokens skipped,
-// stopped at the first end-of-generation token), and records the request for the test to check.
+// `tokens`, as the engine would: encoded, decoded token by token with special tokens skipped but
+// the request's preserved ones, stopped at the first end-of-generation token), and records the
+// request for the test to check.
 // The tokenizer is a real GGUF's, optionally with extra control tokens (a family's specials).
 import { defaultServerOptions, type ServerOptions } from "../src/cli/flags.ts";
 import type { EngineClient } from "../src/engine/client.ts";
@@ -48,9 +49,9 @@ export class FakeEngine {
   constructor(public script: Script) {}
 
   /** The script as the engine would stream it: one event per token, up to the first EOG token. */
-  private tokenEvents(text: string, ignoreEos: boolean): { events: TokenEvent[]; eog: boolean } {
+  private tokenEvents(text: string, ignoreEos: boolean, preserved?: number[]): { events: TokenEvent[]; eog: boolean } {
     const tok = this.tokenizer!;
-    const dec = new StreamDecoder(tok, { skipSpecial: true });
+    const dec = new StreamDecoder(tok, { skipSpecial: true, keep: preserved ? new Set(preserved) : undefined });
     const events: TokenEvent[] = [];
     for (const id of tok.encode(text, { addSpecial: false, parseSpecial: true })) {
       if (tok.isEog(id) && !ignoreEos) return { events, eog: true };
@@ -67,7 +68,7 @@ export class FakeEngine {
     const s = this.script(req, call);
     const { text, stop } = typeof s === "string" ? { text: s, stop: undefined } : s;
     let n = 0;
-    const tokens = this.tokenizer ? this.tokenEvents(text, req.ignoreEos) : null;
+    const tokens = this.tokenizer ? this.tokenEvents(text, req.ignoreEos, req.preservedTokens) : null;
     const events = tokens ? tokens.events : pieces(text, this.seed + call).map((p, i): TokenEvent => ({ id: 0, token: 100 + (i % 50), text: p }));
     for (const e of events) {
       await Promise.resolve();

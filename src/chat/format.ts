@@ -24,7 +24,7 @@ export interface ChatFormat {
   readsEnableThinking: boolean;
 }
 
-const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml", "gpt-oss"]);
+const PARSED: ReadonlySet<ToolCallSyntax> = new Set(["hermes", "qwen3-xml", "glm-xml", "deepseek-v3.1", "gpt-oss"]);
 
 /**
  * Names the chat format of a template by its contents. `promptOpensThinking` comes from one
@@ -52,4 +52,24 @@ export function detectChatFormat(template: string): ChatFormat {
     promptOpensThinking,
     readsEnableThinking: info.readsEnableThinking,
   };
+}
+
+/** The markers of each tool-call syntax that llama-server keeps in the output text (preserved_tokens). */
+const TOOL_MARKERS: Partial<Record<ToolCallSyntax, string[]>> = {
+  hermes: ["<tool_call>", "</tool_call>"],
+  "qwen3-xml": ["<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>"],
+  "glm-xml": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"],
+  "deepseek-v3.1": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"],
+};
+
+/**
+ * The texts the output parser reads that a vocabulary may hold as control tokens (GLM's
+ * `<tool_call>`, DeepSeek's `<｜tool▁calls▁begin｜>`): the engine must write them out as text, as
+ * llama-server does with its preserved_tokens. Think tags always; tool-call markers with tools.
+ */
+export function outputMarkers(format: Pick<ChatFormat, "thinking" | "toolCalls">, withTools: boolean): string[] {
+  const out: string[] = [];
+  if (format.thinking) out.push(format.thinking.start, format.thinking.end);
+  if (withTools) out.push(...(TOOL_MARKERS[format.toolCalls] ?? []));
+  return out;
 }

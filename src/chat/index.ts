@@ -11,7 +11,7 @@ export {
   thinkingPrefillOf,
 } from "./template.ts";
 export type { TemplateCaps } from "./caps.ts";
-export { type ChatFamily, type ChatFormat, type ThinkingTags, type ToolCallSyntax, detectChatFormat } from "./format.ts";
+export { type ChatFamily, type ChatFormat, type ThinkingTags, type ToolCallSyntax, detectChatFormat, outputMarkers } from "./format.ts";
 export {
   type ReasoningDelta,
   type ReasoningOptions,

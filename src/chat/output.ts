@@ -3,7 +3,7 @@
 import type { ThinkingTags, ToolCallSyntax } from "./families.ts";
 import { HarmonyStream } from "./harmony.ts";
 import { ReasoningStream } from "./reasoning.ts";
-import { ToolCallStream } from "./tool-stream.ts";
+import { ToolCallStream, isParsedToolSyntax, toolCallMarkers } from "./tool-stream.ts";
 import type { ChatDelta, ParsedMessage, ReasoningFormat, ToolCall, ToolDef } from "./types.ts";
 
 export interface OutputOptions {
@@ -49,16 +49,17 @@ export class ChatOutputParser {
         genId: opts.genId,
       });
     }
-    const parsesCalls = (opts.syntax === "hermes" || opts.syntax === "qwen3-xml") && (opts.tools?.length ?? 0) > 0;
+    const syntax = opts.syntax;
+    const parsesCalls = isParsedToolSyntax(syntax) && (opts.tools?.length ?? 0) > 0;
     const format: ReasoningFormat = opts.thinking ? (opts.reasoningFormat ?? "auto") : "none";
     this.reasoning = new ReasoningStream({
       format,
       tags: opts.thinking ?? undefined,
-      endBefore: parsesCalls ? ["<tool_call>"] : [],
+      endBefore: parsesCalls && isParsedToolSyntax(syntax) ? toolCallMarkers(syntax).filter((m) => m !== "<function=") : [],
     });
-    this.tools = parsesCalls
+    this.tools = parsesCalls && isParsedToolSyntax(syntax)
       ? new ToolCallStream({
-          syntax: opts.syntax as "hermes" | "qwen3-xml",
+          syntax,
           tools: opts.tools ?? [],
           parallelToolCalls: opts.parallelToolCalls,
           genId: opts.genId,

@@ -1,14 +1,28 @@
-// bloomery chat: splitting model output into content and tool calls (Hermes JSON or Qwen3 XML
-// syntax), streamed: content deltas never hold part of a tool-call tag, tool calls come as
+// bloomery chat: splitting model output into content and tool calls (Hermes JSON, Qwen3 XML,
+// GLM's arg_key/arg_value or DeepSeek V3.1's syntax), streamed: content deltas never hold part of a tool-call tag, tool calls come as
 // OpenAI deltas (index, id and name first, then argument fragments).
 import type { ToolCallSyntax } from "./families.ts";
 import { type CallMachine, type CallSink, isWs, partialMarker } from "./tool-call-machine.ts";
+import { DS_CALL_BEGIN, DS_CALLS_BEGIN, DeepSeekCall } from "./tool-deepseek.ts";
+import { GlmCall } from "./tool-glm.ts";
 import { HermesCall } from "./tool-hermes.ts";
 import { XmlCall } from "./tool-xml.ts";
 import type { ChatDelta, ToolCall, ToolDef } from "./types.ts";
 
 /** The tool-call syntaxes parsed here. */
-export type ParsedToolSyntax = Extract<ToolCallSyntax, "hermes" | "qwen3-xml">;
+export type ParsedToolSyntax = Extract<ToolCallSyntax, "hermes" | "qwen3-xml" | "glm-xml" | "deepseek-v3.1">;
+
+/** The markers that open a call in each parsed syntax (they also end an unclosed think block). */
+export function toolCallMarkers(syntax: ParsedToolSyntax): string[] {
+  if (syntax === "qwen3-xml") return ["<tool_call>", "<function="];
+  if (syntax === "deepseek-v3.1") return [DS_CALLS_BEGIN, DS_CALL_BEGIN];
+  return ["<tool_call>"];
+}
+
+/** The syntaxes ToolCallStream parses. */
+export function isParsedToolSyntax(syntax: ToolCallSyntax): syntax is ParsedToolSyntax {
+  return syntax === "hermes" || syntax === "qwen3-xml" || syntax === "glm-xml" || syntax === "deepseek-v3.1";
+}
 
 export interface ToolStreamOptions {
   syntax: ParsedToolSyntax;
@@ -49,7 +63,7 @@ export class ToolCallStream {
 
   constructor(private readonly opts: ToolStreamOptions) {
     this.toolMap = new Map(opts.tools.map((t) => [t.function.name, t]));
-    this.markers = opts.syntax === "qwen3-xml" ? ["<tool_call>", "<function="] : ["<tool_call>"];
+    this.markers = toolCallMarkers(opts.syntax);
   }
 
   /** Content so far and the calls so far (complete after `finish`). */
@@ -122,10 +136,16 @@ export class ToolCallStream {
     this.marker = marker;
     this.callText = "";
     this.current = null;
+    const known = (n: string) => this.toolMap.has(n);
+    const syntax = this.opts.syntax;
     this.machine =
-      this.opts.syntax === "hermes"
-        ? new HermesCall(sink, (n) => this.toolMap.has(n))
-        : new XmlCall(sink, this.toolMap, marker === "<tool_call>");
+      syntax === "hermes"
+        ? new HermesCall(sink, known)
+        : syntax === "glm-xml"
+          ? new GlmCall(sink, this.toolMap)
+          : syntax === "deepseek-v3.1"
+            ? new DeepSeekCall(sink, known, marker === DS_CALLS_BEGIN)
+            : new XmlCall(sink, this.toolMap, marker === "<tool_call>");
     this.state = "call";
   }
 

@@ -98,14 +98,19 @@ export interface ToolCallWrapping {
   close: string;
   /**
    * json: the body is the schema's object as JSON; xml: `<function=NAME>\n` then per argument
-   * `<parameter=KEY>\nVALUE\n</parameter>\n` (strings raw, other values as JSON) then `</function>\n`.
+   * `<parameter=KEY>\nVALUE\n</parameter>\n` (strings raw, other values as JSON) then `</function>\n`;
+   * glm: `NAME` then per argument `<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>` (strings raw);
+   * deepseek: one or more `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{arguments JSON}<｜tool▁call▁end｜>`
+   * (the block's open / close hold all of a turn's calls).
    */
-  body: "json" | "xml";
+  body: "json" | "xml" | "glm" | "deepseek";
 }
 
 /** The wrapping of the syntaxes this module parses; null for the others. */
 export function toolCallWrapping(syntax: ToolCallSyntax): ToolCallWrapping | null {
   if (syntax === "hermes") return { syntax, open: "<tool_call>\n", close: "\n</tool_call>", body: "json" };
   if (syntax === "qwen3-xml") return { syntax, open: "<tool_call>\n", close: "</tool_call>", body: "xml" };
+  if (syntax === "glm-xml") return { syntax, open: "<tool_call>", close: "</tool_call>", body: "glm" };
+  if (syntax === "deepseek-v3.1") return { syntax, open: "<｜tool▁calls▁begin｜>", close: "<｜tool▁calls▁end｜>", body: "deepseek" };
   return null;
 }

@@ -18,6 +18,8 @@ export interface GenerateRequest {
   ignoreEos: boolean;
   /** GBNF grammar constraining the output */
   grammar?: string;
+  /** special tokens written into the output text all the same (llama-server's preserved_tokens: the chat format's markers) */
+  preservedTokens?: number[];
   /** report this many top candidates with probabilities for each token */
   nProbs: number;
   idSlot: number;

@@ -33,7 +33,7 @@ export class Task {
   private history: number[];
 
   constructor(readonly req: GenerateRequest, private readonly model: Model, private readonly sampler: TokenSampler) {
-    this.decoder = new StreamDecoder(model.tokenizer, { skipSpecial: true });
+    this.decoder = new StreamDecoder(model.tokenizer, { skipSpecial: true, keep: req.preservedTokens ? new Set(req.preservedTokens) : undefined });
     this.stops = new StopMatcher(req.stop);
     if (req.grammar) this.grammar = GrammarMatcher.compile(req.grammar);
     this.history = [...req.prompt];

@@ -9,6 +9,7 @@ import {
   type ToolPolicy,
   applyChatTemplate,
   getChatTemplate,
+  outputMarkers,
   parseReasoningFormat,
   toolCallWrapping,
   toolPromptPolicy,
@@ -226,6 +227,7 @@ export async function prepareChat(ctx: ServerContext, body: Body): Promise<Prepa
     // gpt-oss ends its turn at a call's <|call|> and llama reads one call: more only when asked
     parallelToolCalls: harmony ? body.parallel_tool_calls === true : body.parallel_tool_calls !== false,
   };
+  const preservedTokens = harmony ? [] : preservedTokenIds(ctx, outputMarkers(fmt, policy.parse));
   const specs: ChoiceSpec[] = [];
   for (let c = 0; c < settings.nCmpl; c++) {
     specs.push({
@@ -236,6 +238,7 @@ export async function prepareChat(ctx: ServerContext, body: Body): Promise<Prepa
         stop: settings.stop,
         ignoreEos: settings.ignoreEos,
         grammar,
+        ...(preservedTokens.length > 0 ? { preservedTokens } : {}),
         nProbs: settings.nProbs,
         idSlot: settings.idSlot,
         cachePrompt: settings.cachePrompt,
@@ -246,3 +249,14 @@ export async function prepareChat(ctx: ServerContext, body: Body): Promise<Prepa
   return { prompt: r.prompt, tokens, settings, grammar, policy, parser, budget, specs };
 }
 
+
+/** The special tokens among `markers` (each one token of the vocabulary), to be written out as text. */
+function preservedTokenIds(ctx: ServerContext, markers: string[]): number[] {
+  const tok = ctx.tokenizer;
+  const ids = new Set<number>();
+  for (const m of markers) {
+    const t = tok.encode(m, { addSpecial: false, parseSpecial: true });
+    if (t.length === 1 && tok.isSpecial(t[0])) ids.add(t[0]);
+  }
+  return [...ids];
+}

@@ -1,5 +1,6 @@
 // bloomery server: the GBNF grammar that forces a tool call (tool_choice required or named):
-// the call body from toolCallSchema (JSON) or the tool's parameters (Qwen3 XML), wrapped in the
+// the call body from toolCallSchema (JSON) or the tool's parameters (Qwen3 XML, GLM's arg_key /
+// arg_value, DeepSeek V3.1's name + arguments JSON), wrapped in the
 // family's tool-call tags; optionally one think block first, several calls when parallel.
 import { type ThinkingTags, type ToolCallWrapping, type ToolPolicy, toolCallSchema, toolParameters } from "../chat/index.ts";
 import type { JsonSchema } from "../chat/index.ts";
@@ -92,6 +93,38 @@ function xmlCallRules(name: string, params: JsonSchema, p: string): string[] {
   return rules;
 }
 
+/** Rules for one tool's call in GLM's form (`NAME<arg_key>K</arg_key><arg_value>V</arg_value>...`). */
+function glmCallRules(name: string, params: JsonSchema, p: string): string[] {
+  const rules: string[] = [];
+  const props = (params.properties ?? {}) as Record<string, JsonSchema>;
+  const required = new Set(params.required ?? []);
+  const parts: string[] = [];
+  Object.entries(props).forEach(([key, schema], j) => {
+    let value: string;
+    const choices = stringChoices(schema);
+    if (choices) value = `( ${choices.map(lit).join(" | ")} )`;
+    else if (isStringSchema(schema)) value = "xml-text";
+    else {
+      const vp = `${p}v${j}-`;
+      rules.push(prefixRules(convertJsonSchema(schema).gbnf, vp));
+      value = `${vp}root`;
+    }
+    const one = `${lit(`<arg_key>${key}</arg_key>`)} glm-nl ${lit("<arg_value>")} ${value} ${lit("</arg_value>")} glm-nl`;
+    parts.push(required.has(key) ? one : `( ${one} )?`);
+  });
+  // GLM-4.5 / 4.6 put a newline after the name and between the tags; GLM-4.7 none
+  rules.push(`${p}call ::= ${lit(name)} glm-nl ${parts.join(" ")}`);
+  return rules;
+}
+
+/** Rules for one tool's call in DeepSeek V3.1's form (`<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>`). */
+function deepseekCallRules(name: string, params: JsonSchema, p: string): string[] {
+  return [
+    prefixRules(convertJsonSchema(params).gbnf, `${p}a-`),
+    `${p}call ::= ${lit(`<｜tool▁call▁begin｜>${name}<｜tool▁sep｜>`)} ${p}a-root ${lit("<｜tool▁call▁end｜>")}`,
+  ];
+}
+
 export interface ToolGrammarOptions {
   wrapping: ToolCallWrapping;
   parallel: boolean;
@@ -113,14 +146,17 @@ export function toolCallGrammar(policy: ToolPolicy, o: ToolGrammarOptions): stri
     body = "tc-root";
   } else {
     const alts: string[] = [];
+    const callRules = w.body === "glm" ? glmCallRules : w.body === "deepseek" ? deepseekCallRules : xmlCallRules;
     policy.callable.forEach((t, i) => {
-      rules.push(...xmlCallRules(t.function.name, toolParameters(t), `tx${i}-`));
+      rules.push(...callRules(t.function.name, toolParameters(t), `tx${i}-`));
       alts.push(`tx${i}-call`);
     });
-    body = `( ${alts.join(" | ")} )`;
+    // DeepSeek writes all of a turn's calls inside one block
+    body = `( ${alts.join(" | ")} )${w.body === "deepseek" && o.parallel ? "+" : ""}`;
   }
   rules.push(`call ::= ${lit(w.open)} ${body} ${lit(w.close)}`);
   rules.push(`xml-text ::= ${FREE_TEXT}`);
+  if (w.body === "glm") rules.push(`glm-nl ::= "\\n"?`);
   rules.push(`xml-char ::= [^<] | "<" [^/]`);
   let think = "";
   if (o.thinking) {
@@ -128,6 +164,6 @@ export function toolCallGrammar(policy: ToolPolicy, o: ToolGrammarOptions): stri
     rules.push(o.startsInsideThinking ? `think ::= ${t}` : `think ::= ( ${lit(o.thinking.start)} ${t} )?`);
     think = "think ";
   }
-  rules.push(`root ::= ${think}call${o.parallel ? ` ( "\\n" call )*` : ""}`);
+  rules.push(`root ::= ${think}call${o.parallel && w.body !== "deepseek" ? ` ( "\\n" call )*` : ""}`);
   return rules.join("\n") + "\n";
 }

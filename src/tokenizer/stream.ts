@@ -45,6 +45,8 @@ export function completePrefix(buf: Uint8Array, len: number): number {
 export interface StreamDecoderOptions {
   /** Leave out control and unknown tokens (as llama-server does for generated text). */
   skipSpecial?: boolean;
+  /** Special tokens rendered even with skipSpecial (llama-server's preserved_tokens: a chat format's markers). */
+  keep?: ReadonlySet<number>;
 }
 
 /** Feeds token ids one at a time; each push returns the text completed by that token. */
@@ -52,14 +54,16 @@ export class StreamDecoder {
   private buf = new Uint8Array(64);
   private len = 0;
   private readonly skipSpecial: boolean;
+  private readonly keep: ReadonlySet<number> | null;
 
   constructor(private readonly tok: Tokenizer, opts: StreamDecoderOptions = {}) {
     this.skipSpecial = opts.skipSpecial ?? false;
+    this.keep = opts.keep && opts.keep.size > 0 ? opts.keep : null;
   }
 
   /** Adds one token; returns the complete text it finishes (may be ""). */
   push(id: number): string {
-    if (this.skipSpecial && this.tok.isSpecial(id)) return "";
+    if (this.skipSpecial && this.tok.isSpecial(id) && !this.keep?.has(id)) return "";
     const bytes = this.tok.tokenBytes(id);
     if (this.len + bytes.length > this.buf.length) {
       const b = new Uint8Array(Math.max(this.buf.length * 2, this.len + bytes.length));
