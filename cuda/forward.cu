@@ -635,6 +635,22 @@ static int expert_bn64_min() {
   return v;
 }
 
+// A MoE block's expert options into either expert kernels' arguments (fmoe_args, moe_dec_args):
+// gpt-oss's gate, up and down biases (null where absent) and its activation.
+template <class A>
+static void expert_options(A &m, const cu_blk &b) {
+  const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
+  const float **dst[3] = {&m.bg, &m.bu, &m.bd};
+  int *ld[3] = {&m.ldbg, &m.ldbu, &m.ldbd};
+  for (int k = 0; k < 3; k++) {
+    *dst[k] = reinterpret_cast<const float *>(bias[k]->d);
+    *ld[k] = (int)(bias[k]->nb1 / 4);
+  }
+  m.act_kind = b.act;
+  m.alpha = b.alpha;
+  m.limit = b.limit;
+}
+
 // One token's router on a block with a router bias (gpt-oss), whose fused routers do not take it:
 // the normalised row into h, the router's product (its bias in the epilogue) by cu_matvec, then the
 // picks into c->sel / c->selw (measured tg128 207.1 -> 210.3 t/s against k_router on gpt-oss-20b).
@@ -718,16 +734,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fm.act = c->act;
     fm.x = c->x;
     fm.q8 = 1;
-    const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
-    const float **dst[3] = {&fm.bg, &fm.bu, &fm.bd};
-    int *ld[3] = {&fm.ldbg, &fm.ldbu, &fm.ldbd};
-    for (int q = 0; q < 3; q++) {
-      *dst[q] = reinterpret_cast<const float *>(bias[q]->d);
-      *ld[q] = (int)(bias[q]->nb1 / 4);
-    }
-    fm.act_kind = b.act;
-    fm.alpha = b.alpha;
-    fm.limit = b.limit;
+    expert_options(fm, b);
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       CU_OK(one_token_router(c, b));
@@ -891,19 +898,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     }
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
-    if (moe) {
-      // gpt-oss: the experts' biases and the clamped SwiGLU
-      const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
-      const float **dst[3] = {&m.bg, &m.bu, &m.bd};
-      int *ld[3] = {&m.ldbg, &m.ldbu, &m.ldbd};
-      for (int k = 0; k < 3; k++) {
-        *dst[k] = reinterpret_cast<const float *>(bias[k]->d);
-        *ld[k] = (int)(bias[k]->nb1 / 4);
-      }
-      m.act_kind = b.act;
-      m.alpha = b.alpha;
-      m.limit = b.limit;
-    }
+    if (moe) expert_options(m, b);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);
   }
   gemm_args g;
