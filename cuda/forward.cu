@@ -651,6 +651,24 @@ static void expert_options(A &m, const cu_blk &b) {
   m.limit = b.limit;
 }
 
+// The one-token expert kernels' arguments (fastdec.cu) both one-token paths share: the weights,
+// the normalised row in h, the act scratch, the residual; the picks are each path's own.
+static fmoe_args one_token_experts(const cu_ctx *c, const cu_blk &b, const dmat &gate, const dmat &up, const dmat &down, int k) {
+  fmoe_args fm;
+  memset(&fm, 0, sizeof fm);
+  fm.gate = gate;
+  fm.up = up;
+  fm.down = down;
+  fm.k = k;
+  fm.norm_topk = b.norm_topk;
+  fm.w_scale = b.w_scale;
+  fm.h = c->h;
+  fm.act = c->act;
+  fm.x = c->x;
+  fm.q8 = 1;
+  return fm;
+}
+
 // One token's router on a block with a router bias (gpt-oss), whose fused routers do not take it:
 // the normalised row into h, the router's product (its bias in the epilogue) by cu_matvec, then the
 // picks into c->sel / c->selw (measured tg128 207.1 -> 210.3 t/s against k_router on gpt-oss-20b).
@@ -719,21 +737,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     // one token of a block with biases or the clamped activation (gpt-oss): the picks made first
     // (one_token_router), then the one-token expert kernels (fastdec.cu) on those picks, the
     // biases and the activation in their epilogues
-    fmoe_args fm;
-    memset(&fm, 0, sizeof fm);
-    fm.gate = gate;
-    fm.up = up;
-    fm.down = down;
+    fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.sel = c->sel;
     fm.selw = c->selw;
     fm.n_expert = b.n_expert;
-    fm.k = K;
-    fm.norm_topk = b.norm_topk;
-    fm.w_scale = b.w_scale;
-    fm.h = c->h;
-    fm.act = c->act;
-    fm.x = c->x;
-    fm.q8 = 1;
     expert_options(fm, b);
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
@@ -749,20 +756,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   if (ntok == 1 && !big && !b.general) {
     // one token: the router as a plain product (its normalised row kept in h), the expert kernels
     // selecting for themselves from the logits (fastdec.cu)
-    fmoe_args fm;
-    memset(&fm, 0, sizeof fm);
-    fm.gate = gate;
-    fm.up = up;
-    fm.down = down;
+    fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.logits = moe ? c->router : nullptr;
     fm.n_expert = moe ? b.n_expert : 1;
-    fm.k = K;
-    fm.norm_topk = b.norm_topk;
-    fm.w_scale = b.w_scale;
-    fm.h = c->h;
-    fm.act = c->act;
-    fm.x = c->x;
-    fm.q8 = 1;
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       bool done = true;
