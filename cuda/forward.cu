@@ -635,6 +635,40 @@ static int expert_bn64_min() {
   return v;
 }
 
+// A MoE block's expert options into either expert kernels' arguments (fmoe_args, moe_dec_args):
+// gpt-oss's gate, up and down biases (null where absent) and its activation.
+template <class A>
+static void expert_options(A &m, const cu_blk &b) {
+  const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
+  const float **dst[3] = {&m.bg, &m.bu, &m.bd};
+  int *ld[3] = {&m.ldbg, &m.ldbu, &m.ldbd};
+  for (int k = 0; k < 3; k++) {
+    *dst[k] = reinterpret_cast<const float *>(bias[k]->d);
+    *ld[k] = (int)(bias[k]->nb1 / 4);
+  }
+  m.act_kind = b.act;
+  m.alpha = b.alpha;
+  m.limit = b.limit;
+}
+
+// The one-token expert kernels' arguments (fastdec.cu) both one-token paths share: the weights,
+// the normalised row in h, the act scratch, the residual; the picks are each path's own.
+static fmoe_args one_token_experts(const cu_ctx *c, const cu_blk &b, const dmat &gate, const dmat &up, const dmat &down, int k) {
+  fmoe_args fm;
+  memset(&fm, 0, sizeof fm);
+  fm.gate = gate;
+  fm.up = up;
+  fm.down = down;
+  fm.k = k;
+  fm.norm_topk = b.norm_topk;
+  fm.w_scale = b.w_scale;
+  fm.h = c->h;
+  fm.act = c->act;
+  fm.x = c->x;
+  fm.q8 = 1;
+  return fm;
+}
+
 // One token's router on a block with a router bias (gpt-oss), whose fused routers do not take it:
 // the normalised row into h, the router's product (its bias in the epilogue) by cu_matvec, then the
 // picks into c->sel / c->selw (measured tg128 207.1 -> 210.3 t/s against k_router on gpt-oss-20b).
@@ -703,31 +737,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     // one token of a block with biases or the clamped activation (gpt-oss): the picks made first
     // (one_token_router), then the one-token expert kernels (fastdec.cu) on those picks, the
     // biases and the activation in their epilogues
-    fmoe_args fm;
-    memset(&fm, 0, sizeof fm);
-    fm.gate = gate;
-    fm.up = up;
-    fm.down = down;
+    fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.sel = c->sel;
     fm.selw = c->selw;
     fm.n_expert = b.n_expert;
-    fm.k = K;
-    fm.norm_topk = b.norm_topk;
-    fm.w_scale = b.w_scale;
-    fm.h = c->h;
-    fm.act = c->act;
-    fm.x = c->x;
-    fm.q8 = 1;
-    const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
-    const float **dst[3] = {&fm.bg, &fm.bu, &fm.bd};
-    int *ld[3] = {&fm.ldbg, &fm.ldbu, &fm.ldbd};
-    for (int q = 0; q < 3; q++) {
-      *dst[q] = reinterpret_cast<const float *>(bias[q]->d);
-      *ld[q] = (int)(bias[q]->nb1 / 4);
-    }
-    fm.act_kind = b.act;
-    fm.alpha = b.alpha;
-    fm.limit = b.limit;
+    expert_options(fm, b);
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       CU_OK(one_token_router(c, b));
@@ -742,20 +756,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   if (ntok == 1 && !big && !b.general) {
     // one token: the router as a plain product (its normalised row kept in h), the expert kernels
     // selecting for themselves from the logits (fastdec.cu)
-    fmoe_args fm;
-    memset(&fm, 0, sizeof fm);
-    fm.gate = gate;
-    fm.up = up;
-    fm.down = down;
+    fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.logits = moe ? c->router : nullptr;
     fm.n_expert = moe ? b.n_expert : 1;
-    fm.k = K;
-    fm.norm_topk = b.norm_topk;
-    fm.w_scale = b.w_scale;
-    fm.h = c->h;
-    fm.act = c->act;
-    fm.x = c->x;
-    fm.q8 = 1;
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       bool done = true;
@@ -891,19 +894,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     }
     moe_dec_args m;
     expert_rows(m, c, gate, up, down, sel, selw, K);
-    if (moe) {
-      // gpt-oss: the experts' biases and the clamped SwiGLU
-      const dmat *bias[3] = {&b.t[CU_MOE_BGATE], &b.t[CU_MOE_BUP], &b.t[CU_MOE_BDOWN]};
-      const float **dst[3] = {&m.bg, &m.bu, &m.bd};
-      int *ld[3] = {&m.ldbg, &m.ldbu, &m.ldbd};
-      for (int k = 0; k < 3; k++) {
-        *dst[k] = reinterpret_cast<const float *>(bias[k]->d);
-        *ld[k] = (int)(bias[k]->nb1 / 4);
-      }
-      m.act_kind = b.act;
-      m.alpha = b.alpha;
-      m.limit = b.limit;
-    }
+    if (moe) expert_options(m, b);
     return cu_moe_dec(c->st, m, ntok, c->smem_limit);
   }
   gemm_args g;
