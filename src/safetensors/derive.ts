@@ -1,0 +1,101 @@
+// bloomery safetensors: the tensors a family cannot map as stored, made at load by a copy (transposed,
+// de-interleaved, widened to F32) into one unlinked-at-exit file the engine maps like any other.
+import { closeSync, openSync, readSync, rmSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { GgmlType } from "../gguf/index.ts";
+import type { HfTensor } from "../models/types.ts";
+import { SafetensorsError, type SafetensorsTensor } from "./reader.ts";
+
+const ALIGN = 64;
+
+function readBytes(t: SafetensorsTensor): Uint8Array {
+  const fd = openSync(t.file, "r");
+  try {
+    const b = new Uint8Array(t.nbytes);
+    let got = 0;
+    while (got < b.length) {
+      const r = readSync(fd, b, got, b.length - got, t.fileOffset + got);
+      if (r <= 0) throw new SafetensorsError(t.file, `read failed: tensor '${t.name}' at offset ${t.fileOffset + got}`);
+      got += r;
+    }
+    return b;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const f16 = (h: number): number => {
+  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+};
+const bf16 = (h: number): number => new Float32Array(new Uint32Array([h << 16]).buffer)[0];
+
+/** The GGUF type a stored dtype maps to. */
+export function ggmlTypeOf(dtype: string): GgmlType {
+  return dtype === "F32" ? GgmlType.F32 : dtype === "F16" ? GgmlType.F16 : GgmlType.BF16;
+}
+
+/** One derived tensor: its values in GGUF order and type, and its GGUF dims (ne[0] contiguous). */
+export interface Derived {
+  type: GgmlType;
+  ne: number[];
+  data: Uint8Array;
+}
+
+/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16). */
+export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
+  const shape = src.shape.length === 1 ? [1, src.shape[0]] : src.shape;
+  const Ls = shape[shape.length - 1], A = shape[shape.length - 2];
+  const R = shape.slice(0, -2).reduce((a, b) => a * b, 1);
+  if (spec.parity !== undefined && Ls % 2) throw new SafetensorsError(src.file, `tensor '${src.name}' has an odd last dimension ${Ls}: it cannot hold interleaved pairs`);
+  const B = spec.parity !== undefined ? Ls / 2 : Ls;
+  const step = spec.parity !== undefined ? 2 : 1, off = spec.parity ?? 0;
+  const raw = readBytes(src);
+  const wide = spec.f32 || src.dtype === "F32";
+  const n = R * A * B;
+  const out = wide ? new Float32Array(n) : new Uint16Array(n);
+  const inF32 = src.dtype === "F32" ? new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4) : undefined;
+  const in16 = inF32 ? undefined : new Uint16Array(raw.buffer, raw.byteOffset, raw.byteLength / 2);
+  const cvt = src.dtype === "F16" ? f16 : bf16;
+  for (let r = 0; r < R; r++) {
+    for (let a = 0; a < A; a++) {
+      const srow = r * A * Ls + a * Ls;
+      for (let b = 0; b < B; b++) {
+        const si = srow + b * step + off;
+        const di = spec.transpose ? r * A * B + b * A + a : r * A * B + a * B + b;
+        if (inF32) out[di] = inF32[si];
+        else if (wide) out[di] = cvt(in16![si]);
+        else out[di] = in16![si];
+      }
+    }
+  }
+  // GGUF dims: the stored dims reversed, the last one halved, the last two swapped when transposed
+  const dims = src.shape.length === 1 ? [B] : [...src.shape.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
+  return { type: wide ? GgmlType.F32 : ggmlTypeOf(src.dtype), ne: dims.reverse(), data: new Uint8Array(out.buffer) };
+}
+
+/** Writes the derived tensors into one file (removed when the process exits); returns their offsets. */
+export function writeDerived(parts: Derived[]): { path: string; offsets: number[]; size: number } {
+  const path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
+  const fd = openSync(path, "wx", 0o600);
+  process.once("exit", () => rmSync(path, { force: true }));
+  const offsets: number[] = [];
+  let at = 0;
+  try {
+    const pad = new Uint8Array(ALIGN);
+    for (const p of parts) {
+      const gap = (ALIGN - (at % ALIGN)) % ALIGN;
+      if (gap) writeSync(fd, pad, 0, gap, at);
+      at += gap;
+      offsets.push(at);
+      writeSync(fd, p.data, 0, p.data.length, at);
+      at += p.data.length;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return { path, offsets, size: at };
+}

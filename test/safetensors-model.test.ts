@@ -1,0 +1,71 @@
+// A Hugging Face checkpoint folder served as downloaded: the gpt-oss fixture's hf/ folder gives the
+// same metadata, tokenizer and weight values as its GGUF twin, the same logits bit for bit, and its
+// transformers reference within the conformance table's bound.
+import { afterAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Model } from "../src/engine/model.ts";
+import { GgufFile } from "../src/gguf/index.ts";
+import { openHfFolder } from "../src/safetensors/model.ts";
+import { FIXTURES, hasFixtures } from "./paths.ts";
+import { maxAbsDiff } from "./model-fixtures.ts";
+import { FAMILY_CASES, familyRefs } from "./conformance/families.ts";
+
+const FAM = join(FIXTURES, "families");
+
+/** A tensor's values as f32, whatever its type (F32, F16). */
+function values(f: GgufFile, name: string): Float32Array {
+  const t = f.tensor(name)!;
+  const b = readFileSync(t.file).subarray(t.fileOffset, t.fileOffset + t.nbytes);
+  if (t.type === 0) return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+  const h = new Uint16Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+  return Float32Array.from(h, (x) => {
+    const s = x & 0x8000 ? -1 : 1, e = (x >> 10) & 0x1f, m = x & 0x3ff;
+    return e === 0 ? s * m * 2 ** -24 : e === 31 ? (m ? NaN : s * Infinity) : s * (1 + m / 1024) * 2 ** (e - 15);
+  });
+}
+
+describe.skipIf(!hasFixtures)("gpt-oss: the hf/ folder against its GGUF twin", () => {
+  const dir = join(FAM, "gpt_oss", "hf");
+  const gguf = join(FAM, "gpt_oss", "gpt_oss.gguf");
+
+  test("the same hparams keys, tokenizer data and tensor values (shapes and types as the twin's)", () => {
+    const h = openHfFolder(dir), g = GgufFile.open(gguf);
+    for (const [k, v] of g.kv) {
+      if (k.startsWith("general.") || k === "tokenizer.ggml.pre") continue;
+      const mine = h.kv.get(k);
+      expect(mine, k).toBeDefined();
+      expect(mine!.type, k).toBe(v.type);
+      const list = (x: unknown) => (typeof x === "object" ? Array.from(x as ArrayLike<unknown>) : [x]);
+      expect(list(mine!.value), k).toEqual(list(v.value));
+    }
+    expect(h.tensors.size).toBe(g.tensors.size);
+    for (const t of g.tensors.values()) {
+      const m = h.tensor(t.name)!;
+      expect(m, t.name).toBeDefined();
+      expect(m.ne, t.name).toEqual(t.ne);
+      expect(m.type, t.name).toBe(t.type);
+      const a = values(h, t.name), b = values(g, t.name);
+      expect(maxAbsDiff(a, b), t.name).toBe(0);
+    }
+  });
+
+  const c = FAMILY_CASES.find((x) => x.name.startsWith("gpt-oss"))!;
+  const models: Model[] = [];
+  afterAll(() => models.forEach((m) => m.close()));
+  for (const exact of [true, false]) {
+    test(`${exact ? "exact" : "ggml"} path: the folder's logits equal the twin's bit for bit, within ${exact ? c.exactTol : c.ggmlTol} of transformers`, async () => {
+      const a = Model.load(dir, { nCtx: 256, nThreads: 2, exact });
+      models.push(a);
+      const b = Model.load(gguf, { nCtx: 256, nThreads: 2, exact });
+      models.push(b);
+      for (const r of await familyRefs(c)) {
+        const la = a.evalSequence(r.prompt, 0), lb = b.evalSequence(r.prompt, 0);
+        expect(maxAbsDiff(la, lb)).toBe(0);
+        const d = maxAbsDiff(la, r.last_logits);
+        console.log(`gpt-oss hf/ ${exact ? "exact" : "ggml"} prompt ${r.prompt.length}: max |dlogit| vs transformers ${d.toExponential(2)}`);
+        expect(d).toBeLessThan(exact ? c.exactTol : c.ggmlTol);
+      }
+    });
+  }
+});
