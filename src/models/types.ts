@@ -79,18 +79,20 @@ export interface HfKvSink {
   u32(key: string, v: number): void;
   f32(key: string, v: number): void;
   str(key: string, v: string): void;
+  bool(key: string, v: boolean): void;
   bools(key: string, v: boolean[]): void;
 }
 
 /**
  * One GGUF tensor from a Hugging Face one: mapped in place (rows as stored), or derived by a copy at
  * load when the layout differs: `transpose` swaps the last two dimensions (weights stored input-major),
- * `parity` keeps the even (0) or odd (1) entries of the last stored dimension (fused, interleaved
+ * `hf` as a list stacks per-expert tensors, `parity` keeps the even (0) or odd (1) entries of the last stored dimension (fused, interleaved
  * gate_up), `f32` widens the values exactly (the norms, biases and router GGUF keeps in F32).
  */
 export interface HfTensor {
   name: string;
-  hf: string;
+  /** the HF tensor, or the per-expert tensors stacked (in order) into one [experts, ...] tensor by a copy */
+  hf: string | string[];
   transpose?: boolean;
   parity?: 0 | 1;
   f32?: boolean;

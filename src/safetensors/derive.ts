@@ -45,6 +45,24 @@ export interface Derived {
   data: Uint8Array;
 }
 
+/** Per-expert tensors stacked into one (same dtype and shape each): GGUF dims gain the experts outermost. */
+export function stack(spec: HfTensor, parts: SafetensorsTensor[]): Derived {
+  const first = parts[0];
+  for (const t of parts) {
+    if (t.dtype !== first.dtype || t.shape.join() !== first.shape.join()) {
+      throw new SafetensorsError(t.file, `tensor '${t.name}' is ${t.dtype} [${t.shape.join(", ")}], but '${first.name}' of the same stack is ${first.dtype} [${first.shape.join(", ")}]`);
+    }
+  }
+  const each = parts.map((t) => derive({ ...spec, hf: t.name }, t));
+  const data = new Uint8Array(each.reduce((a, d) => a + d.data.length, 0));
+  let at = 0;
+  for (const d of each) {
+    data.set(d.data, at);
+    at += d.data.length;
+  }
+  return { type: each[0].type, ne: [...each[0].ne, parts.length], data };
+}
+
 /** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16). */
 export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
   const shape = src.shape.length === 1 ? [1, src.shape[0]] : src.shape;

@@ -7,7 +7,7 @@ import { GgufFile, safeText, TYPE_INFO, type GgufHeader, type GgufTensorInfo } f
 import { FAMILIES } from "../models/registry.ts";
 import type { ModelFamily } from "../models/types.ts";
 import { JsonConfig, KvMap } from "./config.ts";
-import { derive, ggmlTypeOf, writeDerived, type Derived } from "./derive.ts";
+import { derive, ggmlTypeOf, stack, writeDerived, type Derived } from "./derive.ts";
 import { isSafetensorsFolder, SafetensorsFolder } from "./folder.ts";
 import { readSafetensorsHeader, SafetensorsError } from "./reader.ts";
 import { tokenizerKv } from "./tokenizer.ts";
@@ -41,6 +41,10 @@ export function openHfFolder(dir: string): GgufFile {
   const mapped: GgufTensorInfo[] = [];
   const derived: { name: string; d: Derived }[] = [];
   for (const s of specs) {
+    if (Array.isArray(s.hf)) {
+      derived.push({ name: s.name, d: stack(s, s.hf.map((n) => folder.require(n))) });
+      continue;
+    }
     const st = folder.require(s.hf);
     if (s.transpose || s.parity !== undefined || (s.f32 && st.dtype !== "F32")) {
       derived.push({ name: s.name, d: derive(s, st) });
