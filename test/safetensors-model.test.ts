@@ -29,6 +29,7 @@ function values(f: GgufFile, name: string): Float32Array {
 // folder cannot give (llama.cpp's converter guesses GLM's end-of-turn tokens from their text)
 const FOLDERS: { fam: string; gguf: string; row: string; notFromFolder: string[] }[] = [
   { fam: "gpt_oss", gguf: "gpt_oss.gguf", row: "gpt-oss", notFromFolder: [] },
+  { fam: "deepseek_v3", gguf: "deepseek_v3.gguf", row: "deepseek2", notFromFolder: [] },
   { fam: "glm4_moe", gguf: "glm4_moe.gguf", row: "glm4moe", notFromFolder: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", "tokenizer.ggml.unknown_token_id"] },
 ];
 

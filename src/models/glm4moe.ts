@@ -193,7 +193,7 @@ const hf: HfFamily = {
         if (g !== "output" && c.bool("attention_bias", false)) out.push({ name: `${p}attn_${g}.bias`, hf: `${h}self_attn.${x}_proj.bias`, f32: true });
       }
       if (qkNorm) for (const x of ["q", "k"]) out.push({ name: `${p}attn_${x}_norm.weight`, hf: `${h}self_attn.${x}_norm.weight`, f32: true });
-      out.push(...hfFfnHalf(c, i));
+      out.push(...hfFfnHalf(c, i, "post_attention_norm"));
     }
     out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
     if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });

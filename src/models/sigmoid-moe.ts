@@ -138,13 +138,15 @@ export function hfMoeConfig(a: string, c: HfConfig, put: HfKvSink): void {
   // both families score by a sigmoid (scoring_func "sigmoid" in DeepSeek V3's config; GLM's is implied)
   const scoring = c.str("scoring_func", "sigmoid");
   put.u32(`${a}.expert_gating_func`, scoring === "sigmoid" ? 2 : scoring === "softmax" ? 1 : 0);
-  put.u32(`${a}.nextn_predict_layers`, c.int("num_nextn_predict_layers", 0));
+  // a folder's MTP layers (num_nextn_predict_layers) sit past num_hidden_layers and are not part of the
+  // forward pass: block_count stays the main layers', and no next-token-prediction layer is declared
+  put.u32(`${a}.nextn_predict_layers`, 0);
 }
 
 /** The FFN half of layer i by HF names: dense, or routed experts (stacked by a copy) with a shared one. */
-export function hfFfnHalf(c: HfConfig, i: number): HfTensor[] {
+export function hfFfnHalf(c: HfConfig, i: number, normName: string): HfTensor[] {
   const p = `blk.${i}.`, h = `model.layers.${i}.`;
-  const out: HfTensor[] = [{ name: `${p}post_attention_norm.weight`, hf: `${h}post_attention_layernorm.weight`, f32: true }];
+  const out: HfTensor[] = [{ name: `${p}${normName}.weight`, hf: `${h}post_attention_layernorm.weight`, f32: true }];
   const t = (name: string, hf: string | string[], o: Partial<HfTensor> = {}) => out.push({ name: p + name, hf, ...o });
   if (i < c.int("first_k_dense_replace", 0)) {
     for (const g of ["gate", "up", "down"]) t(`ffn_${g}.weight`, `${h}mlp.${g}_proj.weight`);

@@ -96,6 +96,10 @@ export interface HfTensor {
   transpose?: boolean;
   parity?: 0 | 1;
   f32?: boolean;
+  /** the stored tensor read as this shape first (same element count: [heads, rows, cols] of a fused one) */
+  view?: number[];
+  /** only rows [start, start + count) of the second-to-last dimension (one part of a fused projection) */
+  rows?: [number, number];
 }
 
 /** How a family reads a Hugging Face checkpoint folder (the same family, its HF names). */

@@ -65,8 +65,14 @@ export function stack(spec: HfTensor, parts: SafetensorsTensor[]): Derived {
 
 /** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16). */
 export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
-  const shape = src.shape.length === 1 ? [1, src.shape[0]] : src.shape;
-  const Ls = shape[shape.length - 1], A = shape[shape.length - 2];
+  const stored = spec.view ?? src.shape;
+  if (spec.view && spec.view.reduce((a, b) => a * b, 1) !== src.shape.reduce((a, b) => a * b, 1)) {
+    throw new SafetensorsError(src.file, `tensor '${src.name}' of shape [${src.shape.join(", ")}] cannot be read as [${spec.view.join(", ")}]`);
+  }
+  const shape = stored.length === 1 ? [1, stored[0]] : stored;
+  const Ls = shape[shape.length - 1], As = shape[shape.length - 2];
+  const [r0, A] = spec.rows ?? [0, As];
+  if (r0 + A > As) throw new SafetensorsError(src.file, `tensor '${src.name}': rows ${r0}..${r0 + A} of ${As}`);
   const R = shape.slice(0, -2).reduce((a, b) => a * b, 1);
   if (spec.parity !== undefined && Ls % 2) throw new SafetensorsError(src.file, `tensor '${src.name}' has an odd last dimension ${Ls}: it cannot hold interleaved pairs`);
   const B = spec.parity !== undefined ? Ls / 2 : Ls;
@@ -80,7 +86,7 @@ export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
   const cvt = src.dtype === "F16" ? f16 : bf16;
   for (let r = 0; r < R; r++) {
     for (let a = 0; a < A; a++) {
-      const srow = r * A * Ls + a * Ls;
+      const srow = r * As * Ls + (r0 + a) * Ls;
       for (let b = 0; b < B; b++) {
         const si = srow + b * step + off;
         const di = spec.transpose ? r * A * B + b * A + a : r * A * B + a * B + b;
@@ -91,7 +97,7 @@ export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
     }
   }
   // GGUF dims: the stored dims reversed, the last one halved, the last two swapped when transposed
-  const dims = src.shape.length === 1 ? [B] : [...src.shape.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
+  const dims = stored.length === 1 ? [B] : [...stored.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
   return { type: wide ? GgmlType.F32 : ggmlTypeOf(src.dtype), ne: dims.reverse(), data: new Uint8Array(out.buffer) };
 }
 

@@ -46,7 +46,7 @@ export function openHfFolder(dir: string): GgufFile {
       continue;
     }
     const st = folder.require(s.hf);
-    if (s.transpose || s.parity !== undefined || (s.f32 && st.dtype !== "F32")) {
+    if (s.transpose || s.parity !== undefined || s.view || s.rows || (s.f32 && st.dtype !== "F32")) {
       derived.push({ name: s.name, d: derive(s, st) });
       continue;
     }
