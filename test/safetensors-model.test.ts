@@ -2,7 +2,8 @@
 // same metadata, tokenizer and weight values as its GGUF twin, the same logits bit for bit, and its
 // transformers reference within the conformance table's bound.
 import { afterAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Model } from "../src/engine/model.ts";
 import { GgufFile } from "../src/gguf/index.ts";
@@ -38,7 +39,11 @@ for (const F of FOLDERS) describe.skipIf(!hasFixtures)(`${F.fam}: the hf/ folder
   const gguf = join(FAM, F.fam, F.gguf);
 
   test("the same hparams keys, tokenizer data and tensor values (shapes and types as the twin's)", () => {
+    const left = () => readdirSync(tmpdir()).filter((n) => n.startsWith("bloomery-hf-")).length;
+    const before = left();
     const h = openHfFolder(dir), g = GgufFile.open(gguf);
+    // the copies made at load are in an unlinked file, named by its descriptor: nothing left in /tmp
+    expect(left()).toBe(before);
     for (const [k, v] of g.kv) {
       if (k.startsWith("general.") || k === "tokenizer.ggml.pre" || F.notFromFolder.includes(k)) continue;
       const mine = h.kv.get(k);

@@ -1,6 +1,6 @@
 // bloomery safetensors: the tensors a family cannot map as stored, made at load by a copy (transposed,
-// de-interleaved, widened to F32) into one unlinked-at-exit file the engine maps like any other.
-import { closeSync, openSync, readSync, rmSync, writeSync } from "node:fs";
+// de-interleaved, sliced, stacked, widened to F32) into one unlinked file the engine maps like any other.
+import { closeSync, existsSync, openSync, readSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GgmlType } from "../gguf/index.ts";
@@ -101,11 +101,14 @@ export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
   return { type: wide ? GgmlType.F32 : ggmlTypeOf(src.dtype), ne: dims.reverse(), data: new Uint8Array(out.buffer) };
 }
 
-/** Writes the derived tensors into one file (removed when the process exits); returns their offsets. */
+/**
+ * Writes the derived tensors into one file and returns the path the engine maps it by. On Linux the file
+ * is unlinked at once and named by its open descriptor (/proc/self/fd/N), so nothing is left on disk
+ * however the process ends; elsewhere it is removed when the process exits.
+ */
 export function writeDerived(parts: Derived[]): { path: string; offsets: number[]; size: number } {
   const path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
-  const fd = openSync(path, "wx", 0o600);
-  process.once("exit", () => rmSync(path, { force: true }));
+  const fd = openSync(path, "wx+", 0o600);
   const offsets: number[] = [];
   let at = 0;
   try {
@@ -118,8 +121,17 @@ export function writeDerived(parts: Derived[]): { path: string; offsets: number[
       writeSync(fd, p.data, 0, p.data.length, at);
       at += p.data.length;
     }
-  } finally {
+  } catch (e) {
     closeSync(fd);
+    rmSync(path, { force: true });
+    throw e;
   }
+  const byFd = `/proc/self/fd/${fd}`;
+  if (existsSync(byFd)) {
+    rmSync(path, { force: true });
+    return { path: byFd, offsets, size: at };
+  }
+  closeSync(fd);
+  process.once("exit", () => rmSync(path, { force: true }));
   return { path, offsets, size: at };
 }
