@@ -53,9 +53,12 @@ for (const F of FOLDERS) describe.skipIf(!hasFixtures)(`${F.fam}: the hf/ folder
       expect(list(mine!.value), k).toEqual(list(v.value));
     }
     expect(h.tensors.size).toBe(g.tensors.size);
+    const plan = openHfFolder(dir, { copies: false }); // types and shapes alone (a plan), no copies
     for (const t of g.tensors.values()) {
       const m = h.tensor(t.name)!;
       expect(m, t.name).toBeDefined();
+      expect(plan.tensor(t.name)!.ne, t.name).toEqual(t.ne);
+      expect(plan.tensor(t.name)!.nbytes, t.name).toBe(t.nbytes);
       expect(m.ne, t.name).toEqual(t.ne);
       expect(m.type, t.name).toBe(t.type);
       const a = values(h, t.name), b = values(g, t.name);

@@ -51,7 +51,7 @@ export function runRecommend(c: AgentCommand): number {
 /** Open a local GGUF and read its geometry (a malformed or unsupported file is E_BAD_MODEL). */
 export function openGeometry(path: string): Geometry {
   try {
-    return geometryFromGguf(openModelPath(path));
+    return geometryFromGguf(openModelPath(path, { copies: false }));
   } catch (e) {
     if (e instanceof GgufError) throw ggufAgentError(e);
     throw e;

@@ -46,14 +46,14 @@ export interface Derived {
 }
 
 /** Per-expert tensors stacked into one (same dtype and shape each): GGUF dims gain the experts outermost. */
-export function stack(spec: HfTensor, parts: SafetensorsTensor[]): Derived {
+export function stack(spec: HfTensor, parts: SafetensorsTensor[], shapeOnly = false): Derived {
   const first = parts[0];
   for (const t of parts) {
     if (t.dtype !== first.dtype || t.shape.join() !== first.shape.join()) {
       throw new SafetensorsError(t.file, `tensor '${t.name}' is ${t.dtype} [${t.shape.join(", ")}], but '${first.name}' of the same stack is ${first.dtype} [${first.shape.join(", ")}]`);
     }
   }
-  const each = parts.map((t) => derive({ ...spec, hf: t.name }, t));
+  const each = parts.map((t) => derive({ ...spec, hf: t.name }, t, shapeOnly));
   const data = new Uint8Array(each.reduce((a, d) => a + d.data.length, 0));
   let at = 0;
   for (const d of each) {
@@ -63,8 +63,8 @@ export function stack(spec: HfTensor, parts: SafetensorsTensor[]): Derived {
   return { type: each[0].type, ne: [...each[0].ne, parts.length], data };
 }
 
-/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16). */
-export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
+/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16); with `shapeOnly` its type and dims alone (no data). */
+export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false): Derived {
   const stored = spec.view ?? src.shape;
   if (spec.view && spec.view.reduce((a, b) => a * b, 1) !== src.shape.reduce((a, b) => a * b, 1)) {
     throw new SafetensorsError(src.file, `tensor '${src.name}' of shape [${src.shape.join(", ")}] cannot be read as [${spec.view.join(", ")}]`);
@@ -77,8 +77,12 @@ export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
   if (spec.parity !== undefined && Ls % 2) throw new SafetensorsError(src.file, `tensor '${src.name}' has an odd last dimension ${Ls}: it cannot hold interleaved pairs`);
   const B = spec.parity !== undefined ? Ls / 2 : Ls;
   const step = spec.parity !== undefined ? 2 : 1, off = spec.parity ?? 0;
-  const raw = readBytes(src);
   const wide = spec.f32 || src.dtype === "F32";
+  // GGUF dims: the stored dims reversed, the last one halved, the last two swapped when transposed
+  const dims = stored.length === 1 ? [B] : [...stored.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
+  const type = wide ? GgmlType.F32 : ggmlTypeOf(src.dtype);
+  if (shapeOnly) return { type, ne: dims.reverse(), data: new Uint8Array(0) };
+  const raw = readBytes(src);
   const n = R * A * B;
   const out = wide ? new Float32Array(n) : new Uint16Array(n);
   const inF32 = src.dtype === "F32" ? new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4) : undefined;
@@ -96,9 +100,7 @@ export function derive(spec: HfTensor, src: SafetensorsTensor): Derived {
       }
     }
   }
-  // GGUF dims: the stored dims reversed, the last one halved, the last two swapped when transposed
-  const dims = stored.length === 1 ? [B] : [...stored.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
-  return { type: wide ? GgmlType.F32 : ggmlTypeOf(src.dtype), ne: dims.reverse(), data: new Uint8Array(out.buffer) };
+  return { type, ne: dims.reverse(), data: new Uint8Array(out.buffer) };
 }
 
 /**

@@ -24,8 +24,14 @@ export function hfFamilyFor(file: string, cfg: JsonConfig): ModelFamily {
   return fam;
 }
 
+/** How a folder is opened: `copies: false` gives the tensors' types and shapes alone (a plan, --dry-run), making none of the load-time copies (their tensors then name no readable file). */
+export interface HfOpenOptions {
+  copies?: boolean;
+}
+
 /** Open a checkpoint folder as the GGUF-shaped model the engine runs. */
-export function openHfFolder(dir: string): GgufFile {
+export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
+  const shapeOnly = o.copies === false;
   const folder = SafetensorsFolder.open(dir);
   const cfgFile = join(dir, "config.json");
   const raw = folder.json("config.json");
@@ -42,12 +48,12 @@ export function openHfFolder(dir: string): GgufFile {
   const derived: { name: string; d: Derived }[] = [];
   for (const s of specs) {
     if (Array.isArray(s.hf)) {
-      derived.push({ name: s.name, d: stack(s, s.hf.map((n) => folder.require(n))) });
+      derived.push({ name: s.name, d: stack(s, s.hf.map((n) => folder.require(n)), shapeOnly) });
       continue;
     }
     const st = folder.require(s.hf);
     if (s.transpose || s.parity !== undefined || s.view || s.rows || (s.f32 && st.dtype !== "F32")) {
-      derived.push({ name: s.name, d: derive(s, st) });
+      derived.push({ name: s.name, d: derive(s, st, shapeOnly) });
       continue;
     }
     const type = ggmlTypeOf(st.dtype);
@@ -60,13 +66,14 @@ export function openHfFolder(dir: string): GgufFile {
     kv: i === 0 ? kv.kv : new Map(), tensors: mapped.filter((t) => t.file === h.path),
   }));
   if (derived.length) {
-    const w = writeDerived(derived.map((x) => x.d));
+    const w = shapeOnly ? { path: `${dir} (tensors copied at load)`, offsets: derived.map(() => 0), size: 0 } : writeDerived(derived.map((x) => x.d));
     const tensors = derived.map((x, i) => {
       const info = TYPE_INFO[x.d.type];
       const nbytes = (x.d.ne.reduce((a, b) => a * b, 1) / info.blockElems) * info.blockBytes;
       return { name: x.name, type: x.d.type, ne: x.d.ne, offset: w.offsets[i], nbytes, fileOffset: w.offsets[i], file: w.path };
     });
-    headers.push({ path: w.path, version: 3, fileSize: w.size, alignment: 64, dataOffset: 0, kv: new Map(), tensors });
+    if (!shapeOnly) headers.push({ path: w.path, version: 3, fileSize: w.size, alignment: 64, dataOffset: 0, kv: new Map(), tensors });
+    else for (const t of tensors) headers[0].tensors.push(t);
   }
   return GgufFile.fromParts(headers);
 }
@@ -83,9 +90,9 @@ export function isHfModelPath(path: string): boolean {
 }
 
 /** A model path opened as what it is: a checkpoint folder (or a file of one), else a GGUF. */
-export function openModelPath(path: string): GgufFile {
+export function openModelPath(path: string, o: HfOpenOptions = {}): GgufFile {
   if (!isHfModelPath(path)) return GgufFile.open(path);
-  if (statSync(path).isDirectory()) return openHfFolder(path);
+  if (statSync(path).isDirectory()) return openHfFolder(path, o);
   readSafetensorsHeader(path); // a bad header is said for this file first
-  return openHfFolder(dirname(path));
+  return openHfFolder(dirname(path), o);
 }
