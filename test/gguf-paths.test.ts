@@ -27,7 +27,7 @@ describe("paths that are not files", () => {
     for (const n of ["b-00001-of-00002.gguf", "a.gguf", "c.gguf", "d.gguf", "notes.txt"]) writeFileSync(join(d, n), "");
     const e = fault(d);
     expect(e.fault).toBe("not-a-file");
-    expect(e.message).toBe(`${d}: is a directory, not a GGUF file: -m takes the model's .gguf file (model folders such as safetensors checkpoints are not supported yet); it holds 'a.gguf', 'b-00001-of-00002.gguf', 'c.gguf' and 1 more: pass one of them with -m (a split set by its first part)`);
+    expect(e.message).toBe(`${d}: is a directory with no .safetensors file and no model.safetensors.index.json, so neither a GGUF file nor a checkpoint folder: -m takes the model's .gguf file or a Hugging Face safetensors folder; it holds 'a.gguf', 'b-00001-of-00002.gguf', 'c.gguf' and 1 more: pass one of them with -m (a split set by its first part)`);
   });
 
   test("a FIFO is refused without opening it (an open would wait for a writer forever)", () => {

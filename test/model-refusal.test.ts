@@ -90,7 +90,7 @@ describe("model paths that are not files", () => {
     writeFileSync(join(d, "model-Q4_K_M.gguf"), "");
     const r = await serveUntilExit(d);
     expect(r.code).toBe(6);
-    expect(r.stderr).toContain(`error: ${d}: is a directory, not a GGUF file: -m takes the model's .gguf file (model folders such as safetensors checkpoints are not supported yet); it holds 'model-Q4_K_M.gguf'`);
+    expect(r.stderr).toContain(`error: ${d}: is a directory with no .safetensors file and no model.safetensors.index.json, so neither a GGUF file nor a checkpoint folder: -m takes the model's .gguf file or a Hugging Face safetensors folder; it holds 'model-Q4_K_M.gguf'`);
     expect(r.stderr).not.toContain("EISDIR");
   }, 60000);
 

@@ -1,7 +1,8 @@
 // bloomery CLI: the agent commands that start nothing: `--recommend [--json]` (what this machine
 // can serve) and `--dry-run [--json]` (the plan a start would use; downloads and loads nothing).
 // With --json each prints exactly one JSON object on stdout: the report, the plan, or the error.
-import { GgufError, GgufFile } from "../gguf/index.ts";
+import { GgufError } from "../gguf/index.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { hfOptionsFromEnv, isHfError, planHfModel, type HfErrorCode, type HfPlan } from "../hf/index.ts";
 import type { Env, ServerOptionKey, ServerOptions } from "./flags.ts";
 import { AgentError, ggufAgentError, toAgentError } from "./agent-exit.ts";
@@ -50,7 +51,7 @@ export function runRecommend(c: AgentCommand): number {
 /** Open a local GGUF and read its geometry (a malformed or unsupported file is E_BAD_MODEL). */
 export function openGeometry(path: string): Geometry {
   try {
-    return geometryFromGguf(GgufFile.open(path));
+    return geometryFromGguf(openModelPath(path, { copies: false }));
   } catch (e) {
     if (e instanceof GgufError) throw ggufAgentError(e);
     throw e;

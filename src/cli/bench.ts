@@ -6,7 +6,7 @@
 
 import { join } from "node:path";
 import { cpuPath, memoryBandwidth, usableCores } from "../../ffi/cpu-kernels.ts";
-import { GgufFile } from "../gguf/index.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { parseBenchArgs, type BenchParams } from "./bench-flags.ts";
 import { cpuInfo, modelInfo, type ModelInfo } from "./bench-info.ts";
 import { CsvPrinter, JsonlPrinter, JsonPrinter, MarkdownPrinter, avgTs, testName, type BenchResult, type OptionalColumn, type Printer } from "./bench-print.ts";
@@ -143,7 +143,7 @@ export async function runBench(argv: string[]): Promise<number> {
   try {
     for (const path of params.models) {
       try {
-        infos.set(path, modelInfo(GgufFile.open(path)));
+        infos.set(path, modelInfo(openModelPath(path)));
       } catch (e) {
         console.error(`error: failed to load model '${path}': ${e instanceof Error ? e.message : String(e)}`);
         return 1;

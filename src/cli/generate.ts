@@ -7,7 +7,7 @@ import { parseWithTable, type Env } from "./flag-parse.ts";
 import { tableHelp } from "./flag-help.ts";
 import { Model } from "../engine/model.ts";
 import { checkForward } from "../engine/model-check.ts";
-import { GgufFile } from "../gguf/index.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { familyFor } from "../models/registry.ts";
 import { Scheduler } from "../engine/scheduler.ts";
@@ -54,7 +54,7 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
   if (!v.model) throw new Error("generate: -m FILE is required");
   const sources = [v.prompt !== undefined, v.file !== undefined, v.tokens !== undefined].filter(Boolean).length;
   if (sources !== 1) throw new Error("generate: give exactly one of -p, -f or --tokens");
-  const gguf = GgufFile.open(String(v.model));
+  const gguf = openModelPath(String(v.model));
   const tok = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
   const text = v.prompt !== undefined ? String(v.prompt) : v.file !== undefined ? readFileSync(String(v.file), "utf8") : undefined;
   const prompt = text !== undefined ? tok.encode(text, { addSpecial: true, parseSpecial: !!v.parseSpecial }) : (v.tokens as number[]);

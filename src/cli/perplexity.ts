@@ -9,6 +9,7 @@ import { cpuPath, usableCores } from "../../ffi/cpu-kernels.ts";
 import { Model } from "../engine/model.ts";
 import { PROMOTE_AUTO } from "../engine/promote-fit.ts";
 import { GgufFile } from "../gguf/index.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { HYBRID_UBATCH } from "../server/engine-options.ts";
 import { tableHelp } from "./flag-help.ts";
@@ -81,7 +82,7 @@ function load(p: PerplexityParams, gguf: GgufFile, layout: ChunkLayout, func: st
 }
 
 function openModel(path: string): { gguf: GgufFile; tok: Tokenizer } {
-  const gguf = GgufFile.open(path);
+  const gguf = openModelPath(path);
   const tok = Tokenizer.fromVocab(vocabFromMetadata((k) => gguf.raw(k)));
   if (tok.addEos) throw new PerplexityError("perplexity: the vocabulary adds an end-of-sequence token to each text (add_eos_token); llama-perplexity refuses such models too");
   return { gguf, tok };

@@ -2,6 +2,7 @@
 // program and backend; `eval` runs a batch and returns logits.
 import { availableParallelism } from "node:os";
 import { GgufFile } from "../gguf/index.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { familyFor } from "../models/registry.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
@@ -62,7 +63,7 @@ export class Model {
   readonly experts: ExpertStore | undefined;
 
   private constructor(src: string | GgufFile, o: LoadOptions) {
-    this.gguf = typeof src === "string" ? GgufFile.open(src) : src;
+    this.gguf = typeof src === "string" ? openModelPath(src) : src;
     this.family = familyFor(this.gguf);
     this.hp = this.family.hparams(this.gguf);
     const say = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));

@@ -38,6 +38,14 @@ export class GgufFile {
     }
   }
 
+  /**
+   * A model assembled from other files (a safetensors checkpoint folder): its metadata and its tensors
+   * in GGUF's terms, each tensor naming the file and offset that hold its bytes.
+   */
+  static fromParts(headers: GgufHeader[]): GgufFile {
+    return new GgufFile(headers);
+  }
+
   /** Open one GGUF or a whole split set (any shard's path names the set). */
   static open(path: string): GgufFile {
     checkModelPath(path); // a directory, a FIFO, a link loop: said clearly, before any open

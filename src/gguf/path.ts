@@ -52,7 +52,7 @@ function notAFile(path: string, st: Stats): string {
     const inside = ggufs.length
       ? `; it holds ${ggufs.slice(0, 3).map((n) => `'${safeText(n)}'`).join(", ")}${ggufs.length > 3 ? ` and ${ggufs.length - 3} more` : ""}: pass one of them with -m (a split set by its first part)`
       : "";
-    return `is a directory, not a GGUF file: -m takes the model's .gguf file (model folders such as safetensors checkpoints are not supported yet)${inside}`;
+    return `is a directory with no .safetensors file and no model.safetensors.index.json, so neither a GGUF file nor a checkpoint folder: -m takes the model's .gguf file or a Hugging Face safetensors folder${inside}`;
   }
   const what = st.isFIFO() ? "a named pipe (FIFO)" : st.isSocket() ? "a socket" : st.isCharacterDevice() ? "a character device" : st.isBlockDevice() ? "a block device" : "not a regular file";
   return `is ${what}, not a regular file: a model is read from a GGUF file on disk (it is mapped into memory, so a pipe or device cannot serve it)`;

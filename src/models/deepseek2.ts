@@ -10,9 +10,9 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
-import { ffnHalf, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
+import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
-import type { HParams, ModelFamily } from "./types.ts";
+import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
 const A = "deepseek2";
 
@@ -253,4 +253,64 @@ const synth: SynthFamily = {
   },
 };
 
-export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth, notes: (f) => nextnNotes(f, A, keys(f)) };
+/** Hugging Face's DeepSeek V3 (transformers' DeepseekV3ForCausalLM): its config keys and tensor names. */
+const hf: HfFamily = {
+  architectures: ["DeepseekV3ForCausalLM"],
+  modelTypes: ["deepseek_v3"],
+  config(c: HfConfig, put: HfKvSink): void {
+    put.u32(`${A}.block_count`, c.int("num_hidden_layers"));
+    put.u32(`${A}.context_length`, c.int("max_position_embeddings"));
+    put.u32(`${A}.embedding_length`, c.int("hidden_size"));
+    put.u32(`${A}.feed_forward_length`, c.int("intermediate_size"));
+    put.u32(`${A}.attention.head_count`, c.int("num_attention_heads"));
+    put.u32(`${A}.attention.head_count_kv`, 1); // MLA: one latent K/V row shared by the heads
+    const kvLora = c.int("kv_lora_rank"), rot = c.int("qk_rope_head_dim"), nope = c.int("qk_nope_head_dim"), v = c.int("v_head_dim");
+    put.u32(`${A}.attention.key_length`, kvLora + rot);
+    put.u32(`${A}.attention.value_length`, kvLora);
+    put.u32(`${A}.attention.key_length_mla`, nope + rot);
+    put.u32(`${A}.attention.value_length_mla`, v);
+    put.u32(`${A}.attention.kv_lora_rank`, kvLora);
+    if (c.has("q_lora_rank")) put.u32(`${A}.attention.q_lora_rank`, c.int("q_lora_rank"));
+    put.u32(`${A}.rope.dimension_count`, rot);
+    put.u32(`${A}.vocab_size`, c.int("vocab_size"));
+    put.f32(`${A}.attention.layer_norm_rms_epsilon`, c.num("rms_norm_eps"));
+    const rope = c.obj("rope_parameters") ?? c.obj("rope_scaling");
+    put.f32(`${A}.rope.freq_base`, rope?.has("rope_theta") ? rope.num("rope_theta") : c.num("rope_theta", 10000));
+    const type = rope ? rope.str("rope_type", rope.str("type", "default")) : "default";
+    if (type === "yarn") {
+      put.str(`${A}.rope.scaling.type`, "yarn");
+      put.f32(`${A}.rope.scaling.factor`, rope!.num("factor"));
+      put.u32(`${A}.rope.scaling.original_context_length`, rope!.int("original_max_position_embeddings"));
+      put.f32(`${A}.rope.scaling.yarn_beta_fast`, rope!.num("beta_fast", 32));
+      put.f32(`${A}.rope.scaling.yarn_beta_slow`, rope!.num("beta_slow", 1));
+      put.f32(`${A}.rope.scaling.yarn_log_multiplier`, 0.1 * rope!.num("mscale_all_dim", 0));
+    } else if (type !== "default") throw new GgufError("config.json", `rope_type '${type}' of a DeepSeek V3 folder is not supported yet`);
+    hfMoeConfig(A, c, put);
+  },
+  tensors(c: HfConfig): HfTensor[] {
+    const H = c.int("num_attention_heads"), kvLora = c.int("kv_lora_rank"), nope = c.int("qk_nope_head_dim"), v = c.int("v_head_dim");
+    const out: HfTensor[] = [{ name: "token_embd.weight", hf: "model.embed_tokens.weight" }];
+    for (let i = 0; i < c.int("num_hidden_layers"); i++) {
+      const p = `blk.${i}.`, h = `model.layers.${i}.self_attn.`;
+      const t = (name: string, hfName: string, o: Partial<HfTensor> = {}) => out.push({ name: p + name, hf: h + hfName, ...o });
+      out.push({ name: `${p}attn_norm.weight`, hf: `model.layers.${i}.input_layernorm.weight`, f32: true });
+      if (c.has("q_lora_rank")) {
+        t("attn_q_a.weight", "q_a_proj.weight");
+        t("attn_q_a_norm.weight", "q_a_layernorm.weight", { f32: true });
+        t("attn_q_b.weight", "q_b_proj.weight");
+      } else t("attn_q.weight", "q_proj.weight");
+      t("attn_kv_a_mqa.weight", "kv_a_proj_with_mqa.weight");
+      t("attn_kv_a_norm.weight", "kv_a_layernorm.weight", { f32: true });
+      // kv_b_proj holds each head's K (nope) rows then its V rows: split per head (a copy), K transposed
+      t("attn_k_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [0, nope], transpose: true });
+      t("attn_v_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [nope, v] });
+      t("attn_output.weight", "o_proj.weight");
+      out.push(...hfFfnHalf(c, i, "ffn_norm"));
+    }
+    out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
+    if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });
+    return out;
+  },
+};
+
+export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth, hf, notes: (f) => nextnNotes(f, A, keys(f)) };

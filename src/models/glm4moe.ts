@@ -8,9 +8,9 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { attentionOp, embedOp, Gating, normOp, outputOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
-import { ffnHalf, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
+import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
-import type { HParams, ModelFamily } from "./types.ts";
+import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
 const A = "glm4moe";
 
@@ -160,7 +160,49 @@ const synth: SynthFamily = {
   },
 };
 
+/** Hugging Face's GLM-4.5 family (transformers' Glm4MoeForCausalLM): its config keys and tensor names. */
+const hf: HfFamily = {
+  architectures: ["Glm4MoeForCausalLM"],
+  modelTypes: ["glm4_moe"],
+  config(c: HfConfig, put: HfKvSink): void {
+    put.u32(`${A}.block_count`, c.int("num_hidden_layers"));
+    put.u32(`${A}.context_length`, c.int("max_position_embeddings"));
+    put.u32(`${A}.embedding_length`, c.int("hidden_size"));
+    put.u32(`${A}.feed_forward_length`, c.int("intermediate_size"));
+    put.u32(`${A}.attention.head_count`, c.int("num_attention_heads"));
+    put.u32(`${A}.attention.head_count_kv`, c.int("num_key_value_heads"));
+    const hd = c.int("head_dim", c.int("hidden_size") / c.int("num_attention_heads"));
+    put.u32(`${A}.attention.key_length`, hd);
+    put.u32(`${A}.attention.value_length`, hd);
+    put.f32(`${A}.attention.layer_norm_rms_epsilon`, c.num("rms_norm_eps"));
+    const rope = c.obj("rope_parameters");
+    put.f32(`${A}.rope.freq_base`, rope?.has("rope_theta") ? rope.num("rope_theta") : c.num("rope_theta", 10000));
+    if (rope && rope.str("rope_type", "default") !== "default") throw new GgufError("config.json", `rope_type '${rope.str("rope_type")}' of a GLM-4.5 folder is not supported yet`);
+    const partial = rope?.has("partial_rotary_factor") ? rope.num("partial_rotary_factor") : c.num("partial_rotary_factor", 1);
+    put.u32(`${A}.rope.dimension_count`, Math.round(hd * partial));
+    hfMoeConfig(A, c, put);
+  },
+  tensors(c: HfConfig): HfTensor[] {
+    const out: HfTensor[] = [{ name: "token_embd.weight", hf: "model.embed_tokens.weight" }];
+    const qkNorm = c.bool("use_qk_norm", false);
+    for (let i = 0; i < c.int("num_hidden_layers"); i++) {
+      const p = `blk.${i}.`, h = `model.layers.${i}.`;
+      out.push({ name: `${p}attn_norm.weight`, hf: `${h}input_layernorm.weight`, f32: true });
+      for (const [g, x] of [["q", "q"], ["k", "k"], ["v", "v"], ["output", "o"]]) {
+        out.push({ name: `${p}attn_${g}.weight`, hf: `${h}self_attn.${x}_proj.weight` });
+        if (g !== "output" && c.bool("attention_bias", false)) out.push({ name: `${p}attn_${g}.bias`, hf: `${h}self_attn.${x}_proj.bias`, f32: true });
+      }
+      if (qkNorm) for (const x of ["q", "k"]) out.push({ name: `${p}attn_${x}_norm.weight`, hf: `${h}self_attn.${x}_norm.weight`, f32: true });
+      out.push(...hfFfnHalf(c, i, "post_attention_norm"));
+    }
+    out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
+    if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });
+    return out;
+  },
+};
+
 export const glm4moe: ModelFamily = {
+  hf,
   archs: [A], hparams, program, synth,
   notes: (f) => nextnNotes(f, A, moeKeys(f, A, Gating.Sigmoid)),
 };

@@ -6,7 +6,7 @@ import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { Act, attentionOp, embedOp, expertsOp, Gating, normOp, outputOp, routerOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
-import type { HParams, ModelFamily } from "./types.ts";
+import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
 const A = "gpt-oss";
 /** gpt-oss's SwiGLU constants (llama.cpp's and the reference implementation's; the file does not carry them) */
@@ -161,4 +161,65 @@ const synth: SynthFamily = {
   },
 };
 
-export const gptOss: ModelFamily = { archs: [A], hparams, program, synth };
+/** Hugging Face's gpt-oss (transformers' GptOssForCausalLM): its config keys and tensor names. */
+const hf: HfFamily = {
+  architectures: ["GptOssForCausalLM"],
+  modelTypes: ["gpt_oss"],
+  config(c: HfConfig, put: HfKvSink): void {
+    const n = c.int("num_hidden_layers");
+    put.u32(`${A}.block_count`, n);
+    put.u32(`${A}.context_length`, c.int("max_position_embeddings"));
+    put.u32(`${A}.embedding_length`, c.int("hidden_size"));
+    put.u32(`${A}.feed_forward_length`, c.int("intermediate_size"));
+    put.u32(`${A}.expert_feed_forward_length`, c.int("intermediate_size"));
+    put.u32(`${A}.attention.head_count`, c.int("num_attention_heads"));
+    put.u32(`${A}.attention.head_count_kv`, c.int("num_key_value_heads"));
+    const hd = c.int("head_dim", c.int("hidden_size") / c.int("num_attention_heads"));
+    put.u32(`${A}.attention.key_length`, hd);
+    put.u32(`${A}.attention.value_length`, hd);
+    put.f32(`${A}.attention.layer_norm_rms_epsilon`, c.num("rms_norm_eps"));
+    put.u32(`${A}.expert_count`, c.int("num_local_experts"));
+    put.u32(`${A}.expert_used_count`, c.int("num_experts_per_tok"));
+    put.u32(`${A}.attention.sliding_window`, c.int("sliding_window"));
+    const types = c.strs("layer_types");
+    if (types) put.bools(`${A}.attention.sliding_window_pattern`, types.map((t) => t === "sliding_attention"));
+    const rope = c.obj("rope_parameters") ?? c.obj("rope_scaling");
+    put.f32(`${A}.rope.freq_base`, rope?.has("rope_theta") ? rope.num("rope_theta") : c.num("rope_theta"));
+    if (rope && rope.str("rope_type", rope.str("type", "default")) === "yarn") {
+      put.str(`${A}.rope.scaling.type`, "yarn");
+      put.f32(`${A}.rope.scaling.factor`, rope.num("factor"));
+      put.u32(`${A}.rope.scaling.original_context_length`, rope.int("original_max_position_embeddings"));
+      put.f32(`${A}.rope.scaling.yarn_beta_fast`, rope.num("beta_fast", 32));
+      put.f32(`${A}.rope.scaling.yarn_beta_slow`, rope.num("beta_slow", 1));
+    }
+  },
+  tensors(c: HfConfig): HfTensor[] {
+    const out: HfTensor[] = [{ name: "token_embd.weight", hf: "model.embed_tokens.weight" }];
+    for (let i = 0; i < c.int("num_hidden_layers"); i++) {
+      const p = `blk.${i}.`, h = `model.layers.${i}.`;
+      const t = (name: string, hfName: string, o: Partial<HfTensor> = {}) => out.push({ name: p + name, hf: h + hfName, ...o });
+      t("attn_norm.weight", "input_layernorm.weight", { f32: true });
+      for (const [g, x] of [["q", "q"], ["k", "k"], ["v", "v"], ["output", "o"]]) {
+        t(`attn_${g}.weight`, `self_attn.${x}_proj.weight`);
+        t(`attn_${g}.bias`, `self_attn.${x}_proj.bias`, { f32: true });
+      }
+      t("attn_sinks.weight", "self_attn.sinks", { f32: true });
+      t("post_attention_norm.weight", "post_attention_layernorm.weight", { f32: true });
+      t("ffn_gate_inp.weight", "mlp.router.weight", { f32: true });
+      t("ffn_gate_inp.bias", "mlp.router.bias", { f32: true });
+      // the experts are stored input-major ([experts, in, out], x @ W), gate and up interleaved in one
+      // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load)
+      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 0 });
+      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 1 });
+      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true });
+      t("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 0, f32: true });
+      t("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 1, f32: true });
+      t("ffn_down_exps.bias", "mlp.experts.down_proj_bias", { f32: true });
+    }
+    out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
+    if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });
+    return out;
+  },
+};
+
+export const gptOss: ModelFamily = { archs: [A], hparams, program, synth, hf };

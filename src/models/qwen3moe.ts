@@ -4,7 +4,7 @@ import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { Act, attentionOp, embedOp, expertsOp, Gating, normOp, outputOp, routerOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
-import type { HParams, ModelFamily } from "./types.ts";
+import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
 function hparams(f: GgufFile): HParams {
   const a = "qwen3moe";
@@ -126,4 +126,50 @@ const synth: SynthFamily = {
   },
 };
 
-export const qwen3moe: ModelFamily = { archs: ["qwen3moe"], hparams, program, synth };
+/** Hugging Face's Qwen3-MoE (transformers' Qwen3MoeForCausalLM): its config keys and tensor names. */
+const hf: HfFamily = {
+  architectures: ["Qwen3MoeForCausalLM"],
+  modelTypes: ["qwen3_moe"],
+  config(c: HfConfig, put: HfKvSink): void {
+    const a = "qwen3moe";
+    put.u32(`${a}.block_count`, c.int("num_hidden_layers"));
+    put.u32(`${a}.context_length`, c.int("max_position_embeddings"));
+    put.u32(`${a}.embedding_length`, c.int("hidden_size"));
+    put.u32(`${a}.feed_forward_length`, c.int("intermediate_size"));
+    put.u32(`${a}.expert_feed_forward_length`, c.int("moe_intermediate_size"));
+    put.u32(`${a}.attention.head_count`, c.int("num_attention_heads"));
+    put.u32(`${a}.attention.head_count_kv`, c.int("num_key_value_heads"));
+    const hd = c.int("head_dim", c.int("hidden_size") / c.int("num_attention_heads"));
+    put.u32(`${a}.attention.key_length`, hd);
+    put.u32(`${a}.attention.value_length`, hd);
+    put.f32(`${a}.attention.layer_norm_rms_epsilon`, c.num("rms_norm_eps"));
+    put.u32(`${a}.expert_count`, c.int("num_experts"));
+    put.u32(`${a}.expert_used_count`, c.int("num_experts_per_tok"));
+    const rope = c.obj("rope_parameters");
+    put.f32(`${a}.rope.freq_base`, rope?.has("rope_theta") ? rope.num("rope_theta") : c.num("rope_theta"));
+    const type = rope ? rope.str("rope_type", "default") : "default";
+    if (type !== "default") throw new GgufError("config.json", `rope_type '${type}' of a Qwen3-MoE folder is not supported yet`);
+    if (!c.bool("norm_topk_prob", true)) throw new GgufError("config.json", "norm_topk_prob false is not supported for Qwen3-MoE (the family normalises the chosen experts' weights)");
+  },
+  tensors(c: HfConfig): HfTensor[] {
+    const out: HfTensor[] = [{ name: "token_embd.weight", hf: "model.embed_tokens.weight" }];
+    const X = c.int("num_experts");
+    for (let i = 0; i < c.int("num_hidden_layers"); i++) {
+      const p = `blk.${i}.`, h = `model.layers.${i}.`;
+      const t = (name: string, hfName: string | string[], o: Partial<HfTensor> = {}) => out.push({ name: p + name, hf: hfName, ...o });
+      t("attn_norm.weight", `${h}input_layernorm.weight`, { f32: true });
+      for (const [g, x] of [["q", "q"], ["k", "k"], ["v", "v"], ["output", "o"]]) t(`attn_${g}.weight`, `${h}self_attn.${x}_proj.weight`);
+      t("attn_q_norm.weight", `${h}self_attn.q_norm.weight`, { f32: true });
+      t("attn_k_norm.weight", `${h}self_attn.k_norm.weight`, { f32: true });
+      t("ffn_norm.weight", `${h}post_attention_layernorm.weight`, { f32: true });
+      t("ffn_gate_inp.weight", `${h}mlp.gate.weight`, { f32: true });
+      // stored one tensor per expert: stacked into the engine's [experts, rows, cols] tensor (a copy)
+      for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`));
+    }
+    out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
+    if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });
+    return out;
+  },
+};
+
+export const qwen3moe: ModelFamily = { archs: ["qwen3moe"], hparams, program, synth, hf };

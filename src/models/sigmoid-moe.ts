@@ -5,6 +5,7 @@
 // model for speculative decoding, not run here).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
+import type { HfConfig, HfKvSink, HfTensor } from "./types.ts";
 import { Act, expertsOp, ffnOp, Gating, normOp, routerOp, type OpSpec } from "./ops.ts";
 
 /** What a sigmoid-router MoE family reads from `<arch>.*` keys. */
@@ -121,4 +122,41 @@ export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
   const layers = k.nNextn === 1 ? `layer blk.${k.nLayer}` : `layers blk.${k.nLayer}-${k.nLayer + k.nNextn - 1}`;
   return [`${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB) is not used: ` +
     "it drafts tokens for speculative decoding, which is not implemented yet; the model runs without it"];
+}
+
+/** The MoE keys of a Hugging Face config (DeepSeek V3 / GLM-4.5 names) as the GGUF keys moeKeys reads. */
+export function hfMoeConfig(a: string, c: HfConfig, put: HfKvSink): void {
+  put.u32(`${a}.leading_dense_block_count`, c.int("first_k_dense_replace", 0));
+  put.u32(`${a}.expert_shared_count`, c.int("n_shared_experts", 0));
+  put.u32(`${a}.expert_feed_forward_length`, c.int("moe_intermediate_size"));
+  put.u32(`${a}.expert_count`, c.int("n_routed_experts"));
+  put.u32(`${a}.expert_used_count`, c.int("num_experts_per_tok"));
+  put.u32(`${a}.expert_group_count`, c.int("n_group", 1));
+  put.u32(`${a}.expert_group_used_count`, c.int("topk_group", 1));
+  put.f32(`${a}.expert_weights_scale`, c.num("routed_scaling_factor", 1));
+  put.bool(`${a}.expert_weights_norm`, c.bool("norm_topk_prob", false));
+  // both families score by a sigmoid (scoring_func "sigmoid" in DeepSeek V3's config; GLM's is implied)
+  const scoring = c.str("scoring_func", "sigmoid");
+  put.u32(`${a}.expert_gating_func`, scoring === "sigmoid" ? 2 : scoring === "softmax" ? 1 : 0);
+  // a folder's MTP layers (num_nextn_predict_layers) sit past num_hidden_layers and are not part of the
+  // forward pass: block_count stays the main layers', and no next-token-prediction layer is declared
+  put.u32(`${a}.nextn_predict_layers`, 0);
+}
+
+/** The FFN half of layer i by HF names: dense, or routed experts (stacked by a copy) with a shared one. */
+export function hfFfnHalf(c: HfConfig, i: number, normName: string): HfTensor[] {
+  const p = `blk.${i}.`, h = `model.layers.${i}.`;
+  const out: HfTensor[] = [{ name: `${p}${normName}.weight`, hf: `${h}post_attention_layernorm.weight`, f32: true }];
+  const t = (name: string, hf: string | string[], o: Partial<HfTensor> = {}) => out.push({ name: p + name, hf, ...o });
+  if (i < c.int("first_k_dense_replace", 0)) {
+    for (const g of ["gate", "up", "down"]) t(`ffn_${g}.weight`, `${h}mlp.${g}_proj.weight`);
+    return out;
+  }
+  const X = c.int("n_routed_experts");
+  t("ffn_gate_inp.weight", `${h}mlp.gate.weight`, { f32: true });
+  t("exp_probs_b.bias", `${h}mlp.gate.e_score_correction_bias`, { f32: true });
+  // stored one tensor per expert: the engine's experts are one [experts, rows, cols] tensor, so stacked
+  for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`));
+  if (c.int("n_shared_experts", 0) > 0) for (const g of ["gate", "up", "down"]) t(`ffn_${g}_shexp.weight`, `${h}mlp.shared_experts.${g}_proj.weight`);
+  return out;
 }

@@ -58,4 +58,55 @@ export interface ModelFamily {
   notes?(f: GgufFile, hp: HParams): string[];
   /** The real models `synth` imitates and how their tensors are written (absent: synth does not know the family). */
   synth?: SynthFamily;
+  /** How it reads a Hugging Face safetensors folder (absent: folders of this family are refused). */
+  hf?: HfFamily;
+}
+
+/** config.json read strictly: a missing or mistyped key is a clear error naming the file and key. */
+export interface HfConfig {
+  has(key: string): boolean;
+  int(key: string, def?: number): number;
+  num(key: string, def?: number): number;
+  str(key: string, def?: string): string;
+  bool(key: string, def?: boolean): boolean;
+  /** a nested object (rope_parameters), or undefined when absent */
+  obj(key: string): HfConfig | undefined;
+  strs(key: string): string[] | undefined;
+}
+
+/** Where a family's GGUF metadata keys get their values from config.json. */
+export interface HfKvSink {
+  u32(key: string, v: number): void;
+  f32(key: string, v: number): void;
+  str(key: string, v: string): void;
+  bool(key: string, v: boolean): void;
+  bools(key: string, v: boolean[]): void;
+}
+
+/**
+ * One GGUF tensor from a Hugging Face one: mapped in place (rows as stored), or derived by a copy at
+ * load when the layout differs: `transpose` swaps the last two dimensions (weights stored input-major),
+ * `hf` as a list stacks per-expert tensors, `parity` keeps the even (0) or odd (1) entries of the last stored dimension (fused, interleaved
+ * gate_up), `f32` widens the values exactly (the norms, biases and router GGUF keeps in F32).
+ */
+export interface HfTensor {
+  name: string;
+  /** the HF tensor, or the per-expert tensors stacked (in order) into one [experts, ...] tensor by a copy */
+  hf: string | string[];
+  transpose?: boolean;
+  parity?: 0 | 1;
+  f32?: boolean;
+  /** the stored tensor read as this shape first (same element count: [heads, rows, cols] of a fused one) */
+  view?: number[];
+  /** only rows [start, start + count) of the second-to-last dimension (one part of a fused projection) */
+  rows?: [number, number];
+}
+
+/** How a family reads a Hugging Face checkpoint folder (the same family, its HF names). */
+export interface HfFamily {
+  /** config.json `architectures[0]` values, and `model_type` values */
+  architectures: string[];
+  modelTypes: string[];
+  config(c: HfConfig, put: HfKvSink): void;
+  tensors(c: HfConfig): HfTensor[];
 }
