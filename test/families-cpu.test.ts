@@ -2,21 +2,11 @@
 // transformers on the exact path (f32 activations), and with ggml's numerics on every CPU path this
 // machine runs (scalar, AVX2, AVX-512), with the table's thresholds.
 import { describe, expect, test } from "bun:test";
-import { cpuPath, cpuPaths, setCpuPath } from "../ffi/cpu-kernels.ts";
+import { cpuPaths } from "../ffi/cpu-kernels.ts";
 import { Model } from "../src/engine/model.ts";
 import { hasFixtures } from "./paths.ts";
-import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
+import { argmax, greedy, maxAbsDiff, onPath } from "./model-fixtures.ts";
 import { FAMILY_CASES, familyRefs, greedyAgreement, llamaRefs } from "./conformance/families.ts";
-
-function onPath<T>(path: string, f: () => T): T {
-  const was = cpuPath();
-  setCpuPath(path);
-  try {
-    return f();
-  } finally {
-    setCpuPath(was);
-  }
-}
 
 describe.skipIf(!hasFixtures)("family conformance on the CPU", () => {
   for (const c of FAMILY_CASES) {

@@ -1,4 +1,5 @@
 // Test helpers for model runs: greedy decoding and argmax over logits.
+import { cpuPath, setCpuPath } from "../ffi/cpu-kernels.ts";
 import type { Model } from "../src/engine/model.ts";
 
 export function argmax(v: Float32Array): number {
@@ -35,4 +36,15 @@ export function lcgRows(n: number, e: number, seed: number): Float32Array {
     x[i] = ((s >>> 8) & 0xffff) / 32768 - 1;
   }
   return x;
+}
+
+/** Run f on one CPU path, then go back to the path in use. */
+export function onPath<T>(path: string, f: () => T): T {
+  const was = cpuPath();
+  setCpuPath(path);
+  try {
+    return f();
+  } finally {
+    setCpuPath(was);
+  }
 }

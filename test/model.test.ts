@@ -4,23 +4,11 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { Model } from "../src/engine/model.ts";
 import { FIXTURES } from "./paths.ts";
-import { cpuPath, setCpuPath } from "../ffi/cpu-kernels.ts";
-import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
+import { argmax, greedy, maxAbsDiff, onPath } from "./model-fixtures.ts";
 
 interface TinyRef { prompt: number[]; greedy: number[]; margins: number[]; last_logits: number[] }
 const tinyDir = join(FIXTURES, "tiny-qwen3moe");
 const demoDir = join(FIXTURES, "demo-model");
-
-/** Run f on one CPU path, then go back to the path in use. */
-function onPath<T>(path: string, f: () => T): T {
-  const was = cpuPath();
-  setCpuPath(path);
-  try {
-    return f();
-  } finally {
-    setCpuPath(was);
-  }
-}
 
 /** Greedy tokens must equal the reference up to the first step whose reference margin is below `clear`. */
 function expectGreedyWhereClear(ours: number[], ref: TinyRef, clear: number): number {

@@ -9,13 +9,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check, cpu } from "../ffi/cpu.ts";
-import { cpuPath, cpuPaths, setCpuPath } from "../ffi/cpu-kernels.ts";
+import { cpuPaths } from "../ffi/cpu-kernels.ts";
 import { synth } from "../src/cli/synth.ts";
 import { Model } from "../src/engine/model.ts";
 import { isModelCheckMessage, ModelCheckError } from "../src/engine/model-check.ts";
 import { GgmlType, GgufFile, typeName } from "../src/gguf/index.ts";
 import { editGguf } from "./gguf-edit.ts";
-import { argmax, maxAbsDiff } from "./model-fixtures.ts";
+import { argmax, maxAbsDiff, onPath } from "./model-fixtures.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-lowbit-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -61,16 +61,6 @@ function logitsOf(path: string, exact: boolean): Float32Array[] {
     return PROMPTS.map((p) => m.evalSequence(p, 0, 0, true));
   } finally {
     m.close();
-  }
-}
-
-function onPath<T>(path: string, f: () => T): T {
-  const was = cpuPath();
-  setCpuPath(path);
-  try {
-    return f();
-  } finally {
-    setCpuPath(was);
   }
 }
 
