@@ -499,12 +499,17 @@ int cu_attn2_class(int n) { return n <= 256 ? 0 : n <= 1024 ? 1 : n <= 2048 ? 2 
 
 // Heads a block takes in a class (a divisor of G: 1, 2, 4, or 8 for long contexts with head
 // size up to 128, so each KV head's rows are read by one block a slice) and the slice cap.
-// BLOOMERY_CUDA_A2_LONG="heads,chunk" (probe runs): long contexts' heads a block (1, 2, 4, 8) and
-// slice length (64..128 positions); measured on the H200 at 4,096 positions: 4 heads, 128 (8 heads
-// a block cost 20% more there: 128 registers with spills, half the blocks).
-static int a2_long_heads = 4, a2_long_chunk = 128;
+// bl_cuda_options.a2_long_heads and a2_long_chunk (probe runs; both or neither): long contexts' heads
+// a block (1, 2, 4, 8) and slice length (64..128 positions); measured on the H200 at 4,096
+// positions: 4 heads, 128 (8 heads a block cost 20% more there: 128 registers with spills, half the blocks).
+static bool a2_long_set() {
+  const int64_t h = cu_opt->a2_long_heads, ch = cu_opt->a2_long_chunk;
+  return (h == 1 || h == 2 || h == 4 || h == 8) && ch >= 64 && ch <= 128;
+}
+static int a2_long_heads() { return a2_long_set() ? (int)cu_opt->a2_long_heads : 4; }
+static int a2_long_chunk() { return a2_long_set() ? (int)cu_opt->a2_long_chunk : 128; }
 static int a2_heads(int cls, int G, int hd) {
-  const int want = cls == 0 ? 1 : cls == 1 ? 2 : cls == 3 && hd <= 128 ? a2_long_heads : 4;
+  const int want = cls == 0 ? 1 : cls == 1 ? 2 : cls == 3 && hd <= 128 ? a2_long_heads() : 4;
   for (int gm = want; gm > 1; gm >>= 1)
     if (G % gm == 0) return gm;
   return 1;
@@ -519,9 +524,9 @@ static int a2_splits(int cls, int wp, int max_splits) {
 }
 
 // The context class from which one token's attention takes the tensor-core window (FAST_ATTMMA;
-// BLOOMERY_CUDA_A2_MMA_CLASS=0..4 for probe runs, 4: never).
-static int a2_mma_class = 2;
-static bool a2_mma(int cls, int G, int hd) { return (cu_fast & FAST_ATTMMA) && hd == 128 && G == 8 && cls >= a2_mma_class; }
+// bl_cuda_options.a2_mma_class 0..4 for probe runs, 4: never).
+static int a2_mma_class() { return cu_opt->a2_mma_class >= 0 && cu_opt->a2_mma_class <= 4 ? (int)cu_opt->a2_mma_class : 2; }
+static bool a2_mma(int cls, int G, int hd) { return (cu_fast & FAST_ATTMMA) && hd == 128 && G == 8 && cls >= a2_mma_class(); }
 
 template <int HD, int WP>
 static cudaError_t launch_a2(cudaStream_t st, const attn1_args &a, int gm, int splits, bool mma) {
@@ -543,7 +548,7 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mm
   if (mma_used) *mma_used = mma;
   const int gm = mma ? 8 : a2_heads(cls, a.G, hd), wp = a2_window(cls, hd), splits = a2_splits(cls, wp, a.max_splits);
   attn1_args b = a;
-  b.long_chunk = a2_long_chunk;
+  b.long_chunk = a2_long_chunk();
   // long contexts: the merge by a kernel of its own (not with the int8 row, which the merging block writes)
   b.sep_merge = (cu_fast & FAST_A2MERGE) && cls == 3 && !a.x8 && splits > 1;
   if (sep_used) *sep_used = b.sep_merge != 0;
@@ -565,14 +570,6 @@ int64_t cu_attn2(cudaStream_t st, const attn1_args &a, int hd, int cls, bool *mm
 
 int64_t cu_attn2_init(int smem_optin) {
   const char *w = "configuring one-token attention (head groups)";
-  const char *env = getenv("BLOOMERY_CUDA_A2_LONG");
-  int h = 0, ch = 0;
-  if (env && sscanf(env, "%d,%d", &h, &ch) == 2 && (h == 1 || h == 2 || h == 4 || h == 8) && ch >= 64 && ch <= 128) {
-    a2_long_heads = h;
-    a2_long_chunk = ch;
-  }
-  env = getenv("BLOOMERY_CUDA_A2_MMA_CLASS");
-  if (env && env[0] >= '0' && env[0] <= '4' && !env[1]) a2_mma_class = env[0] - '0';
 #define P(HD, WP)                                          \
   CU_OK(cu_allow_smem(k_attn2<HD, 1, WP>, smem_optin, w)); \
   CU_OK(cu_allow_smem(k_attn2<HD, 2, WP>, smem_optin, w)); \

@@ -29,7 +29,8 @@ int64_t cu_fail_cuda(cudaError_t e, const char *what);
 
 // The shared-memory carveout every kernel prefers (percent of the unified L1/shared memory, or
 // -1: the driver picks per launch). One value for all kernels means consecutive kernels never
-// make an SM change its L1/shared split. BLOOMERY_CUDA_CARVEOUT=<0..100|-1> or the context option.
+// make an SM change its L1/shared split. Set by bl_cuda_options.carveout (bl_cuda_weights_new) or the
+// context option (process-wide: a kernel attribute).
 extern int cu_carveout;
 // Kernel attributes set once per (shared-memory limit, carveout): the carveout preference.
 template <class K>
@@ -66,8 +67,9 @@ __device__ __forceinline__ void cu_pdl_entry() {
   cu_pdl_wait_only();
   cu_pdl_trigger();
 }
-// Whether launches carry the attribute (BLOOMERY_CUDA_PDL=0 turns it off; set by cu_init_kernels).
-extern int cu_pdl;
+// Whether launches carry the attribute: the context whose work this thread enqueues (cu_opts_scope,
+// cuda/ctx.h: its bl_cuda_options.pdl, on from sm_90); off outside a context's calls.
+extern thread_local int cu_pdl;
 
 // Launches k on st (with the programmatic-serialization attribute when cu_pdl is on and st is
 // not the legacy default stream).

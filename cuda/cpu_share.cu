@@ -29,16 +29,10 @@
 // this many (CU_OPT_CPU_TOKENS' largest): every used expert no copy ahead brought, without the time cap (tests)
 #define CPU_SHARE_ALL 65536
 
-// the CPU's estimated time may reach this share of the copies left to the card (BLOOMERY_HYBRID_CPU_CAP;
+// the CPU's estimated time may reach this share of the copies left to the card (bl_cuda_options.cpu_cap;
 // call 155: 2 measured within the spread of 1 at 4 and 8 tokens; 0.5 at 16 tokens gained over 1 there
 // but stayed under 6-8 tokens at 1)
-static double cap_factor() {
-  static const double f = [] {
-    const char *env = getenv("BLOOMERY_HYBRID_CPU_CAP");
-    return env && env[0] && atof(env) > 0 ? atof(env) : 1.0;
-  }();
-  return f;
-}
+static double cap_factor(const cu_ctx *c) { return c->o.cpu_cap > 0 ? c->o.cpu_cap : 1.0; }
 
 int cu_cpu_share_skip(const cu_ctx *c) { return c->cpu_tok > 0 && c->mb && c->expert_fn && c->hb_tok ? c->cpu_tok : 0; }
 
@@ -57,14 +51,11 @@ int64_t cu_cpu_share_alloc(cu_ctx *c) {
   CU_TRY(cudaHostGetDevicePointer(&d, c->hb_mask, 0), "mapping the CPU share's experts");
   c->hb_mask_d = static_cast<uint8_t *>(d);
   c->cpu_rows = 0;
-  if (c->cpu_tok < 0) c->cpu_tok = cu_cpu_share_default();
+  if (c->cpu_tok < 0) c->cpu_tok = cu_cpu_share_default(c);
   return BL_OK;
 }
 
-int cu_cpu_share_default() {
-  const char *env = getenv("BLOOMERY_HYBRID_CPU_TOKENS");
-  return env && env[0] ? std::max(0, atoi(env)) : CPU_SHARE_TOKENS;
-}
+int cu_cpu_share_default(const cu_ctx *c) { return c->o.cpu_tokens >= 0 ? (int)c->o.cpu_tokens : CPU_SHARE_TOKENS; }
 
 void cu_cpu_share_free(cu_ctx *c) {
   if (c->hp_sel) (void)cudaFreeHost(c->hp_sel);
@@ -127,7 +118,7 @@ int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uin
   std::stable_sort(cand.begin(), cand.end(), [&](int a, int z) { return counts[a] < counts[z]; });
   // the lightest first, while the CPU's estimated time (its measured time a pair) stays under the
   // copies of the experts left to the card
-  const double per_expert_us = cap_factor() * expert_us;
+  const double per_expert_us = cap_factor(c) * expert_us;
   int taken = 0, pairs = 0;
   for (int e : cand) {
     const double cpu_us = (pairs + counts[e]) * c->pair_us, card_us = (used - taken - 1) * per_expert_us;

@@ -234,9 +234,9 @@ struct buf_req {
 // The work buffers of a context (pointers filled by alloc_buffers); also used for sizing.
 static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const cu_dims &d = c->dm;
-  // lead slots for sparse steps' first uploads (hybrid.cu): BLOOMERY_HYBRID_LEAD (0..HYB_LEAD_MAX)
-  const char *lead = getenv("BLOOMERY_HYBRID_LEAD");
-  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead && lead[0] ? atoi(lead) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
+  // lead slots for sparse steps' first uploads (hybrid.cu): bl_cuda_options.hybrid_lead (0..HYB_LEAD_MAX)
+  const int64_t lead = c->o.hybrid_lead;
+  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead >= 0 ? (int)std::min<int64_t>(lead, HYB_LEAD_MAX) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
   if (c->n_lead < 0) c->n_lead = 0;
   if (c->n_lead > HYB_LEAD_MAX) c->n_lead = HYB_LEAD_MAX;
   const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
@@ -324,6 +324,7 @@ extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *
   cu_plan pl;
   CU_OK(make_plan(prog, bl, pl));
   cu_ctx c = cu_ctx();
+  c.o = cu_options_default();
   CU_OK(ctx_dims(pl.dm, p, c.dm));
   c.p = *p;
   c.max_splits = 32;
@@ -470,25 +471,35 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
   return BL_OK;
 }
 
-int cu_pdl = 0;
+thread_local int cu_pdl = 0;
 int cu_carveout = -1;
+thread_local const bl_cuda_options *cu_opt = &cu_options_default();
 
-// The run-time switches from the environment, read once per process (the context options
-// change them later): BLOOMERY_CUDA_PDL=0, BLOOMERY_CUDA_CARVEOUT=<percent, or -1 for the driver's choice>.
-static void read_env_once(int major) {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char *env = getenv("BLOOMERY_CUDA_PDL");
-  cu_pdl = major >= 9 && !(env && env[0] == '0'); // programmatic dependent launch: sm_90 and newer
-  env = getenv("BLOOMERY_CUDA_CARVEOUT");
-  if (env && env[0]) {
-    const int v = atoi(env);
-    if (v >= -1 && v <= 100) cu_carveout = v;
-  }
-  cu_tma_ok = major >= 9;
-  env = getenv("BLOOMERY_CUDA_FAST"); // bits: 1 products, 2 experts, 4 attention, 8 int8, 16 fused router, 32 attention by head groups, 64 decode batches' rows quantized once a launch (0: the general kernels only)
-  if (env && env[0]) cu_fast = atoi(env) & FAST_ALL;
+// Every option's default (ffi/bloomery.h bl_cuda_options; src/engine/cuda-options.ts has the same).
+const bl_cuda_options &cu_options_default() {
+  static const bl_cuda_options d = [] {
+    bl_cuda_options o = {};
+    o.fast = -1;
+    o.graphs = 1;
+    o.pdl = 1;
+    o.carveout = -1;
+    o.mma_pairs = -1;
+    o.mv_batch = 1;
+    o.moe_batch = 1;
+    o.a2_mma_class = -1;
+    o.host_pin = 1;
+    o.hybrid_lead = -1;
+    o.upload_min = -1;
+    o.host_share = -1;
+    o.sparse_upload = -1;
+    o.card_share = -1;
+    o.mailbox = 1;
+    o.pull = 1;
+    o.spin = 1;
+    o.cpu_tokens = -1;
+    return o;
+  }();
+  return d;
 }
 
 int cu_sms = 1;
@@ -500,7 +511,7 @@ int64_t cu_init_kernels(int smem_optin) {
   int dev = 0;
   CU_TRY(cudaGetDevice(&dev), "reading the device");
   CU_TRY(cudaDeviceGetAttribute(&device_major, cudaDevAttrComputeCapabilityMajor, dev), "reading the device");
-  read_env_once(device_major);
+  cu_tma_ok = device_major >= 9;
   CU_TRY(cudaDeviceGetAttribute(&cu_sms, cudaDevAttrMultiProcessorCount, dev), "reading the device");
   CU_TRY(cudaDeviceGetAttribute(&cu_smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev), "reading the device");
   if (inited_optin == smem_optin && inited_carveout == cu_carveout) return BL_OK;
@@ -543,7 +554,7 @@ extern "C" int64_t bl_cuda_weights_free(uint64_t h) {
   return BL_OK;
 }
 
-static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) {
+static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog, const bl_cuda_options &o) {
   int n = 0, drv = 0;
   CU_OK(cu_probe(&n, &drv));
   if (dev < 0 || dev >= n) return cu_fail(BL_E_INVAL, "CUDA device %lld does not exist (%d devices)", (long long)dev, n);
@@ -557,6 +568,10 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
                    prop.name, prop.major, prop.minor);
   w->smem_optin = (int)prop.sharedMemPerBlockOptin;
   w->sm_count = prop.multiProcessorCount;
+  if (o.carveout != cu_carveout) { // before the kernels' attributes are set (cu_init_kernels sets them anew for a changed one)
+    if (o.carveout < -1 || o.carveout > 100) return cu_fail(BL_E_INVAL, "cuda options: carveout %lld (0..100 percent, or -1 for the driver's choice)", (long long)o.carveout);
+    cu_carveout = (int)o.carveout;
+  }
   CU_OK(cu_init_kernels(w->smem_optin));
   CU_OK(fuse_program(prog, w->fused));
   cu_plan pl;
@@ -571,16 +586,16 @@ static int64_t weights_init(cu_weights *w, int64_t dev, const bl_program *prog) 
   w->arena_bytes = pl.total;
   CU_OK(upload(w, pl));
   CU_OK(build_blocks(w, pl));
-  CU_OK(cu_host_register(w));
+  CU_OK(cu_host_register(w, o.host_pin != 0));
   CU_TRY(cudaDeviceSynchronize(), "finishing the upload");
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out) {
+extern "C" int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, const bl_cuda_options *o, uint64_t *out) {
   if (!prog || !out) return cu_fail(BL_E_INVAL, "cuda weights_new: null argument");
   cu_weights *w = new (std::nothrow) cu_weights();
   if (!w) return cu_fail(BL_E_NOMEM, "cuda weights_new: out of memory");
-  const int64_t s = weights_init(w, dev, prog);
+  const int64_t s = weights_init(w, dev, prog, o ? *o : cu_options_default());
   if (s != BL_OK) {
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", bl_cuda_last_error());
@@ -593,6 +608,10 @@ extern "C" int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint
 }
 
 static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) {
+  const bl_cuda_options &o = c->o; // set by bl_cuda_ctx_new
+  if (o.host_share < -1 || o.host_share > 900) return cu_fail(BL_E_INVAL, "cuda options: host share %lld (thousandths 0..900, or -1: the cost model)", (long long)o.host_share);
+  if (o.sparse_upload < -1 || o.sparse_upload > 1) return cu_fail(BL_E_INVAL, "cuda options: sparse uploads %lld (1, 0 or -1)", (long long)o.sparse_upload);
+  if (o.cpu_tokens < -1 || o.cpu_tokens > 65536) return cu_fail(BL_E_INVAL, "cuda options: CPU share %lld tokens (0..65536, -1: the default)", (long long)o.cpu_tokens);
   c->w = w;
   c->dev = w->dev;
   CU_TRY(cudaSetDevice(c->dev), "selecting the device");
@@ -605,22 +624,21 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->use_graphs = 1;
   c->prefill_min = MV_MAX_NT + 1;
   c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
-  c->host_share_opt = -1;
-  c->sparse_opt = -1;
-  c->cpu_tok = -1; // BLOOMERY_HYBRID_CPU_TOKENS or the default, read when the host hook is set
+  c->host_share_opt = (int)o.host_share;
+  c->sparse_opt = (int)o.sparse_upload;
+  c->cpu_tok = (int)o.cpu_tokens; // -1: the default, taken when the host hook is set
   c->used_share = -1;
   c->up_cur = -1;
   c->mb_pairs_min = 3000; // H200, -npl 2: 625 t/s at 2 on the benchmark file, 658 at 3, 655 at 4.5 (docs/cuda-runs.md call 142)
   c->foacc_lim = FO_ACC_LIM;
-  const char *env = getenv("BLOOMERY_CUDA_GRAPHS");
-  if (env && env[0] == '0') c->use_graphs = 0;
-  env = getenv("BLOOMERY_CUDA_PROFILE");
-  c->profile = env && env[0] && env[0] != '0';
-  cu_trace_setup();
-  env = getenv("BLOOMERY_CUDA_MMA_PAIRS"); // decode batches: the tensor-core experts from this many pairs an expert (0: always)
-  if (env && env[0]) c->mb_pairs_min = (int)(atof(env) * 1000.0);
-  env = getenv("BLOOMERY_CUDA_PREFILL_MIN"); // batches of at least this many tokens take the prefill kernels (2..MV_MAX_NT+1)
-  if (env && atoi(env) >= 2 && atoi(env) <= MV_MAX_NT + 1) c->prefill_min = atoi(env);
+  if (o.graphs == 0) c->use_graphs = 0;
+  c->profile = o.profile != 0;
+  c->invariant = o.invariant != 0;
+  c->o.fast = o.fast < 0 ? FAST_DEFAULT : o.fast & FAST_ALL;
+  c->o.pdl = o.pdl != 0 && device_major >= 9; // programmatic dependent launch: sm_90 and newer
+  cu_trace_setup(reinterpret_cast<const char *>(o.trace_path));
+  if (o.mma_pairs >= 0) c->mb_pairs_min = (int)o.mma_pairs; // decode batches: the tensor-core experts from this many pairs an expert (thousandths; 0: always)
+  if (o.prefill_min >= 2 && o.prefill_min <= MV_MAX_NT + 1) c->prefill_min = (int)o.prefill_min; // batches of at least this many tokens take the prefill kernels
   size_t fr = 0, tot = 0;
   CU_TRY(cudaMemGetInfo(&fr, &tot), "reading the device memory");
   const size_t cb = ctx_bytes(c);
@@ -658,11 +676,12 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   return BL_OK;
 }
 
-extern "C" int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, uint64_t *out) {
+extern "C" int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, const bl_cuda_options *o, uint64_t *out) {
   const cu_weights *w = reinterpret_cast<const cu_weights *>(weights);
   if (!w || !p || !out) return cu_fail(BL_E_INVAL, "cuda ctx_new: null argument");
   cu_ctx *c = new (std::nothrow) cu_ctx();
   if (!c) return cu_fail(BL_E_NOMEM, "cuda ctx_new: out of memory");
+  c->o = o ? *o : cu_options_default();
   const int64_t s = ctx_init(c, w, p);
   if (s != BL_OK) {
     char keep[1024];
@@ -691,11 +710,12 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_FAST:
-      cu_fast = (int)value & FAST_ALL;
+      c->o.fast = (int)value & FAST_ALL;
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_INVARIANT:
       c->invariant = value != 0;
+      c->o.invariant = c->invariant;
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_UPLOAD_MIN:
@@ -727,10 +747,10 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       return BL_OK;
     case CU_OPT_CPU_TOKENS:
       if (value < -1 || value > 65536) return cu_fail(BL_E_INVAL, "set_option: CPU share %lld tokens (0..65536, -1: the default)", (long long)value);
-      c->cpu_tok = value >= 0 ? (int)value : cu_cpu_share_default();
+      c->cpu_tok = value >= 0 ? (int)value : cu_cpu_share_default(c);
       return BL_OK;
     case CU_OPT_PDL:
-      cu_pdl = value != 0 && device_major >= 9;
+      c->o.pdl = value != 0 && device_major >= 9;
       cu_drop_graphs(c);
       return BL_OK;
     default: return cu_fail(BL_E_INVAL, "set_option: unknown option %lld", (long long)key);

@@ -33,10 +33,10 @@ struct cu_blk {
   bool general;  // an option above (or a bias / sink) is set: the fast kernels do not take this block
 };
 
-// Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption):
-// the carveout every kernel prefers (process-wide, percent or -1) and programmatic dependent
-// launch on/off (process-wide), the one-token kernels in use (bits FAST_*, process-wide). They
-// drop the context's captured graphs.
+// Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption), set
+// after bl_cuda_ctx_new's bl_cuda_options: the carveout every kernel prefers (process-wide, percent
+// or -1), programmatic dependent launch on/off and the kernels in use (bits FAST_*; both the
+// context's, its bl_cuda_options.pdl and .fast). They drop the context's captured graphs.
 // CU_OPT_INVARIANT: the context's batch-invariant mode (its forward passes run with the fast bits
 // off and without the grouped decode-batch experts, so each token is computed as it is alone).
 // CU_OPT_UPLOAD_MIN: batches of at least this many tokens upload their host experts (0: never;
@@ -56,7 +56,7 @@ struct cu_blk {
 // CU_OPT_CPU_TOKENS: sparse prompt layers give the CPU the used experts with at most 2 x value
 // tokens that no copy ahead brought (copies ahead skip those the last picks gave at most value),
 // the lightest first while the CPU's estimated time stays under the layer's copies; 0: off; 65536:
-// all of them, no time cap (tests); -1: BLOOMERY_HYBRID_CPU_TOKENS or the default (cpu_share.cu).
+// all of them, no time cap (tests); -1: bl_cuda_options.cpu_tokens or the default (cpu_share.cu).
 enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT = 19, CU_OPT_UPLOAD_MIN = 20, CU_OPT_CARD_SHARE = 21,
        CU_OPT_PROMOTE_SLOTS = 22, CU_OPT_HOST_SHARE = 23, CU_OPT_SPARSE_UP = 24, CU_OPT_MMA_PAIRS = 25, CU_OPT_FOACC_LIM = 26,
        CU_OPT_CPU_TOKENS = 27 };
@@ -117,7 +117,7 @@ struct cu_host_call {
 
 // staging slots of host experts' uploads (hybrid.cu): two in turn, and lead slots for the first uploads
 #define HYB_LEAD_MAX 5
-// the lead slots' card memory by default (BLOOMERY_HYBRID_LEAD sets their number instead)
+// the lead slots' card memory by default (bl_cuda_options.hybrid_lead sets their number instead)
 #define HYB_LEAD_BYTES ((int64_t)2 << 30)
 #define HYB_SLOTS (2 + HYB_LEAD_MAX)
 // A piece of the next step's leads to copy (dst null: slot's end, its ready event).
@@ -132,6 +132,7 @@ struct cu_ctx {
   int dev;
   cudaStream_t st;
   bl_ctx_params p;
+  bl_cuda_options o;  // the context's options (bl_cuda_ctx_new; fast and pdl resolved, set_option changes them)
   cu_dims dm;
   int smem_limit;     // dynamic shared memory a product may use
   int sm_count;
@@ -177,7 +178,7 @@ struct cu_ctx {
   uint8_t *kv_host[2];
   cudaEvent_t kv_ev[2];
   int64_t kv_stage_pos;  // positions a staging buffer holds
-  int invariant;         // CU_OPT_INVARIANT
+  int invariant;         // bl_cuda_options.invariant, CU_OPT_INVARIANT
   int64_t logits_rows;   // rows the logits buffer holds
   int max_splits, min_chunk, router_groups, max_tiles;
   // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)
@@ -199,7 +200,7 @@ struct cu_ctx {
   std::vector<cu_graph> graph_seen; // decode shapes run once on the stream (captured when they come back; kept across cu_drop_graphs)
   int use_graphs, prefill_min;
   int64_t steps, graph_steps;
-  // BLOOMERY_CUDA_PROFILE=1: an event at each section start (graphs off); time per section summed
+  // bl_cuda_options.profile: an event at each section start (graphs off); time per section summed
   // for decode-sized and larger batches, printed when the context is freed
   int profile, n_marks;
   std::vector<cudaEvent_t> ev;
@@ -215,7 +216,7 @@ struct cu_ctx {
   // one-token split (CU_OPT_CARD_SHARE picks of a token read by the card from host memory over PCIe
   // on the side stream cs2, the rest on the CPU): the picks and the CPU's sum, pinned; its sum on the card
   int card_share;
-  // share_tune.cu: the share sized online (share_auto; set by neither BLOOMERY_HYBRID_CARD_SHARE=N nor
+  // share_tune.cu: the share sized online (share_auto; set by neither bl_cuda_options.card_share nor
   // CU_OPT_CARD_SHARE) from a window of the steps' timed splits: their count and sums (us) of the
   // card's share, its wait and the CPU's call; the CPU path's latency beyond its call; the moves made
   int share_auto;
@@ -238,7 +239,7 @@ struct cu_ctx {
   // slots 2.. (lead slots), which the step before, when its batch asked for no logits (the prompt
   // goes on), copies ahead in pieces between its own light layers' copies (lead_issue)
   void *stage[HYB_SLOTS];
-  int n_lead;            // lead slots allocated (BLOOMERY_HYBRID_LEAD, 0..HYB_LEAD_MAX)
+  int n_lead;            // lead slots allocated (bl_cuda_options.hybrid_lead, 0..HYB_LEAD_MAX)
   int step_lead;         // this step's uploads in lead slots (0: a whole step)
   int more_follows;      // this step's batch wants no logits
   int lead_next;         // the lead slots hold the next step's first uploads (lead_j), copied ahead (set by
@@ -314,6 +315,26 @@ struct cu_ctx {
   int64_t n_moves;
 };
 
+// While a context's call enqueues its work: this thread's kernels in use (cu_fast: the context's
+// bits, none in batch-invariant mode), programmatic dependent launch (cu_pdl) and options (cu_opt)
+// are the context's; the ones before are restored after.
+struct cu_opts_scope {
+  int fast, pdl;
+  const bl_cuda_options *o;
+  explicit cu_opts_scope(const cu_ctx *c) : fast(cu_fast), pdl(cu_pdl), o(cu_opt) {
+    cu_fast = c->invariant ? 0 : (int)c->o.fast;
+    cu_pdl = (int)c->o.pdl;
+    cu_opt = &c->o;
+  }
+  ~cu_opts_scope() {
+    cu_fast = fast;
+    cu_pdl = pdl;
+    cu_opt = o;
+  }
+  cu_opts_scope(const cu_opts_scope &) = delete;
+  cu_opts_scope &operator=(const cu_opts_scope &) = delete;
+};
+
 void cu_mark(cu_ctx *c, int section);
 void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
@@ -353,7 +374,7 @@ static inline int4 *in_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(
 static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_slots * c->p.kv_ctx * c->p.kv_k_dim; }
 
 // hybrid.cu
-int64_t cu_host_register(cu_weights *w);
+int64_t cu_host_register(cu_weights *w, bool pin); // pin false: the pages stay unregistered (bl_cuda_options.host_pin 0)
 void cu_host_unregister(cu_weights *w);
 void cu_hybrid_free(cu_ctx *c);
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more); // more: the batch asks for no logits (its prompt goes on)  // a step starts: uploads or the hook
@@ -365,7 +386,7 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int n
 // cpu_share.cu
 int64_t cu_cpu_share_alloc(cu_ctx *c);
 void cu_cpu_share_free(cu_ctx *c);
-int cu_cpu_share_default(); // CU_OPT_CPU_TOKENS's default (BLOOMERY_HYBRID_CPU_TOKENS, else CPU_SHARE_TOKENS)
+int cu_cpu_share_default(const cu_ctx *c); // CU_OPT_CPU_TOKENS's default (bl_cuda_options.cpu_tokens, else CPU_SHARE_TOKENS)
 int cu_cpu_share_skip(const cu_ctx *c); // copies ahead skip experts the last picks gave at most this many tokens (0: none)
 int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs); // the picks read back with the counts (the share is on: cu_cpu_share_skip)
 // of block b's used experts no copy ahead brought (miss), the CPU takes the lightest; they leave miss

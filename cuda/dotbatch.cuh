@@ -27,16 +27,6 @@ __device__ __forceinline__ void mb_zero(float (&acc)[R][MB_NT]) {
     for (int t = 0; t < MB_NT; t++) acc[r][t] = 0.0f;
 }
 
-// A decode-batch path's switch (host), read from the environment once into *on (-1: not yet):
-// off when the variable var starts with '0'.
-static inline bool mb_switch_on(const char *var, int *on) {
-  if (*on < 0) {
-    const char *v = getenv(var);
-    *on = (v && v[0] == '0') ? 0 : 1;
-  }
-  return *on == 1;
-}
-
 // ---- float activations: R weight rows (one type) against the tile's cnt staged rows ----
 // xs: staged rows of n floats; acc[r][t]: row r against staged row sl[t] (t < cnt). F32 rows
 // (the router) unroll four units a lane so their loads are in flight together.

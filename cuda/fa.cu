@@ -289,9 +289,9 @@ __global__ void __launch_bounds__(128 * HPB, fa2_min_blocks<HD, HPB>()) k_fa2(fa
 
 // Whether k_fa2's shared memory fits the card (set by cu_attn_init; else FAST_FA2 runs k_fa), and
 // the query heads a block takes where G allows: 0 chosen by the launch's size, or forced to 1 or
-// FA2_HEADS by BLOOMERY_FA2_HEADS (A/B timing).
+// FA2_HEADS by bl_cuda_options.fa2_heads (A/B timing).
 static bool fa2_fits = false;
-static int fa2_heads = 0;
+static int fa2_heads_opt() { return cu_opt->fa2_heads == 1 || cu_opt->fa2_heads == FA2_HEADS ? (int)cu_opt->fa2_heads : 0; }
 
 template <int HD, int HPB>
 static int64_t fa2_launch(cudaStream_t st, const fa_args &a, int n_tiles) {
@@ -311,6 +311,7 @@ int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles,
     // than with one head a block (an SM holds one block of two heads; a short prompt's few tiles
     // would leave SMs idle, so they keep one head a block)
     const int64_t units = (int64_t)n_tiles * a.nh, sms = cu_sms > 0 ? cu_sms : 1;
+    const int fa2_heads = fa2_heads_opt();
     const bool pair = a.G % FA2_HEADS == 0 && a.nh % FA2_HEADS == 0 &&
                       (fa2_heads == FA2_HEADS || (fa2_heads == 0 && FA2_HEADS * ((units / FA2_HEADS + sms - 1) / sms) <= (units + sms - 1) / sms));
     if (fa2) *fa2 = true;
@@ -334,8 +335,6 @@ int64_t cu_attn_init(int smem_optin) {
   CU_TRY(cudaFuncSetAttribute(k_fa<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 64 * (128 + 8) * 2), "configuring attention");
   CU_OK(cu_kernel_prefs(k_fa<64>, "configuring attention"));
   CU_OK(cu_kernel_prefs(k_fa<128>, "configuring attention"));
-  const char *env = getenv("BLOOMERY_FA2_HEADS");
-  fa2_heads = env && (atoi(env) == 1 || atoi(env) == FA2_HEADS) ? atoi(env) : 0;
   fa2_fits = smem_optin >= fa2_smem<128>();
   if (!fa2_fits) return BL_OK;
   CU_OK((fa2_init<64, 1>()));

@@ -20,7 +20,7 @@
 #include "l2pf.cuh"
 #include "fopick.cuh"
 
-int cu_fast = FAST_DEFAULT;
+thread_local int cu_fast = FAST_DEFAULT;
 int cu_tma_ok = 0;
 
 // Plain copy of n floats into xs, loads batched 8 a thread (no barrier).
@@ -562,16 +562,8 @@ struct fmv_launch {
 };
 
 // Rows a warp for launches of one to two waves of rows (Q/K/V of one token): 2, or
-// BLOOMERY_CUDA_FMV_RPW (1-8; a measurement knob: fewer blocks each staging x).
-static int fmv_mid_rpw() {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("BLOOMERY_CUDA_FMV_RPW");
-    const int k = e && e[0] ? atoi(e) : 0;
-    v = k >= 1 && k <= 8 ? k : 2;
-  }
-  return v;
-}
+// bl_cuda_options.fmv_rpw (1-8; a measurement knob: fewer blocks each staging x).
+static int fmv_mid_rpw() { return cu_opt->fmv_rpw >= 1 && cu_opt->fmv_rpw <= 8 ? (int)cu_opt->fmv_rpw : 2; }
 
 // Plans one launch for the given jobs (all of one type or one pair); false when they do not fit.
 static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem_limit, int sm_count, fmv_launch &L) {

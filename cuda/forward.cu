@@ -623,17 +623,10 @@ static moe_batch_args batch_experts(const cu_ctx *c, const cu_blk &b, const dmat
 }
 
 // Pairs an expert (on average) from which prompt batches group them in tiles of 64 rather than 32
-// (BLOOMERY_CUDA_EXPERT_BN64, read once; 20 by default). The tiles are bound by decoding the
+// (bl_cuda_options.expert_bn64; 20 by default). The tiles are bound by decoding the
 // weights, not by the products: with tiles of 32 an expert of 33-40 pairs was decoded twice. 64
 // from 16 pairs (512-token batches, ~32 pairs an expert) measured pp512 9,389 -> 11,152 (H200).
-static int expert_bn64_min() {
-  static int v = 0;
-  if (!v) {
-    const char *e = getenv("BLOOMERY_CUDA_EXPERT_BN64");
-    v = e && atoi(e) > 0 ? atoi(e) : 20;
-  }
-  return v;
-}
+static int expert_bn64_min() { return cu_opt->expert_bn64 > 0 ? (int)cu_opt->expert_bn64 : 20; }
 
 // A MoE block's expert options into either expert kernels' arguments (fmoe_args, moe_dec_args):
 // gpt-oss's gate, up and down biases (null where absent) and its activation.
@@ -1180,16 +1173,13 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
   return BL_OK;
 }
 
-// A forward pass in the context's mode: the batch-invariant one runs with the fast bits off (the
-// process-wide bits are restored after it).
+// A forward pass with the context's options (cu_opts_scope): its fast bits, none in the
+// batch-invariant mode; the thread's bits before are restored after it.
 static int64_t forward_mode(uint64_t h, const bl_batch *batch, int topk, int32_t *ids, float *vals) {
   const cu_ctx *c = reinterpret_cast<const cu_ctx *>(h);
-  if (!c || !c->invariant) return forward(h, batch, topk, ids, vals);
-  const int keep = cu_fast;
-  cu_fast = 0;
-  const int64_t s = forward(h, batch, topk, ids, vals);
-  cu_fast = keep;
-  return s;
+  if (!c) return forward(h, batch, topk, ids, vals);
+  const cu_opts_scope scope(c);
+  return forward(h, batch, topk, ids, vals);
 }
 
 extern "C" int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch) { return forward_mode(ctx, batch, 0, nullptr, nullptr); }

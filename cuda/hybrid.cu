@@ -30,7 +30,7 @@
 #define HYBRID_CARD_SHARE_CB 3
 
 // ---- pinning the host experts ----
-int64_t cu_host_register(cu_weights *w) {
+int64_t cu_host_register(cu_weights *w, bool pin) {
   w->host_pinned = 0;
   std::vector<std::pair<uintptr_t, uintptr_t>> r;
   const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -41,8 +41,7 @@ int64_t cu_host_register(cu_weights *w) {
         r.push_back({a & ~(pg - 1), (a + b.hbytes[k] + pg - 1) & ~(pg - 1)});
       }
   if (r.empty()) return BL_OK;
-  const char *env = getenv("BLOOMERY_HOST_PIN");
-  if (env && env[0] == '0') return BL_OK;
+  if (!pin) return BL_OK;
   std::sort(r.begin(), r.end());
   std::vector<std::pair<uintptr_t, uintptr_t>> m;
   for (const auto &x : r) {
@@ -249,15 +248,10 @@ static int64_t issue_upload(cu_ctx *c, int u) {
 // uploads ahead, so a hook layer hides at most 2u of copying: it saves u - max(0, h - 2u), a gain
 // only where h < 3u; then the share u / (u + h), at most a third (hook layers at least two uploads
 // apart). H200, Qwen3-30B-A3B, 15 threads: h ~30 ms against u ~6.5 ms a 512-token layer, so every
-// layer uploads there (forced shares measured slower: 0.2 1,252 t/s against 1,607). CU_OPT_HOST_SHARE,
-// else BLOOMERY_HYBRID_HOST_SHARE (0..0.9), sets it; 0 uploads every layer.
+// layer uploads there (forced shares measured slower: 0.2 1,252 t/s against 1,607). CU_OPT_HOST_SHARE
+// (or bl_cuda_options.host_share, thousandths 0..900) sets it; 0 uploads every layer.
 static double host_share(const cu_ctx *c, int ntok) {
   if (c->host_share_opt >= 0) return c->host_share_opt / 1000.0;
-  const char *env = getenv("BLOOMERY_HYBRID_HOST_SHARE");
-  if (env && env[0]) {
-    const double v = atof(env);
-    return v < 0 ? 0 : v > 0.9 ? 0.9 : v;
-  }
   const cu_blk *b = cu_first_host_block_in_ram(c);
   if (!b || c->pcie_bps <= 0) return 0;
   const double up_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / c->pcie_bps;
@@ -305,8 +299,7 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
     c->th_ntok = 0;
   }
   if (!c->up_list.empty()) c->used_share = last_used_share(c);
-  const char *env = getenv("BLOOMERY_HYBRID_SPARSE"); // 1: the used experts only, 0: whole layers (CU_OPT_SPARSE_UP overrides)
-  const int forced = c->sparse_opt >= 0 ? c->sparse_opt : env && env[0] ? atoi(env) != 0 : -1;
+  const int forced = c->sparse_opt; // 1: the used experts only, 0: whole layers (CU_OPT_SPARSE_UP, bl_cuda_options.sparse_upload), -1: by the share
   c->sparse_step = forced >= 0 ? forced : c->used_share < SPARSE_MAX_SHARE;
   const int nh = (int)c->w->host_blocks.size();
   c->up_ord.assign(nh, -1);
@@ -527,7 +520,7 @@ static int64_t prefetch_used(cu_ctx *c, int u) {
 // with the light layers' copies, which then waited: docs/cuda-runs.md call 147). H200, the benchmark
 // file, pp4096 at -ub 512: 12 / 24 / 48 / 96 MiB gave --cpu-moe 6,140 / 6,403 / 6,093 / 5,837 and
 // --n-cpu-moe 24 7,038 / 7,081 / 6,557 / 6,213 t/s, against 5,782 and ~6,020 without (call 149).
-#define LEAD_CHUNK_MB 24 // BLOOMERY_HYBRID_LEAD_MB overrides
+#define LEAD_CHUNK_MB 24 // bl_cuda_options.hybrid_lead_mb overrides
 #define LEAD_PIECE ((size_t)4 << 20)
 
 // The pieces to copy: the lead blocks' likely experts, runs of neighbours cut into LEAD_PIECE.
@@ -576,12 +569,8 @@ static int64_t lead_issue(cu_ctx *c, size_t budget) {
 
 // Waits for ev by polling: a sparse layer's picks are read while the host experts' threads idle (the
 // layer before's CPU share is done: the card waited for it), and a blocking wait's wake-up would hold
-// the card at every layer. BLOOMERY_HYBRID_SPIN=0: the blocking wait.
-static int64_t spin_wait(cudaEvent_t ev, const char *what) {
-  static const bool spin = [] {
-    const char *env = getenv("BLOOMERY_HYBRID_SPIN");
-    return !(env && env[0] == '0');
-  }();
+// the card at every layer. bl_cuda_options.spin 0: the blocking wait.
+static int64_t spin_wait(bool spin, cudaEvent_t ev, const char *what) {
   if (!spin) {
     CU_TRY(cudaEventSynchronize(ev), what);
     return BL_OK;
@@ -611,7 +600,7 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int n
   // layer's staging buffer at their own offsets; the experts wait for them. The next upload's likely
   // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
   CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
-  CU_OK(spin_wait(c->sync_ev, "reading a layer's picks"));
+  CU_OK(spin_wait(c->o.spin != 0, c->sync_ev, "reading a layer's picks"));
   const int u = c->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->up_list.size();
   if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
@@ -770,9 +759,8 @@ static int64_t measure(cu_ctx *c) {
   int64_t need = (int64_t)(upload_us / (c->pair_us * (double)k)) + 1;
   if (need < c->prefill_min) need = c->prefill_min; // graphed steps call the hook
   c->upload_min = (int)std::min<int64_t>(need, 1 << 30);
-  const char *env = getenv("BLOOMERY_HYBRID_UPLOAD_MIN"); // batches of at least this many tokens upload (0: never)
-  if (env && env[0]) {
-    const int v = atoi(env);
+  if (c->o.upload_min >= 0) { // bl_cuda_options.upload_min: batches of at least this many tokens upload (0: never)
+    const int v = (int)std::min<int64_t>(c->o.upload_min, 1 << 30);
     c->upload_min = v <= 0 ? (1 << 30) : std::max(v, c->prefill_min);
   }
   return BL_OK;
@@ -806,8 +794,8 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
     CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
   }
   CU_TRY(cudaEventCreateWithFlags(&c->miss_ev, cudaEventDisableTiming), "creating events");
-  const char *lmb = getenv("BLOOMERY_HYBRID_LEAD_MB"); // the next batch's leads copied after each light layer (MiB)
-  c->lead_chunk = (size_t)(lmb && lmb[0] && atoi(lmb) > 0 ? atoi(lmb) : LEAD_CHUNK_MB) << 20;
+  const int64_t lmb = c->o.hybrid_lead_mb; // the next batch's leads copied after each light layer (MiB)
+  c->lead_chunk = (size_t)(lmb > 0 ? lmb : LEAD_CHUNK_MB) << 20;
   CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
   CU_TRY(cudaEventCreate(&c->th_ev[0]), "creating events");
   CU_TRY(cudaEventCreate(&c->th_ev[1]), "creating events");
@@ -821,17 +809,16 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   // by measuring both sides, cuda/pull.cu: on the H200 it chose 2 where 3 was 10-15% faster); with
   // the copies and the mailbox, unless fixed, moved online by the steps' own timings (share_tune.cu)
   // from where the last context on these weights left it
-  const char *env = getenv("BLOOMERY_HYBRID_CARD_SHARE");
-  const bool sized = env && strcmp(env, "auto") == 0, fixed = env && env[0] && !sized;
-  c->card_share = fixed ? atoi(env) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  const int64_t opt = c->o.card_share; // bl_cuda_options.card_share: -2 sized ("auto"), -1 the default, else fixed
+  const bool sized = opt == -2, fixed = opt >= 0;
+  c->card_share = fixed ? (int)std::min<int64_t>(opt, 64) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->card_share < 0) c->card_share = 0;
   c->share_auto = !fixed && c->mb && c->pull_on;
   c->tune_n = c->n_share_moves = c->n_share_samples = 0;
   c->tune_a = c->tune_w = c->tune_c = c->tune_lat = 0.0;
   if (c->share_auto && !sized && c->w->share_hint > 0) c->card_share = c->w->share_hint - 1;
   if (sized && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
-  env = getenv("BLOOMERY_PROMOTE_SLOTS"); // card slots a host layer for promoted experts (0: off)
-  if (env && env[0] && atoi(env) > 0) CU_OK(cu_set_promote_slots(c, atoi(env)));
+  if (c->o.promote_slots > 0) CU_OK(cu_set_promote_slots(c, c->o.promote_slots)); // card slots a host layer for promoted experts (0: off)
   return BL_OK;
 }
 
@@ -840,6 +827,7 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !fn || !cpu_ctx || !expert_fn) return cu_fail(BL_E_INVAL, "set_host: null argument");
   if (c->dm.n_host == 0) return cu_fail(BL_E_INVAL, "set_host: the program keeps no experts in host memory");
+  const cu_opts_scope scope(c); // its measurements run the context's kernels
   const int64_t s = set_host(c, fn, cpu_ctx, expert_fn);
   if (s != BL_OK) {
     cu_drop_graphs(c);

@@ -12,8 +12,8 @@ bool cu_has_code(int dev);
 // Kernel attributes (dynamic shared memory limits), once per process.
 int64_t cu_init_kernels(int smem_optin);
 // The kernel timeline tracer (trace.cu; only a -DBL_TRACE build records): the buffer installed
-// at the first context when BLOOMERY_CUDA_TRACE names a file; the records appended to it.
-void cu_trace_setup();
+// at the first context whose options name a file (bl_cuda_options.trace_path); the records appended to it.
+void cu_trace_setup(const char *path);
 void cu_trace_dump();
 
 // ---- the grid quant types' test paths (test_iq.cu; no model kernel reads them yet) ----
@@ -142,7 +142,8 @@ int64_t cu_moe_dec_init(int smem_optin);
 // ---- one-token decode (fastdec.cu, attn1.cu): weight rows staged with cp.async (one round trip
 // a row, issued before the wait on the previous kernel where they do not depend on it), the
 // router's selection recomputed by the expert kernels, attention fused with Q/K norm and RoPE ----
-// Which of them run (process-wide bits; BLOOMERY_CUDA_FAST, context option CU_OPT_FAST).
+// Which of them run (bits of the context whose work this thread enqueues: bl_cuda_options.fast,
+// context option CU_OPT_FAST; cu_opts_scope, cuda/ctx.h, sets them).
 // FAST_Q8: Q4_K / Q6_K rows dotted with int8 activations by dp4a (where the caller allows it).
 // FAST_ROUTE: the router folded into the attention output product, whose last block selects the
 // experts once (froute.cu; with FAST_MOE). FAST_ATTN2: one-token attention with more blocks and
@@ -208,7 +209,12 @@ enum {
   // the last block paid once, 12.7 -> 23.7 us a launch, while the output product drops 16 -> 9.3)
   FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX
 };
-extern int cu_fast;
+// The bits of the context whose work this thread enqueues (cu_opts_scope, cuda/ctx.h: its
+// bl_cuda_options.fast, 0 in batch-invariant mode); FAST_DEFAULT outside a context's calls.
+extern thread_local int cu_fast;
+// That context's options (cu_opts_scope; cu_options_default() outside a context's calls).
+extern thread_local const bl_cuda_options *cu_opt;
+const bl_cuda_options &cu_options_default();
 // The card has bulk copies (cp.async.bulk, mbarriers: sm_90+; set once with the device's major).
 extern int cu_tma_ok;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)

@@ -267,8 +267,7 @@ static int64_t start(cu_ctx *c) {
 // After hx and hout are allocated (pinned): the mailbox, its device views and the runner; on a
 // failure none of it (the stream callbacks are not a fallback then: the error is returned).
 int64_t cu_mailbox_start(cu_ctx *c) {
-  const char *env = getenv("BLOOMERY_HYBRID_MAILBOX"); // 0: stream callbacks instead
-  if ((env && env[0] == '0') || c->dm.K > MB_MAX_PICKS) return BL_OK;
+  if (c->o.mailbox == 0 || c->dm.K > MB_MAX_PICKS) return BL_OK; // bl_cuda_options.mailbox 0: stream callbacks instead
   const int64_t s = start(c);
   if (s != BL_OK) cu_mailbox_stop(c);
   return s;

@@ -471,11 +471,8 @@ __global__ void __launch_bounds__(MV_THREADS) k_mb_pick(const float *logits, int
 
 // ---- host side ----
 
-// BLOOMERY_CUDA_MOE_BATCH=0 sends decode batches to the per-pair kernels (moe_dec.cu).
-static bool mb_enabled() {
-  static int on = -1;
-  return mb_switch_on("BLOOMERY_CUDA_MOE_BATCH", &on);
-}
+// bl_cuda_options.moe_batch 0 sends decode batches to the per-pair kernels (moe_dec.cu).
+static bool mb_enabled() { return cu_opt->moe_batch != 0; }
 
 struct mb_plan {
   bool q8_gu, q8_dn;

@@ -356,11 +356,8 @@ __global__ void __launch_bounds__(32) k_route_pick(const float *logits, int X, i
 
 // ---- host side ----
 
-// BLOOMERY_CUDA_MV_BATCH=0 sends decode batches' dense products back to cu_matvec.
-static bool mvb_enabled() {
-  static int on = -1;
-  return mb_switch_on("BLOOMERY_CUDA_MV_BATCH", &on);
-}
+// bl_cuda_options.mv_batch 0 sends decode batches' dense products back to cu_matvec.
+static bool mvb_enabled() { return cu_opt->mv_batch != 0; }
 
 typedef void (*mvb_kernel)(mvb_args);
 

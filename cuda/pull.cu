@@ -67,11 +67,10 @@ __global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
 
 // Slots in card memory for the most picks a token of any host layer read in memory (not on disk),
 // and the slot numbers 0..K-1 the expert kernels then take as picks. Off (nothing allocated) with
-// BLOOMERY_HYBRID_PULL=0 or when a host layer's slabs are not 16-byte multiples.
+// bl_cuda_options.pull 0 or when a host layer's slabs are not 16-byte multiples.
 int64_t cu_pull_init(cu_ctx *c) {
   c->pull_on = 0;
-  const char *env = getenv("BLOOMERY_HYBRID_PULL");
-  if (env && env[0] == '0') return BL_OK;
+  if (c->o.pull == 0) return BL_OK;
   size_t slab[3] = {0, 0, 0};
   int K = 0;
   for (const cu_blk &b : c->w->blocks) {

@@ -1,5 +1,5 @@
 // bloomery CUDA library: the host side of the kernel timeline tracer (cuda/trace.cuh; only in a
-// -DBL_TRACE build): with BLOOMERY_CUDA_TRACE=<file>, a record buffer on the card installed in
+// -DBL_TRACE build): with a trace file (bl_cuda_options.trace_path), a record buffer on the card installed in
 // every translation unit at the first context, and its records appended to the file (then
 // cleared) each time a context is freed. Without BL_TRACE both entry points do nothing.
 #include <stdio.h>
@@ -23,9 +23,12 @@ static tr_rec *tr_buf = nullptr;
 static unsigned *tr_n = nullptr;
 static const unsigned tr_cap = 1u << 23; // 8M records (256 MiB)
 
-void cu_trace_setup() {
-  const char *path = getenv("BLOOMERY_CUDA_TRACE");
+static char tr_path[1024]; // the file of the first context that named one
+
+void cu_trace_setup(const char *path) {
   if (!path || !path[0] || tr_buf) return;
+  snprintf(tr_path, sizeof tr_path, "%s", path);
+  path = tr_path;
   if (cudaMalloc(&tr_buf, (size_t)tr_cap * sizeof(tr_rec)) != cudaSuccess || cudaMalloc(&tr_n, sizeof(unsigned)) != cudaSuccess) {
     fprintf(stderr, "bloomery: trace: no memory for the record buffer\n");
     tr_buf = nullptr;
@@ -37,8 +40,8 @@ void cu_trace_setup() {
 }
 
 void cu_trace_dump() {
-  const char *path = getenv("BLOOMERY_CUDA_TRACE");
-  if (!tr_buf || !path) return;
+  const char *path = tr_path;
+  if (!tr_buf || !path[0]) return;
   unsigned n = 0;
   cudaDeviceSynchronize();
   cudaMemcpy(&n, tr_n, sizeof n, cudaMemcpyDeviceToHost);
@@ -53,6 +56,6 @@ void cu_trace_dump() {
   fprintf(stderr, "bloomery: trace: %u records appended to %s\n", n, path);
 }
 #else
-void cu_trace_setup() {}
+void cu_trace_setup(const char *) {}
 void cu_trace_dump() {}
 #endif

@@ -257,13 +257,17 @@ int64_t bl_cpu_hook_fns(uint64_t *out);
 
 /* ---- CPU kernel paths, threads and probes (CPU library) ----
  * The kernels run on one path: "scalar" (the reference), "avx2" (AVX2+FMA+F16C) or "avx512"
- * (F/BW/VL/DQ + VNNI), chosen at run time from cpuid; BLOOMERY_CPU_PATH forces one. */
+ * (F/BW/VL/DQ + VNNI), chosen at run time from cpuid; bl_cpu_select_path (BLOOMERY_CPU_PATH) forces one. */
 const char *bl_cpu_path_name(void);
 /* Bit p set when this CPU runs path p (0 scalar, 1 avx2, 2 avx512). */
 int64_t bl_cpu_paths(void);
 /* Use path `name` from now on (BL_E_UNSUPPORTED when this CPU lacks it). */
 int64_t bl_cpu_set_path(const char *name);
-/* BL_E_UNSUPPORTED (saying why) when BLOOMERY_CPU_PATH names no path or one this CPU lacks. */
+/* The path BLOOMERY_CPU_PATH asks for (ffi/cpu.ts passes the variable when it opens the library;
+ * the library reads no environment): "" or "auto" the best this CPU runs; a name that is no path, or
+ * one this CPU lacks, makes bl_cpu_path_check (so every context) refuse, saying why. */
+int64_t bl_cpu_select_path(const char *name);
+/* BL_E_UNSUPPORTED (saying why) when bl_cpu_select_path named no path or one this CPU lacks. */
 int64_t bl_cpu_path_check(void);
 /* Cores this process may use: its allowed CPUs, capped by the cgroup's CPU quota. */
 int64_t bl_cpu_usable_cores(void);
@@ -328,7 +332,14 @@ int64_t bl_prefault(uint64_t base, uint64_t size);
  * best rate in GB/s (1e9 bytes) in *gbps. */
 int64_t bl_membw(int64_t n_threads, int64_t bytes, int64_t reps, double *gbps);
 
-int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out_ctx);
+/* Options of a CPU context (bl_cpu_ctx_new; null: the defaults), filled by src/engine/cpu-options.ts
+ * from the environment knobs docs/cpu.md lists (ffi/layout.ts CPU_OPTION_FIELDS mirrors it): pin 0
+ * leaves the pool's threads unpinned; spin_us: microseconds idle workers spin before they sleep
+ * (-1: 1000); profile 1: where the forward time went, printed when the context is freed. */
+typedef struct bl_cpu_options {
+  int64_t pin, spin_us, profile;
+} bl_cpu_options;
+int64_t bl_cpu_ctx_new(const bl_ctx_params *p, const bl_cpu_options *o, uint64_t *out_ctx);
 int64_t bl_cpu_ctx_free(uint64_t ctx);
 int64_t bl_cpu_forward(uint64_t ctx, const bl_program *prog, const bl_batch *batch);
 /* BL_OK when this library runs every op of the program (its options, tensor types and sizes) on a
@@ -407,6 +418,45 @@ typedef struct bl_cuda_device {
   char name[96];
 } bl_cuda_device; /* 23 slots */
 
+/* The CUDA library's options, one struct a context (bl_cuda_ctx_new; bl_cuda_weights_new reads
+ * host_pin and carveout), filled by src/engine/cuda-options.ts from the flag table and the
+ * environment knobs docs/cuda.md lists (the library reads no environment). ffi/layout.ts
+ * CUDA_OPTION_FIELDS mirrors it. A field below 0 takes the library's default where one is said.
+ * fast: the kernels in use, bits FAST_* of cuda/internal.h (ffi/cuda.ts CudaFast; -1: the default set;
+ * 0: the general kernels only). invariant: batch-invariant mode (the fast bits off for the context's
+ * passes: each token computed as it is alone). graphs: 0 launches every kernel of a decode step (1:
+ * captured graphs). pdl: 0 turns programmatic dependent launch off (on from sm_90). carveout: percent
+ * of L1 every kernel prefers as shared memory (-1: the driver's; a kernel attribute, so process-wide:
+ * the last weights or context that set one wins). prefill_min: batches of at least this many tokens take
+ * the prompt kernels (2..9; 0: 9). mma_pairs: cuda/ctx.h CU_OPT_MMA_PAIRS (thousandths; -1: 3000).
+ * mv_batch / moe_batch: 0 turns the decode batches' batched products / grouped experts off.
+ * a2_long_heads, a2_long_chunk: one token's attention over long contexts, heads a block (1, 2, 4, 8)
+ * and positions a chunk (64..128; 0: 4 and 128). a2_mma_class: the first context class (0..4) on the
+ * tensor-core window (-1: 2). fa2_heads: prompt attention's query heads a block (1 or 2; 0: by the
+ * grid). fmv_rpw: rows a warp of one token's mid-sized products (1..8; 0: 2). expert_bn64: prompt
+ * experts take 64-wide tiles from this many pairs an expert (0: 20). profile: 1 times each section
+ * (graphs off) and prints the sums when the context is freed. trace_path: a C string (0: none), the
+ * file kernel timelines are appended to (builds with BLOOMERY_CUDA_TRACE_BUILD; process-wide buffer).
+ * Host experts (cuda/hybrid.cu and its neighbours): host_pin: 0 leaves their pages unregistered;
+ * hybrid_lead: lead slots (0..5; -1: as many as 2 GiB hold); hybrid_lead_mb: MiB of the next batch's
+ * leads copied after each light layer (0: 24); upload_min: batches of at least this many tokens
+ * upload (-1: the cost model; 0: never); host_share: CU_OPT_HOST_SHARE (thousandths; -1: the cost
+ * model); sparse_upload: CU_OPT_SPARSE_UP (-1: by the last upload step); card_share: picks of a token
+ * the card computes (-1: the default, moved online; -2: sized by measuring both sides first);
+ * promote_slots: card slots a host layer for promoted experts (0: off); mailbox: 0 hands off by stream
+ * callbacks; pull: 0 reads the card's share in place; spin: 0 waits for a layer's picks blocking;
+ * cpu_tokens: CU_OPT_CPU_TOKENS (-1: the default); cpu_cap: the CPU share's time cap, a factor of the
+ * copies left (0: 1). */
+typedef struct bl_cuda_options {
+  int64_t fast, invariant, graphs, pdl, carveout, prefill_min, mma_pairs;
+  int64_t mv_batch, moe_batch, a2_long_heads, a2_long_chunk, a2_mma_class, fa2_heads, fmv_rpw, expert_bn64;
+  int64_t profile;
+  uint64_t trace_path;
+  int64_t host_pin, hybrid_lead, hybrid_lead_mb, upload_min, host_share, sparse_upload, card_share, promote_slots;
+  int64_t mailbox, pull, spin, cpu_tokens;
+  double cpu_cap;
+} bl_cuda_options;
+
 int64_t bl_cuda_abi_version(void);
 const char *bl_cuda_last_error(void);
 /* The driver is present and new enough: *n_devices CUDA devices. BL_E_DEVICE when there is no
@@ -418,7 +468,7 @@ int64_t bl_cuda_device_info(int64_t dev, bl_cuda_device *out);
 int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *ctx_bytes);
 /* The program's tensors uploaded to device dev (BL_E_NOMEM naming the sizes when they do not fit
  * its free memory). Contexts made from the weights share them; free the weights after them. */
-int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out_weights);
+int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, const bl_cuda_options *o, uint64_t *out_weights);
 /* BL_OK when this library runs every op of the program on a card (its fusion pass finds a pattern
  * for each op, every option and tensor type has kernels); else BL_E_UNSUPPORTED or BL_E_INVAL naming
  * the first op it cannot run and why (*bad_op its index, -1 for the program as a whole). Needs no
@@ -426,8 +476,8 @@ int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, uint64_t *out_w
 int64_t bl_cuda_check(const bl_program *prog, int64_t *bad_op);
 int64_t bl_cuda_weights_free(uint64_t weights);
 /* A context (KV cache, buffers) for the weights' program; BL_E_NOMEM naming the sizes when it
- * does not fit beside them. */
-int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, uint64_t *out_ctx);
+ * does not fit beside them. o: the context's options (null: every default). */
+int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, const bl_cuda_options *o, uint64_t *out_ctx);
 int64_t bl_cuda_ctx_free(uint64_t ctx);
 int64_t bl_cuda_forward(uint64_t ctx, const bl_batch *batch);
 /* A forward that returns, for each output row, its k best logits (value desc, id asc) in

@@ -2,7 +2,7 @@
 // (ffi/bloomery.h, "CPU kernel paths, threads and probes"), beside ffi/cpu.ts's core symbols.
 import { dlopen, CString, ptr, type Pointer } from "bun:ffi";
 import libPath from "../build/libbloomery_cpu.so" with { type: "file" };
-import { check } from "./cpu.ts";
+import { check, cpu } from "./cpu.ts";
 
 const i64 = "i64" as const, u64 = "u64" as const, p = "ptr" as const, cstring = "cstring" as const, f32 = "f32" as const;
 
@@ -25,9 +25,12 @@ export const kernelSymbols = {
 type Lib = ReturnType<typeof dlopen<typeof kernelSymbols>>["symbols"];
 let lib: Lib | null = null;
 
-/** The kernel symbols of the CPU library, opened on first use. */
+/** The kernel symbols of the CPU library, opened on first use (after cpu(), which hands the library the path BLOOMERY_CPU_PATH asks for). */
 export function kernels(): Lib {
-  if (!lib) lib = dlopen(libPath, kernelSymbols).symbols;
+  if (!lib) {
+    cpu();
+    lib = dlopen(libPath, kernelSymbols).symbols;
+  }
   return lib;
 }
 

@@ -21,7 +21,8 @@ export const cpuSymbols = {
   bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
   bl_synth_fill: { args: [i64, ptr, i64, i64, u64, f64, i64], returns: i64 },
   bl_rope_apply_params: { args: [ptr, ptr, i64, i64, i64], returns: i64 },
-  bl_cpu_ctx_new: { args: [ptr, ptr], returns: i64 },
+  bl_cpu_ctx_new: { args: [ptr, ptr, ptr], returns: i64 },
+  bl_cpu_select_path: { args: [cstring], returns: i64 },
   bl_cpu_ctx_free: { args: [u64], returns: i64 },
   bl_cpu_hook_fns: { args: [ptr], returns: i64 },
   bl_cpu_ctx_keep_pin: { args: [u64, i64], returns: i64 },
@@ -46,9 +47,13 @@ export const cpuSymbols = {
 type Lib = ReturnType<typeof dlopen<typeof cpuSymbols>>["symbols"];
 let lib: Lib | null = null;
 
-/** The CPU library's symbols, opened on first use. */
+/** The CPU library's symbols, opened on first use; the path BLOOMERY_CPU_PATH asks for handed over
+ * then (process-wide; a bad one makes every context refuse, saying why: bl_cpu_select_path). */
 export function cpu(): Lib {
-  if (!lib) lib = dlopen(libPath, cpuSymbols).symbols;
+  if (!lib) {
+    lib = dlopen(libPath, cpuSymbols).symbols;
+    lib.bl_cpu_select_path(Buffer.from(`${process.env.BLOOMERY_CPU_PATH ?? ""}\0`, "utf8"));
+  }
   return lib;
 }
 

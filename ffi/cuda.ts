@@ -15,10 +15,10 @@ export const cudaSymbols = {
   bl_cuda_probe: { args: [p, p], returns: i64 },
   bl_cuda_device_info: { args: [i64, p], returns: i64 },
   bl_cuda_plan_bytes: { args: [p, p, p, p], returns: i64 },
-  bl_cuda_weights_new: { args: [i64, p, p], returns: i64 },
+  bl_cuda_weights_new: { args: [i64, p, p, p], returns: i64 },
   bl_cuda_check: { args: [p, p], returns: i64 },
   bl_cuda_weights_free: { args: [u64], returns: i64 },
-  bl_cuda_ctx_new: { args: [u64, p, p], returns: i64 },
+  bl_cuda_ctx_new: { args: [u64, p, p, p], returns: i64 },
   bl_cuda_ctx_free: { args: [u64], returns: i64 },
   bl_cuda_forward: { args: [u64, p], returns: i64 },
   bl_cuda_forward_topk: { args: [u64, p, i64, p, p], returns: i64 },
@@ -60,9 +60,10 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * layers give the CPU the used experts with at most twice this many tokens that no copy ahead brought (copies
  * ahead skip those the last picks gave at most this many; 0 off, 65536 all of them without the time cap (tests),
  * -1 BLOOMERY_HYBRID_CPU_TOKENS or the default;
- * cuda/cpu_share.cu). carveout (percent of L1/shared memory every
- * kernel prefers, -1 the driver's choice), pdl (programmatic dependent launch) and fast (the
- * one-token kernels, bits of CudaFast; all of them by default) are process-wide.
+ * cuda/cpu_share.cu). carveout (percent of L1/shared memory every kernel prefers, -1 the driver's
+ * choice) is process-wide (a kernel attribute); pdl (programmatic dependent launch) and fast (the
+ * kernels in use, bits of CudaFast; `default` at first) are the context's, like the rest. Each
+ * starts at the context's bl_cuda_options (src/engine/cuda-options.ts).
  */
 export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16, pdl: 17, fast: 18, invariant: 19, uploadMin: 20, cardShare: 21, promoteSlots: 22, hostShare: 23, sparseUpload: 24, mmaPairs: 25, foAccLimit: 26, cpuTokens: 27 } as const;
 

@@ -31,6 +31,20 @@ export const PARAM_FIELDS = {
     ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"]],
 } as const satisfies Record<string, readonly (readonly [string, FieldKind])[]>;
 
+/** bl_cuda_options (bloomery.h): the CUDA library's options of a context, in slot order (src/engine/cuda-options.ts fills them). */
+export const CUDA_OPTION_FIELDS = [
+  ["fast", "i"], ["invariant", "i"], ["graphs", "i"], ["pdl", "i"], ["carveout", "i"], ["prefill_min", "i"], ["mma_pairs", "i"],
+  ["mv_batch", "i"], ["moe_batch", "i"], ["a2_long_heads", "i"], ["a2_long_chunk", "i"], ["a2_mma_class", "i"], ["fa2_heads", "i"],
+  ["fmv_rpw", "i"], ["expert_bn64", "i"], ["profile", "i"], ["trace_path", "i"], ["host_pin", "i"], ["hybrid_lead", "i"],
+  ["hybrid_lead_mb", "i"], ["upload_min", "i"], ["host_share", "i"], ["sparse_upload", "i"], ["card_share", "i"], ["promote_slots", "i"],
+  ["mailbox", "i"], ["pull", "i"], ["spin", "i"], ["cpu_tokens", "i"], ["cpu_cap", "f"],
+] as const satisfies readonly (readonly [string, FieldKind])[];
+export type CudaOptionName = (typeof CUDA_OPTION_FIELDS)[number][0];
+
+/** bl_cpu_options (bloomery.h): the CPU library's options of a context (src/engine/cpu-options.ts fills them). */
+export const CPU_OPTION_FIELDS = [["pin", "i"], ["spin_us", "i"], ["profile", "i"]] as const satisfies readonly (readonly [string, FieldKind])[];
+export type CpuOptionName = (typeof CPU_OPTION_FIELDS)[number][0];
+
 export type ParamStruct = keyof typeof PARAM_FIELDS;
 export type ParamName<S extends ParamStruct> = (typeof PARAM_FIELDS)[S][number][0];
 

@@ -4,7 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { OP_PARAMS, OP_ROLES, OpKind, PARAM_FIELDS, type FieldKind } from "../ffi/layout.ts";
+import { CPU_OPTION_FIELDS, CUDA_OPTION_FIELDS, OP_PARAMS, OP_ROLES, OpKind, PARAM_FIELDS, type FieldKind } from "../ffi/layout.ts";
 import { ROOT } from "./paths.ts";
 
 const header = readFileSync(join(ROOT, "ffi", "bloomery.h"), "utf8").replace(/\/\*[\s\S]*?\*\//g, "");
@@ -39,6 +39,14 @@ describe("ffi/layout.ts matches ffi/bloomery.h", () => {
       expect(structFields(`bl_${s}_params`)).toEqual(fields.map(([n, k]) => [n, k]));
     });
   }
+
+  test("bl_cuda_options", () => {
+    expect(structFields("bl_cuda_options")).toEqual(CUDA_OPTION_FIELDS.map(([n, k]) => [n, k]));
+  });
+
+  test("bl_cpu_options", () => {
+    expect(structFields("bl_cpu_options")).toEqual(CPU_OPTION_FIELDS.map(([n, k]) => [n, k]));
+  });
 
   test("the op kinds", () => {
     const kinds = enumNames("BL_OP_EMBED").map((e) => e.replace(/^BL_OP_/, ""));

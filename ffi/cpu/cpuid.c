@@ -86,7 +86,8 @@ static int detect(bl_path p) { return p == BL_PATH_SCALAR; }
 static bl_kernels tables[BL_PATH_COUNT];
 static int supported[BL_PATH_COUNT];
 static const bl_kernels *active;
-static char env_error[256];
+static char env_error[256]; /* bl_cpu_select_path's refusal ("": none) */
+static int best_path;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 int bl_path_by_name(const char *name) {
@@ -114,16 +115,8 @@ static void init(void) {
   int best = BL_PATH_SCALAR;
   for (int p = 0; p < BL_PATH_COUNT; p++)
     if (supported[p]) best = p;
-  const char *env = getenv("BLOOMERY_CPU_PATH");
-  if (env && *env && strcmp(env, "auto") != 0) {
-    int p = bl_path_by_name(env);
-    if (p < 0)
-      snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s is not a path (" PATH_LIST " or auto)", env);
-    else if (!supported[p])
-      snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s: this CPU lacks the instructions of that path", env);
-    else best = p;
-  }
   active = &tables[best];
+  best_path = best;
 }
 
 const bl_kernels *bl_kern(void) {
@@ -157,6 +150,20 @@ int64_t bl_cpu_paths(void) {
   for (int p = 0; p < BL_PATH_COUNT; p++)
     if (supported[p]) m |= (int64_t)1 << p;
   return m;
+}
+
+int64_t bl_cpu_select_path(const char *name) {
+  pthread_once(&once, init);
+  env_error[0] = 0;
+  active = &tables[best_path];
+  if (!name || !*name || strcmp(name, "auto") == 0) return BL_OK;
+  int p = bl_path_by_name(name);
+  if (p < 0)
+    snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s is not a path (" PATH_LIST " or auto)", name);
+  else if (!supported[p])
+    snprintf(env_error, sizeof env_error, "BLOOMERY_CPU_PATH=%s: this CPU lacks the instructions of that path", name);
+  else active = &tables[p];
+  return env_error[0] ? bl_fail(BL_E_UNSUPPORTED, "%s", env_error) : BL_OK;
 }
 
 int64_t bl_cpu_set_path(const char *name) {

@@ -38,7 +38,8 @@ typedef struct bl_cpu_ctx {
    * (hook.c): no affinity change per call */
   int stay_pinned, pinned_set;
   pthread_t pinned_thread;
-  int prof;                /* BLOOMERY_PROF: wall time per part, printed when the context is freed */
+  bl_cpu_options opt;      /* the context's options (bl_cpu_ctx_new; its pool is made by them) */
+  int prof;                /* bl_cpu_options.profile: wall time per part, printed when the context is freed */
   int64_t *picks;          /* bl_cpu_expert_picks' counters: picks_layers x p.max_experts */
   int64_t picks_layers;
   int64_t prof_ns[BL_PROF_PARTS_MAX], prof_forwards, prof_tokens, prof_t0;

@@ -27,7 +27,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
   return BL_OK;
 }
 
-int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
+int64_t bl_cpu_ctx_new(const bl_ctx_params *p, const bl_cpu_options *o, uint64_t *out) {
   if (!p || !out) return bl_fail(BL_E_INVAL, "ctx_new: null argument");
   if (p->n_embd <= 0 || p->n_vocab <= 0 || p->max_tokens <= 0 || p->kv_layers < 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 ||
       p->kv_k_dim <= 0 || p->kv_v_dim < 0 || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0)
@@ -38,7 +38,9 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, uint64_t *out) {
   if (!c) return bl_fail(BL_E_NOMEM, "ctx_new: out of memory");
   c->p = *p;
   int nt = (int)(p->n_threads > 0 ? p->n_threads : 1);
-  c->pool = bl_pool_new(nt);
+  c->opt = o ? *o : (bl_cpu_options){.pin = 1, .spin_us = -1, .profile = 0};
+  c->pool = bl_pool_new_with(nt, &c->opt);
+  c->prof = c->opt.profile != 0;
   c->n_workers = nt;
   const size_t T = (size_t)p->max_tokens, E = (size_t)p->n_embd, F = sizeof(float);
   const size_t ne = (size_t)(p->max_experts > 0 ? p->max_experts : 1);

@@ -44,7 +44,6 @@ int64_t bl_cpu_ext_init(bl_cpu_ctx *c) {
   int64_t s = bl_cpu_path_check();
   if (s != BL_OK) return s;
   c->kern = bl_kern();
-  c->prof = getenv("BLOOMERY_PROF") != NULL;
   c->n_threads = c->n_threads_batch = bl_pool_size(c->pool);
   c->widest = c->p.n_embd;
   if (c->p.max_ff > c->widest) c->widest = c->p.max_ff;
@@ -106,7 +105,7 @@ int64_t bl_cpu_ctx_set_threads(uint64_t h, int64_t n_threads, int64_t n_threads_
   const int cores = bl_usable_cores();
   const int64_t size = want < cores ? want : cores;
   if (size != bl_pool_size(c->pool)) {
-    bl_pool *p = bl_pool_new((int)size);
+    bl_pool *p = bl_pool_new_with((int)size, &c->opt);
     if (!p) return bl_fail(BL_E_NOMEM, "set_threads: cannot start %lld threads", (long long)size);
     bl_pool_free(c->pool);
     c->pool = p;

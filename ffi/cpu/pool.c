@@ -4,6 +4,7 @@
  * sleep on with a futex. BLOOMERY_PIN=0 turns pinning off. */
 #define _GNU_SOURCE
 #include "pool.h"
+#include "../bloomery.h"
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -155,7 +156,9 @@ static void publish(bl_pool *p, int nth) {
   if (atomic_load(&p->sleepers) > 0) futex(&p->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
-bl_pool *bl_pool_new(int n_threads) {
+bl_pool *bl_pool_new(int n_threads) { return bl_pool_new_with(n_threads, NULL); }
+
+bl_pool *bl_pool_new_with(int n_threads, const bl_cpu_options *o) {
   bl_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   int avail = allowed_cpus(p->cpu, MAX_THREADS);
@@ -165,11 +168,9 @@ bl_pool *bl_pool_new(int n_threads) {
   if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
   p->n = n_threads;
   p->active = n_threads;
-  const char *pin = getenv("BLOOMERY_PIN");
-  p->pin = !(pin && strcmp(pin, "0") == 0) && avail >= n_threads;
-  p->prof = getenv("BLOOMERY_PROF") != NULL;
-  const char *spin = getenv("BLOOMERY_SPIN_US");
-  p->spin_ns = (spin && *spin ? atoll(spin) : 1000) * 1000;
+  p->pin = !(o && o->pin == 0) && avail >= n_threads;
+  p->prof = o && o->profile != 0;
+  p->spin_ns = (o && o->spin_us >= 0 ? o->spin_us : 1000) * 1000;
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
   if (!p->threads) {
     free(p);

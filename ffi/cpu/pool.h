@@ -10,8 +10,11 @@
 typedef void (*bl_task_fn)(void *arg, int ith, int nth);
 typedef struct bl_pool bl_pool;
 
-/* NULL on failure. n_threads is clamped to the usable cores. */
+/* NULL on failure. n_threads is clamped to the usable cores. bl_pool_new: pinned, 1,000 us of
+ * spinning, no profile; bl_pool_new_with: as o says (bl_cpu_options; NULL: those defaults). */
+struct bl_cpu_options;
 bl_pool *bl_pool_new(int n_threads);
+bl_pool *bl_pool_new_with(int n_threads, const struct bl_cpu_options *o);
 void bl_pool_free(bl_pool *p);
 /* Threads the pool has (after clamping). */
 int bl_pool_size(const bl_pool *p);
@@ -24,7 +27,7 @@ void bl_pool_run(bl_pool *p, bl_task_fn fn, void *arg);
  * worker index, for the profile; -1 when unknown). */
 void bl_pool_barrier(bl_pool *p);
 void bl_pool_barrier_ith(bl_pool *p, int ith);
-/* With BLOOMERY_PROF set: ns each worker (0..n-1) spent waiting inside jobs. */
+/* With the profile on (bl_cpu_options.profile): ns each worker (0..n-1) spent waiting inside jobs. */
 void bl_pool_wait_ns(const bl_pool *p, int64_t *out, int n);
 /* Pin the calling thread to worker 0's core for a run of jobs, and restore its mask after. */
 void bl_pool_enter(bl_pool *p);

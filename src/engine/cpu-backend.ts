@@ -5,6 +5,7 @@ import { check, cpu, NativeError } from "../../ffi/cpu.ts";
 import { ctxThreads, setCtxThreads } from "../../ffi/cpu-kernels.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
 import { ctxParams } from "./ctx-params.ts";
+import { cpuOptionSlots } from "./cpu-options.ts";
 import { ModelCheckError } from "./model-check.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
@@ -47,7 +48,7 @@ export class CpuBackend implements Backend {
       throw e;
     }
     const out = new BigUint64Array(1);
-    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context");
+    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(cpuOptionSlots().i), ptr(out)), "creating the CPU context");
     this.ctx = out[0];
     if (o.nThreadsBatch !== undefined && o.nThreadsBatch !== o.nThreads) this.setThreads(o.nThreads, o.nThreadsBatch);
     this.maxTokens = o.maxTokens;

@@ -2,9 +2,10 @@
 // shared by the contexts made from them) and a context (f16 KV cache, work buffers, captured
 // decode graphs) that runs the encoded model program for a batch in one bun:ffi call.
 import { ptr } from "bun:ffi";
-import { checkCuda, cuda, CudaOption, cudaLastError } from "../../ffi/cuda.ts";
+import { checkCuda, cuda, cudaLastError } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
 import { ctxParams } from "./ctx-params.ts";
+import { cudaOptionSlots, cudaOptionsFromEnv, type CudaOptions } from "./cuda-options.ts";
 import type { HParams } from "../models/types.ts";
 import type { Backend, Batch, SavedKv } from "./backend.ts";
 import { HostHook } from "./host-hook.ts";
@@ -24,6 +25,16 @@ export interface CudaBackendOptions {
   batchInvariant?: boolean;
   /** CPU threads of the host experts (blocks whose routed experts stay in host memory) */
   hostThreads?: number;
+  /** the CUDA library's options over the environment's knobs (src/engine/cuda-options.ts) */
+  cuda?: Partial<CudaOptions>;
+}
+
+/** A context's bl_cuda_options: the defaults, the environment's knobs, then the backend's options (graphs, batch invariance, cuda). */
+export function backendCudaOptions(o: Pick<CudaBackendOptions, "graphs" | "batchInvariant" | "cuda">, env: Record<string, string | undefined> = process.env): CudaOptions {
+  const c: CudaOptions = { ...cudaOptionsFromEnv(env), ...o.cuda };
+  if (o.graphs === false) c.graphs = 0;
+  if (o.batchInvariant) c.invariant = 1;
+  return c;
 }
 
 /** What the host experts beside the card did (bl_cuda_host_stats). */
@@ -133,9 +144,12 @@ export class CudaWeights {
   constructor(
     readonly prog: EncodedProgram,
     readonly device = 0,
+    options: Partial<CudaOptions> = {},
   ) {
     const out = new BigUint64Array(1);
-    checkCuda(cuda().bl_cuda_weights_new(device, ptr(prog.program.i), ptr(out)), "uploading the weights to the card");
+    const { slots, keep } = cudaOptionSlots({ ...cudaOptionsFromEnv(), ...options }); // host_pin, carveout
+    checkCuda(cuda().bl_cuda_weights_new(device, ptr(prog.program.i), ptr(slots.i), ptr(out)), "uploading the weights to the card");
+    void keep;
     this.handle = out[0];
   }
 
@@ -192,7 +206,9 @@ export class CudaBackend implements Backend {
     const w = weights.acquire();
     try {
       const out = new BigUint64Array(1);
-      checkCuda(cuda().bl_cuda_ctx_new(w, ptr(ctxParams(hp, o).i), ptr(out)), "creating the CUDA context");
+      const { slots, keep } = cudaOptionSlots(backendCudaOptions(o));
+      checkCuda(cuda().bl_cuda_ctx_new(w, ptr(ctxParams(hp, o).i), ptr(slots.i), ptr(out)), "creating the CUDA context");
+      void keep;
       this.ctx = out[0];
     } catch (e) {
       weights.release();
@@ -209,8 +225,6 @@ export class CudaBackend implements Backend {
         throw e;
       }
     }
-    if (o.graphs === false) this.setOption(CudaOption.graphs, 0);
-    if (o.batchInvariant) this.setOption(CudaOption.invariant, 1);
     this.maxTokens = o.maxTokens;
     this.nSlots = o.nSlots;
     this.nCtxSlot = o.nCtxSlot;

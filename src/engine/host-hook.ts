@@ -6,6 +6,7 @@
 import { ptr } from "bun:ffi";
 import { check, cpu } from "../../ffi/cpu.ts";
 import { ctxParams } from "./ctx-params.ts";
+import { cpuOptionSlots } from "./cpu-options.ts";
 import type { HParams } from "../models/types.ts";
 
 export class HostHook {
@@ -19,7 +20,7 @@ export class HostHook {
     // no KV cache: one slot of one position on no layers
     const p = ctxParams(hp, { nSlots: 1, nCtxSlot: 1, maxTokens, nThreads, kvLayers: 0 });
     const out = new BigUint64Array(1);
-    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(out)), "creating the CPU context of the host experts");
+    check(cpu().bl_cpu_ctx_new(ptr(p.i), ptr(cpuOptionSlots().i), ptr(out)), "creating the CPU context of the host experts");
     this.ctx = out[0];
     const fns = new BigUint64Array(2);
     check(cpu().bl_cpu_hook_fns(ptr(fns)), "finding the host hook");
