@@ -21,7 +21,6 @@
 #include "internal.h"
 #include "rope.cuh"
 #include "stage.cuh"
-#include "l2pf.cuh"
 #include "attn2_mma.cuh"
 
 #define A2_THREADS 256
@@ -159,7 +158,6 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   for (int p = tid; !prepped && p < r.n_rot / 2; p += A2_THREADS) {
     rope_factors(r, pos, p, scs[p], ssn[p]);
   }
-  l2pf_issue(a.pf, blockIdx.x + gridDim.x * si, gridDim.x * splits); // the blocks at work share it
   cu_pdl_wait();
   if (prepped && p0 < p1) a2_issue<HD, RS>(sK, sV, kb, vb, a.kd, p0, max(p0, s0), min(min(p1, p0 + A2_WP), pos + 1), 1, 0);
   // this step's q of the block's heads, k and v of the KV head (all loads in flight)

@@ -441,9 +441,8 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
     rope_of(b, o.rope);
     o.src = &bl[(size_t)i];
     // the neighbours the kernels fuse across (decided here, once: the attention's output product takes
-    // the next MoE block's router; a MoE block prefetches the next attention's weights)
+    // the next MoE block's router)
     o.moe_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_MOE && b.kind == CU_BLOCK_ATTN ? (int)(i + 1) : -1;
-    o.attn_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_ATTN && (b.kind == CU_BLOCK_MOE || b.kind == CU_BLOCK_FFN) ? (int)(i + 1) : -1;
     if (b.kind == CU_BLOCK_MOE && b.host_experts) {
       o.host = 1;
       o.host_j = (int)c->host_blocks.size();
@@ -760,11 +759,11 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[26] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[24] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
-                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_att8, c->n_l2pf, c->n_attmma, c->n_pickx, c->n_foacc, c->n_a2merge, c->n_tmagu,
+                         c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_l2pf, c->n_attmma, c->n_foacc, c->n_a2merge, c->n_tmagu,
                          c->n_mb_nomma};
-  for (int64_t i = 0; i < n && i < 26; i++) out[i] = v[i];
+  for (int64_t i = 0; i < n && i < 24; i++) out[i] = v[i];
   return BL_OK;
 }
 

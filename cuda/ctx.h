@@ -25,7 +25,6 @@ struct cu_blk {
   size_t hbytes[3];
   const cu_fblock *src;
   int moe_next;  // attention blocks: the MoE block after it (its router may run in the output product), or -1
-  int attn_next; // MoE / FFN blocks: the attention block after it (its weights prefetched), or -1
   // options only the general kernels take (gpt-oss): the block runs on them (cu_blk.general)
   int window;    // attention: a sliding window (0: every position; sinks and an output bias in vec[])
   int act;       // MoE: the experts' activation (BL_ACT_*; biases in vec[CU_MOE_RBIAS] and t[CU_MOE_BGATE..])
@@ -149,7 +148,7 @@ struct cu_ctx {
   combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
   x8_pre attx8;       // the attention output rows' x8 slots the attention wrote for the next product (FAST_ATTX8; nt 0: none)
   float *rpart;       // the fused router's partial logits [blocks][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches); [1]: the decode batches' router with the picks (FAST_PICK); [2]: FAST_PICKX's flag; [3]: FAST_FOACC's
+  int *cnt_fo;        // its block counter (zero between launches); [3]: FAST_FOACC's flag ([1], [2] unused)
   float foacc_lim;    // CU_OPT_FOACC_LIM as a float
   unsigned long long *fo_acc; // FAST_FOACC: the fused router's accumulators, an expert every FO_ACC_STRIDE (zero between launches)
   int rpart_ld;
@@ -164,15 +163,12 @@ struct cu_ctx {
   // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
   // FAST_GEMMB16 expert blocks, FAST_QKTOK Q/K preparations
   int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
-  bool pickx;       // the fused router just enqueued left its picks to the experts' gate/up (FAST_PICKX)
-  int64_t n_pickx;  // one-token gate/ups that picked from the fused router's partials
   int64_t n_foacc;  // fused output + router launches adding their partials into the accumulators (FAST_FOACC)
   int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
   int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
   int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)
-  int64_t n_l2pf; // one-token launches fetching a later kernel's bytes into L2 (FAST_L2DN / L2KV / L2W)
-  const cu_blk *next_attn; // cu_enqueue: the attention block after the MoE block being enqueued (or null)
-  int64_t n_dng, n_down1, n_gumma, n_dnmma, n_act8, n_att8; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
+  int64_t n_l2pf; // one-token launches fetching the slot's cached keys and values into L2 (FAST_L2KV)
+  int64_t n_dng, n_down1, n_gumma, n_dnmma, n_act8; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
   // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
   void *kv_stage;
   uint8_t *kv_host[2];

@@ -18,7 +18,6 @@
 #include "rows.cuh"
 #include "stage.cuh"
 #include "l2pf.cuh"
-#include "fopick.cuh"
 
 thread_local int cu_fast = FAST_DEFAULT;
 int cu_tma_ok = 0;
@@ -226,7 +225,6 @@ __global__ void __launch_bounds__(256, 3) k_fgu(fmoe_args a) {
     const int e = pick_at(a, j);
     ej = e;
     issue(e);
-    if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   } else select_experts(a, ssel, sw);
   xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red); // barrier: the picks are visible too
   x8v x8 = {};
@@ -293,9 +291,6 @@ __device__ __forceinline__ float fdown_bias(const fmoe_args &a, const int *ssel,
 // layout for the k * ff values, q8_group on the same floats k_fdown's quantize_x8 takes): down
 // copies those bytes instead of loading k * ff floats and quantizing them in every block. The same
 // values bit for bit. smem: h (n floats), its int8 row, then eight slots of cap bytes a warp.
-// FAST_PICKX (a.fo_part): the block first picks from the fused router's partial logits as its last
-// block would have (fopick.cuh, route_block; from their accumulators with FAST_FOACC), then copies
-// its rows; block (0, 0) publishes the picks for down and raises the flag down waits on.
 // S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 82 registers, not 108).
 // Down is let in (PDL) only once the block's rows are in: its blocks copy their rows as soon as they
 // are resident, and those copies would otherwise share DRAM with gate/up's own (call 174: +1.9%).
@@ -308,8 +303,6 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   extern __shared__ float4 dyn_smem4[];
   __shared__ float red[32];
   __shared__ float sact[32];
-  __shared__ float sfw[32], smx[1];
-  __shared__ int sfe[32];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.gate.ne0, W = blockDim.x >> 5;
   uint8_t *x8mem = reinterpret_cast<uint8_t *>(xs + n);
@@ -322,37 +315,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   xrow_s<S> r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
-  const bool pickx = a.fo_part != nullptr;
-  if (pickx) {
-    // the row slots are free until the picks are known: the partial sums' scratch (4 KB; with the
-    // accumulators, FAST_FOACC, only where a partial raised their flag), the logits (1 KB) and the
-    // ranks' keys (2 KB), fenced for the bulk copies
-    float *scr = reinterpret_cast<float *>(x8mem + x8_bytes(n)), *slg = scr + 1024;
-    unsigned long long *skey = reinterpret_cast<unsigned long long *>(slg + 256);
-    const float lsum = a.fo_acc ? fo_acc_sum(a.fo_acc, a.fo_ovf, a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr) : fo_sum_part(a.fo_part, a.fo_ldp, a.fo_nb, a.fo_X, scr);
-    const float sc = xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
-    const bool first = blockIdx.x == 0 && blockIdx.y == 0;
-    fo_logits(lsum, a.fo_X, sc, slg, first ? a.fo_logits : nullptr);
-    if (a.fo_X <= 128) route_block<4>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx, skey);
-    else route_block<8>(slg, a.fo_X, a.k, a.norm_topk, a.w_scale, sfe, sfw, smx, skey);
-    if (a.tma) {
-      fence_proxy_async_smem(); // the scratch's accesses before thread 0's bulk copies overwrite it
-      __syncthreads();
-    }
-    if (first) {
-      if ((int)threadIdx.x < a.k) {
-        a.fo_sel[threadIdx.x] = sfe[threadIdx.x];
-        a.fo_selw[threadIdx.x] = sfw[threadIdx.x];
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        fence_acq_rel_gpu();
-        atomicExch(a.pick_flag, 1);
-      }
-    }
-  }
   {
-    const int e = pickx ? sfe[j] : pick_at(a, j);
+    const int e = pick_at(a, j);
     const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
     if (a.tma) {
       // the block's 32 gate rows and 32 up rows are two contiguous ranges: two bulk copies by one
@@ -377,11 +341,9 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
         pu[i] = warp_copy_async(sl + (size_t)(2 * i + 1) * a.cap, u + (size_t)row * a.up.nb1, rb, lane);
       }
     }
-    // this pick's down rows, a share a block (FAST_L2DN): in L2 when down's blocks copy them
-    if (a.l2dn) l2pf_expert(a.down, e, blockIdx.x, gridDim.x);
   }
   BL_TR_MARK(1);
-  if (!pickx) xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
+  xrow_store(r, xs, n, a.hnorm, a.normw, a.eps, red);
   const x8v x8 = quantize_x8(xs, n, x8mem);
   if (a.tma) mbar_wait0(&tma_bar);
   else cp_async_wait_all();
@@ -451,13 +413,6 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     }
   };
   if (a.sel) {
-    if (a.pick_flag) {
-      // FAST_PICKX: the picks are published by gate/up's first block (running: this launch starts
-      // only once every gate/up block has passed its wait)
-      if (threadIdx.x == 0)
-        while (ld_acquire_gpu(a.pick_flag) == 0) __nanosleep(64);
-      __syncthreads();
-    }
     if ((int)threadIdx.x < K) {
       ssel[threadIdx.x] = pick_at(a, threadIdx.x);
       sw[threadIdx.x] = __ldcg(a.selw + threadIdx.x);
@@ -465,10 +420,7 @@ __global__ void __launch_bounds__(256, 3) k_fdown(fmoe_args a) {
     __syncthreads();
     if (has) issue(0, K < per ? K : per);
   }
-  l2pf_issue(a.pf, blockIdx.x, gridDim.x);
   cu_pdl_wait();
-  // FAST_PICKX with FAST_FOACC: every gate/up block has read the accumulators (that launch is done)
-  if (a.fo_acc && blockIdx.x == 0) fo_acc_reset(a.fo_acc, a.fo_ovf, a.fo_X);
   x8v x8 = {};
   if (Q8 && a.act8) {
     // k_fgu8 quantized the rows (picks in memory)
@@ -676,7 +628,7 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   p.smem_dn8 = (size_t)x8_bytes(K * ff) + 8 * (size_t)p.cap_dn;
   // (gpt-oss's biases and clamped activation: k_fgu's, with the picks in memory)
   const bool gen = a.bg || a.bu || a.bd || a.act_kind != BL_ACT_SWIGLU;
-  if (gen && (!a.sel || a.fo_part)) return false;
+  if (gen && !a.sel) return false;
   p.act8 = !gen && (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
            reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
@@ -691,20 +643,14 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   fmoe_args g = a;
   g.cap = p.cap_gu;
   if (!p.act8) g.act8 = nullptr;
-  g.l2dn = a.l2dn && a.sel && (cu_fast & FAST_L2DN);
   // bulk copies: rows packed (nb1 = the row's bytes), every range 16-byte aligned, the card sm_90+;
   // the block's 64 rows then take 64 * rg bytes of shared memory, not 64 slots of cap_gu
   const int rg = row_bytes(a.gate.type, a.gate.ne0);
   {
     const uintptr_t al = reinterpret_cast<uintptr_t>(a.gate.d) | reinterpret_cast<uintptr_t>(a.up.d) | (uintptr_t)a.gate.nb2 | (uintptr_t)a.up.nb2 | (uintptr_t)rg;
-    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && (!a.fo_part || a.fo_acc) && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
+    g.tma = (cu_fast & FAST_TMAGU) && cu_tma_ok && p.act8 && a.gate.nb1 == rg && a.up.nb1 == rg && (al & 15) == 0;
   }
   const size_t rows8 = g.tma ? 8 * 8 * (size_t)rg : 8 * 8 * (size_t)p.cap_gu; // k_fgu8's row region
-  memset(&g.pf, 0, sizeof g.pf);
-  // the picking's scratch in the row region: partial sums (4 KB), logits (1 KB), keys (2 KB)
-  if (a.fo_part && (!p.act8 || !a.pick_flag || !a.fo_sel || !a.fo_selw || a.fo_X < K || a.fo_X > 256 || K > 32 || rows8 < 4 * 256 * 4 + 256 * 4 + 256 * 8 ||
-                    a.fo_ldp % 4 || (reinterpret_cast<uintptr_t>(a.fo_part) & 15)))
-    return cu_fail(BL_E_INVAL, "experts: picks from the router's partials need the int8-rows gate/up (FAST_ACT8)");
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
   const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
@@ -725,10 +671,6 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   fmoe_args d = a;
   d.cap = p.cap_dn;
   if (!p.act8) d.act8 = nullptr;
-  d.l2dn = 0;
-  d.fo_part = nullptr;
-  d.pick_flag = a.fo_part ? a.pick_flag : nullptr;
-  d.fo_acc = a.fo_part ? a.fo_acc : nullptr; // down clears them
   if (act8) *act8 = p.act8;
   if (tma) *tma = g.tma != 0;
   d.flat = p.q8_dn && (cu_fast & FAST_DOWN1) && p.cap_dn / copy_slot_bytes(row_bytes(a.down.type, ff)) >= K;
@@ -753,11 +695,6 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit) {
   fmoe_plan p;
   return plan_fmoe(a, smem_limit, p);
-}
-
-bool cu_fmoe_act8(const fmoe_args &a, int smem_limit) {
-  fmoe_plan p;
-  return plan_fmoe(a, smem_limit, p) && p.act8;
 }
 
 int64_t cu_fast_init(int smem_optin) {

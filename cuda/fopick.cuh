@@ -1,8 +1,7 @@
 // bloomery CUDA library: the router logits of the fused attention output + router (froute.cu) from
 // its blocks' partial logits - part[b * ldp + e], block b's sum over its rows of W_r[e][row] *
-// (w[row] * x[row]) - summed in one fixed order and scaled by the norm of the new x. Its last
-// block uses them, or (FAST_PICKX) every block of the one-token gate/up does, so the picks cost
-// no tail of their own; both give the same logits bit for bit. With FAST_FOACC the blocks also add
+// (w[row] * x[row]) - summed in one fixed order and scaled by the norm of the new x; its last
+// block uses them. With FAST_FOACC the blocks also add
 // their partials into one 64-bit integer an expert (fo_acc_add), and the picker reads those
 // (fo_acc_sum): integer sums are the same in any order, and X loads replace X x blocks.
 #pragma once

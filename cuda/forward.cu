@@ -276,9 +276,6 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && cu_routed_experts(c, m, fm);
 }
 
-// The bytes of a matrix (or a stack of them) for an L2 prefetch range.
-static size_t dmat_bytes(const dmat &m) { return m.d ? (m.ne2 > 1 ? (size_t)m.ne2 * (size_t)m.nb2 : (size_t)m.ne1 * (size_t)m.nb1) : 0; }
-
 // One token's slot's cached keys and values (the rows before its position) as an L2 prefetch (FAST_L2KV).
 static l2_pf cache_prefetch(const qk_args &q) {
   l2_pf f;
@@ -289,19 +286,6 @@ static l2_pf cache_prefetch(const qk_args &q) {
   f.kd = q.kd;
   f.pos = q.pos;
   f.seq = q.seq;
-  return f;
-}
-
-// An attention block's Q/K/V weights as L2 prefetch ranges (FAST_L2W; none when off).
-static l2_pf qkv_prefetch(const cu_blk &b) {
-  l2_pf f;
-  memset(&f, 0, sizeof f);
-  if (!(cu_fast & FAST_L2W)) return f;
-  const int r[3] = {CU_ATTN_Q, CU_ATTN_K, CU_ATTN_V};
-  for (int i = 0; i < 3; i++) {
-    f.p[i] = b.t[r[i]].d;
-    f.bytes[i] = dmat_bytes(b.t[r[i]]);
-  }
   return f;
 }
 
@@ -459,32 +443,11 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     attn_forms_qk(c, b, qa, a1);
     fo_args f;
     const bool fused = moe && fused_router(c, b, *moe, f);
-    // FAST_ATT8: the attention also quantizes its output for the fused output + router
-    if (fused && a2 && (cu_fast & FAST_ATT8) && qd % 32 == 0 && (size_t)x8_bytes(qd) <= c->xq_bytes) {
-      a1.x8 = c->xq;
-      f.att8 = c->xq;
-      c->n_att8++;
-    }
-    // the output product's and the router's weights fetched into L2 by the attention (FAST_L2W)
-    if (fused && a2 && (cu_fast & FAST_L2W)) {
-      a1.pf.p[0] = f.o.d;
-      a1.pf.bytes[0] = dmat_bytes(f.o);
-      a1.pf.p[1] = f.rw;
-      a1.pf.bytes[1] = (size_t)f.X * f.ldw * 4;
-      c->n_l2pf++;
-    }
     if (a2) CU_OK(attn2(c, a1, hd));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
     if (fused) {
       *routed = true;
-      // FAST_PICKX: no last block; the experts' gate/up picks from the partials (its MoE block on the card)
-      c->pickx = false;
-      if ((cu_fast & FAST_PICKX) && !moe->host) {
-        fmoe_args fm;
-        c->pickx = card_experts(c, *moe, fm) && cu_fmoe_act8(fm, c->smem_limit);
-      }
-      if (c->pickx) f.pick_flag = c->cnt_fo + 2;
       // FAST_FOACC: the partials summed as integers on arrival (the flag is cnt_fo's fourth int)
       if (cu_fast & FAST_FOACC) {
         f.acc = c->fo_acc;
@@ -692,27 +655,6 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     if (!moe || ntok != 1 || big || !card_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
     cu_mark(c, S_EXPERTS);
     bool done = false, flat = false, act8 = false, tma = false;
-    if (c->pickx) {
-      // the fused router left its partial logits: gate/up picks (FAST_PICKX; the flag is cnt_fo's third int)
-      fm.fo_part = c->rpart;
-      fm.fo_ldp = c->rpart_ld;
-      fm.fo_nb = ((int)c->dm.E + FO_BLOCK_ROWS - 1) / FO_BLOCK_ROWS;
-      fm.fo_X = b.n_expert;
-      fm.fo_logits = c->router;
-      fm.fo_sel = c->sel;
-      fm.fo_selw = c->selw;
-      fm.pick_flag = c->cnt_fo + 2;
-      if (cu_fast & FAST_FOACC) { // the fused router above added its partials (its launch read the same bits)
-        fm.fo_acc = c->fo_acc;
-        fm.fo_ovf = c->cnt_fo + 3;
-      }
-      c->pickx = false;
-      c->n_pickx++;
-    }
-    // gate/up fetches its pick's down rows into L2 (FAST_L2DN); down the next layer's Q/K/V weights (FAST_L2W)
-    fm.l2dn = (cu_fast & FAST_L2DN) != 0;
-    if (c->next_attn) fm.pf = qkv_prefetch(*c->next_attn);
-    c->n_l2pf += fm.l2dn + (fm.pf.p[0] != nullptr);
     CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8, &tma));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "experts: the one-token kernels refused a planned shape");
     c->n_down1 += flat;
@@ -799,30 +741,17 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     mv_args a = normed_products(c, b.vec[CU_MOE_NORM], b.eps);
     a.job[0] = job(rw, b.vec[CU_MOE_RBIAS], c->router, b.n_expert, EPI_STORE);
     a.njobs = 1;
-    mb_pick_args pk = {};
-    bool fused = false;
-    // FAST_PICK: the picks and the grouping made by the product's last block, one launch fewer
-    // (its block counter: the second int of cnt_fo, which k_fo's launches never touch)
-    if ((cu_fast & FAST_PICK) && grouped_ok && cu_moe_batch_pick_plan(mb, ntok, c->smem_limit, b.norm_topk, b.w_scale, c->cnt_fo + 1, &pk))
-      CU_OK(cu_mv_batch_pick(c->st, a, ntok, c->h, E, pk, &fused));
-    if (fused) {
-      picked = grouped = true;
-      hq_ready = pk.hq != nullptr;
+    CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
+    if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
+      // the picks and the grouping by expert in one launch
+      CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
+      grouped = true;
       sel = c->sel;
       selw = c->selw;
-    } else {
-      CU_OK(cu_mv_batch(c->st, a, ntok, c->h, E, c->smem_limit, &picked));
-      if (picked && grouped_ok && cu_moe_batch_pick_fits(mb, ntok, c->smem_limit)) {
-        // the picks and the grouping by expert in one launch
-        CU_OK(cu_moe_batch_pick(c->st, mb, c->router, b.norm_topk, b.w_scale, ntok, c->smem_limit, &hq_ready));
-        grouped = true;
-        sel = c->sel;
-        selw = c->selw;
-      } else if (picked) {
-        CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
-        sel = c->sel;
-        selw = c->selw;
-      }
+    } else if (picked) {
+      CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+      sel = c->sel;
+      selw = c->selw;
     }
   }
   if (moe && !picked && ntok == 1 && b.general && one_token_router_fits(c, b)) {
@@ -1000,7 +929,6 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       }
       case CU_BLOCK_MOE:
       case CU_BLOCK_FFN:
-        c->next_attn = b.attn_next >= 0 ? &bl[(size_t)b.attn_next] : nullptr;
         if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;

@@ -84,13 +84,8 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   if (tid < FO_ROWS) swn[tid] = tid < nr ? (a.normw ? __ldg(a.normw + c0 + tid) : 1.0f) : 0.0f;
   cu_pdl_wait();
   x8v x8 = {};
-  if (Q8 && a.att8) {
-    // the attention quantized att (FAST_ATT8)
-    x8 = x8_copy_row(x8mem, a.att8, n);
-  } else {
-    xrow_stage(a.att, xs, n, 0, nullptr, 0.0f, nullptr);
-    if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
-  }
+  xrow_stage(a.att, xs, n, 0, nullptr, 0.0f, nullptr);
+  if constexpr (Q8) x8 = quantize_x8(xs, n, x8mem);
   cp_async_wait_all(); // every thread: its row chunks and router columns
   BL_TR_MARK(1);
   __syncwarp();
@@ -131,12 +126,6 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
     }
     a.part[(size_t)blockIdx.x * a.ldp + tid] = p; // a row a block: the last block's loads coalesce
     if (a.acc) fo_acc_add(a.acc, a.ovf, tid, p, a.acc_lim);
-  }
-  // FAST_PICKX: the picks are the gate/up kernel's (fopick.cuh): this launch writes the partials
-  // and clears the flag down waits on (the previous layer's down is done: it precedes this wait)
-  if (a.pick_flag) {
-    if (blockIdx.x == 0 && tid == 0) *a.pick_flag = 0;
-    return;
   }
   const bool last = last_arrival(a.counter, (int)gridDim.x);
   BL_TR_MARK(3);

@@ -151,8 +151,7 @@ int64_t cu_moe_dec_init(int smem_optin);
 // FAST_X8: decode batches' int8 products take their activation rows quantized once a launch
 // (x8rows.cu) instead of each block staging them (the same values bit for bit; off: for A/B runs).
 // FAST_COMBINE: decode batches' expert outputs added to x by the next layer's row quantization
-// (one launch fewer a layer). FAST_PICK: decode batches' picks made by the router product's last
-// block. FAST_QKA: decode batches of distinct slots take Q/K norm, RoPE and the cache write inside
+// (one launch fewer a layer). FAST_QKA: decode batches of distinct slots take Q/K norm, RoPE and the cache write inside
 // the attention (no cu_qk_prep launch). FAST_ATTX8: decode batches' attention (attn2.cu) also writes
 // its output rows' int8 x8 slots, so the output product skips its k_x8_rows launch. FAST_GEMMRAW:
 // prompt batches' tensor-core products copy each K slice's stored blocks into shared memory at once
@@ -173,41 +172,35 @@ int64_t cu_moe_dec_init(int smem_optin);
 // m16n8k32 s8 tensor-core products (moe_batch.cu k_mb_gu_mma; exact int32 sums, the scales applied
 // in another order: a bound). FAST_DNMMA: their down on Q4_K / Q6_K rows the same way (k_mb_down_mma,
 // mma8.cuh; before FAST_DNG). FAST_ACT8: the one-token gate/up (32 rows a block) quantizes its
-// SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit). FAST_ATT8: one token's
-// attention (attn2.cu) quantizes its output for the fused output + router (froute.cu), which copies it.
-// FAST_L2DN / FAST_L2KV / FAST_L2W: one token's kernels fetch into L2 the bytes a later kernel of
-// the step reads while DRAM is idle (l2pf.cuh): gate/up the picked experts' down rows, Q/K/V the
-// slot's cached keys and values, the attention the output product's and router's weights, down
-// the next layer's Q/K/V weights. Hints only: the same values bit for bit. FAST_ATTMMA: one token's
+// SwiGLU rows for down, which copies them (fastdec.cu k_fgu8; bit for bit). FAST_L2KV: one token's
+// Q/K/V product fetches into L2 the slot's cached keys and values the attention reads next, while
+// DRAM is idle (l2pf.cuh). A hint only: the same values bit for bit. FAST_ATTMMA: one token's
 // attention over longer contexts (attn2.cu, 8 query heads of 128 a KV head) forms a window's scores
 // and values as m16n8k16 f16 products (attn2_mma.cuh; q and the probabilities as halves: a bound).
-// FAST_PICKX: the fused output + router (froute.cu) has no last block; the one-token gate/up
-// (k_fgu8) sums its partial logits and picks in every block, down waits on a flag its first
-// block raises (fopick.cuh; the same picks bit for bit). FAST_FOACC: the fused output + router's
+// FAST_FOACC: the fused output + router's
 // blocks also add their partial logits, as 64-bit integers of 2^-32, into one accumulator an
-// expert (red.add: integer sums, the same bits in any order), so whoever picks reads X integers
+// expert (red.add: integer sums, the same bits in any order), so its last block reads X integers
 // instead of summing the blocks' X x blocks floats (fopick.cuh fo_acc_sum; partials of 2^22 or
 // more, or not numbers, raise a flag and the floats are summed as without the bit: a bound).
 // FAST_A2MERGE: long contexts' one-token attention merges its slices in a kernel of its own, a
 // block a head (attn2.cu k_a2merge; the slices summed in another order: a bound). FAST_TMAGU: the
 // one-token gate/up (k_fgu8) copies each block's gate and up rows by two bulk copies (cp.async.bulk
 // on an mbarrier, sm_90+, packed 16-byte aligned rows; the same bytes: bit for bit).
+// Bits 256, 4194304, 8388608, 33554432 and 134217728 were FAST_PICK, FAST_ATT8, FAST_L2DN, FAST_L2W
+// and FAST_PICKX, deleted with their kernels for measuring slower (docs/cuda.md "The fast bits");
+// their numbers stay unused so the others keep theirs.
 enum {
   FAST_MV = 1, FAST_MOE = 2, FAST_ATTN = 4, FAST_Q8 = 8, FAST_ROUTE = 16, FAST_ATTN2 = 32, FAST_X8 = 64,
-  FAST_COMBINE = 128, FAST_PICK = 256, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
+  FAST_COMBINE = 128, FAST_QKA = 512, FAST_ATTX8 = 1024, FAST_GEMMRAW = 2048, FAST_GEMM16 = 4096,
   FAST_ROUTEBIG = 8192, FAST_FA2 = 16384, FAST_GEMMB16 = 32768, FAST_QKTOK = 65536, FAST_DNG = 131072, FAST_DOWN1 = 262144,
-  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152, FAST_ATT8 = 4194304, FAST_L2DN = 8388608,
-  FAST_L2KV = 16777216, FAST_L2W = 33554432, FAST_ATTMMA = 67108864, FAST_PICKX = 134217728, FAST_FOACC = 268435456,
-  FAST_A2MERGE = 536870912, FAST_TMAGU = 1073741824, FAST_ALL = 2147483647,
-  // the default: FAST_PICK measured slower (its last block's serial picking costs more than the
-  // launch it saves: 8 sequences 1,233 with it, 1,252 without, H200), so it is opt-in; FAST_ATT8
-  // measured no faster (tg128 419-423 with it, 421-425 without), opt-in too
-  // the L2 prefetches of the experts' down rows and of the next kernels' weights measured slower
-  // (tg128 -1%, tg128 @ d4096 -3%: their DRAM traffic lands on the kernel that is then on the
-  // critical path), so they are opt-in; the cached keys and values' one is on (+0.5-1.5% at 4,096)
-  // FAST_PICKX measured slower (tg128 367 against 417: every gate/up block then pays the selection
-  // the last block paid once, 12.7 -> 23.7 us a launch, while the output product drops 16 -> 9.3)
-  FAST_DEFAULT = FAST_ALL & ~FAST_PICK & ~FAST_ATT8 & ~FAST_L2DN & ~FAST_L2W & ~FAST_PICKX
+  FAST_GUMMA = 524288, FAST_DNMMA = 1048576, FAST_ACT8 = 2097152,
+  FAST_L2KV = 16777216, FAST_ATTMMA = 67108864, FAST_FOACC = 268435456,
+  FAST_A2MERGE = 536870912, FAST_TMAGU = 1073741824,
+  FAST_ALL = FAST_MV | FAST_MOE | FAST_ATTN | FAST_Q8 | FAST_ROUTE | FAST_ATTN2 | FAST_X8 | FAST_COMBINE | FAST_QKA | FAST_ATTX8 | FAST_GEMMRAW |
+             FAST_GEMM16 | FAST_ROUTEBIG | FAST_FA2 | FAST_GEMMB16 | FAST_QKTOK | FAST_DNG | FAST_DOWN1 | FAST_GUMMA | FAST_DNMMA | FAST_ACT8 |
+             FAST_L2KV | FAST_ATTMMA | FAST_FOACC | FAST_A2MERGE | FAST_TMAGU, // 1967128319
+  // the default: every bit (the opt-in ones, slower, were deleted)
+  FAST_DEFAULT = FAST_ALL
 };
 // The bits of the context whose work this thread enqueues (cu_opts_scope, cuda/ctx.h: its
 // bl_cuda_options.fast, 0 in batch-invariant mode); FAST_DEFAULT outside a context's calls.
@@ -219,11 +212,9 @@ const bl_cuda_options &cu_options_default();
 extern int cu_tma_ok;
 extern int cu_sms; // the device's SM count (set by cu_init_kernels)
 extern int cu_smem_sm; // shared memory an SM has (bytes; set by cu_init_kernels)
-// Bytes a later kernel of the step reads, fetched into L2 by a launch's blocks (l2pf.cuh): up to
-// three fixed ranges (weights), then the rows [0, pos) of one slot's K and V caches (kc null: none).
+// Bytes a later kernel of the step reads, fetched into L2 by a launch's blocks (l2pf.cuh): the
+// rows [0, pos) of one slot's K and V caches (kc null: none).
 struct l2_pf {
-  const void *p[3];
-  size_t bytes[3];
   const __half *kc, *vc; // this layer's caches
   int64_t slot_stride;   // halves between slots
   int kd;                // halves a position
@@ -272,19 +263,6 @@ struct fmoe_args {
   int flat;       // down (set by cu_fmoe, FAST_DOWN1): every pick's row staged at once, a warp's lanes over all (pick, unit)
   uint8_t *act8;  // or null: scratch (act8_cap bytes, 16-byte aligned) gate/up quantizes its SwiGLU rows into for down (FAST_ACT8)
   size_t act8_cap;
-  int l2dn;  // gate/up fetches its pick's down rows into L2 (FAST_L2DN)
-  // FAST_PICKX (with act8 and sel): gate/up picks from the fused router's partials (fopick.cuh):
-  // fo_part [fo_nb][fo_ldp] (a row a block), scaled by the norm of h; its block (0, 0) writes sel,
-  // selw and fo_logits, then raises *pick_flag, which down waits on before reading the picks
-  const float *fo_part;
-  int fo_ldp, fo_nb, fo_X;
-  float *fo_logits;
-  int32_t *fo_sel;
-  float *fo_selw;
-  int *pick_flag;
-  unsigned long long *fo_acc;       // or null: the partials' accumulators (FAST_FOACC), reset by down
-  int *fo_ovf;                      // with fo_acc: their flag (fopick.cuh fo_acc_sum)
-  l2_pf pf;  // down fetches these into L2 before its wait (FAST_L2W: the next layer's Q/K/V weights)
   int tma;   // gate/up's rows by two bulk copies a block (set by cu_fmoe: FAST_TMAGU, sm_90+, rows packed and 16-byte aligned)
   // gpt-oss: each expert's gate, up and down biases (rows ld* floats apart an expert, or null) and
   // the clamped SwiGLU (act_kind BL_ACT_SWIGLU_OAI); such a launch takes the picks in memory (sel)
@@ -297,7 +275,6 @@ struct fmoe_args {
 int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *flat = nullptr, bool *act8 = nullptr,
                 bool *tma = nullptr); // *flat: down took FAST_DOWN1; *act8: gate/up quantized down's rows (FAST_ACT8); *tma: gate/up's bulk copies (FAST_TMAGU)
 bool cu_fmoe_fits(const fmoe_args &a, int smem_limit);
-bool cu_fmoe_act8(const fmoe_args &a, int smem_limit); // gate/up would quantize down's rows (FAST_ACT8): FAST_PICKX can ride on it
 int64_t cu_fast_init(int smem_optin);
 // One token's attention output product fused with the router (froute.cu): x += O att, then the
 // router's logits of RMSNorm(x) and the token's picks by the last block.
@@ -318,12 +295,9 @@ struct fo_args {
   int32_t *sel;     // K out, ascending expert id
   float *selw;      // K out
   int cap, q8;
-  const uint8_t *att8; // or null: att already quantized (dot8.cuh's plain layout) by the attention (FAST_ATT8)
   unsigned long long *acc; // or null (FAST_FOACC): X accumulators FO_ACC_STRIDE apart, zero between launches
   int *ovf;                // with acc: raised by a partial the accumulators cannot take; zero between launches
   float acc_lim;           // with acc: the magnitude from which a partial raises it (FO_ACC_LIM at most)
-  int *pick_flag;      // or null; set (FAST_PICKX): no last block - the gate/up kernel picks from the
-                       // partials, and this launch clears the flag its block 0 raises for down
 };
 bool cu_fo_fits(const fo_args &a, int smem_limit);
 int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);
@@ -413,7 +387,6 @@ struct attn1_args {
   int long_chunk; // set by cu_attn2: long contexts' slice length past 32 slices
   uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
-  l2_pf pf;       // fetched into L2 before the wait (FAST_L2W: the output product's and router's weights)
   int sep_merge;  // attn2.cu, set by cu_attn2: the slices are merged by k_a2merge (FAST_A2MERGE)
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
@@ -548,24 +521,6 @@ int64_t cu_moe_batch(cudaStream_t st, const moe_batch_args &a, int ntok, int sme
 bool cu_moe_batch_pick_fits(const moe_batch_args &a, int ntok, int smem_limit);
 int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float *logits, int norm_topk, float w_scale, int ntok, int smem_limit,
                           bool *hq_ready);
-// What the router product's launch needs to make cu_moe_batch_pick's picks itself (FAST_PICK,
-// cu_mv_batch_pick): its outputs, and hq (or null) where gate/up will read h quantized.
-struct mb_pick_args {
-  int32_t *sel;
-  float *selw;
-  int32_t *pair_tok, *pair_of;
-  int4 *tiles;
-  int32_t *n_tiles;
-  int n_expert, k, norm_topk;
-  float w_scale;
-  uint8_t *hq; // the rows of h quantized into these x8 slots (x8_bytes(n) apart) for gate/up, or null
-  int n;       // the rows' length gate/up reads
-  int *counter; // the launch's block counter: zero between launches
-  int32_t *tile_stat; // moe_batch_args.tile_stat: the step's tiles stored here (null: not counted)
-};
-// Fills *p for cu_mv_batch_pick when cu_moe_batch_pick would take the step (its fits; hq set as
-// it would quantize); false otherwise.
-bool cu_moe_batch_pick_plan(const moe_batch_args &a, int ntok, int smem_limit, int norm_topk, float w_scale, int *counter, mb_pick_args *p);
 int64_t cu_moe_batch_init(int smem_optin);
 
 // ---- dense products of decode batches, 2..MV_MAX_NT tokens (mv_batch.cu) ----
@@ -588,12 +543,6 @@ bool cu_mv_batch_x8_fits(const mv_args &a, int ntok, int smem_limit);
 // route.cuh's arithmetic (as cu_router's): one warp a token. Fits: n_expert <= 256, k <= 32.
 bool cu_route_pick_fits(int n_expert, int k);
 int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw);
-// The router's product as cu_mv_batch runs it (one F32 job, its normalised rows kept in h) with
-// cu_moe_batch_pick's work in the same launch (FAST_PICK): the last of its blocks to finish makes
-// the picks and the grouping from the logits, and with p.hq ntok more blocks quantize the rows
-// of h for gate/up - the same logits, picks, weights, tiles, h and hq bit for bit. Sets *done
-// false and enqueues nothing where cu_mv_batch would not take the router by column slices.
-int64_t cu_mv_batch_pick(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, const mb_pick_args &p, bool *done);
 int64_t cu_mv_batch_init(int smem_optin);
 
 // ---- a decode batch's activation rows quantized once a launch (x8rows.cu) ----

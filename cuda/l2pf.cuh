@@ -1,5 +1,6 @@
 // bloomery CUDA library: fetching into L2 the bytes a later kernel of a decode step reads, by the
-// blocks of an earlier one (FAST_L2*). One token's kernels are bound by chains of memory round
+// blocks of an earlier one (FAST_L2KV: the one-token Q/K/V product fetches the slot's cached keys
+// and values for the attention). One token's kernels are bound by chains of memory round
 // trips, not by DRAM bandwidth (~18% of it in use): a kernel that can only copy its rows once it
 // runs (its blocks wait for the SMs the previous kernel holds, or for the picks) finds them in
 // L2 when an earlier kernel asked for them while DRAM was idle. Prefetches are hints with no
@@ -31,16 +32,10 @@ __device__ __forceinline__ void l2pf_share(const void *p, size_t bytes, int part
   if (b1 > b0) l2pf_bytes(reinterpret_cast<const uint8_t *>(p) + b0, b1 - b0, threadIdx.x, blockDim.x);
 }
 
-// Block part of nparts asks for its share of expert e's matrix of the stack m.
-__device__ __forceinline__ void l2pf_expert(const dmat &m, int e, int part, int nparts) {
-  l2pf_share(m.d + (size_t)e * m.nb2, (size_t)m.ne1 * m.nb1, part, nparts);
-}
-
-// Block part of nparts asks for its share of every range of f (every thread calls it). The cache
-// rows' count comes from the step's position (read from memory the host filled before the step).
+// Block part of nparts asks for its share of the slot's cached keys and values (every thread
+// calls it). The cache rows' count comes from the step's position (read from memory the host
+// filled before the step).
 __device__ __forceinline__ void l2pf_issue(const l2_pf &f, int part, int nparts) {
-#pragma unroll
-  for (int i = 0; i < 3; i++) l2pf_share(f.p[i], f.bytes[i], part, nparts);
   if (f.kc) {
     const int pos = __ldg(f.pos);
     const size_t off = (size_t)__ldg(f.seq) * (size_t)f.slot_stride, bytes = (size_t)(pos > 0 ? pos : 0) * (size_t)f.kd * 2;

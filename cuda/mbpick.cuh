@@ -1,5 +1,5 @@
 // bloomery CUDA library: a decode batch's expert picks and their grouping by expert, made by one
-// block (moe_batch.cu's k_mb_pick; with FAST_PICK the last block of mv_batch.cu's router product).
+// block (moe_batch.cu's k_mb_pick).
 #pragma once
 #include "common.cuh"
 #include "dotbatch.cuh"

@@ -1,7 +1,6 @@
 // bloomery CUDA library: the routed experts of decode batches of 2..MV_MAX_NT tokens grouped by
 // expert - the picks and the (token, pick) pairs grouped by expert in one launch after the
-// router's product (with FAST_PICK by that product's own last block, mv_batch.cu; else moe.cu's
-// sort; one tile an expert), gate/up with SwiGLU and down with each warp's weight rows copied
+// router's product (k_mb_pick, mbpick.cuh; else moe.cu's sort; one tile an expert), gate/up with SwiGLU and down with each warp's weight rows copied
 // into shared slots by cp.async two items ahead and dotted with the
 // rows of all the pairs routed to its expert (each weight row read once a step, not once a pair),
 // one output row a pair, then each token's picks weighted and added to the residual in ascending
@@ -637,28 +636,6 @@ int64_t cu_moe_batch_pick(cudaStream_t st, const moe_batch_args &a, const float 
               selw, a.pair_tok, a.pair_of, a.tiles, a.n_tiles, a.h, a.ldh, a.gate.ne0, a.hq, a.tile_stat);
   *hq_ready = pre;
   return BL_OK;
-}
-
-bool cu_moe_batch_pick_plan(const moe_batch_args &a, int ntok, int smem_limit, int norm_topk, float w_scale, int *counter, mb_pick_args *p) {
-  if (!counter || !cu_moe_batch_pick_fits(a, ntok, smem_limit)) return false;
-  // gate/up's rows quantized where cu_moe_batch_pick's extra blocks would quantize them
-  mb_plan pl = {};
-  const bool pre = plan_mb(a, ntok, smem_limit, pl) && pl.pre_gu;
-  p->sel = const_cast<int32_t *>(a.sel);
-  p->selw = const_cast<float *>(a.selw);
-  p->pair_tok = a.pair_tok;
-  p->pair_of = a.pair_of;
-  p->tiles = a.tiles;
-  p->n_tiles = a.n_tiles;
-  p->n_expert = a.n_expert;
-  p->k = a.k;
-  p->norm_topk = norm_topk;
-  p->w_scale = w_scale;
-  p->hq = pre ? a.hq : nullptr;
-  p->n = a.gate.ne0;
-  p->counter = counter;
-  p->tile_stat = a.tile_stat;
-  return true;
 }
 
 int64_t cu_moe_batch_init(int smem_optin) {

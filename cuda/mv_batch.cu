@@ -6,8 +6,8 @@
 // each unit of them with every staged row (dotbatch.cuh), so a weight row is read once a step, not
 // once a token. Grids are sized to the blocks resident on the card, each block taking a
 // contiguous run of rows (the output head: many rows a warp, the activations staged rarely). The
-// router's picks then come from route.cuh's arithmetic, one warp a token (with FAST_PICK the router
-// launch's last block makes them and the grouping by expert, mbpick.cuh). FAST_MV gates it (the
+// router's picks then come from route.cuh's arithmetic, one warp a token (or with the grouping by
+// expert, moe_batch.cu's k_mb_pick). FAST_MV gates it (the
 // batch-invariant mode keeps cu_matvec's per-token kernels); BLOOMERY_CUDA_MV_BATCH=0 turns it off.
 // With FAST_X8 and the caller's scratch, the int8 kernels' rows are quantized once a launch by a
 // kernel of their own (x8rows.cu, the same values) and each block copies them whole (cp.async);
@@ -19,7 +19,6 @@
 #include "dot8.cuh"
 #include "dotbatch.cuh"
 #include "internal.h"
-#include "mbpick.cuh"
 #include "quants.cuh"
 #include "route.cuh"
 #include "rows.cuh"
@@ -131,35 +130,6 @@ __device__ __forceinline__ void stage_q8(const mvb_args &a, const float *scl, ui
   __syncthreads();
 }
 
-// x_at's floats with each product rounded on its own (__fmul_rn: never contracted into a later
-// add): exactly the values the router's block 0 stores to h.
-__device__ __forceinline__ float4 x_at_rn(const mvb_args &a, const float *scl, int t, int i4) {
-  float4 v = __ldcg(reinterpret_cast<const float4 *>(a.x + (size_t)t * a.ldx) + i4);
-  if (a.norm) {
-    const float s = scl[t];
-    const float4 w = a.normw ? __ldg(reinterpret_cast<const float4 *>(a.normw) + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    v = make_float4(__fmul_rn(__fmul_rn(v.x, s), w.x), __fmul_rn(__fmul_rn(v.y, s), w.y), __fmul_rn(__fmul_rn(v.z, s), w.z),
-                    __fmul_rn(__fmul_rn(v.w, s), w.w));
-  }
-  return v;
-}
-
-// Row t of h quantized into the x8 slot dst from x (not from h, which block 0 is writing): the
-// values h holds, grouped as stage_rows_q8 groups them (a group of 32 four threads, eight
-// elements each), so these are the bits k_mb_pick's extra blocks make from h.
-__device__ __forceinline__ void stage_q8_row(const mvb_args &a, const float *scl, int t, uint8_t *dst) {
-  const int ng = a.n / 32, part = threadIdx.x & 3;
-  for (int base = 0; base < ng; base += blockDim.x >> 2) {
-    const int g = base + (threadIdx.x >> 2);
-    const bool ok = g < ng;
-    float4 va = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vb = va;
-    if (ok) {
-      va = x_at_rn(a, scl, t, 8 * g + 2 * part);
-      vb = x_at_rn(a, scl, t, 8 * g + 2 * part + 1);
-    }
-    q8_group(va, vb, ok, dst, a.n, g, part);
-  }
-}
 
 template <int T>
 __host__ __device__ constexpr int row_bytes_of(int n) {
@@ -248,13 +218,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mvb(mvb_args a) {
 // takes SR rows and each of its warps a slice of n / MV_WARPS columns, reading the rows' and the
 // tokens' elements of its slice straight from memory (the tokens RMS-normalised with the block's
 // row scales); the warps' sums are added in warp order. Block 0 writes the normalised rows to h.
-// XJ > 0 (FAST_PICK): the router's picks in the same launch - the last of the (rows + SR - 1) / SR
-// product blocks to finish (fence, counter) makes k_mb_pick's picks and grouping from the logits
-// the blocks wrote (mbpick.cuh), and with pk.hq nt more blocks quantize one row of h each for
-// gate/up as k_mb_pick's extra blocks do. XJ == 0: the product alone (pk unused).
 #define SR 2
-template <int XJ>
-__global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a, mb_pick_args pk) {
+__global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a) {
   __shared__ float scl[MB_NT];
   __shared__ float part[MV_WARPS][SR][MB_NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = a.n, nt = a.nt;
@@ -265,15 +230,6 @@ __global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a, mb_pick_
     for (int o = c0 * 16 + lane * 128; o < (c0 + w4) * 16; o += 32 * 128) prefetch_l2(jb.m.d + (size_t)(r0 + r) * jb.m.nb1 + o);
   cu_pdl_entry();
   row_scales(a, scl);
-  if constexpr (XJ > 0) {
-    const int nrb = (rows + SR - 1) / SR; // the product's blocks
-    if ((int)blockIdx.x >= nrb) {
-      // row t of h quantized for gate/up (x_at's floats are h's: the same row scales, products)
-      const int t = (int)blockIdx.x - nrb;
-      stage_q8_row(a, scl, t, pk.hq + (size_t)t * x8_bytes(n));
-      return;
-    }
-  }
   float acc[SR][MB_NT];
 #pragma unroll
   for (int r = 0; r < SR; r++)
@@ -328,13 +284,6 @@ __global__ void __launch_bounds__(MV_THREADS) k_mvb_f32cols(mvb_args a, mb_pick_
       if (jb.epi == EPI_ADD) *yt += v;
       else *yt = v;
     }
-  }
-  if constexpr (XJ > 0) {
-    // the last product block to finish picks (every block's logits written and fenced before its count)
-    const int nrb = (rows + SR - 1) / SR;
-    if (!last_arrival(pk.counter, nrb)) return;
-    mb_pick_block<XJ>(jb.y, nt, rows, pk.k, pk.norm_topk, pk.w_scale, pk.sel, pk.selw, pk.pair_tok, pk.pair_of, pk.tiles, pk.n_tiles, pk.tile_stat);
-    if (threadIdx.x == 0) *pk.counter = 0; // for the next launch (and graph replay)
   }
 }
 
@@ -462,9 +411,7 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   if (route == 1) {
     // the router: a block a pair of rows, its warps splitting the columns
     CU_OK(cu_combine_flush(st, a.comb));
-    mb_pick_args none;
-    memset(&none, 0, sizeof none);
-    CU_LAUNCH("decode-batch product (f32 rows by columns)", k_mvb_f32cols<0>, dim3((a.job[0].m.ne1 + SR - 1) / SR), dim3(MV_THREADS), 0, st, p, none);
+    CU_LAUNCH("decode-batch product (f32 rows by columns)", k_mvb_f32cols, dim3((a.job[0].m.ne1 + SR - 1) / SR), dim3(MV_THREADS), 0, st, p);
     *done = true;
     return BL_OK;
   }
@@ -502,25 +449,6 @@ int64_t cu_mv_batch(cudaStream_t st, const mv_args &a, int ntok, float *h, int l
   return BL_OK;
 }
 
-int64_t cu_mv_batch_pick(cudaStream_t st, const mv_args &a, int ntok, float *h, int ldh, const mb_pick_args &pk, bool *done) {
-  *done = false;
-  // exactly the steps cu_mv_batch sends to k_mvb_f32cols (so the logits are the same sums)
-  mvb_kernel k = nullptr;
-  bool q8 = false;
-  size_t smem = 0;
-  if (!(cu_fast & FAST_PICK) || mvb_route(a, ntok, h, ldh, 0, &k, &q8, &smem) != 1) return BL_OK;
-  // and those k_mb_pick takes: the logits X apart, at most 256 experts, k <= 32
-  const int X = a.job[0].m.ne1;
-  if (X != pk.n_expert || a.job[0].ldy != X || X > 256 || pk.k < 1 || pk.k > 32 || pk.k > X || !pk.counter) return BL_OK;
-  if (pk.hq && (pk.n != a.n || a.n % 32 || reinterpret_cast<uintptr_t>(pk.hq) % 16)) return BL_OK;
-  const mvb_args p = mvb_params(a, ntok, h, ldh);
-  const dim3 grid((X + SR - 1) / SR + (pk.hq ? ntok : 0));
-  if (X <= 128) CU_LAUNCH("decode-batch router with the picks", k_mvb_f32cols<4>, grid, dim3(MV_THREADS), 0, st, p, pk);
-  else CU_LAUNCH("decode-batch router with the picks", k_mvb_f32cols<8>, grid, dim3(MV_THREADS), 0, st, p, pk);
-  *done = true;
-  return BL_OK;
-}
-
 bool cu_route_pick_fits(int n_expert, int k) { return mvb_enabled() && n_expert >= 1 && n_expert <= 256 && k >= 1 && k <= 32 && k <= n_expert; }
 
 int64_t cu_route_pick(cudaStream_t st, const float *logits, int ntok, int n_expert, int k, int norm_topk, float w_scale, int32_t *sel, float *selw) {
@@ -543,9 +471,7 @@ int64_t cu_mv_batch_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_mvb<T_Q6_K, T_Q6_K, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mvb<T_Q8_0, T_Q8_0, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_mvb<T_Q4_K, T_Q6_K, true>, smem_optin, w));
-  CU_OK(cu_kernel_prefs(k_mvb_f32cols<0>, w));
-  CU_OK(cu_kernel_prefs(k_mvb_f32cols<4>, w));
-  CU_OK(cu_kernel_prefs(k_mvb_f32cols<8>, w));
+  CU_OK(cu_kernel_prefs(k_mvb_f32cols, w));
   CU_OK(cu_kernel_prefs(k_route_pick<4>, w));
   return cu_kernel_prefs(k_route_pick<8>, w);
 }

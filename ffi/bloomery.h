@@ -525,7 +525,7 @@ int64_t bl_cuda_share_decide(int64_t k, int64_t share, double card_us, double wa
 /* out[0..n): weight bytes, KV bytes, steps, steps replayed from graphs, graphs held, SM count, decode
  * batches' expert combines fused into the next layer's row quantization, and attention output
  * products that took the rows' int8 slots the attention wrote (FAST_ATTX8) (both counted as enqueued),
- * then the fast paths' launch counters in the order CudaBackend.stats() names them (25 in all). */
+ * then the fast paths' launch counters in the order CudaBackend.stats() names them (24 in all). */
 int64_t bl_cuda_ctx_stats(uint64_t ctx, int64_t *out, int64_t n);
 /* Tests: y[i][r] = W row r . x row i (n_x rows of n floats) on device dev, W `rows` rows of type
  * stored as row_stride-byte rows; path 0 the decode product, 1 and 2 the tensor-core tiles

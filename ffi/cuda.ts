@@ -74,8 +74,7 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * experts selected once; needs experts), headGroups (one-token attention a block per head group
  * and slice; before attention), x8 (decode batches' int8 products take their activation rows
  * quantized once a launch, not by each block: the same values; off for A/B runs), combine (decode
- * batches' expert outputs added to x by the next layer's row quantization), pick (decode batches'
- * picks by the router product's last block), qkAttention (decode batches of distinct slots: Q/K
+ * batches' expert outputs added to x by the next layer's row quantization), qkAttention (decode batches of distinct slots: Q/K
  * norm, RoPE and the cache write inside the attention), attnX8 (decode batches' attention writes its
  * output rows' int8 slots; the output product skips their quantization launch), gemmRaw (prompt products copy
  * each K slice's stored blocks at once), gemm16 (prompt batches' dense products from an f16 copy of the
@@ -84,22 +83,21 @@ export const CudaOption = { graphs: 1, prefillMin: 2, maxSplits: 3, carveout: 16
  * (Q/K norm, RoPE and cache write a block a token), downGroups (decode batches' grouped down: a lane
  * group of 4 a row of up to 48 int8 units), down1 (the one-token down's lanes over every pick's units),
  * guMma (decode batches' Q4_K gate/up as int8 tensor-core products), downMma (their Q4_K / Q6_K down
- * likewise; before downGroups), act8 (the one-token gate/up quantizes its SwiGLU rows for down), att8
- * (one token's attention quantizes its output for the fused output + router), l2Down / l2Kv / l2Weights
- * (one token's kernels fetch into L2 what a later kernel reads: the picked experts' down rows, the
- * slot's cached keys and values, the output product's, router's and next Q/K/V's weights; hints only;
- * l2Down and l2Weights measured slower, opt-in), attnMma (one token's attention past 1,024 positions
- * with 8 query heads of 128 a KV head forms its scores and values on the tensor cores), pickx (the fused
- * output + router has no last block: one token's gate/up picks the experts from its partial logits), foAcc
+ * likewise; before downGroups), act8 (the one-token gate/up quantizes its SwiGLU rows for down), l2Kv
+ * (one token's Q/K/V product fetches the slot's cached keys and values into L2 for the attention; a
+ * hint only), attnMma (one token's attention past 1,024 positions
+ * with 8 query heads of 128 a KV head forms its scores and values on the tensor cores), foAcc
  * (the fused output + router's blocks add their partial logits into one 64-bit integer accumulator an
  * expert, which the picker reads instead of summing every block's partials: integer sums, the same bits
  * in any order; a partial of 2^22 or more takes the float sums),
  * a2Merge (long contexts' one-token attention merges its slices in a kernel of its own, a block a head),
  * tmaGu (the one-token gate/up copies its rows by two bulk copies a block, sm_90+).
- * 0: the general kernels only. The library
- * starts with `default` (all but pick, l2Down, l2Weights and pickx, measured slower on the H200, and att8, measured no faster).
+ * 0: the general kernels only. The library starts with `default` = `all`. Bits 256 (pick), 4194304
+ * (att8), 8388608 (l2Down), 33554432 (l2Weights) and 134217728 (pickx) were deleted with their
+ * kernels (measured slower or no faster on the H200; docs/cuda.md "The fast bits"); the library
+ * ignores them.
  */
-export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, pick: 256, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, att8: 4194304, l2Down: 8388608, l2Kv: 16777216, l2Weights: 33554432, attnMma: 67108864, pickx: 134217728, foAcc: 268435456, a2Merge: 536870912, tmaGu: 1073741824, all: 2147483647, default: 2147483647 & ~256 & ~4194304 & ~8388608 & ~33554432 & ~134217728 } as const;
+export const CudaFast = { products: 1, experts: 2, attention: 4, int8: 8, fusedRouter: 16, headGroups: 32, x8: 64, combine: 128, qkAttention: 512, attnX8: 1024, gemmRaw: 2048, gemm16: 4096, routeBig: 8192, fa2: 16384, gemmB16: 32768, qkTok: 65536, downGroups: 131072, down1: 262144, guMma: 524288, downMma: 1048576, act8: 2097152, l2Kv: 16777216, attnMma: 67108864, foAcc: 268435456, a2Merge: 536870912, tmaGu: 1073741824, all: 1967128319, default: 1967128319 } as const;
 
 export interface CudaDeviceInfo {
   index: number;

@@ -736,35 +736,6 @@ gpu("decode batches' attention output rows quantized by the attention give the l
   }
 });
 
-// The experts' picks made by the router product's last block (cuda/mv_batch.cu with mbpick.cuh,
-// CudaFast.pick, opt-in) against the picks' own launch after the product: the same logits, summed
-// in the same order, reach the same route.cuh arithmetic and the same grouping by expert, and
-// gate/up's int8 rows are quantized from the same floats - with f32 and with int8 activations.
-// The tiny fixture: 8 experts, 2 picks, Q8_0 experts (f32 rows); test-moe Q4_K_M; Qwen3-30B-A3B
-// shapes: 128 experts, 8 picks, Q4_K gate/up, Q4_K and Q6_K down.
-const PICK_CASES: BatchCase[] = [
-  { model: "tiny", quant: "Q8_0", fixture: "tiny-q8_0.gguf" }, { model: "test-moe", quant: "Q4_K_M" },
-  { model: "qwen3-30b-a3b", quant: "Q4_K_M", layers: 2 },
-];
-
-gpu("decode batches' picks made by the router product's last block give the logits of the picks' own launch", () => {
-  for (const c of PICK_CASES) {
-    test.skipIf(absent(c))(`${caseName(c)}: steps of 2, 5 and 8 sequences, bit for bit`, async () => {
-      await withAbModel(withTiny(c), { dir: tmp, tag: "pick", seed: 19, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 3 * s }, (t) => {
-        for (const int8 of [false, true]) {
-          const bits = int8 ? CudaFast.default : CudaFast.default & ~CudaFast.int8;
-          for (const seqs of rotatingSteps([2, 5, 8], 3)) {
-            const r = abStep(t, seqs, bits | CudaFast.pick, bits & ~CudaFast.pick);
-            console.log(`${c.model}:${c.quant} batch of ${seqs.length} (${int8 ? "int8" : "f32"} activations): ${r.differ} of ${r.a.length} logits differ between the picks in the router's launch and in their own`);
-            expect(r.finite).toBe(true);
-            expect(r.differ).toBe(0);
-          }
-        }
-      });
-    });
-  }
-});
-
 // The experts' down by lane groups (CudaFast.downGroups: cuda/moe_batch.cu, 4 lanes a row of up to
 // 48 int8 units, 8 rows a warp) against a warp a row, and the one-token down with a warp's lanes
 // over every pick's units (CudaFast.down1: cuda/fastdec.cu k_fdown) against a lane a unit of one
@@ -805,22 +776,6 @@ gpu("the one-token gate/up's int8 rows for down give the logits of down's own qu
       await withAbModel(c, { dir: tmp, tag: "act8", seed: 37, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
         for (const seqs of [[0], [3], [7]])
           expectExact(t, c, seqs, CudaFast.default, CudaFast.default & ~CudaFast.act8, () => t.be.stats().act8, "gate/up quantized down's rows");
-      });
-    });
-  }
-});
-
-// One token's attention quantizing its output for the fused output + router (CudaFast.att8, opt-in:
-// measured no faster, tg128 419-423 against 421-425:
-// cuda/attn2.cu a2_x8 in plain order, cuda/froute.cu copying the bytes) against the product
-// quantizing att itself: q8_group on the same floats in the same groups, so not one logit may
-// differ; the counter proves the path ran.
-gpu("one token's attention output quantized by the attention gives the logits of the product's own quantization", () => {
-  for (const c of DOWN_CASES) {
-    test(`${caseName(c)}: one-token steps, bit for bit`, async () => {
-      await withAbModel(c, { dir: tmp, tag: "att8", seed: 41, nCtx: 64, maxTokens: 64, promptLength: (s) => 3 + 2 * s }, (t) => {
-        for (const seqs of [[0], [3], [7]])
-          expectExact(t, c, seqs, CudaFast.default | CudaFast.att8, CudaFast.default & ~CudaFast.att8, () => t.be.stats().att8, "the attention quantized att");
       });
     });
   }

@@ -296,11 +296,9 @@ export class CudaBackend implements Backend {
    * attentions (fa2), expert blocks on f16 activation rows (gemmB16), Q/K preparations a block a
    * token (qkTok); decode experts' downs by lane groups (downGroups) and one-token downs over every
    * pick's units (down1); decode batches' gate/ups and downs on the tensor cores
-   * (guMma, downMma); one-token downs reading the int8 rows their gate/up wrote (act8), and one-token attention outputs
-   * quantized by the attention for the fused output + router (att8); one-token launches that fetch
-   * a later kernel's bytes into L2 (l2Prefetch: CudaFast.l2Down, l2Kv, l2Weights); attention launches
-   * forming their scores and values on the tensor cores (attnMma); one-token gate/ups that picked
-   * the experts from the fused router's partial logits (pickx); fused output + router launches whose
+   * (guMma, downMma); one-token downs reading the int8 rows their gate/up wrote (act8); one-token
+   * Q/K/V launches that fetch the slot's cached keys and values into L2 (l2Prefetch: CudaFast.l2Kv);
+   * attention launches forming their scores and values on the tensor cores (attnMma); fused output + router launches whose
    * blocks added their partial logits into the integer accumulators (foAcc); attention launches
    * whose slices a kernel of its own merged (a2Merge); one-token gate/up launches whose rows came by
    * bulk copies (tmaGu); decode batches' MoE layers put on the dp4a kernels because their experts got
@@ -308,14 +306,14 @@ export class CudaBackend implements Backend {
    */
   stats(): {
     weightBytes: number; kvBytes: number; steps: number; graphSteps: number; graphs: number; smCount: number; fusedCombines: number; attnX8: number;
-    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; att8: number; l2Prefetch: number; attnMma: number; pickx: number; foAcc: number; a2Merge: number; tmaGu: number; mbNoMma: number;
+    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; l2Prefetch: number; attnMma: number; foAcc: number; a2Merge: number; tmaGu: number; mbNoMma: number;
   } {
-    const o = new BigInt64Array(26);
-    checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 26), "reading CUDA stats");
+    const o = new BigInt64Array(24);
+    checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 24), "reading CUDA stats");
     const n = (i: number) => Number(o[i]);
     return {
       weightBytes: n(0), kvBytes: n(1), steps: n(2), graphSteps: n(3), graphs: n(4), smCount: n(5), fusedCombines: n(6), attnX8: n(7),
-      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), att8: n(18), l2Prefetch: n(19), attnMma: n(20), pickx: n(21), foAcc: n(22), a2Merge: n(23), tmaGu: n(24), mbNoMma: n(25),
+      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), l2Prefetch: n(18), attnMma: n(19), foAcc: n(20), a2Merge: n(21), tmaGu: n(22), mbNoMma: n(23),
     };
   }
 
