@@ -428,7 +428,7 @@ typedef struct bl_cuda_device {
  * captured graphs). pdl: 0 turns programmatic dependent launch off (on from sm_90). carveout: percent
  * of L1 every kernel prefers as shared memory (-1: the driver's; a kernel attribute, so process-wide:
  * the last weights or context that set one wins). prefill_min: batches of at least this many tokens take
- * the prompt kernels (2..9; 0: 9). mma_pairs: cuda/ctx.h CU_OPT_MMA_PAIRS (thousandths; -1: 3000).
+ * the prompt kernels (2..9; 0: 9). mma_pairs: cuda/runtime/ctx.h CU_OPT_MMA_PAIRS (thousandths; -1: 3000).
  * mv_batch / moe_batch: 0 turns the decode batches' batched products / grouped experts off.
  * a2_long_heads, a2_long_chunk: one token's attention over long contexts, heads a block (1, 2, 4, 8)
  * and positions a chunk (64..128; 0: 4 and 128). a2_mma_class: the first context class (0..4) on the
@@ -437,7 +437,7 @@ typedef struct bl_cuda_device {
  * experts take 64-wide tiles from this many pairs an expert (0: 20). profile: 1 times each section
  * (graphs off) and prints the sums when the context is freed. trace_path: a C string (0: none), the
  * file kernel timelines are appended to (builds with BLOOMERY_CUDA_TRACE_BUILD; process-wide buffer).
- * Host experts (cuda/hybrid.cu and its neighbours): host_pin: 0 leaves their pages unregistered;
+ * Host experts (cuda/hybrid/hybrid.cu and its neighbours): host_pin: 0 leaves their pages unregistered;
  * hybrid_lead: lead slots (0..5; -1: as many as 2 GiB hold); hybrid_lead_mb: MiB of the next batch's
  * leads copied after each light layer (0: 24); upload_min: batches of at least this many tokens
  * upload (-1: the cost model; 0: never); host_share: CU_OPT_HOST_SHARE (thousandths; -1: the cost
@@ -506,7 +506,7 @@ int64_t bl_cuda_set_option(uint64_t ctx, int64_t key, int64_t value);
  * such a block fails. Batches of at least the upload threshold take the card's kernels on the block's
  * experts copied over PCIe for the step (two layers in flight); smaller ones call the hook. One-token
  * steps may split a token's picks: the card copies its share of the experts from host memory over
- * PCIe (or reads them in place) while the CPU computes the rest (BL_CUDA_OPT card share, cuda/ctx.h
+ * PCIe (or reads them in place) while the CPU computes the rest (BL_CUDA_OPT card share, cuda/runtime/ctx.h
  * CU_OPT_CARD_SHARE; without one asked for, the share moves online by the steps' own timings). */
 int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t expert_fn);
 /* out[0..n): host blocks run by the hook, blocks run from uploads, bytes uploaded, hook microseconds,
@@ -517,7 +517,7 @@ int64_t bl_cuda_set_host(uint64_t ctx, uint64_t fn, uint64_t cpu_ctx, uint64_t e
  * pick on the CPU, a pick of the card's copy, a CPU call's fixed part (0: not sized); then the
  * counters CudaBackend.hostStats() names (26 in all; the last three: the share's online moves, the splits whose timings it read, and the uploads found copied ahead by the step before). */
 int64_t bl_cuda_host_stats(uint64_t ctx, int64_t *out, int64_t n);
-/* The online sizing's rule (cuda/share_tune.cu; pure arithmetic, no card needed): the next card share
+/* The online sizing's rule (cuda/hybrid/share_tune.cu; pure arithmetic, no card needed): the next card share
  * of K picks from a window's means in microseconds - the card's share from post to wait, its wait
  * for the CPU, the CPU's call - with the card's time a pick when its share is 0 and the CPU path's
  * latency beyond its call. Moves by one at most; the CPU keeps one pick. */

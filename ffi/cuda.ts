@@ -46,8 +46,8 @@ export const cudaSymbols = {
 type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
 
 /**
- * Option keys of bl_cuda_set_option (cuda/ctx.h); uploadMin: batches of at least this many tokens
- * upload their host experts (cuda/hybrid.cu; 0 never; the cost model sets it); cardShare: of a token's
+ * Option keys of bl_cuda_set_option (cuda/runtime/ctx.h); uploadMin: batches of at least this many tokens
+ * upload their host experts (cuda/hybrid/hybrid.cu; 0 never; the cost model sets it); cardShare: of a token's
  * picks in a host-expert layer, how many the card computes reading them from host memory (one-token steps);
  * promoteSlots: card slots a host layer for its hottest experts (run-time promotion; 0 off); hostShare: of
  * an upload step's host layers, the share in thousandths the CPU runs while the next ones upload (-1:
@@ -60,7 +60,7 @@ type Lib = ReturnType<typeof dlopen<typeof cudaSymbols>>["symbols"];
  * layers give the CPU the used experts with at most twice this many tokens that no copy ahead brought (copies
  * ahead skip those the last picks gave at most this many; 0 off, 65536 all of them without the time cap (tests),
  * -1 BLOOMERY_HYBRID_CPU_TOKENS or the default;
- * cuda/cpu_share.cu). carveout (percent of L1/shared memory every kernel prefers, -1 the driver's
+ * cuda/hybrid/cpu_share.cu). carveout (percent of L1/shared memory every kernel prefers, -1 the driver's
  * choice) is process-wide (a kernel attribute); pdl (programmatic dependent launch) and fast (the
  * kernels in use, bits of CudaFast; `default` at first) are the context's, like the rest. Each
  * starts at the context's bl_cuda_options (src/engine/cuda-options.ts).

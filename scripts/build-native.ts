@@ -60,6 +60,11 @@ function sources(dir: string, ext: string[]): string[] {
     .sort();
 }
 
+// cuda/'s folders (one an op: docs/cuda.md's "Shape"): cuda/ itself, then each folder in it
+function folders(dir: string): string[] {
+  return [dir, ...readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(dir, e.name)).sort()];
+}
+
 function jobs(): number {
   const i = argv.indexOf("--jobs");
   const v = i >= 0 ? argv[i + 1] : process.env.BLOOMERY_BUILD_JOBS;
@@ -110,7 +115,7 @@ if (!existsSync(cpuLib) || newest(cpuDeps) > statSync(cpuLib).mtimeMs || force |
   say(`${cpuLib} is up to date`);
 }
 
-// CUDA library: one object per cuda/*.cu, a pool of nvcc jobs, linked with the static CUDA runtime
+// CUDA library: one object per .cu of cuda/ and its folders, a pool of nvcc jobs, linked with the static CUDA runtime
 // so only the driver is needed at run time. Without one (the CPU only) an empty placeholder stands
 // in where none was built before: the executable then says it has no CUDA library and runs on the CPU.
 const cudaLib = join(build, "libbloomery_cuda.so");
@@ -129,7 +134,7 @@ function record(archs: string[] | null): void {
 }
 
 function trace(): boolean {
-  // --trace (or BLOOMERY_CUDA_TRACE_BUILD=1): the kernel timeline tracer compiled in (cuda/trace.cuh), a measurement build
+  // --trace (or BLOOMERY_CUDA_TRACE_BUILD=1): the kernel timeline tracer compiled in (cuda/runtime/trace.cuh), a measurement build
   return argv.includes("--trace") || process.env.BLOOMERY_CUDA_TRACE_BUILD === "1";
 }
 
@@ -139,8 +144,14 @@ function gencode(a: string): string {
 }
 
 async function buildCuda(nvccPath: string, archs: string[], why: string): Promise<void> {
-  const src = sources(cudaDir, [".cu"]);
-  const headers = [...sources(cudaDir, [".cuh", ".h"]), join(root, "ffi", "bloomery.h")];
+  // sources and headers in cuda/ and its folders; every folder is on the include path, so a file
+  // includes another by its name alone wherever either lives (names are unique across the folders)
+  const dirs = folders(cudaDir);
+  const src = dirs.flatMap((d) => sources(d, [".cu"])).sort();
+  const headers = [...dirs.flatMap((d) => sources(d, [".cuh", ".h"])), join(root, "ffi", "bloomery.h")];
+  const names = [...src, ...headers].map((f) => f.slice(f.lastIndexOf("/") + 1));
+  const twice = names.find((b, i) => names.indexOf(b) !== i);
+  if (twice) fail(`two files in cuda/ are named ${twice}: names must be unique across its folders (objects and includes go by name)`);
   const tr = trace();
   const tag = archs.join("-") + (tr ? "-trace" : "");
   const objDir = join(build, `cuda-obj-${tag}`);
@@ -148,8 +159,9 @@ async function buildCuda(nvccPath: string, archs: string[], why: string): Promis
   const stamp = join(build, "libbloomery_cuda.arch");
   const sameArch = existsSync(stamp) && readFileSync(stamp, "utf8") === tag;
   const hdrTime = newest(headers);
-  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...(tr ? ["-DBL_TRACE"] : []), ...archs.map(gencode)];
-  const objOf = (f: string) => join(objDir, f.slice(cudaDir.length + 1).replace(/\.cu$/, ".o"));
+  const common = ["-std=c++17", "-O3", "-Xcompiler", "-Wall,-Werror,-fPIC", "-Werror", "all-warnings", ...(tr ? ["-DBL_TRACE"] : []), ...archs.map(gencode),
+    ...dirs.map((d) => `-I${d}`)];
+  const objOf = (f: string) => join(objDir, f.slice(f.lastIndexOf("/") + 1).replace(/\.cu$/, ".o"));
   const todo = src.filter((f) => force || !existsSync(objOf(f)) || statSync(objOf(f)).mtimeMs <= Math.max(statSync(f).mtimeMs, hdrTime));
   const objs = src.map(objOf);
   const n = jobs();

@@ -91,7 +91,9 @@ export function currentHost(): Host {
 
 function hasSources(root: string, dir: string, exts: string[]): boolean {
   try {
-    return readdirSync(join(root, dir)).some((f) => exts.some((e) => f.endsWith(e)));
+    // the directory or its folders (cuda/ is laid out by op: cuda/attention/*.cu, ...)
+    return readdirSync(join(root, dir), { withFileTypes: true }).some((f) =>
+      f.isDirectory() ? hasSources(root, join(dir, f.name), exts) : exts.some((e) => f.name.endsWith(e)));
   } catch {
     return false;
   }
@@ -112,7 +114,7 @@ export function missingToolchain(t: ReleaseTarget, host: Host, root: string): st
       const v = host.nvccVersion();
       if (!v) return `${t.id}: needs nvcc from the CUDA toolkit >= 12.8 on PATH (sm_120a first appears in CUDA 12.8)`;
       if (older(v, t.cuda!.minNvcc)) return `${t.id}: nvcc ${v.join(".")} is too old; sm_120a needs the CUDA toolkit >= 12.8`;
-      if (!hasSources(root, "cuda", [".cu"])) return `${t.id}: the CUDA library's sources (cuda/*.cu) are not in this checkout yet`;
+      if (!hasSources(root, "cuda", [".cu"])) return `${t.id}: the CUDA library's sources (cuda/**/*.cu) are not in this checkout yet`;
       return null;
     }
     case "linux-arm64":
@@ -136,7 +138,7 @@ export function missingToolchain(t: ReleaseTarget, host: Host, root: string): st
         const v = host.nvccVersion();
         if (!v || older(v, t.cuda!.minNvcc)) return `${t.id}: needs nvcc from the CUDA toolkit >= 12.9 for sbsa (sm_121a)`;
       }
-      if (!hasSources(root, "cuda", [".cu"])) return `${t.id}: the CUDA library's sources (cuda/*.cu) are not in this checkout yet`;
+      if (!hasSources(root, "cuda", [".cu"])) return `${t.id}: the CUDA library's sources (cuda/**/*.cu) are not in this checkout yet`;
       return null;
     case "darwin-arm64-metal":
       if (here !== want) {

@@ -1,4 +1,4 @@
-// bloomery: reads the kernel timeline records of a -DBL_TRACE CUDA build (cuda/trace.cuh;
+// bloomery: reads the kernel timeline records of a -DBL_TRACE CUDA build (cuda/runtime/trace.cuh;
 // BLOOMERY_CUDA_TRACE=<file>) and prints, per kernel launch of a decode step (median over the
 // steps of the most common shape), when its first block started, when its first block passed the
 // wait on the previous kernel, and when its last block ended, relative to the previous launch.

@@ -156,7 +156,7 @@ describe("sizes", () => {
     }
     expect(fitContext(g, "host", 300 * GiB, { ...FIT, exact: false })!.nCtx).toBe(262144);
     expect(fitContext(g, "host", 17 * GiB, { ...FIT, exact: false })).toBeUndefined();
-    // a card keeps less free than the host, and its estimate has the work buffers of cuda/ctx.cu
+    // a card keeps less free than the host, and its estimate has the work buffers of cuda/runtime/ctx.cu
     const card = needAt(g, "card", 8192, { ...FIT, exact: false }).need;
     expect(card.work).toBe(cudaWorkBytes(g.hp, 512));
     expect(CARD_MARGIN).toBeLessThan(HOST_MARGIN);

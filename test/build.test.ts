@@ -95,7 +95,7 @@ function buildDir(name: string): string {
 const haveCpuLib = existsSync(join(ROOT, "build", "libbloomery_cpu.so"));
 
 describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () => {
-  const cuSources = [...new Bun.Glob("*.cu").scanSync(join(ROOT, "cuda"))].length;
+  const cuSources = [...new Bun.Glob("**/*.cu").scanSync(join(ROOT, "cuda"))].length;
 
   test("it says what it builds and why, then a line per source (file, n of m, seconds, elapsed), then the link", () => {
     const dir = buildDir("b1");
@@ -105,7 +105,7 @@ describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () =
     expect(out).toStartWith("build-native: building the CPU library and the CUDA library for sm_90, compute_120 (as --cuda asks) [choose: --cuda cpu|native|release|sm_XX,...]\n");
     expect(out).toContain("libbloomery_cpu.so is up to date");
     expect(out).toContain(`CUDA library for sm_90, compute_120, as --cuda asks: ${cuSources} of ${cuSources} sources to compile, 3 at a time`);
-    const lines = out.split("\n").filter((l) => /^build-native: \[\d+\/\d+\] cuda\/\w+\.cu \d+\.\d s \(\d+:\d\d elapsed\)$/.test(l));
+    const lines = out.split("\n").filter((l) => /^build-native: \[\d+\/\d+\] cuda\/(\w+\/)?\w+\.cu \d+\.\d s \(\d+:\d\d elapsed\)$/.test(l));
     expect(lines.length).toBe(cuSources);
     expect(lines[0]).toStartWith("build-native: [1/");
     expect(lines.at(-1)).toStartWith(`build-native: [${cuSources}/${cuSources}] `);
@@ -119,9 +119,9 @@ describe.skipIf(!haveCpuLib)("the CUDA build's progress (a stand-in nvcc)", () =
 
   test("a source that fails is named, and the build stops", () => {
     const dir = buildDir("b2");
-    const p = Bun.spawnSync([process.execPath, "scripts/build-native.ts", "--build-dir", dir, "--cuda", "sm_90", "--jobs", "1"], { cwd: ROOT, env: cleanEnv({ NVCC: fakeNvcc(), FAKE_NVCC_FAIL: "cuda/attn.cu" }), stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawnSync([process.execPath, "scripts/build-native.ts", "--build-dir", dir, "--cuda", "sm_90", "--jobs", "1"], { cwd: ROOT, env: cleanEnv({ NVCC: fakeNvcc(), FAKE_NVCC_FAIL: "cuda/attention/attn.cu" }), stdout: "pipe", stderr: "pipe" });
     expect(p.exitCode).toBe(1);
-    expect(p.stderr.toString()).toContain("build-native: cuda/attn.cu failed to compile (nvcc exit 2)");
+    expect(p.stderr.toString()).toContain("build-native: cuda/attention/attn.cu failed to compile (nvcc exit 2)");
     expect(p.stderr.toString()).toContain("a CUDA source failed to compile");
     expect(p.stdout.toString()).not.toContain(`[${cuSources}/`);
   });

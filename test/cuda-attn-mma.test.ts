@@ -1,4 +1,4 @@
-// One token's attention on the tensor cores (CudaFast.attnMma, cuda/attn2_mma.cuh: 8 query heads
+// One token's attention on the tensor cores (CudaFast.attnMma, cuda/attention/attn2_mma.cuh: 8 query heads
 // of 128 a KV head as the rows of m16n8k16 f16 products, q and the probabilities as halves)
 // against the scalar FP32 kernel it replaces past 1,024 positions: each step runs with the bit on
 // and again off, rewriting the same KV rows; the logits stay within 1e-2 of their std with the same

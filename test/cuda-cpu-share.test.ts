@@ -1,4 +1,4 @@
-// The CPU's share of a sparse prompt layer's host experts (cuda/cpu_share.cu, issue 6): copies ahead
+// The CPU's share of a sparse prompt layer's host experts (cuda/hybrid/cpu_share.cu, issue 6): copies ahead
 // skip the experts the last picks gave few tokens, and the CPU computes the used ones no copy brought
 // (bl_cpu_expert_rows on the rows they take) while the card computes the rest; the card adds the
 // CPU's rows after its combine. The logits stay within the bound the hybrid tests hold for the CPU

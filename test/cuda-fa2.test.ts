@@ -1,5 +1,5 @@
 // Prompt attention with a KV group's query heads sharing each staged K/V tile and the next tile
-// copied while this one is used (CudaFast.fa2, cuda/fa.cu's k_fa2) against one head a block with
+// copied while this one is used (CudaFast.fa2, cuda/attention/fa.cu's k_fa2) against one head a block with
 // plain loads (k_fa): every warp does the same arithmetic, so the logits agree bit for bit - head
 // size 128 in groups of 8 (Qwen3-30B-A3B's shapes), head size 64 in groups of 2 and 4; prompts of
 // 200 and 700 tokens (for Qwen3-30B-A3B two micro-batches of 512 and 188) and a chunk at position

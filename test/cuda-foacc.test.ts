@@ -1,4 +1,4 @@
-// The fused output + router's integer accumulators (CudaFast.foAcc, cuda/fopick.cuh fo_acc_add /
+// The fused output + router's integer accumulators (CudaFast.foAcc, cuda/router/fopick.cuh fo_acc_add /
 // fo_acc_sum): its blocks add their partial logits as 64-bit integers of 2^-32, so the picker reads
 // one sum an expert instead of summing every block's floats. Integer sums do not depend on the order
 // the blocks arrive in: two runs give the same bits. Against the float sums the logits move by the

@@ -1,4 +1,4 @@
-// Routed experts in host memory beside the card (cuda/hybrid.cu, issue 6): the same synthetic
+// Routed experts in host memory beside the card (cuda/hybrid/hybrid.cu, issue 6): the same synthetic
 // model with every expert on the card and with --cpu-moe, --n-cpu-moe (half) and one layer by -ot
 // keeping experts in host memory. A batch that uploads its host experts runs the card's kernels on
 // the same bytes: the same bits as the all-card forward. Batches that call the host hook (the CPU

@@ -1,4 +1,4 @@
-// The grid quant types on the card (cuda/quants_iq.cuh), through the test entry points: blocks
+// The grid quant types on the card (cuda/quants/quants_iq.cuh), through the test entry points: blocks
 // dequantized bit for bit as the CPU does (random blocks, and the gguf package's outputs of
 // test/fixtures/iq-quants.json), and rows dotted with one activation row on int8 activations (dp4a)
 // within the bound the int8 rounding gives (as Q4_K's and Q6_K's in cuda-kernels.test.ts). No model

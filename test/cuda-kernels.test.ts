@@ -156,7 +156,7 @@ gpu("CUDA products against the CPU reference", () => {
         if (d8) console.log(`${t.name}: int8 activations, ${rows} x ${n}: relative error ${rel.toExponential(2)}`);
       }
     });
-    // decode batches (cuda/mv_batch.cu): rows quantized once a launch (cuda/x8rows.cu) must give
+    // decode batches (cuda/dense/mv_batch.cu): rows quantized once a launch (cuda/dense/x8rows.cu) must give
     // what each block's own staging gives, bit for bit, plain and RMS-normalised (test.cu's weights);
     // odd group counts (768, 1280: the quantizer's last teams idle) and the real widths (2048, 4096)
     if (d8) test(`${t.name}: decode-batch product on int8 activations, rows quantized once = staged by each block`, () => {

@@ -1,5 +1,5 @@
 // The one-token Q/K/V product's L2 prefetch of the slot's cached keys and values (CudaFast.l2Kv,
-// cuda/l2pf.cuh): a hint that must change no value. Each step runs with the bit on and again off,
+// cuda/dense/l2pf.cuh): a hint that must change no value. Each step runs with the bit on and again off,
 // rewriting the same KV rows: not one logit may differ, and the counter proves the launches asked
 // for them. Short slots and one slot past 2,048 positions (the attention's long-context shape).
 // Skips with a line where no card is.

@@ -1,4 +1,4 @@
-// A prompt's next batch of uploads copied ahead (cuda/hybrid.cu lead_plan / lead_issue): a sparse
+// A prompt's next batch of uploads copied ahead (cuda/hybrid/hybrid.cu lead_plan / lead_issue): a sparse
 // upload step whose batch asks for no logits (its prompt goes on) copies the next step's first
 // uploads into the lead slots between its own light layers' copies, and the next step finds them
 // there. The same bytes reach the same kernels: a prompt of several batches gives the same bits as

@@ -1,4 +1,4 @@
-// Decode batches' choice of expert kernels (cuda/forward.cu mb_choose, CudaOption.mmaPairs): a MoE
+// Decode batches' choice of expert kernels (cuda/runtime/forward.cu mb_choose, CudaOption.mmaPairs): a MoE
 // layer whose experts got few pairs each in the last decode batches takes the dp4a kernels instead
 // of the tensor cores (FAST_GUMMA / FAST_DNMMA). On a router whose picks vary per token (synth
 // --centered) a batch of 8 gives most experts one pair: after one counted step the layers move to

@@ -438,7 +438,7 @@ function batchModels(file: string, S: number, prompt: (s: number, V: number) => 
 }
 
 // Decode batches of 2..8 sequences (one token each, different slots and positions) take the
-// experts grouped by expert (cuda/moe_batch.cu). Each token's logits against its sequence's
+// experts grouped by expert (cuda/experts/moe_batch.cu). Each token's logits against its sequence's
 // one-token step alone and against the CPU exact path. Bounds: with f32 activations everywhere
 // (CudaFast.all & ~int8) both steps differ only in summation order (the one-token kernels against
 // the general ones measure below 1e-4 above), so 1e-3; with the default int8 activations the
@@ -525,7 +525,7 @@ gpu("decode batches grouped by expert against one-token steps and the CPU exact 
   }
 });
 
-// Decode batches' dense products (cuda/mv_batch.cu: Q/K/V, attention output, router, output head,
+// Decode batches' dense products (cuda/dense/mv_batch.cu: Q/K/V, attention output, router, output head,
 // each weight row read once for all of the batch's rows). Each batch runs twice: with the general
 // per-token products (CudaFast.products off) and with the batched ones, then each sequence alone
 // (one-token kernels) and on the CPU exact path. Bounds: f32 activations (int8 off) change only
@@ -616,7 +616,7 @@ const absent = (c: BatchCase): boolean => c.fixture !== undefined && !existsSync
 // prompts across the attention's context classes: slots 0, 3, 6 ~5 positions; 1, 4, 7 ~300; 2, 5 ~1,100
 const classLengths = (s: number): number => [5, 300, 1100][s % 3] + s;
 
-// Int8 products with their activation rows quantized once a launch (cuda/x8rows.cu, CudaFast.x8)
+// Int8 products with their activation rows quantized once a launch (cuda/dense/x8rows.cu, CudaFast.x8)
 // against each block staging the rows itself: the same int8 values, scales and sums reach the
 // same dot products - Q/K/V (rows RMS-normalised on the way), the attention output (added to the
 // residual), the grouped experts' gate/up (rows quantized by spare blocks of the picks' launch),
@@ -670,7 +670,7 @@ gpu("decode batches of distinct slots form Q/K in the attention", () => {
 });
 
 // The experts' combine fused into the next layer's Q/K/V row quantization (CudaFast.combine:
-// cuda/x8rows.cu k_x8_comb, one launch for moe.cu's k_moe_combine and the normalised k_x8_rows)
+// cuda/dense/x8rows.cu k_x8_comb, one launch for moe.cu's k_moe_combine and the normalised k_x8_rows)
 // against the two launches: the same fma chain over the picks in pick order, the same x stored,
 // the same norm and int8 rows. Q4_K_M files fuse every MoE layer's combine but the last (the
 // output norm launches that one; the count of fused combines must grow); the tiny fixture (Q8_0:
@@ -702,7 +702,7 @@ gpu("decode batches' expert combine fused into the next layer's row quantization
   }
 });
 
-// The attention output's int8 rows written by the attention itself (CudaFast.attnX8: cuda/attn2.cu
+// The attention output's int8 rows written by the attention itself (CudaFast.attnX8: cuda/attention/attn2.cu
 // writes each head group's x8 slot where it writes the f32 output - the one-slice block and the
 // slices' merge - with k_x8_rows<false>'s q8_group on the same floats), so the output product
 // skips its quantization launch, against that launch: the same int8 bytes. Steps in the
@@ -736,9 +736,9 @@ gpu("decode batches' attention output rows quantized by the attention give the l
   }
 });
 
-// The experts' down by lane groups (CudaFast.downGroups: cuda/moe_batch.cu, 4 lanes a row of up to
+// The experts' down by lane groups (CudaFast.downGroups: cuda/experts/moe_batch.cu, 4 lanes a row of up to
 // 48 int8 units, 8 rows a warp) against a warp a row, and the one-token down with a warp's lanes
-// over every pick's units (CudaFast.down1: cuda/fastdec.cu k_fdown) against a lane a unit of one
+// over every pick's units (CudaFast.down1: cuda/experts/fastdec.cu k_fdown) against a lane a unit of one
 // pick at a time: the same int8 products, each row's units summed in another order, so a last bit
 // may move an int8 rounding downstream (as Q/K in the attention): within 1e-2 of the std and the
 // same greedy token. Counters prove each path ran (and not with its bit off). Q4_K_M: Q4_K and Q6_K
@@ -766,7 +766,7 @@ gpu("the experts' down by lane groups and over every pick's units give the logit
   }
 });
 
-// The one-token gate/up quantizing its SwiGLU rows for down (CudaFast.act8: cuda/fastdec.cu k_fgu8,
+// The one-token gate/up quantizing its SwiGLU rows for down (CudaFast.act8: cuda/experts/fastdec.cu k_fgu8,
 // 32 rows a block, q8_group on the floats down's own quantization takes) against down quantizing
 // them itself: the same int8 rows, scales and sums, so not one logit may differ; the counter proves
 // the path ran. Q4_K_M (Q4_K gate/up, Q4_K and Q6_K down), Q6_K, widths 256 / 512 / 2048.
@@ -781,8 +781,8 @@ gpu("the one-token gate/up's int8 rows for down give the logits of down's own qu
   }
 });
 
-// Decode batches' down on the tensor cores (CudaFast.downMma: cuda/moe_batch.cu k_mb_down_mma with
-// cuda/mma8.cuh's Q4_K and Q6_K units) against the lane-group dp4a kernel: exact int32 sums, the
+// Decode batches' down on the tensor cores (CudaFast.downMma: cuda/experts/moe_batch.cu k_mb_down_mma with
+// cuda/experts/mma8.cuh's Q4_K and Q6_K units) against the lane-group dp4a kernel: exact int32 sums, the
 // scales applied in another order: within 1e-2 of the std, the same greedy token, the counter
 // proves it ran. Q4_K_M: Q4_K and Q6_K down; Q6_K files: Q6_K alone; rows of 256, 512 and 768.
 gpu("decode batches' down on the tensor cores gives the logits of the dp4a kernel", () => {
@@ -798,7 +798,7 @@ gpu("decode batches' down on the tensor cores gives the logits of the dp4a kerne
   }
 });
 
-// Decode batches' gate/up on the tensor cores (CudaFast.guMma: cuda/moe_batch.cu k_mb_gu_mma, Q4_K
+// Decode batches' gate/up on the tensor cores (CudaFast.guMma: cuda/experts/moe_batch.cu k_mb_gu_mma, Q4_K
 // rows) against the dp4a kernel: the same int8 rows and exact int32 group sums, the scales applied
 // and the groups summed in another order: within 1e-2 of the std, the same greedy token, and the
 // counter proves the tensor-core kernel ran. Widths 256 (one Q4_K block: one warp of the block
@@ -821,7 +821,7 @@ gpu("decode batches' gate/up on the tensor cores give the logits of the dp4a ker
 });
 
 // Prompt batches' tensor-core products with each K slice's stored blocks copied into shared memory
-// at once (CudaFast.gemmRaw, cuda/gemm.cu's raw path) against the direct loads: the same blocks
+// at once (CudaFast.gemmRaw, cuda/dense/gemm.cu's raw path) against the direct loads: the same blocks
 // reach the same units, the same halves the same products, so a prompt's logits agree bit for bit
 // - dense (Q/K/V, attention output) and grouped by expert; Q4_K_M (Q4_K and Q6_K rows; Q6_K rows
 // of 768 elements are not 16-byte aligned and keep the direct path), Q8_0, MXFP4 and BF16.
@@ -881,7 +881,7 @@ gpu("prompt batches' products from a shared-memory copy of the stored blocks giv
 });
 
 // Prompt batches' dense products (Q/K/V, attention output) from f16 copies of the weights made once
-// a launch, on the pipelined product (CudaFast.gemm16, cuda/gemm16.cu): the same halves in the same
+// a launch, on the pipelined product (CudaFast.gemm16, cuda/dense/gemm16.cu): the same halves in the same
 // m16n8k16 sequence as gemm.cu's tiles, so the logits agree bit for bit - every stored type the
 // raw path covers, F16 rows read in place, a batch of 200 and a second chunk at position 200.
 const F16_CASES: BatchCase[] = [...RAW_CASES, { model: "test-moe", quant: "F16" }];
@@ -897,7 +897,7 @@ gpu("prompt batches' expert products on f16 activation rows give the tiles' logi
   }
 });
 
-// Q/K norm, RoPE and the cache write a block a token (CudaFast.qkTok, cuda/attn.cu k_qk_tok): the
+// Q/K norm, RoPE and the cache write a block a token (CudaFast.qkTok, cuda/attention/attn.cu k_qk_tok): the
 // same factors, sums and expressions as k_qk, so bit for bit.
 gpu("prompt batches' Q/K preparation a block a token gives k_qk's logits", () => {
   for (const c of F16_CASES) {

@@ -1,4 +1,4 @@
-// The prompt batches' router as a tiled product (CudaFast.routeBig, cuda/route_big.cu) against the
+// The prompt batches' router as a tiled product (CudaFast.routeBig, cuda/router/route_big.cu) against the
 // router kernel of decode groups: a 200-token prompt's logits within a stated bound of each other
 // (the logits' sums run in another order), the same greedy token wherever the margin is clear, and
 // the tiled path giving the same bits on every run (no atomics). Skips with a line where no card is.

@@ -1,4 +1,4 @@
-// The card's share of a token's host picks moved online (cuda/share_tune.cu) on the card: with
+// The card's share of a token's host picks moved online (cuda/hybrid/share_tune.cu) on the card: with
 // --cpu-moe and no share asked for, one-token steps leave their splits' timings in the mailbox's
 // ring (the card's share, its wait, the CPU's call), every step's end reads them, and whatever
 // share they settle on, the logits stay within the bound of every expert on the card. A share

@@ -1,4 +1,4 @@
-// The one-token gate/up's bulk copies (CudaFast.tmaGu, cuda/fastdec.cu k_fgu8 on sm_90+): each
+// The one-token gate/up's bulk copies (CudaFast.tmaGu, cuda/experts/fastdec.cu k_fgu8 on sm_90+): each
 // block's 32 gate rows and 32 up rows come by two cp.async.bulk copies instead of per-lane
 // cp.async, the same bytes into the same dots, so they must change no value. Each step runs with
 // the bit on and again off, rewriting the same KV rows: not one logit may differ, and the counter

@@ -1,4 +1,4 @@
-// The rule that moves the card's share of a token's host picks online (cuda/share_tune.cu,
+// The rule that moves the card's share of a token's host picks online (cuda/hybrid/share_tune.cu,
 // bl_cuda_share_decide): pure arithmetic in the CUDA library, so it runs where no card is (the
 // library loads without a driver). Named cases, then a model of a split layer - the card's share
 // a fixed part plus a part a pick, the CPU's call likewise plus a latency - stepped from every

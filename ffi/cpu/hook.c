@@ -1,7 +1,7 @@
 /* bloomery CPU library: the host hooks - a run of a card's program (a MoE layer's NORM, ROUTER and
  * EXPERTS, or a NORM and FFN) on residual rows a caller owns, or the run's experts for picks the
  * caller made (the rest of them computed elsewhere), for a card's step whose layer leaves its experts
- * to the CPU (cuda/hybrid.cu calls it from a stream callback or the mailbox's thread): in host memory,
+ * to the CPU (cuda/hybrid/hybrid.cu calls it from a stream callback or the mailbox's thread): in host memory,
  * or read from the files through the op's expert store (moe.c). The rows are computed as
  * bl_cpu_forward computes those ops. */
 #include "ctx.h"

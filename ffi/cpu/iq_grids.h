@@ -2,7 +2,7 @@
  * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M blocks select. They are data of the file format
  * (a block means nothing without them), transcribed entry for entry as GGUF defines them; nothing
  * here is computed. One list per table, as an X-macro of entry codes, so that the CPU library
- * (ffi/cpu/iq_grids.c) and the CUDA library (cuda/quants_iq.cuh) expand the same data at compile time.
+ * (ffi/cpu/iq_grids.c) and the CUDA library (cuda/quants/quants_iq.cuh) expand the same data at compile time.
  *
  * An entry's code gives the level index of each of its elements: element j is
  * LEVELS[(code >> (B * j)) & (2^B - 1)], element 0 in the low bits:

@@ -2,7 +2,7 @@
 // weight bytes, read from a GGUF or computed for a known model before any download), the KV cache
 // and work buffers for a context, whether that fits a card or the host, and the largest context
 // that does. On a card with the file at hand the sizes are the CUDA library's own
-// (cudaPlanBytes); otherwise the work buffers are estimated the way cuda/ctx.cu and
+// (cudaPlanBytes); otherwise the work buffers are estimated the way cuda/runtime/ctx.cu and
 // ffi/cpu/forward.c lay them out. On a card, routed experts the plan keeps in host memory
 // (agent-card-share.ts) count as the plan's card share, not the file's total.
 import { checkModelFile } from "../engine/model-check.ts";
@@ -105,7 +105,7 @@ export function kvBytes(hp: HParams, nSlots: number, nCtxSlot: number): number {
   return nSlots * nCtxSlot * kvBytesPerPos(hp);
 }
 
-/** The CUDA context's work buffers (cuda/ctx.cu buffer_list, without the KV cache). */
+/** The CUDA context's work buffers (cuda/runtime/ctx.cu buffer_list, without the KV cache). */
 export function cudaWorkBytes(hp: HParams, maxTokens: number): number {
   const T = maxTokens, F = 4, I = 4, E = hp.nEmbd, K = hp.nExpertUsed, X = hp.nExpert;
   const qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim, pairs = T * K;

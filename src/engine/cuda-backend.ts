@@ -56,7 +56,7 @@ export interface HostExpertStats {
   pairUs: number;
   /** of a token's picks in a host layer, how many the card computes (one-token steps) */
   cardShare: number;
-  /** the card copies its share's experts into card memory first (cuda/pull.cu), else reads them in place */
+  /** the card copies its share's experts into card memory first (cuda/hybrid/pull.cu), else reads them in place */
   copied: boolean;
   /** the sizing's measured microseconds: a CPU call's fixed part and a pick's, and a pick of the card's copy (0: the share was not sized) */
   cpuFixedUs: number;
@@ -72,13 +72,13 @@ export interface HostExpertStats {
   usedShare: number;
   /** of uploadBytes, those sparse steps copied ahead of a layer's picks (the experts its last picks used) */
   prefetchedBytes: number;
-  /** one-token steps: times the card's share (cardShare) moved online by the steps' own timings (cuda/share_tune.cu) */
+  /** one-token steps: times the card's share (cardShare) moved online by the steps' own timings (cuda/hybrid/share_tune.cu) */
   shareMoves: number;
   /** the one-token splits whose timings the online sizing read (the card's share, its wait, the CPU's call) */
   shareSamples: number;
   /** sparse upload steps' first uploads found copied ahead by the step before (a prompt's next batch) */
   leadRuns: number;
-  /** sparse prompt layers that gave the CPU a share of their experts (cuda/cpu_share.cu), the experts and (token, expert) pairs it took */
+  /** sparse prompt layers that gave the CPU a share of their experts (cuda/hybrid/cpu_share.cu), the experts and (token, expert) pairs it took */
   cpuLayers: number;
   cpuExperts: number;
   cpuPairs: number;
@@ -171,7 +171,7 @@ export class CudaWeights {
   }
 }
 
-/** Why the card cannot run the program (the first op it cannot, named by the fusion pass: cuda/fuse.cu), or undefined (no device needed). */
+/** Why the card cannot run the program (the first op it cannot, named by the fusion pass: cuda/runtime/fuse.cu), or undefined (no device needed). */
 export function cudaUnsupported(prog: EncodedProgram): string | undefined {
   const bad = new BigInt64Array(1);
   const st = Number(cuda().bl_cuda_check(ptr(prog.program.i), ptr(bad)));

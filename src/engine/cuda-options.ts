@@ -7,7 +7,7 @@ import { CUDA_OPTION_FIELDS, Slots, type CudaOptionName } from "../../ffi/layout
 /** bl_cuda_options by field (bloomery.h says what each holds); trace_path is a file name ("" none). */
 export type CudaOptions = { [K in Exclude<CudaOptionName, "trace_path">]: number } & { trace_path: string };
 
-/** The library's defaults (cuda/ctx.cu cu_options_default has the same). */
+/** The library's defaults (cuda/runtime/ctx.cu cu_options_default has the same). */
 export const CUDA_OPTION_DEFAULTS: Readonly<CudaOptions> = {
   fast: -1, invariant: 0, graphs: 1, pdl: 1, carveout: -1, prefill_min: 0, mma_pairs: -1,
   mv_batch: 1, moe_batch: 1, a2_long_heads: 0, a2_long_chunk: 0, a2_mma_class: -1, fa2_heads: 0, fmv_rpw: 0, expert_bn64: 0,

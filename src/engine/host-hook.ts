@@ -1,6 +1,6 @@
 // bloomery engine: the CPU side of a card's host experts - a CPU context (workspace and thread
 // pool, no KV cache) that the CUDA step calls through the CPU library's hook for the MoE blocks
-// whose routed experts the card leaves to the CPU (cuda/hybrid.cu, ffi/cpu/hook.c). The hook gets
+// whose routed experts the card leaves to the CPU (cuda/hybrid/hybrid.cu, ffi/cpu/hook.c). The hook gets
 // runs of the program's own ops, so an EXPERTS op pointed at an expert store (the disk tier beside a
 // card: Model.load, expert-store.ts) has its experts read through that store, as on the CPU backend.
 import { ptr } from "bun:ffi";

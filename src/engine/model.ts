@@ -36,7 +36,7 @@ export interface LoadOptions {
   placement?: PlacementFlags;
   /** the card's batch-invariant mode (the CPU path always is): a sequence's logits the same bits alone or batched */
   batchInvariant?: boolean;
-  /** card slots a host-expert layer for promoted experts (0 = off; cuda/promote.cu) */
+  /** card slots a host-expert layer for promoted experts (0 = off; cuda/hybrid/promote.cu) */
   promoteSlots?: number;
   /** where the plan's line goes (default stderr) */
   log?: (line: string) => void;
@@ -96,7 +96,7 @@ export class Model {
         if (h.bytes) (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(`placement: host experts read into huge pages: ${gib(h.bytes)} GiB (${gib(h.backed)} GiB backed by 2 MiB pages)`);
       }
       this.program = encodeProgram(specs, (n) => this.weights.tensor(n), this.hp.nEmbd, this.hp.nVocab);
-      // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid.cu), from
+      // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid/hybrid.cu), from
       // host memory or through the expert store
       if (onCard) markHostExperts(this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
       const blocks = onCard ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK : undefined;

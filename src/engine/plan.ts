@@ -97,7 +97,7 @@ export function cpuContextBytes(hp: HParams, c: PlanContext): number {
   return kv + c.maxTokens * perTok + 64 * MiB;
 }
 
-/** The card's bytes beside the weights (an estimate of cuda/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */
+/** The card's bytes beside the weights (an estimate of cuda/runtime/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */
 export function cardContextBytes(hp: HParams, c: PlanContext): number {
   const kv = c.nSlots * c.nCtxSlot * kvBytesPerPos(hp);
   const pairs = c.maxTokens * Math.max(1, hp.nExpertUsed);

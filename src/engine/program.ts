@@ -105,7 +105,7 @@ export function encodeProgram(ops: readonly OpSpec[], resolve: (name: string) =>
  * Marks the EXPERTS ops whose routed experts a card leaves to the CPU (bl_experts_params.host): those
  * `isHost` keeps in host memory (the card runs them through the CPU hook or uploads them), and those
  * `onDisk` puts on the NVMe tier (the CPU hook alone, reading them through the op's expert store:
- * cuda/hybrid.cu). An op is marked only when all its expert tensors agree. Returns how many ops were marked.
+ * cuda/hybrid/hybrid.cu). An op is marked only when all its expert tensors agree. Returns how many ops were marked.
  */
 export function markHostExperts(prog: EncodedProgram, isHost: (name: string) => boolean, onDisk: (name: string) => boolean = () => false): number {
   let n = 0;

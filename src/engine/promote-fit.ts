@@ -1,5 +1,5 @@
 // bloomery engine: --promote-slots auto: how many card slots each host-expert layer gets for the
-// experts it calls most (cuda/promote.cu) - the card memory left after the weights the plan put
+// experts it calls most (cuda/hybrid/promote.cu) - the card memory left after the weights the plan put
 // there, the KV cache and buffers (two staging layers among them) and a 1 GiB margin, divided by
 // the host layers times one expert's gate, up and down bytes; capped at a layer's expert count, and
 // 0 (off) when that is below the experts a token uses. Pure arithmetic on numbers the caller gives
@@ -56,7 +56,7 @@ const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 const size = (n: number) => (Math.abs(n) >= GiB ? `${(n / GiB).toFixed(2)} GiB` : `${(n / MiB).toFixed(1)} MiB`);
 
-/** A layer's slots: gate, up and down each rounded up to 256 bytes (cuda/promote.cu lays them out so). */
+/** A layer's slots: gate, up and down each rounded up to 256 bytes (cuda/hybrid/promote.cu lays them out so). */
 const ALIGN_SLACK = 3 * 255;
 
 function check(i: PromoteFitInput): void {

@@ -128,7 +128,7 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
   }
   const nGpuLayers = explicit.has("devices") && o.devices.length === 1 && o.devices[0] === "none" ? 0 : o.nGpuLayers;
   // routed experts in host RAM beside a card: a prompt batch uploads every host layer's experts
-  // once (cuda/hybrid.cu), so larger batches amortise it (pp4096 on the H200 with --cpu-moe: 1,600
+  // once (cuda/hybrid/hybrid.cu), so larger batches amortise it (pp4096 on the H200 with --cpu-moe: 1,600
   // t/s at -ub 512, 10,788 at -ub 4096)
   const expertFlags = o.cpuMoe || o.nCpuMoe > 0 || o.overrideTensor.some((t) => /^cpu/i.test(t.buffer));
   const hostExperts = nGpuLayers !== 0 && expertFlags;

@@ -1,5 +1,5 @@
 // bloomery tests: a host stand-in for cuda/common.cuh, so that the card's block readers
-// (cuda/quants.cuh, dot8.cuh, quants_iq.cuh) compile with g++ and run on the CPU
+// (cuda/quants/quants.cuh, dot8.cuh, quants_iq.cuh) compile with g++ and run on the CPU
 // (test/cuda-iq-host.test.ts): the CUDA keywords as plain inline functions, the vector types, and
 // the intrinsics those headers use with their documented semantics (byte permutes, SIMD-in-a-word
 // byte sums, dp4a, IEEE f16 and round-to-nearest float steps). A header that starts using another

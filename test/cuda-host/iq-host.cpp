@@ -1,4 +1,4 @@
-// bloomery tests: the card's grid-type readers (cuda/quants_iq.cuh) run on the CPU through the host
+// bloomery tests: the card's grid-type readers (cuda/quants/quants_iq.cuh) run on the CPU through the host
 // stand-in (common.cuh here; test/cuda-iq-host.test.ts builds and runs this): every type's qt<T>
 // units against the CPU library's bl_dequantize bit for bit, and its d8<T> int8-activation dot on
 // an x8 row (dot8.cuh's layout, chunks in x8_pos order) against the float64 sum of the dequantized
