@@ -34,45 +34,45 @@
 // but stayed under 6-8 tokens at 1)
 static double cap_factor(const cu_ctx *c) { return c->o.cpu_cap > 0 ? c->o.cpu_cap : 1.0; }
 
-int cu_cpu_share_skip(const cu_ctx *c) { return c->cpu_tok > 0 && c->mb && c->expert_fn && c->hb_tok ? c->cpu_tok : 0; }
+int cu_cpu_share_skip(const cu_ctx *c) { return c->hy->cpu_tok > 0 && c->hy->mb && c->hy->expert_fn && c->hy->hb_tok ? c->hy->cpu_tok : 0; }
 
 int64_t cu_cpu_share_alloc(cu_ctx *c) {
   const size_t T = (size_t)c->dm.maxT, K = (size_t)std::max<int64_t>(c->dm.K, 1), X = (size_t)std::max<int64_t>(c->dm.X, 1);
   const unsigned mapped = cudaHostAllocMapped | cudaHostAllocPortable;
-  CU_TRY(cudaMallocHost(&c->hp_sel, T * K * sizeof(int32_t)), "allocating the CPU share's picks");
-  CU_TRY(cudaMallocHost(&c->hp_w, T * K * sizeof(float)), "allocating the CPU share's picks");
-  CU_TRY(cudaMallocHost(&c->hb_sel, T * K * sizeof(int32_t)), "allocating the CPU share's picks");
-  CU_TRY(cudaMallocHost(&c->hb_w, T * K * sizeof(float)), "allocating the CPU share's picks");
-  CU_TRY(cudaHostAlloc(&c->hb_tok, T * sizeof(int32_t), mapped), "allocating the CPU share's rows");
-  CU_TRY(cudaHostAlloc(&c->hb_mask, X, mapped), "allocating the CPU share's experts");
+  CU_TRY(cudaMallocHost(&c->hy->hp_sel, T * K * sizeof(int32_t)), "allocating the CPU share's picks");
+  CU_TRY(cudaMallocHost(&c->hy->hp_w, T * K * sizeof(float)), "allocating the CPU share's picks");
+  CU_TRY(cudaMallocHost(&c->hy->hb_sel, T * K * sizeof(int32_t)), "allocating the CPU share's picks");
+  CU_TRY(cudaMallocHost(&c->hy->hb_w, T * K * sizeof(float)), "allocating the CPU share's picks");
+  CU_TRY(cudaHostAlloc(&c->hy->hb_tok, T * sizeof(int32_t), mapped), "allocating the CPU share's rows");
+  CU_TRY(cudaHostAlloc(&c->hy->hb_mask, X, mapped), "allocating the CPU share's experts");
   void *d = nullptr;
-  CU_TRY(cudaHostGetDevicePointer(&d, c->hb_tok, 0), "mapping the CPU share's rows");
-  c->hb_tok_d = static_cast<int32_t *>(d);
-  CU_TRY(cudaHostGetDevicePointer(&d, c->hb_mask, 0), "mapping the CPU share's experts");
-  c->hb_mask_d = static_cast<uint8_t *>(d);
-  c->cpu_rows = 0;
-  if (c->cpu_tok < 0) c->cpu_tok = cu_cpu_share_default(c);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hy->hb_tok, 0), "mapping the CPU share's rows");
+  c->hy->hb_tok_d = static_cast<int32_t *>(d);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hy->hb_mask, 0), "mapping the CPU share's experts");
+  c->hy->hb_mask_d = static_cast<uint8_t *>(d);
+  c->hy->cpu_rows = 0;
+  if (c->hy->cpu_tok < 0) c->hy->cpu_tok = cu_cpu_share_default(c);
   return BL_OK;
 }
 
 int cu_cpu_share_default(const cu_ctx *c) { return c->o.cpu_tokens >= 0 ? (int)c->o.cpu_tokens : CPU_SHARE_TOKENS; }
 
 void cu_cpu_share_free(cu_ctx *c) {
-  if (c->hp_sel) (void)cudaFreeHost(c->hp_sel);
-  if (c->hp_w) (void)cudaFreeHost(c->hp_w);
-  if (c->hb_sel) (void)cudaFreeHost(c->hb_sel);
-  if (c->hb_w) (void)cudaFreeHost(c->hb_w);
-  if (c->hb_tok) (void)cudaFreeHost(c->hb_tok);
-  if (c->hb_mask) (void)cudaFreeHost(c->hb_mask);
-  c->hp_sel = c->hb_sel = c->hb_tok = c->hb_tok_d = nullptr;
-  c->hp_w = c->hb_w = nullptr;
-  c->hb_mask = c->hb_mask_d = nullptr;
-  c->cpu_rows = 0;
+  if (c->hy->hp_sel) (void)cudaFreeHost(c->hy->hp_sel);
+  if (c->hy->hp_w) (void)cudaFreeHost(c->hy->hp_w);
+  if (c->hy->hb_sel) (void)cudaFreeHost(c->hy->hb_sel);
+  if (c->hy->hb_w) (void)cudaFreeHost(c->hy->hb_w);
+  if (c->hy->hb_tok) (void)cudaFreeHost(c->hy->hb_tok);
+  if (c->hy->hb_mask) (void)cudaFreeHost(c->hy->hb_mask);
+  c->hy->hp_sel = c->hy->hb_sel = c->hy->hb_tok = c->hy->hb_tok_d = nullptr;
+  c->hy->hp_w = c->hy->hb_w = nullptr;
+  c->hy->hb_mask = c->hy->hb_mask_d = nullptr;
+  c->hy->cpu_rows = 0;
 }
 
 int64_t cu_cpu_share_fetch(cu_ctx *c, const int32_t *sel, const float *selw, int n_pairs) {
-  CU_TRY(cudaMemcpyAsync(c->hp_sel, sel, (size_t)n_pairs * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
-  CU_TRY(cudaMemcpyAsync(c->hp_w, selw, (size_t)n_pairs * sizeof(float), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
+  CU_TRY(cudaMemcpyAsync(c->hy->hp_sel, sel, (size_t)n_pairs * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
+  CU_TRY(cudaMemcpyAsync(c->hy->hp_w, selw, (size_t)n_pairs * sizeof(float), cudaMemcpyDeviceToHost, c->st), "reading a layer's picks");
   return BL_OK;
 }
 
@@ -105,7 +105,7 @@ __global__ void k_cpu_add(float *x, int E, const int32_t *tok, const float *hout
 }
 
 int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uint8_t *miss, int ntok, int K, double expert_us) {
-  c->cpu_rows = 0;
+  c->hy->cpu_rows = 0;
   const int T = cu_cpu_share_skip(c), X = b.n_expert;
   if (!T || K <= 0 || K > b.n_used || X <= 0 || X > c->dm.X) return BL_OK;
   std::vector<int> cand;
@@ -121,51 +121,51 @@ int64_t cu_cpu_share_take(cu_ctx *c, const cu_blk &b, const int32_t *counts, uin
   const double per_expert_us = cap_factor(c) * expert_us;
   int taken = 0, pairs = 0;
   for (int e : cand) {
-    const double cpu_us = (pairs + counts[e]) * c->pair_us, card_us = (used - taken - 1) * per_expert_us;
-    if (T < CPU_SHARE_ALL && c->pair_us > 0 && cpu_us > card_us) break;
+    const double cpu_us = (pairs + counts[e]) * c->hy->pair_us, card_us = (used - taken - 1) * per_expert_us;
+    if (T < CPU_SHARE_ALL && c->hy->pair_us > 0 && cpu_us > card_us) break;
     taken++;
     pairs += counts[e];
   }
   if (!taken) return BL_OK;
-  memset(c->hb_mask, 0, (size_t)X);
+  memset(c->hy->hb_mask, 0, (size_t)X);
   for (int i = 0; i < taken; i++) {
-    c->hb_mask[cand[(size_t)i]] = 1;
+    c->hy->hb_mask[cand[(size_t)i]] = 1;
     miss[cand[(size_t)i]] = 0;
   }
   // the rows with a pick of the CPU's experts, their picks (-1: the card's)
   int nrows = 0;
   for (int t = 0; t < ntok; t++) {
-    const int32_t *s = c->hp_sel + (size_t)t * K;
-    const float *w = c->hp_w + (size_t)t * K;
+    const int32_t *s = c->hy->hp_sel + (size_t)t * K;
+    const float *w = c->hy->hp_w + (size_t)t * K;
     bool any = false;
     for (int j = 0; j < K; j++) { // written at row nrows, kept only when the token has a CPU pick
-      const bool cpu = s[j] >= 0 && s[j] < X && c->hb_mask[s[j]];
-      c->hb_sel[(size_t)nrows * K + j] = cpu ? s[j] : -1;
-      c->hb_w[(size_t)nrows * K + j] = cpu ? w[j] : 0.0f;
+      const bool cpu = s[j] >= 0 && s[j] < X && c->hy->hb_mask[s[j]];
+      c->hy->hb_sel[(size_t)nrows * K + j] = cpu ? s[j] : -1;
+      c->hy->hb_w[(size_t)nrows * K + j] = cpu ? w[j] : 0.0f;
       any |= cpu;
     }
-    if (any) c->hb_tok[nrows++] = t;
+    if (any) c->hy->hb_tok[nrows++] = t;
   }
   if (!nrows) return cu_fail(BL_E_INVAL, "internal: the CPU's %d experts have no rows", taken);
   cu_host_call *call = cu_host_call_for(c, b, 0, K, 1);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   const int E = (int)c->dm.E, n_pairs = ntok * K;
   const int blocks = std::max(1, std::min(nrows, 4 * c->sm_count));
-  CU_LAUNCH("gathering the CPU's rows", k_cpu_gather, dim3(blocks), dim3(256), (size_t)X, c->st, c->x, E, c->hb_tok_d, nrows, c->hx_d, c->sel, n_pairs,
-            c->hb_mask_d, X);
+  CU_LAUNCH("gathering the CPU's rows", k_cpu_gather, dim3(blocks), dim3(256), (size_t)X, c->st, c->x, E, c->hy->hb_tok_d, nrows, c->hy->hx_d, c->sel, n_pairs,
+            c->hy->hb_mask_d, X);
   CU_OK(cu_mailbox_post(c, call, nrows, 0, nullptr, 0, nullptr, 0));
-  c->cpu_rows = nrows;
-  c->n_cpu_layers++;
-  c->n_cpu_experts += taken;
-  c->n_cpu_pairs += pairs;
+  c->hy->cpu_rows = nrows;
+  c->hy->n_cpu_layers++;
+  c->hy->n_cpu_experts += taken;
+  c->hy->n_cpu_pairs += pairs;
   return BL_OK;
 }
 
 int64_t cu_cpu_share_add(cu_ctx *c) {
-  if (c->cpu_rows <= 0) return BL_OK;
-  const int n = c->cpu_rows;
-  c->cpu_rows = 0;
+  if (c->hy->cpu_rows <= 0) return BL_OK;
+  const int n = c->hy->cpu_rows;
+  c->hy->cpu_rows = 0;
   CU_OK(cu_mailbox_wait(c, 0, true));
-  CU_LAUNCH("adding the CPU's rows", k_cpu_add, dim3(n), dim3(256), 0, c->st, c->x, (int)c->dm.E, c->hb_tok_d, c->hout_d);
+  CU_LAUNCH("adding the CPU's rows", k_cpu_add, dim3(n), dim3(256), 0, c->st, c->x, (int)c->dm.E, c->hy->hb_tok_d, c->hy->hout_d);
   return BL_OK;
 }

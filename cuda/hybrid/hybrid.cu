@@ -90,30 +90,30 @@ void cu_host_unregister(cu_weights *w) {
 // does nothing. Runs on the stream's callback thread or on the mailbox's host thread.
 void cu_host_run(cu_host_call *call, int ntok, const int32_t *ints, const float *flts, float *out) {
   cu_ctx *c = call->c;
-  if (c->host_err) return; // the step failed earlier: its result is not used
+  if (c->hy->host_err) return; // the step failed earlier: its result is not used
   const auto t0 = std::chrono::steady_clock::now();
-  char msg[sizeof c->host_msg];
+  char msg[sizeof c->hy->host_msg];
   msg[0] = 0;
   int64_t s = BL_OK;
   if (call->k == 0) {
-    s = c->host_fn(c->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hx, msg, sizeof msg);
+    s = c->hy->host_fn(c->hy->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hy->hx, msg, sizeof msg);
   } else {
     const int K = (int)call->b->n_expert_used, k = call->k > 0 ? call->k : ints[K];
-    if (k > 0) s = c->expert_fn(c->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hx, ints, flts, k, out, msg, sizeof msg);
+    if (k > 0) s = c->hy->expert_fn(c->hy->host_cpu, call->b->ops, call->b->n_ops, ntok, c->hy->hx, ints, flts, k, out, msg, sizeof msg);
     else memset(out, 0, (size_t)c->dm.E * sizeof(float));
   }
-  c->n_hook++;
-  c->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  c->hy->n_hook++;
+  c->hy->hook_us += (int64_t)std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (s != BL_OK) {
-    snprintf(c->host_msg, sizeof c->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
-    c->host_err = s;
+    snprintf(c->hy->host_msg, sizeof c->hy->host_msg, "host experts: %s", msg[0] ? msg : "the hook failed");
+    c->hy->host_err = s;
   }
 }
 
 static void CUDART_CB hook_cb(void *p) {
   cu_host_call *call = static_cast<cu_host_call *>(p);
   cu_ctx *c = call->c;
-  cu_host_run(call, call->ntok, call->k > 0 ? c->hsel : c->hn_h, c->hselw, c->hout);
+  cu_host_run(call, call->ntok, call->k > 0 ? c->hy->hsel : c->hy->hn_h, c->hy->hselw, c->hy->hout);
 }
 
 __global__ void k_add_rows(float *x, const float *y, int n) {
@@ -126,8 +126,8 @@ static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) 
 
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   // (a block on the general kernels, gpt-oss's: the one-token expert kernels the split takes lack its options)
-  if (!b.host || b.general || cu_host_on_disk(b) || ntok != 1 || big || !c->expert_fn) return false;
-  return c->promote_slots > 0 || (c->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
+  if (!b.host || b.general || cu_host_on_disk(b) || ntok != 1 || big || !c->hy->expert_fn) return false;
+  return c->hy->promote_slots > 0 || (c->hy->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
 // One token's picks split between the card (fm: its share, null for none) and the host (call k,
@@ -140,7 +140,7 @@ static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k,
   cu_host_call *call = nullptr;
   if (k != 0 && !(call = host_call(c, b, 1, k))) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   bool done = false;
-  if (c->mb) {
+  if (c->hy->mb) {
     if (call) CU_OK(cu_mailbox_post(c, call, 1, E, si, ni, sf, nf));
     if (fm) {
       fmoe_args f = *fm;
@@ -152,24 +152,24 @@ static int64_t split_run(cu_ctx *c, const cu_blk &b, const fmoe_args *fm, int k,
     return call ? cu_mailbox_wait(c, E, true, pull) : BL_OK;
   }
   if (call) {
-    CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
-    CU_TRY(cudaMemcpyAsync(k > 0 ? c->hsel : c->hn_h, si, (size_t)ni * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
-    CU_TRY(cudaMemcpyAsync(c->hselw, sf, (size_t)nf * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+    CU_TRY(cudaMemcpyAsync(c->hy->hx, c->x, (size_t)E * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+    CU_TRY(cudaMemcpyAsync(k > 0 ? c->hy->hsel : c->hy->hn_h, si, (size_t)ni * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
+    CU_TRY(cudaMemcpyAsync(c->hy->hselw, sf, (size_t)nf * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying picks to the host");
   }
   if (fm) {
-    CU_TRY(cudaEventRecord(c->fork_ev, c->st), "forking the card's share");
-    CU_TRY(cudaStreamWaitEvent(c->cs2, c->fork_ev, 0), "forking the card's share");
-    CU_OK(cu_fmoe(c->cs2, *fm, c->smem_limit, &done));
+    CU_TRY(cudaEventRecord(c->hy->fork_ev, c->st), "forking the card's share");
+    CU_TRY(cudaStreamWaitEvent(c->hy->cs2, c->hy->fork_ev, 0), "forking the card's share");
+    CU_OK(cu_fmoe(c->hy->cs2, *fm, c->smem_limit, &done));
     if (!done) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refused the card's share");
-    CU_TRY(cudaEventRecord(c->join_ev, c->cs2), "joining the card's share");
+    CU_TRY(cudaEventRecord(c->hy->join_ev, c->hy->cs2), "joining the card's share");
   }
   if (call) {
     CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
-    CU_TRY(cudaMemcpyAsync(c->dout, c->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+    CU_TRY(cudaMemcpyAsync(c->hy->dout, c->hy->hout, (size_t)E * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   }
-  if (fm) CU_TRY(cudaStreamWaitEvent(c->st, c->join_ev, 0), "joining the card's share");
+  if (fm) CU_TRY(cudaStreamWaitEvent(c->st, c->hy->join_ev, 0), "joining the card's share");
   if (call) {
-    k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->dout, E);
+    k_add_rows<<<(E + 255) / 256, 256, 0, c->st>>>(c->x, c->hy->dout, E);
     CU_TRY(cudaGetLastError(), "adding the host's share");
   }
   return BL_OK;
@@ -188,57 +188,57 @@ static int64_t promoted_block(cu_ctx *c, const cu_blk &b) {
   fm.gate = sd[0];
   fm.up = sd[1];
   fm.down = sd[2];
-  fm.n_expert = c->promote_slots;
-  fm.sel = c->part_i;
-  fm.selw = c->part_f;
+  fm.n_expert = c->hy->promote_slots;
+  fm.sel = c->hy->part_i;
+  fm.selw = c->hy->part_f;
   fm.k = K;
   if (!cu_fmoe_fits(fm, c->smem_limit)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the promoted experts");
   // the host's picks and their count, then its weights
-  return split_run(c, b, &fm, -1, c->part_i + K, K + 1, c->part_f + K, K, false);
+  return split_run(c, b, &fm, -1, c->hy->part_i + K, K + 1, c->hy->part_f + K, K, false);
 }
 
 cu_host_call *cu_host_call_for(cu_ctx *c, const cu_blk &b, int ntok, int k, int rows) {
-  if (c->mb) ntok = 0; // the mailbox carries the batch size
-  for (cu_host_call *h : c->host_calls)
+  if (c->hy->mb) ntok = 0; // the mailbox carries the batch size
+  for (cu_host_call *h : c->hy->host_calls)
     if (h->b == b.src && h->ntok == ntok && h->k == k && h->rows == rows) return h;
-  if (c->mb && (int)c->host_calls.size() >= cu_mailbox_max_calls()) return nullptr; // the host thread reads the list: no reallocation
+  if (c->hy->mb && (int)c->hy->host_calls.size() >= cu_mailbox_max_calls()) return nullptr; // the host thread reads the list: no reallocation
   cu_host_call *h = new (std::nothrow) cu_host_call();
   if (!h) return nullptr;
-  h->idx = (int)c->host_calls.size();
+  h->idx = (int)c->hy->host_calls.size();
   h->c = c;
   h->b = b.src;
   h->ntok = ntok;
   h->k = k;
   h->rows = rows;
-  c->host_calls.push_back(h);
-  __atomic_store_n(&c->n_calls_pub, (int)c->host_calls.size(), __ATOMIC_RELEASE); // the host thread reads no further
+  c->hy->host_calls.push_back(h);
+  __atomic_store_n(&c->hy->n_calls_pub, (int)c->hy->host_calls.size(), __ATOMIC_RELEASE); // the host thread reads no further
   return h;
 }
 
 // Where role k (gate, up, down) of a host block's experts lies in staging buffer s.
 static uint8_t *staged(const cu_ctx *c, int s, const cu_blk &b, int k) {
-  uint8_t *p = static_cast<uint8_t *>(c->stage[s]);
+  uint8_t *p = static_cast<uint8_t *>(c->hy->stage[s]);
   for (int q = 0; q < k; q++) p += cu_align256(b.hbytes[q]);
   return p;
 }
 
 // The staging slot of the step's upload u: its first step_lead uploads in the lead slots (2..), the
 // others in slots 0 and 1 in turn.
-static int slot_of(const cu_ctx *c, int u) { return u < c->step_lead ? 2 + u : (u - c->step_lead) % 2; }
+static int slot_of(const cu_ctx *c, int u) { return u < c->hy->step_lead ? 2 + u : (u - c->hy->step_lead) % 2; }
 
 // Copies the u-th uploaded block of the step's plan into its slot on the copy stream (after the
 // step's kernels are done with what that slot held; whole steps have no lead slots: u % 2).
 static int64_t issue_upload(cu_ctx *c, int u) {
-  if (u >= (int)c->up_list.size()) return BL_OK;
-  const cu_blk *b = cu_host_block_at(c, c->up_list[u]);
+  if (u >= (int)c->hy->up_list.size()) return BL_OK;
+  const cu_blk *b = cu_host_block_at(c, c->hy->up_list[u]);
   if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
   const int s = slot_of(c, u);
-  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
+  if (u >= 2) CU_TRY(cudaStreamWaitEvent(c->hy->cs, c->hy->done_ev[s], 0), "ordering expert uploads");
   for (int k = 0; k < 3; k++) {
-    CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k), b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->cs), "uploading host experts");
-    c->up_bytes += (int64_t)b->hbytes[k];
+    CU_TRY(cudaMemcpyAsync(staged(c, s, *b, k), b->hx[k], b->hbytes[k], cudaMemcpyHostToDevice, c->hy->cs), "uploading host experts");
+    c->hy->up_bytes += (int64_t)b->hbytes[k];
   }
-  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
+  CU_TRY(cudaEventRecord(c->hy->up_ev[s], c->hy->cs), "uploading host experts");
   return BL_OK;
 }
 
@@ -251,11 +251,11 @@ static int64_t issue_upload(cu_ctx *c, int u) {
 // layer uploads there (forced shares measured slower: 0.2 1,252 t/s against 1,607). CU_OPT_HOST_SHARE
 // (or bl_cuda_options.host_share, thousandths 0..900) sets it; 0 uploads every layer.
 static double host_share(const cu_ctx *c, int ntok) {
-  if (c->host_share_opt >= 0) return c->host_share_opt / 1000.0;
+  if (c->hy->host_share_opt >= 0) return c->hy->host_share_opt / 1000.0;
   const cu_blk *b = cu_first_host_block_in_ram(c);
-  if (!b || c->pcie_bps <= 0) return 0;
-  const double up_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / c->pcie_bps;
-  const double hook_us = c->th_us_tok > 0 ? c->th_us_tok * ntok : c->pair_us * ntok * (b->n_used > 0 ? b->n_used : 1);
+  if (!b || c->hy->pcie_bps <= 0) return 0;
+  const double up_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / c->hy->pcie_bps;
+  const double hook_us = c->hy->th_us_tok > 0 ? c->hy->th_us_tok * ntok : c->hy->pair_us * ntok * (b->n_used > 0 ? b->n_used : 1);
   if (hook_us <= 0 || hook_us >= 3 * up_us) return 0;
   const double f = up_us / (up_us + hook_us);
   return f > 1.0 / 3 ? 1.0 / 3 : f;
@@ -273,12 +273,12 @@ static double host_share(const cu_ctx *c, int ntok) {
 // the counts cu_hybrid_picked left; -1: no upload step yet).
 static double last_used_share(const cu_ctx *c) {
   double used = 0, all = 0;
-  for (int j : c->up_list) {
+  for (int j : c->hy->up_list) {
     const cu_blk *b = cu_host_block_at(c, j);
     if (!b || b->n_expert <= 0) continue;
     const double bytes = (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]);
     int n = 0;
-    for (int e = 0; e < b->n_expert; e++) n += c->used_h[(size_t)j * c->dm.X + e] > 0;
+    for (int e = 0; e < b->n_expert; e++) n += c->hy->used_h[(size_t)j * c->dm.X + e] > 0;
     used += bytes * n / b->n_expert;
     all += bytes;
   }
@@ -289,29 +289,29 @@ static double last_used_share(const cu_ctx *c) {
 // of the rest), the others uploaded in order. The first hook layer's time, read back here at the
 // next upload step, sizes the share.
 static int64_t plan_uploads(cu_ctx *c, int ntok) {
-  if (c->th_ntok > 0) {
+  if (c->hy->th_ntok > 0) {
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, c->th_ev[0], c->th_ev[1]) == cudaSuccess && ms > 0) {
-      const double v = 1000.0 * ms / c->th_ntok;
-      c->th_us_tok = c->th_us_tok > 0 ? 0.5 * (c->th_us_tok + v) : v;
+    if (cudaEventElapsedTime(&ms, c->hy->th_ev[0], c->hy->th_ev[1]) == cudaSuccess && ms > 0) {
+      const double v = 1000.0 * ms / c->hy->th_ntok;
+      c->hy->th_us_tok = c->hy->th_us_tok > 0 ? 0.5 * (c->hy->th_us_tok + v) : v;
     }
     (void)cudaGetLastError();
-    c->th_ntok = 0;
+    c->hy->th_ntok = 0;
   }
-  if (!c->up_list.empty()) c->used_share = last_used_share(c);
-  const int forced = c->sparse_opt; // 1: the used experts only, 0: whole layers (CU_OPT_SPARSE_UP, bl_cuda_options.sparse_upload), -1: by the share
-  c->sparse_step = forced >= 0 ? forced : c->used_share < SPARSE_MAX_SHARE;
+  if (!c->hy->up_list.empty()) c->hy->used_share = last_used_share(c);
+  const int forced = c->hy->sparse_opt; // 1: the used experts only, 0: whole layers (CU_OPT_SPARSE_UP, bl_cuda_options.sparse_upload), -1: by the share
+  c->hy->sparse_step = forced >= 0 ? forced : c->hy->used_share < SPARSE_MAX_SHARE;
   const int nh = (int)c->w->host_blocks.size();
-  c->up_ord.assign(nh, -1);
-  c->up_list.clear();
+  c->hy->up_ord.assign(nh, -1);
+  c->hy->up_list.clear();
   const double f = host_share(c, ntok);
-  c->host_share = f;
+  c->hy->host_share = f;
   for (int j = 0; j < nh; j++) {
     const cu_blk *b = cu_host_block_at(c, j);
     const bool hook = !b || cu_host_on_disk(*b) || (int)((j + 1) * f) > (int)(j * f);
     if (!hook) {
-      c->up_ord[j] = (int)c->up_list.size();
-      c->up_list.push_back(j);
+      c->hy->up_ord[j] = (int)c->hy->up_list.size();
+      c->hy->up_list.push_back(j);
     }
   }
   return BL_OK;
@@ -320,53 +320,53 @@ static int64_t plan_uploads(cu_ctx *c, int ntok) {
 static int64_t prefetch_used(cu_ctx *c, int u);
 
 int64_t cu_hybrid_begin(cu_ctx *c, int ntok, bool graphed, bool more) {
-  c->host_err = 0;
-  c->host_msg[0] = 0;
-  c->upload_step = 0;
-  c->cpu_rows = 0; // a failed step's CPU share is never added to a later one
+  c->hy->host_err = 0;
+  c->hy->host_msg[0] = 0;
+  c->hy->upload_step = 0;
+  c->hy->cpu_rows = 0; // a failed step's CPU share is never added to a later one
   if (c->dm.n_host == 0) return BL_OK;
-  if (c->mb_broken) return cu_fail(BL_E_DEVICE, "host experts: the host thread stopped answering in an earlier step; load the model again");
+  if (c->hy->mb_broken) return cu_fail(BL_E_DEVICE, "host experts: the host thread stopped answering in an earlier step; load the model again");
   cu_mailbox_arm(c);
-  if (!c->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
+  if (!c->hy->host_fn) return cu_fail(BL_E_INVAL, "forward: %lld blocks keep their experts in host memory and no host hook is set (bl_cuda_set_host)", (long long)c->dm.n_host);
   CU_OK(cu_promote_pass(c));
-  c->upload_j = 0;
-  c->upload_step = !graphed && ntok >= c->upload_min;
-  c->more_follows = more;
-  c->lead_planned = 0;
-  c->lead_wait = -1;
-  if (!c->upload_step) {
-    c->lead_next = 0; // copies ahead serve the next batch of the same prompt only
+  c->hy->upload_j = 0;
+  c->hy->upload_step = !graphed && ntok >= c->hy->upload_min;
+  c->hy->more_follows = more;
+  c->hy->lead_planned = 0;
+  c->hy->lead_wait = -1;
+  if (!c->hy->upload_step) {
+    c->hy->lead_next = 0; // copies ahead serve the next batch of the same prompt only
     return BL_OK;
   }
   CU_OK(plan_uploads(c, ntok));
-  const int nup = (int)c->up_list.size();
-  for (int s = 0; s < HYB_SLOTS; s++) c->pre_u[s] = -1;
-  c->step_lead = c->sparse_step ? std::min(c->n_lead, std::max(0, nup - 1)) : 0; // one upload in turn at least (its picks copy the next leads)
-  if (!c->sparse_step) {
-    c->lead_next = 0;
+  const int nup = (int)c->hy->up_list.size();
+  for (int s = 0; s < HYB_SLOTS; s++) c->hy->pre_u[s] = -1;
+  c->hy->step_lead = c->hy->sparse_step ? std::min(c->hy->n_lead, std::max(0, nup - 1)) : 0; // one upload in turn at least (its picks copy the next leads)
+  if (!c->hy->sparse_step) {
+    c->hy->lead_next = 0;
     CU_OK(issue_upload(c, 0));
     return issue_upload(c, 1);
   }
   // the lead uploads the step before copied ahead (the same blocks), else copied now, then the
   // first two in turn
-  for (int v = 0; v < c->step_lead; v++) {
-    if (c->lead_next && c->lead_j[v] == c->up_list[(size_t)v]) {
-      c->pre_u[2 + v] = v;
-      c->n_lead_runs++;
+  for (int v = 0; v < c->hy->step_lead; v++) {
+    if (c->hy->lead_next && c->hy->lead_j[v] == c->hy->up_list[(size_t)v]) {
+      c->hy->pre_u[2 + v] = v;
+      c->hy->n_lead_runs++;
     } else {
       CU_OK(prefetch_used(c, v));
     }
   }
-  c->lead_next = 0;
-  CU_OK(prefetch_used(c, c->step_lead));
-  return prefetch_used(c, c->step_lead + 1);
+  c->hy->lead_next = 0;
+  CU_OK(prefetch_used(c, c->hy->step_lead));
+  return prefetch_used(c, c->hy->step_lead + 1);
 }
 
 // One token whose picks the fused router made: the card computes the last card_share of them,
 // reading those experts from host memory, while the CPU computes the others.
 static int64_t split_block(cu_ctx *c, const cu_blk &b) {
-  if (c->promote_slots > 0) return promoted_block(c, b);
-  const int K = b.n_used, ck = c->card_share < K ? c->card_share : K, hk = K - ck;
+  if (c->hy->promote_slots > 0) return promoted_block(c, b);
+  const int K = b.n_used, ck = c->hy->card_share < K ? c->hy->card_share : K, hk = K - ck;
   cu_mark(c, S_EXPERTS);
   fmoe_args fm;
   if (ck > 0) {
@@ -387,14 +387,14 @@ static int64_t host_rows(cu_ctx *c, const cu_blk &b, int ntok) {
   cu_host_call *call = host_call(c, b, ntok);
   if (!call) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   cu_mark(c, S_EXPERTS);
-  if (c->mb) {
+  if (c->hy->mb) {
     CU_OK(cu_mailbox_post(c, call, ntok, ntok * E, nullptr, 0, nullptr, 0));
     return cu_mailbox_wait(c, ntok * E, false);
   }
   const size_t bytes = (size_t)ntok * E * sizeof(float);
-  CU_TRY(cudaMemcpyAsync(c->hx, c->x, bytes, cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+  CU_TRY(cudaMemcpyAsync(c->hy->hx, c->x, bytes, cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
   CU_TRY(cudaLaunchHostFunc(c->st, hook_cb, call), "calling the host experts");
-  CU_TRY(cudaMemcpyAsync(c->x, c->hx, bytes, cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  CU_TRY(cudaMemcpyAsync(c->x, c->hy->hx, bytes, cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
 }
 
@@ -403,35 +403,35 @@ int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool route
     if (!cu_host_split(c, b, ntok, big)) return cu_fail(BL_E_INVAL, "internal: a routed host block that does not split");
     return split_block(c, b);
   }
-  if (c->upload_step) {
-    const int j = c->upload_j++;
-    if (j != b.host_j || j >= (int)c->up_ord.size()) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
-    if (c->up_ord[j] < 0) {
+  if (c->hy->upload_step) {
+    const int j = c->hy->upload_j++;
+    if (j != b.host_j || j >= (int)c->hy->up_ord.size()) return cu_fail(BL_E_INVAL, "internal: host block %d met as upload %d", b.host_j, j);
+    if (c->hy->up_ord[j] < 0) {
       // the hook runs this block while the copy stream uploads the next planned ones
-      const bool timed = c->th_ntok == 0 && c->th_ev[0] && !cu_host_on_disk(b);
-      if (timed) CU_TRY(cudaEventRecord(c->th_ev[0], c->st), "timing the host experts");
+      const bool timed = c->hy->th_ntok == 0 && c->hy->th_ev[0] && !cu_host_on_disk(b);
+      if (timed) CU_TRY(cudaEventRecord(c->hy->th_ev[0], c->st), "timing the host experts");
       CU_OK(host_rows(c, b, ntok));
       if (timed) {
-        CU_TRY(cudaEventRecord(c->th_ev[1], c->st), "timing the host experts");
-        c->th_ntok = ntok;
+        CU_TRY(cudaEventRecord(c->hy->th_ev[1], c->st), "timing the host experts");
+        c->hy->th_ntok = ntok;
       }
-      if (!cu_host_on_disk(b)) c->n_split++;
+      if (!cu_host_on_disk(b)) c->hy->n_split++;
       return BL_OK;
     }
-    const int u = c->up_ord[j], s = slot_of(c, u);
-    if (!c->sparse_step) CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
+    const int u = c->hy->up_ord[j], s = slot_of(c, u);
+    if (!c->hy->sparse_step) CU_TRY(cudaStreamWaitEvent(c->st, c->hy->up_ev[s], 0), "waiting for uploaded experts");
     cu_blk v = b;
     v.host = 0;
     for (int k = 0; k < 3; k++) v.t[CU_MOE_GATE + k].d = staged(c, s, b, k);
-    c->up_cur = j; // its picks are counted (and in a sparse step its experts copied) once made
+    c->hy->up_cur = j; // its picks are counted (and in a sparse step its experts copied) once made
     const int64_t st = cu_ffn_block(c, v, ntok, big, false);
-    const bool missed = c->up_cur >= 0;
-    c->up_cur = -1;
+    const bool missed = c->hy->up_cur >= 0;
+    c->hy->up_cur = -1;
     CU_OK(st);
     if (missed) return cu_fail(BL_E_INVAL, "internal: host block %d's experts ran without its picks counted", j);
-    CU_TRY(cudaEventRecord(c->done_ev[s], c->st), "ordering expert uploads");
-    c->n_uploaded++;
-    return c->sparse_step ? BL_OK : issue_upload(c, u + 2);
+    CU_TRY(cudaEventRecord(c->hy->done_ev[s], c->st), "ordering expert uploads");
+    c->hy->n_uploaded++;
+    return c->hy->sparse_step ? BL_OK : issue_upload(c, u + 2);
   }
   return host_rows(c, b, ntok);
 }
@@ -476,7 +476,7 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
     *bytes += (int64_t)n;
     return BL_OK;
   }));
-  c->up_bytes += *bytes;
+  c->hy->up_bytes += *bytes;
   return BL_OK;
 }
 
@@ -484,7 +484,7 @@ static int64_t copy_experts(cu_ctx *c, const cu_blk &b, int s, const uint8_t *wa
 // tokens than it leaves to the CPU: cpu_share.cu) into want.
 static void likely(const cu_ctx *c, int j, int X, std::vector<uint8_t> &want) {
   want.assign((size_t)X, 0);
-  const int32_t *last = c->used_h + (size_t)j * c->dm.X;
+  const int32_t *last = c->hy->used_h + (size_t)j * c->dm.X;
   const int skip = cu_cpu_share_skip(c);
   for (int e = 0; e < X; e++) want[(size_t)e] = last[e] > skip;
 }
@@ -494,18 +494,18 @@ static void likely(const cu_ctx *c, int j, int X, std::vector<uint8_t> &want) {
 // the step before left there is done), and marks them ready (up_ev). The picks then copy only what
 // this missed.
 static int64_t prefetch_used(cu_ctx *c, int u) {
-  if (u >= (int)c->up_list.size()) return BL_OK;
-  const int j = c->up_list[(size_t)u], s = slot_of(c, u);
+  if (u >= (int)c->hy->up_list.size()) return BL_OK;
+  const int j = c->hy->up_list[(size_t)u], s = slot_of(c, u);
   const cu_blk *b = cu_host_block_at(c, j);
   if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", u);
-  if (s >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->up_ev[s], 0), "ordering expert uploads");
-  else if (u - c->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[s], 0), "ordering expert uploads");
-  likely(c, j, b->n_expert, c->pre[s]);
-  c->pre_u[s] = u;
+  if (s >= 2) CU_TRY(cudaStreamWaitEvent(c->hy->cs, c->hy->up_ev[s], 0), "ordering expert uploads");
+  else if (u - c->hy->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->hy->cs, c->hy->done_ev[s], 0), "ordering expert uploads");
+  likely(c, j, b->n_expert, c->hy->pre[s]);
+  c->hy->pre_u[s] = u;
   int64_t bytes = 0;
-  CU_OK(copy_experts(c, *b, s, c->pre[s].data(), &bytes, c->cs));
-  CU_TRY(cudaEventRecord(c->up_ev[s], c->cs), "uploading host experts");
-  c->pre_bytes += bytes;
+  CU_OK(copy_experts(c, *b, s, c->hy->pre[s].data(), &bytes, c->hy->cs));
+  CU_TRY(cudaEventRecord(c->hy->up_ev[s], c->hy->cs), "uploading host experts");
+  c->hy->pre_bytes += bytes;
   return BL_OK;
 }
 
@@ -525,22 +525,22 @@ static int64_t prefetch_used(cu_ctx *c, int u) {
 
 // The pieces to copy: the lead blocks' likely experts, runs of neighbours cut into LEAD_PIECE.
 static int64_t lead_plan(cu_ctx *c) {
-  c->lead_runs.clear();
-  c->lead_pos = 0;
-  for (int v = 0; v < c->step_lead; v++) {
-    const int j = c->up_list[(size_t)v], s = 2 + v;
+  c->hy->lead_runs.clear();
+  c->hy->lead_pos = 0;
+  for (int v = 0; v < c->hy->step_lead; v++) {
+    const int j = c->hy->up_list[(size_t)v], s = 2 + v;
     const cu_blk *b = cu_host_block_at(c, j);
     if (!b) return cu_fail(BL_E_INVAL, "internal: upload %d names no host block", v);
-    likely(c, j, b->n_expert, c->pre[s]);
-    c->lead_j[v] = j;
-    CU_OK(expert_runs(*b, c->pre[s].data(), [&](int k, size_t off0, size_t n) -> int64_t {
+    likely(c, j, b->n_expert, c->hy->pre[s]);
+    c->hy->lead_j[v] = j;
+    CU_OK(expert_runs(*b, c->hy->pre[s].data(), [&](int k, size_t off0, size_t n) -> int64_t {
       for (size_t off = off0, end = off0 + n; off < end; off += LEAD_PIECE)
-        c->lead_runs.push_back({s, staged(c, s, *b, k) + off, b->hx[k] + off, std::min(LEAD_PIECE, end - off)});
+        c->hy->lead_runs.push_back({s, staged(c, s, *b, k) + off, b->hx[k] + off, std::min(LEAD_PIECE, end - off)});
       return BL_OK;
     }));
-    c->lead_runs.push_back({s, nullptr, nullptr, 0}); // the slot's end: its ready event
+    c->hy->lead_runs.push_back({s, nullptr, nullptr, 0}); // the slot's end: its ready event
   }
-  c->lead_planned = 1;
+  c->hy->lead_planned = 1;
   return BL_OK;
 }
 
@@ -548,22 +548,22 @@ static int64_t lead_plan(cu_ctx *c) {
 // layer in it is done, its last followed by its ready event).
 static int64_t lead_issue(cu_ctx *c, size_t budget) {
   size_t sent = 0;
-  while (c->lead_pos < c->lead_runs.size() && sent < budget) {
-    const cu_lead_run &r = c->lead_runs[c->lead_pos++];
+  while (c->hy->lead_pos < c->hy->lead_runs.size() && sent < budget) {
+    const cu_lead_run &r = c->hy->lead_runs[c->hy->lead_pos++];
     if (!r.dst) {
-      CU_TRY(cudaEventRecord(c->up_ev[r.slot], c->cs), "uploading host experts");
+      CU_TRY(cudaEventRecord(c->hy->up_ev[r.slot], c->hy->cs), "uploading host experts");
       continue;
     }
-    if (c->lead_wait != r.slot) {
-      CU_TRY(cudaStreamWaitEvent(c->cs, c->done_ev[r.slot], 0), "ordering expert uploads");
-      c->lead_wait = r.slot;
+    if (c->hy->lead_wait != r.slot) {
+      CU_TRY(cudaStreamWaitEvent(c->hy->cs, c->hy->done_ev[r.slot], 0), "ordering expert uploads");
+      c->hy->lead_wait = r.slot;
     }
-    CU_TRY(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyHostToDevice, c->cs), "uploading host experts");
-    c->up_bytes += (int64_t)r.bytes;
-    c->pre_bytes += (int64_t)r.bytes;
+    CU_TRY(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyHostToDevice, c->hy->cs), "uploading host experts");
+    c->hy->up_bytes += (int64_t)r.bytes;
+    c->hy->pre_bytes += (int64_t)r.bytes;
     sent += r.bytes;
   }
-  if (c->lead_pos == c->lead_runs.size()) c->lead_next = 1;
+  if (c->hy->lead_pos == c->hy->lead_runs.size()) c->hy->lead_next = 1;
   return BL_OK;
 }
 
@@ -584,34 +584,34 @@ static int64_t spin_wait(bool spin, cudaEvent_t ev, const char *what) {
 }
 
 int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int ntok, int K, bool cpu_ok) {
-  const int j = c->up_cur, n_pairs = ntok * K;
-  c->up_cur = -1;
+  const int j = c->hy->up_cur, n_pairs = ntok * K;
+  c->hy->up_cur = -1;
   const cu_blk *b = cu_host_block_at(c, j);
-  if (!b || !c->used_d) return cu_fail(BL_E_INVAL, "internal: picks counted for host block %d", j);
+  if (!b || !c->hy->used_d) return cu_fail(BL_E_INVAL, "internal: picks counted for host block %d", j);
   const int X = b->n_expert;
-  int32_t *dc = c->used_d + (size_t)j * c->dm.X, *hc = c->used_h + (size_t)j * c->dm.X;
+  int32_t *dc = c->hy->used_d + (size_t)j * c->dm.X, *hc = c->hy->used_h + (size_t)j * c->dm.X;
   k_count_picks<<<1, 256, X * sizeof(int), c->st>>>(sel, n_pairs, X, dc);
   CU_TRY(cudaGetLastError(), "counting a layer's picks");
   CU_TRY(cudaMemcpyAsync(hc, dc, (size_t)X * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st), "counting a layer's picks");
-  if (!c->sparse_step) return BL_OK;
+  if (!c->hy->sparse_step) return BL_OK;
   cpu_ok = cpu_ok && sel == c->sel && cu_cpu_share_skip(c) > 0;
   if (cpu_ok) CU_OK(cu_cpu_share_fetch(c, sel, selw, n_pairs));
   // a sparse step: the counts read here, then the used experts the copy ahead missed copied into the
   // layer's staging buffer at their own offsets; the experts wait for them. The next upload's likely
   // experts follow on the copy stream (its buffer's last layer is done: it preceded these picks).
-  CU_TRY(cudaEventRecord(c->sync_ev, c->st), "reading a layer's picks");
-  CU_OK(spin_wait(c->o.spin != 0, c->sync_ev, "reading a layer's picks"));
-  const int u = c->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->up_list.size();
-  if (c->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
+  CU_TRY(cudaEventRecord(c->hy->sync_ev, c->st), "reading a layer's picks");
+  CU_OK(spin_wait(c->o.spin != 0, c->hy->sync_ev, "reading a layer's picks"));
+  const int u = c->hy->up_ord[(size_t)j], s = slot_of(c, u), nup = (int)c->hy->up_list.size();
+  if (c->hy->pre_u[s] != u) return cu_fail(BL_E_INVAL, "internal: upload %d's copy ahead was not issued", u); // every upload of a sparse step has one
   std::vector<uint8_t> miss((size_t)X);
   int used = 0;
   for (int e = 0; e < X; e++) {
-    miss[(size_t)e] = hc[e] > 0 && !c->pre[s][(size_t)e];
+    miss[(size_t)e] = hc[e] > 0 && !c->hy->pre[s][(size_t)e];
     used += hc[e] > 0;
   }
-  if (cpu_ok && c->pcie_bps > 0) {
+  if (cpu_ok && c->hy->pcie_bps > 0) {
     // the CPU takes the lightest of what the copies ahead missed (cpu_share.cu), against an expert's copy time
-    const double expert_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / X / c->pcie_bps;
+    const double expert_us = 1e6 * (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]) / X / c->hy->pcie_bps;
     CU_OK(cu_cpu_share_take(c, *b, hc, miss.data(), ntok, K, expert_us));
   }
   int missed = 0;
@@ -619,86 +619,86 @@ int64_t cu_hybrid_picked(cu_ctx *c, const int32_t *sel, const float *selw, int n
   if (missed) {
     // on a stream of their own, so that they do not queue behind later layers' copies ahead (the
     // slot is free: its last layer is done, or it is a lead slot whose layer ran a step ago)
-    if (s < 2 && u - c->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->cs_miss, c->done_ev[s], 0), "ordering expert uploads");
+    if (s < 2 && u - c->hy->step_lead >= 2) CU_TRY(cudaStreamWaitEvent(c->hy->cs_miss, c->hy->done_ev[s], 0), "ordering expert uploads");
     int64_t bytes = 0;
-    CU_OK(copy_experts(c, *b, s, miss.data(), &bytes, c->cs_miss));
-    CU_TRY(cudaEventRecord(c->miss_ev, c->cs_miss), "uploading host experts");
-    CU_TRY(cudaStreamWaitEvent(c->st, c->miss_ev, 0), "waiting for uploaded experts");
+    CU_OK(copy_experts(c, *b, s, miss.data(), &bytes, c->hy->cs_miss));
+    CU_TRY(cudaEventRecord(c->hy->miss_ev, c->hy->cs_miss), "uploading host experts");
+    CU_TRY(cudaStreamWaitEvent(c->st, c->hy->miss_ev, 0), "waiting for uploaded experts");
   }
-  CU_TRY(cudaStreamWaitEvent(c->st, c->up_ev[s], 0), "waiting for uploaded experts");
-  c->n_sparse++;
+  CU_TRY(cudaStreamWaitEvent(c->st, c->hy->up_ev[s], 0), "waiting for uploaded experts");
+  c->hy->n_sparse++;
   // the next upload in turn (the first two of the turn were copied at the step's start)
-  if (u + 1 >= c->step_lead + 2) CU_OK(prefetch_used(c, u + 1));
+  if (u + 1 >= c->hy->step_lead + 2) CU_OK(prefetch_used(c, u + 1));
   // the next batch of the prompt: its leads, a piece after each light layer, the rest at the last upload
-  if (c->more_follows && c->step_lead > 0 && !c->lead_next && u >= c->step_lead && (2 * used < X || u == nup - 1)) {
-    if (!c->lead_planned) CU_OK(lead_plan(c));
-    CU_OK(lead_issue(c, u == nup - 1 ? SIZE_MAX : c->lead_chunk));
+  if (c->hy->more_follows && c->hy->step_lead > 0 && !c->hy->lead_next && u >= c->hy->step_lead && (2 * used < X || u == nup - 1)) {
+    if (!c->hy->lead_planned) CU_OK(lead_plan(c));
+    CU_OK(lead_issue(c, u == nup - 1 ? SIZE_MAX : c->hy->lead_chunk));
   }
   return BL_OK;
 }
 
 int64_t cu_hybrid_wait(cu_ctx *c, const char *what) {
-  if (c->dm.n_host > 0 && c->sync_ev) {
+  if (c->dm.n_host > 0 && c->hy->sync_ev) {
     // a blocking wait: the host experts' threads need the cores a spinning wait would take
-    CU_TRY(cudaEventRecord(c->sync_ev, c->st), what);
-    CU_TRY(cudaEventSynchronize(c->sync_ev), what);
+    CU_TRY(cudaEventRecord(c->hy->sync_ev, c->st), what);
+    CU_TRY(cudaEventSynchronize(c->hy->sync_ev), what);
   } else {
     CU_TRY(cudaStreamSynchronize(c->st), what);
   }
   CU_OK(cu_mailbox_check(c));
   CU_OK(cu_share_tune(c));
-  if (c->host_err) {
-    const int64_t s = c->host_err;
-    c->host_err = 0;
-    return cu_fail(s, "%s", c->host_msg);
+  if (c->hy->host_err) {
+    const int64_t s = c->hy->host_err;
+    c->hy->host_err = 0;
+    return cu_fail(s, "%s", c->hy->host_msg);
   }
   return BL_OK;
 }
 
 void cu_hybrid_free(cu_ctx *c) {
-  if (c->mb) (void)cudaStreamSynchronize(c->st);
+  if (c->hy->mb) (void)cudaStreamSynchronize(c->st);
   cu_mailbox_stop(c);
-  if (c->cs) (void)cudaStreamSynchronize(c->cs);
+  if (c->hy->cs) (void)cudaStreamSynchronize(c->hy->cs);
   cu_promote_free(c);
   cu_pull_free(c);
-  if (c->cs_miss) (void)cudaStreamSynchronize(c->cs_miss);
+  if (c->hy->cs_miss) (void)cudaStreamSynchronize(c->hy->cs_miss);
   for (int i = 0; i < HYB_SLOTS; i++) {
-    if (c->up_ev[i]) (void)cudaEventDestroy(c->up_ev[i]);
-    if (c->done_ev[i]) (void)cudaEventDestroy(c->done_ev[i]);
-    c->up_ev[i] = c->done_ev[i] = nullptr;
+    if (c->hy->up_ev[i]) (void)cudaEventDestroy(c->hy->up_ev[i]);
+    if (c->hy->done_ev[i]) (void)cudaEventDestroy(c->hy->done_ev[i]);
+    c->hy->up_ev[i] = c->hy->done_ev[i] = nullptr;
   }
-  if (c->miss_ev) (void)cudaEventDestroy(c->miss_ev);
-  c->miss_ev = nullptr;
-  if (c->cs_miss) (void)cudaStreamDestroy(c->cs_miss);
-  c->cs_miss = nullptr;
-  c->lead_next = 0;
-  if (c->sync_ev) (void)cudaEventDestroy(c->sync_ev);
+  if (c->hy->miss_ev) (void)cudaEventDestroy(c->hy->miss_ev);
+  c->hy->miss_ev = nullptr;
+  if (c->hy->cs_miss) (void)cudaStreamDestroy(c->hy->cs_miss);
+  c->hy->cs_miss = nullptr;
+  c->hy->lead_next = 0;
+  if (c->hy->sync_ev) (void)cudaEventDestroy(c->hy->sync_ev);
   for (int i = 0; i < 2; i++)
-    if (c->th_ev[i]) (void)cudaEventDestroy(c->th_ev[i]);
-  if (c->cs2) (void)cudaStreamSynchronize(c->cs2);
-  if (c->fork_ev) (void)cudaEventDestroy(c->fork_ev);
-  if (c->join_ev) (void)cudaEventDestroy(c->join_ev);
-  if (c->cs2) (void)cudaStreamDestroy(c->cs2);
-  if (c->cs) (void)cudaStreamDestroy(c->cs);
+    if (c->hy->th_ev[i]) (void)cudaEventDestroy(c->hy->th_ev[i]);
+  if (c->hy->cs2) (void)cudaStreamSynchronize(c->hy->cs2);
+  if (c->hy->fork_ev) (void)cudaEventDestroy(c->hy->fork_ev);
+  if (c->hy->join_ev) (void)cudaEventDestroy(c->hy->join_ev);
+  if (c->hy->cs2) (void)cudaStreamDestroy(c->hy->cs2);
+  if (c->hy->cs) (void)cudaStreamDestroy(c->hy->cs);
   cu_cpu_share_free(c);
-  if (c->hx) (void)cudaFreeHost(c->hx);
-  if (c->hsel) (void)cudaFreeHost(c->hsel);
-  if (c->hselw) (void)cudaFreeHost(c->hselw);
-  if (c->hout) (void)cudaFreeHost(c->hout);
-  if (c->dout) (void)cudaFree(c->dout);
-  if (c->used_d) (void)cudaFree(c->used_d);
-  if (c->used_h) (void)cudaFreeHost(c->used_h);
-  c->used_d = c->used_h = nullptr;
-  c->up_list.clear();
-  c->used_share = -1;
-  c->cs = c->cs2 = nullptr;
-  c->fork_ev = c->join_ev = c->sync_ev = c->th_ev[0] = c->th_ev[1] = nullptr;
-  c->th_ntok = 0;
-  c->hx = c->hselw = c->hout = c->dout = nullptr;
-  c->hsel = nullptr;
-  for (cu_host_call *h : c->host_calls) delete h;
-  c->host_calls.clear();
-  c->n_calls_pub = 0;
+  if (c->hy->hx) (void)cudaFreeHost(c->hy->hx);
+  if (c->hy->hsel) (void)cudaFreeHost(c->hy->hsel);
+  if (c->hy->hselw) (void)cudaFreeHost(c->hy->hselw);
+  if (c->hy->hout) (void)cudaFreeHost(c->hy->hout);
+  if (c->hy->dout) (void)cudaFree(c->hy->dout);
+  if (c->hy->used_d) (void)cudaFree(c->hy->used_d);
+  if (c->hy->used_h) (void)cudaFreeHost(c->hy->used_h);
+  c->hy->used_d = c->hy->used_h = nullptr;
+  c->hy->up_list.clear();
+  c->hy->used_share = -1;
+  c->hy->cs = c->hy->cs2 = nullptr;
+  c->hy->fork_ev = c->hy->join_ev = c->hy->sync_ev = c->hy->th_ev[0] = c->hy->th_ev[1] = nullptr;
+  c->hy->th_ntok = 0;
+  c->hy->hx = c->hy->hselw = c->hy->hout = c->hy->dout = nullptr;
+  c->hy->hsel = nullptr;
+  for (cu_host_call *h : c->hy->host_calls) delete h;
+  c->hy->host_calls.clear();
+  c->hy->n_calls_pub = 0;
   (void)cudaGetLastError();
 }
 
@@ -710,15 +710,15 @@ static int64_t measure_hook(cu_ctx *c, const cu_blk *b) {
   uint32_t s = 12345;
   for (int64_t i = 0; i < (int64_t)rows * c->dm.E; i++) {
     s = s * 1664525u + 1013904223u;
-    c->hx[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+    c->hy->hx[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
   }
   char msg[512];
   msg[0] = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t st = c->host_fn(c->host_cpu, b->src->ops, b->src->n_ops, rows, c->hx, msg, sizeof msg);
+  const int64_t st = c->hy->host_fn(c->hy->host_cpu, b->src->ops, b->src->n_ops, rows, c->hy->hx, msg, sizeof msg);
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (st != BL_OK) return cu_fail(st, "host experts: %s", msg);
-  c->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
+  c->hy->pair_us = us / ((double)rows * (b->n_used > 0 ? b->n_used : 1));
   return BL_OK;
 }
 
@@ -730,8 +730,8 @@ static int64_t measure(cu_ctx *c) {
   const cu_blk *b = cu_first_host_block_in_ram(c);
   if (!b) {
     const cu_blk *d = cu_host_block_at(c, 0);
-    c->pcie_bps = 0;
-    c->upload_min = 1 << 30;
+    c->hy->pcie_bps = 0;
+    c->hy->upload_min = 1 << 30;
     return d ? measure_hook(c, d) : BL_OK;
   }
   cudaEvent_t e0 = nullptr, e1 = nullptr;
@@ -742,26 +742,26 @@ static int64_t measure(cu_ctx *c) {
   }
   const size_t n = b->hbytes[0];
   float ms = 0;
-  (void)cudaMemcpyAsync(c->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->cs); // warm
-  (void)cudaEventRecord(e0, c->cs);
-  (void)cudaMemcpyAsync(c->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->cs);
-  (void)cudaEventRecord(e1, c->cs);
+  (void)cudaMemcpyAsync(c->hy->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->hy->cs); // warm
+  (void)cudaEventRecord(e0, c->hy->cs);
+  (void)cudaMemcpyAsync(c->hy->stage[0], b->hx[0], n, cudaMemcpyHostToDevice, c->hy->cs);
+  (void)cudaEventRecord(e1, c->hy->cs);
   const cudaError_t e = cudaEventSynchronize(e1);
   if (e == cudaSuccess) (void)cudaEventElapsedTime(&ms, e0, e1);
   (void)cudaEventDestroy(e0);
   (void)cudaEventDestroy(e1);
   if (e != cudaSuccess) return cu_fail_cuda(e, "measuring PCIe");
-  c->pcie_bps = ms > 0 ? n / (ms * 1e-3) : 25e9;
+  c->hy->pcie_bps = ms > 0 ? n / (ms * 1e-3) : 25e9;
   CU_OK(measure_hook(c, b));
   const double layer = (double)(b->hbytes[0] + b->hbytes[1] + b->hbytes[2]);
-  const double upload_us = 1e6 * layer / c->pcie_bps;
+  const double upload_us = 1e6 * layer / c->hy->pcie_bps;
   const int64_t k = b->n_used > 0 ? b->n_used : 1;
-  int64_t need = (int64_t)(upload_us / (c->pair_us * (double)k)) + 1;
+  int64_t need = (int64_t)(upload_us / (c->hy->pair_us * (double)k)) + 1;
   if (need < c->prefill_min) need = c->prefill_min; // graphed steps call the hook
-  c->upload_min = (int)std::min<int64_t>(need, 1 << 30);
+  c->hy->upload_min = (int)std::min<int64_t>(need, 1 << 30);
   if (c->o.upload_min >= 0) { // bl_cuda_options.upload_min: batches of at least this many tokens upload (0: never)
     const int v = (int)std::min<int64_t>(c->o.upload_min, 1 << 30);
-    c->upload_min = v <= 0 ? (1 << 30) : std::max(v, c->prefill_min);
+    c->hy->upload_min = v <= 0 ? (1 << 30) : std::max(v, c->prefill_min);
   }
   return BL_OK;
 }
@@ -771,53 +771,53 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   CU_TRY(cudaStreamSynchronize(c->st), "set_host");
   cu_drop_graphs(c);
   cu_hybrid_free(c);
-  c->host_fn = reinterpret_cast<bl_ops_rows_fn>(fn);
-  c->expert_fn = reinterpret_cast<bl_expert_rows_fn>(expert_fn);
-  c->host_cpu = cpu_ctx;
+  c->hy->host_fn = reinterpret_cast<bl_ops_rows_fn>(fn);
+  c->hy->expert_fn = reinterpret_cast<bl_expert_rows_fn>(expert_fn);
+  c->hy->host_cpu = cpu_ctx;
   const unsigned mapped = cudaHostAllocMapped | cudaHostAllocPortable;
-  CU_TRY(cudaHostAlloc(&c->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
-  CU_TRY(cudaHostAlloc(&c->hout, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
-  CU_TRY(cudaMallocHost(&c->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
-  CU_TRY(cudaMallocHost(&c->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
-  CU_TRY(cudaMalloc(&c->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
+  CU_TRY(cudaHostAlloc(&c->hy->hx, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
+  CU_TRY(cudaHostAlloc(&c->hy->hout, (size_t)c->dm.maxT * c->dm.E * sizeof(float), mapped), "allocating pinned rows for the host experts");
+  CU_TRY(cudaMallocHost(&c->hy->hsel, (size_t)c->dm.K * sizeof(int32_t)), "allocating pinned picks");
+  CU_TRY(cudaMallocHost(&c->hy->hselw, (size_t)c->dm.K * sizeof(float)), "allocating pinned picks");
+  CU_TRY(cudaMalloc(&c->hy->dout, (size_t)c->dm.E * sizeof(float)), "allocating the host experts' output");
   const size_t ncnt = (size_t)c->dm.n_host * (size_t)c->dm.X;
-  CU_TRY(cudaMalloc(&c->used_d, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
-  CU_TRY(cudaMallocHost(&c->used_h, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
-  memset(c->used_h, 0, ncnt * sizeof(int32_t));
-  CU_TRY(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "creating the upload stream");
-  CU_TRY(cudaStreamCreateWithFlags(&c->cs2, cudaStreamNonBlocking), "creating the card-share stream");
-  CU_TRY(cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming), "creating events");
-  CU_TRY(cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming), "creating events");
-  CU_TRY(cudaStreamCreateWithFlags(&c->cs_miss, cudaStreamNonBlocking), "creating the upload stream");
+  CU_TRY(cudaMalloc(&c->hy->used_d, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
+  CU_TRY(cudaMallocHost(&c->hy->used_h, ncnt * sizeof(int32_t)), "allocating the host layers' pick counts");
+  memset(c->hy->used_h, 0, ncnt * sizeof(int32_t));
+  CU_TRY(cudaStreamCreateWithFlags(&c->hy->cs, cudaStreamNonBlocking), "creating the upload stream");
+  CU_TRY(cudaStreamCreateWithFlags(&c->hy->cs2, cudaStreamNonBlocking), "creating the card-share stream");
+  CU_TRY(cudaEventCreateWithFlags(&c->hy->fork_ev, cudaEventDisableTiming), "creating events");
+  CU_TRY(cudaEventCreateWithFlags(&c->hy->join_ev, cudaEventDisableTiming), "creating events");
+  CU_TRY(cudaStreamCreateWithFlags(&c->hy->cs_miss, cudaStreamNonBlocking), "creating the upload stream");
   for (int i = 0; i < HYB_SLOTS; i++) {
-    CU_TRY(cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming), "creating events");
-    CU_TRY(cudaEventCreateWithFlags(&c->done_ev[i], cudaEventDisableTiming), "creating events");
+    CU_TRY(cudaEventCreateWithFlags(&c->hy->up_ev[i], cudaEventDisableTiming), "creating events");
+    CU_TRY(cudaEventCreateWithFlags(&c->hy->done_ev[i], cudaEventDisableTiming), "creating events");
   }
-  CU_TRY(cudaEventCreateWithFlags(&c->miss_ev, cudaEventDisableTiming), "creating events");
+  CU_TRY(cudaEventCreateWithFlags(&c->hy->miss_ev, cudaEventDisableTiming), "creating events");
   const int64_t lmb = c->o.hybrid_lead_mb; // the next batch's leads copied after each light layer (MiB)
-  c->lead_chunk = (size_t)(lmb > 0 ? lmb : LEAD_CHUNK_MB) << 20;
-  CU_TRY(cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
-  CU_TRY(cudaEventCreate(&c->th_ev[0]), "creating events");
-  CU_TRY(cudaEventCreate(&c->th_ev[1]), "creating events");
-  c->th_ntok = 0;
-  c->th_us_tok = 0;
+  c->hy->lead_chunk = (size_t)(lmb > 0 ? lmb : LEAD_CHUNK_MB) << 20;
+  CU_TRY(cudaEventCreateWithFlags(&c->hy->sync_ev, cudaEventDisableTiming | cudaEventBlockingSync), "creating events");
+  CU_TRY(cudaEventCreate(&c->hy->th_ev[0]), "creating events");
+  CU_TRY(cudaEventCreate(&c->hy->th_ev[1]), "creating events");
+  c->hy->th_ntok = 0;
+  c->hy->th_us_tok = 0;
   CU_OK(measure(c));
   CU_OK(cu_mailbox_start(c));
-  if (c->mb) CU_OK(cu_cpu_share_alloc(c));
-  if (c->mb) CU_OK(cu_pull_init(c));
+  if (c->hy->mb) CU_OK(cu_cpu_share_alloc(c));
+  if (c->hy->mb) CU_OK(cu_pull_init(c));
   // picks of a token the card computes (one-token steps): a number (fixed), or "auto" (first sized
   // by measuring both sides, cuda/pull.cu: on the H200 it chose 2 where 3 was 10-15% faster); with
   // the copies and the mailbox, unless fixed, moved online by the steps' own timings (share_tune.cu)
   // from where the last context on these weights left it
   const int64_t opt = c->o.card_share; // bl_cuda_options.card_share: -2 sized ("auto"), -1 the default, else fixed
   const bool sized = opt == -2, fixed = opt >= 0;
-  c->card_share = fixed ? (int)std::min<int64_t>(opt, 64) : c->pull_on ? HYBRID_CARD_SHARE_PULL : c->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
-  if (c->card_share < 0) c->card_share = 0;
-  c->share_auto = !fixed && c->mb && c->pull_on;
-  c->tune_n = c->n_share_moves = c->n_share_samples = 0;
-  c->tune_a = c->tune_w = c->tune_c = c->tune_lat = 0.0;
-  if (c->share_auto && !sized && c->w->share_hint > 0) c->card_share = c->w->share_hint - 1;
-  if (sized && c->pull_on) CU_OK(cu_pull_size_share(c, &c->card_share, &c->cpu_fixed_us, &c->cpu_pick_us, &c->card_pick_us));
+  c->hy->card_share = fixed ? (int)std::min<int64_t>(opt, 64) : c->hy->pull_on ? HYBRID_CARD_SHARE_PULL : c->hy->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  if (c->hy->card_share < 0) c->hy->card_share = 0;
+  c->hy->share_auto = !fixed && c->hy->mb && c->hy->pull_on;
+  c->hy->tune_n = c->hy->n_share_moves = c->hy->n_share_samples = 0;
+  c->hy->tune_a = c->hy->tune_w = c->hy->tune_c = c->hy->tune_lat = 0.0;
+  if (c->hy->share_auto && !sized && c->w->share_hint > 0) c->hy->card_share = c->w->share_hint - 1;
+  if (sized && c->hy->pull_on) CU_OK(cu_pull_size_share(c, &c->hy->card_share, &c->hy->cpu_fixed_us, &c->hy->cpu_pick_us, &c->hy->card_pick_us));
   if (c->o.promote_slots > 0) CU_OK(cu_set_promote_slots(c, c->o.promote_slots)); // card slots a host layer for promoted experts (0: off)
   return BL_OK;
 }
@@ -832,9 +832,9 @@ extern "C" int64_t bl_cuda_set_host(uint64_t h, uint64_t fn, uint64_t cpu_ctx, u
   if (s != BL_OK) {
     cu_drop_graphs(c);
     cu_hybrid_free(c);
-    c->host_fn = nullptr;
-    c->expert_fn = nullptr;
-    c->host_cpu = 0;
+    c->hy->host_fn = nullptr;
+    c->hy->expert_fn = nullptr;
+    c->hy->host_cpu = 0;
   }
   return s;
 }
@@ -844,12 +844,12 @@ extern "C" int64_t bl_cuda_host_stats(uint64_t h, int64_t *out, int64_t n) {
   if (!c || !out) return cu_fail(BL_E_INVAL, "host_stats: null argument");
   int64_t resident = 0, all = 0;
   if (n > 10) cu_promote_hits(c, &resident, &all);
-  const int64_t v[29] = {c->n_hook, c->n_uploaded, c->up_bytes, c->hook_us, c->upload_min, (int64_t)c->pcie_bps, c->w->host_pinned,
-                         (int64_t)(c->pair_us * 1000.0), c->card_share, c->promote_slots, c->n_moves, resident, all, c->pull_on,
-                         (int64_t)(c->cpu_pick_us * 1000.0), (int64_t)(c->card_pick_us * 1000.0), (int64_t)(c->cpu_fixed_us * 1000.0),
-                         c->n_split, (int64_t)(c->host_share * 1000.0), (int64_t)(c->th_us_tok * 1000.0), c->n_sparse,
-                         (int64_t)(c->used_share * 1000.0), c->pre_bytes, c->n_share_moves, c->n_share_samples, c->n_lead_runs,
-                         c->n_cpu_layers, c->n_cpu_experts, c->n_cpu_pairs};
+  const int64_t v[29] = {c->hy->n_hook, c->hy->n_uploaded, c->hy->up_bytes, c->hy->hook_us, c->hy->upload_min, (int64_t)c->hy->pcie_bps, c->w->host_pinned,
+                         (int64_t)(c->hy->pair_us * 1000.0), c->hy->card_share, c->hy->promote_slots, c->hy->n_moves, resident, all, c->hy->pull_on,
+                         (int64_t)(c->hy->cpu_pick_us * 1000.0), (int64_t)(c->hy->card_pick_us * 1000.0), (int64_t)(c->hy->cpu_fixed_us * 1000.0),
+                         c->hy->n_split, (int64_t)(c->hy->host_share * 1000.0), (int64_t)(c->hy->th_us_tok * 1000.0), c->hy->n_sparse,
+                         (int64_t)(c->hy->used_share * 1000.0), c->hy->pre_bytes, c->hy->n_share_moves, c->hy->n_share_samples, c->hy->n_lead_runs,
+                         c->hy->n_cpu_layers, c->hy->n_cpu_experts, c->hy->n_cpu_pairs};
   for (int64_t i = 0; i < n && i < 29; i++) out[i] = v[i];
   return BL_OK;
 }

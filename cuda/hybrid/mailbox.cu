@@ -120,10 +120,10 @@ __global__ void k_mb_wait(cu_mailbox *mb, const uint32_t *seq, float *x, const f
 int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, const int32_t *si, int ni, const float *sf, int nf) {
   if (ni > 2 * MB_MAX_PICKS + 1 || nf > MB_MAX_PICKS) return cu_fail(BL_E_INVAL, "host experts: %d picks do not fit the mailbox", ni);
   if (n > MB_COPY_FLOATS) {
-    CU_TRY(cudaMemcpyAsync(c->hx, c->x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
+    CU_TRY(cudaMemcpyAsync(c->hy->hx, c->x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st), "copying rows to the host");
     n = 0;
   }
-  k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hx_d, n, si, ni, sf, nf, c->mb_d, c->mb_seq, call->idx, ntok);
+  k_mb_post<<<1, 1024, 0, c->st>>>(c->x, c->hy->hx_d, n, si, ni, sf, nf, c->hy->mb_d, c->hy->mb_seq, call->idx, ntok);
   CU_TRY(cudaGetLastError(), "posting to the host experts");
   return BL_OK;
 }
@@ -131,37 +131,37 @@ int64_t cu_mailbox_post(cu_ctx *c, const cu_host_call *call, int ntok, int n, co
 int64_t cu_mailbox_wait(cu_ctx *c, int n, bool add, bool timed) {
   const bool copy = !add && n > MB_COPY_FLOATS;
   const int m = copy ? 0 : n, blocks = std::min(32, std::max(1, m / 2048));
-  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->mb_d, c->mb_seq, c->x, add ? c->hout_d : c->hx_d, m, add ? 1 : 0, timed ? 1 : 0);
+  k_mb_wait<<<blocks, 256, 0, c->st>>>(c->hy->mb_d, c->hy->mb_seq, c->x, add ? c->hy->hout_d : c->hy->hx_d, m, add ? 1 : 0, timed ? 1 : 0);
   CU_TRY(cudaGetLastError(), "waiting for the host experts");
-  if (copy) CU_TRY(cudaMemcpyAsync(c->x, c->hx, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
+  if (copy) CU_TRY(cudaMemcpyAsync(c->x, c->hy->hx, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->st), "copying rows from the host");
   return BL_OK;
 }
 
 // ---- the runner ----
 static void serve(cu_ctx *c, uint32_t r) {
-  cu_mailbox *mb = c->mb;
-  const int idx = mb->call, n = __atomic_load_n(&c->n_calls_pub, __ATOMIC_ACQUIRE);
+  cu_mailbox *mb = c->hy->mb;
+  const int idx = mb->call, n = __atomic_load_n(&c->hy->n_calls_pub, __ATOMIC_ACQUIRE);
   if (idx >= 0 && idx < n) {
-    cu_host_call *call = c->host_calls.data()[idx];
+    cu_host_call *call = c->hy->host_calls.data()[idx];
     const int64_t t0 = now_ns();
-    if (call->rows) cu_host_run(call, mb->ntok, c->hb_sel, c->hb_w, c->hout); // a prompt layer's CPU share (cpu_share.cu)
-    else cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hout);
+    if (call->rows) cu_host_run(call, mb->ntok, c->hy->hb_sel, c->hy->hb_w, c->hy->hout); // a prompt layer's CPU share (cpu_share.cu)
+    else cu_host_run(call, mb->ntok, call->k == 0 ? nullptr : mb->ints, mb->flts, c->hy->hout);
     const uint32_t i = r % MB_RING;
     mb->c_ns[i] = (uint32_t)std::min<int64_t>(now_ns() - t0, 0xffffffffll);
     mb->c_seq[i] = r;
   } else {
-    snprintf(c->host_msg, sizeof c->host_msg, "host experts: internal: call %d of %d", idx, n);
-    c->host_err = BL_E_INVAL;
+    snprintf(c->hy->host_msg, sizeof c->hy->host_msg, "host experts: internal: call %d of %d", idx, n);
+    c->hy->host_err = BL_E_INVAL;
   }
   __atomic_store_n(&mb->done, r, __ATOMIC_RELEASE);
 }
 
 static void run(cu_ctx *c) {
-  cu_runner *R = c->runner;
-  uint32_t last = c->mb->done;
+  cu_runner *R = c->hy->runner;
+  uint32_t last = c->hy->mb->done;
   int64_t idle_from = now_ns();
   while (!R->stop.load(std::memory_order_acquire)) {
-    const uint32_t r = __atomic_load_n(&c->mb->req, __ATOMIC_ACQUIRE);
+    const uint32_t r = __atomic_load_n(&c->hy->mb->req, __ATOMIC_ACQUIRE);
     if (r != last) {
       serve(c, r);
       last = r;
@@ -181,84 +181,84 @@ static void run(cu_ctx *c) {
 // synchronisation (the card's writes to the ring are then visible).
 int cu_mailbox_times(cu_ctx *c, double *a_us, double *w_us, double *c_us) {
   *a_us = *w_us = *c_us = 0.0;
-  if (!c->mb) return 0;
-  const uint32_t done = __atomic_load_n(&c->mb->done, __ATOMIC_ACQUIRE);
-  uint32_t from = c->mb_times_seen;
+  if (!c->hy->mb) return 0;
+  const uint32_t done = __atomic_load_n(&c->hy->mb->done, __ATOMIC_ACQUIRE);
+  uint32_t from = c->hy->mb_times_seen;
   if (done - from > MB_RING) from = done - MB_RING;
-  c->mb_times_seen = done;
+  c->hy->mb_times_seen = done;
   int n = 0;
   for (uint32_t s = from + 1; s != done + 1; s++) {
     const uint32_t i = s % MB_RING;
-    if (s == 0 || c->mb->t_seq[i] != s || c->mb->c_seq[i] != s) continue;
-    *a_us += c->mb->a_ns[i] * 1e-3;
-    *w_us += c->mb->w_ns[i] * 1e-3;
-    *c_us += c->mb->c_ns[i] * 1e-3;
+    if (s == 0 || c->hy->mb->t_seq[i] != s || c->hy->mb->c_seq[i] != s) continue;
+    *a_us += c->hy->mb->a_ns[i] * 1e-3;
+    *w_us += c->hy->mb->w_ns[i] * 1e-3;
+    *c_us += c->hy->mb->c_ns[i] * 1e-3;
     n++;
   }
   return n;
 }
 
 void cu_mailbox_arm(cu_ctx *c) {
-  if (!c->runner) return;
-  c->runner->armed_ns.store(now_ns(), std::memory_order_relaxed);
-  c->runner->cv.notify_one();
+  if (!c->hy->runner) return;
+  c->hy->runner->armed_ns.store(now_ns(), std::memory_order_relaxed);
+  c->hy->runner->cv.notify_one();
 }
 
 // A timed-out wait leaves the host thread inside a call that later posts would overwrite: the
 // context refuses every later step (cu_hybrid_begin) instead of running on stale answers.
 int64_t cu_mailbox_check(cu_ctx *c) {
-  if (c->mb && c->mb->timeout) {
-    c->mb_broken = 1;
+  if (c->hy->mb && c->hy->mb->timeout) {
+    c->hy->mb_broken = 1;
     return cu_fail(BL_E_DEVICE, "host experts: the host thread did not answer within %llu s; load the model again", (unsigned long long)(MB_TIMEOUT_NS / 1000000000ull));
   }
   return BL_OK;
 }
 
 void cu_mailbox_stop(cu_ctx *c) {
-  if (c->runner) {
-    c->runner->stop.store(true, std::memory_order_release);
-    c->runner->cv.notify_one();
-    if (c->runner->th.joinable()) c->runner->th.join();
-    delete c->runner;
+  if (c->hy->runner) {
+    c->hy->runner->stop.store(true, std::memory_order_release);
+    c->hy->runner->cv.notify_one();
+    if (c->hy->runner->th.joinable()) c->hy->runner->th.join();
+    delete c->hy->runner;
   }
-  if (c->mb) (void)cudaFreeHost(c->mb);
-  if (c->mb_seq) (void)cudaFree(c->mb_seq);
-  c->runner = nullptr;
-  c->mb = c->mb_d = nullptr;
-  c->mb_seq = nullptr;
-  c->hx_d = c->hout_d = nullptr;
-  c->mb_broken = 0;
+  if (c->hy->mb) (void)cudaFreeHost(c->hy->mb);
+  if (c->hy->mb_seq) (void)cudaFree(c->hy->mb_seq);
+  c->hy->runner = nullptr;
+  c->hy->mb = c->hy->mb_d = nullptr;
+  c->hy->mb_seq = nullptr;
+  c->hy->hx_d = c->hy->hout_d = nullptr;
+  c->hy->mb_broken = 0;
   (void)cudaGetLastError();
 }
 
 static int64_t start(cu_ctx *c) {
   try {
-    c->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
+    c->hy->host_calls.reserve(MB_MAX_CALLS); // the runner reads the list while graphs are captured: no reallocation
   } catch (...) {
     return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   }
   void *p = nullptr;
   CU_TRY(cudaHostAlloc(&p, sizeof(cu_mailbox), cudaHostAllocMapped | cudaHostAllocPortable), "allocating the host experts' mailbox");
-  c->mb = static_cast<cu_mailbox *>(p);
+  c->hy->mb = static_cast<cu_mailbox *>(p);
   memset(p, 0, sizeof(cu_mailbox));
   void *d = nullptr;
   CU_TRY(cudaHostGetDevicePointer(&d, p, 0), "mapping the host experts' mailbox");
-  c->mb_d = static_cast<cu_mailbox *>(d);
-  CU_TRY(cudaHostGetDevicePointer(&d, c->hx, 0), "mapping the host experts' rows");
-  c->hx_d = static_cast<float *>(d);
-  CU_TRY(cudaHostGetDevicePointer(&d, c->hout, 0), "mapping the host experts' rows");
-  c->hout_d = static_cast<float *>(d);
-  CU_TRY(cudaMalloc(&c->mb_seq, 2 * sizeof(uint64_t)), "allocating the host experts' mailbox"); // the counter, the post's time
-  CU_TRY(cudaMemsetAsync(c->mb_seq, 0, 2 * sizeof(uint64_t), c->st), "allocating the host experts' mailbox");
-  c->mb_times_seen = 0;
+  c->hy->mb_d = static_cast<cu_mailbox *>(d);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hy->hx, 0), "mapping the host experts' rows");
+  c->hy->hx_d = static_cast<float *>(d);
+  CU_TRY(cudaHostGetDevicePointer(&d, c->hy->hout, 0), "mapping the host experts' rows");
+  c->hy->hout_d = static_cast<float *>(d);
+  CU_TRY(cudaMalloc(&c->hy->mb_seq, 2 * sizeof(uint64_t)), "allocating the host experts' mailbox"); // the counter, the post's time
+  CU_TRY(cudaMemsetAsync(c->hy->mb_seq, 0, 2 * sizeof(uint64_t), c->st), "allocating the host experts' mailbox");
+  c->hy->mb_times_seen = 0;
   CU_TRY(cudaStreamSynchronize(c->st), "allocating the host experts' mailbox");
-  c->runner = new (std::nothrow) cu_runner();
-  if (!c->runner) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
+  c->hy->runner = new (std::nothrow) cu_runner();
+  if (!c->hy->runner) return cu_fail(BL_E_NOMEM, "host experts: out of memory");
   try {
-    c->runner->th = std::thread(run, c);
+    c->hy->runner->th = std::thread(run, c);
   } catch (...) {
-    delete c->runner;
-    c->runner = nullptr;
+    delete c->hy->runner;
+    c->hy->runner = nullptr;
     return cu_fail(BL_E_NOMEM, "host experts: the host thread could not start");
   }
   return BL_OK;

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
 // and the slot numbers 0..K-1 the expert kernels then take as picks. Off (nothing allocated) with
 // bl_cuda_options.pull 0 or when a host layer's slabs are not 16-byte multiples.
 int64_t cu_pull_init(cu_ctx *c) {
-  c->pull_on = 0;
+  c->hy->pull_on = 0;
   if (c->o.pull == 0) return BL_OK;
   size_t slab[3] = {0, 0, 0};
   int K = 0;
@@ -87,7 +87,7 @@ int64_t cu_pull_init(cu_ctx *c) {
   size_t bytes = 0;
   for (int k = 0; k < 3; k++) bytes += cu_align256(slab[k] * K);
   // the plan does not count these slots: a card without room for them reads the share in place
-  if (cudaMalloc(&c->pull_buf, bytes) != cudaSuccess || cudaMalloc(&c->pull_ids, PULL_MAX_K * sizeof(int32_t)) != cudaSuccess) {
+  if (cudaMalloc(&c->hy->pull_buf, bytes) != cudaSuccess || cudaMalloc(&c->hy->pull_ids, PULL_MAX_K * sizeof(int32_t)) != cudaSuccess) {
     (void)cudaGetLastError();
     fprintf(stderr, "bloomery: no card memory for the card's share of host experts (%.1f MiB); it reads them in place\n", (double)bytes / 1048576.0);
     cu_pull_free(c);
@@ -95,24 +95,24 @@ int64_t cu_pull_init(cu_ctx *c) {
   }
   int32_t ids[PULL_MAX_K];
   for (int i = 0; i < PULL_MAX_K; i++) ids[i] = i;
-  CU_TRY(cudaMemcpy(c->pull_ids, ids, sizeof ids, cudaMemcpyHostToDevice), "setting the card's slots");
-  uint8_t *p = static_cast<uint8_t *>(c->pull_buf);
+  CU_TRY(cudaMemcpy(c->hy->pull_ids, ids, sizeof ids, cudaMemcpyHostToDevice), "setting the card's slots");
+  uint8_t *p = static_cast<uint8_t *>(c->hy->pull_buf);
   for (int k = 0; k < 3; k++) {
-    c->pull_dst[k] = p;
+    c->hy->pull_dst[k] = p;
     p += cu_align256(slab[k] * K);
   }
-  c->pull_on = 1;
+  c->hy->pull_on = 1;
   return BL_OK;
 }
 
 void cu_pull_free(cu_ctx *c) {
-  if (c->pull_buf) (void)cudaFree(c->pull_buf);
-  if (c->pull_ids) (void)cudaFree(c->pull_ids);
-  c->pull_buf = nullptr;
-  c->pull_ids = nullptr;
-  for (int k = 0; k < 3; k++) c->pull_dst[k] = nullptr;
-  c->pull_on = 0;
-  c->cpu_fixed_us = c->cpu_pick_us = c->card_pick_us = 0;
+  if (c->hy->pull_buf) (void)cudaFree(c->hy->pull_buf);
+  if (c->hy->pull_ids) (void)cudaFree(c->hy->pull_ids);
+  c->hy->pull_buf = nullptr;
+  c->hy->pull_ids = nullptr;
+  for (int k = 0; k < 3; k++) c->hy->pull_dst[k] = nullptr;
+  c->hy->pull_on = 0;
+  c->hy->cpu_fixed_us = c->hy->cpu_pick_us = c->hy->card_pick_us = 0;
 }
 
 // Copies the experts fm's k picks name (fm.sel) of block b from host memory into the slots, on the
@@ -120,7 +120,7 @@ void cu_pull_free(cu_ctx *c) {
 // (off, or more picks than slots) - fm is left reading host memory.
 int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   *pulled = false;
-  if (!c->pull_on || fm.k > b.n_used || fm.k > PULL_MAX_K || fm.k <= 0) return BL_OK;
+  if (!c->hy->pull_on || fm.k > b.n_used || fm.k > PULL_MAX_K || fm.k <= 0) return BL_OK;
   pull_args a;
   a.sel = fm.sel;
   a.k = fm.k;
@@ -128,7 +128,7 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   const dmat *m[3] = {&fm.gate, &fm.up, &fm.down};
   for (int k = 0; k < 3; k++) {
     a.src[k] = m[k]->d;
-    a.dst[k] = c->pull_dst[k];
+    a.dst[k] = c->hy->pull_dst[k];
     a.chunks[k] = (int)(m[k]->nb2 / 16);
   }
   int blocks = 2 * c->sm_count;
@@ -137,10 +137,10 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   if (need < blocks) blocks = need;
   if (blocks < 1) blocks = 1;
   CU_LAUNCH("pulling the card's share of host experts", k_pull, dim3(blocks), dim3(PULL_THREADS), 0, c->st, a);
-  fm.gate.d = c->pull_dst[0];
-  fm.up.d = c->pull_dst[1];
-  fm.down.d = c->pull_dst[2];
-  fm.sel = c->pull_ids;
+  fm.gate.d = c->hy->pull_dst[0];
+  fm.up.d = c->hy->pull_dst[1];
+  fm.down.d = c->hy->pull_dst[2];
+  fm.sel = c->hy->pull_ids;
   *pulled = true;
   return BL_OK;
 }
@@ -156,13 +156,13 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
 int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *cpu_pick_us, double *card_pick_us) {
   const cu_blk *b = cu_first_host_block_in_ram(c);
   const int K = b ? b->n_used : 0;
-  if (!b || !c->pull_on || !c->expert_fn || K < 2 || K > PULL_MAX_K) return BL_OK;
+  if (!b || !c->hy->pull_on || !c->hy->expert_fn || K < 2 || K > PULL_MAX_K) return BL_OK;
   fmoe_args fm;
   (void)cu_routed_experts(c, *b, fm);
   fm.gate.d = b->hxd[0];
   fm.up.d = b->hxd[1];
   fm.down.d = b->hxd[2];
-  fm.sel = c->pull_ids; // experts 0..K-1
+  fm.sel = c->hy->pull_ids; // experts 0..K-1
   fm.k = K;
   const int E = (int)c->dm.E;
   float *out = new (std::nothrow) float[(size_t)E];
@@ -173,7 +173,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *
     sel[j] = (int)(((int64_t)(j + K) * 37 + 5) % b->n_expert); // other experts than the card's
     w[j] = 1.0f / (float)K;
   }
-  for (int i = 0; i < E; i++) c->hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+  for (int i = 0; i < E; i++) c->hy->hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
     if (e0) (void)cudaEventDestroy(e0);
@@ -194,7 +194,7 @@ int64_t cu_pull_size_share(cu_ctx *c, int *share, double *cpu_fixed_us, double *
     (void)cudaEventRecord(e1, c->st);
     if (s != BL_OK) break;
     const auto t0 = std::chrono::steady_clock::now();
-    s = c->expert_fn(c->host_cpu, b->src->ops, b->src->n_ops, 1, c->hx, sel, w, n, out, msg, sizeof msg);
+    s = c->hy->expert_fn(c->hy->host_cpu, b->src->ops, b->src->n_ops, 1, c->hy->hx, sel, w, n, out, msg, sizeof msg);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     float ms = 0;
     const cudaError_t e = cudaEventSynchronize(e1);

@@ -30,29 +30,29 @@ extern "C" int64_t bl_cuda_share_decide(int64_t K, int64_t share, double card_us
 }
 
 int64_t cu_share_tune(cu_ctx *c) {
-  if (!c->share_auto || !c->mb || c->promote_slots > 0) return BL_OK;
+  if (!c->hy->share_auto || !c->hy->mb || c->hy->promote_slots > 0) return BL_OK;
   double a, w, cpu;
   const int n = cu_mailbox_times(c, &a, &w, &cpu);
   if (n == 0) return BL_OK;
-  c->n_share_samples += n;
-  c->tune_n += n;
-  c->tune_a += a;
-  c->tune_w += w;
-  c->tune_c += cpu;
-  if (c->tune_n < TUNE_SAMPLES) return BL_OK;
-  const double A = c->tune_a / c->tune_n, W = c->tune_w / c->tune_n, C = c->tune_c / c->tune_n;
-  c->tune_n = 0;
-  c->tune_a = c->tune_w = c->tune_c = 0.0;
-  if (W > TUNE_WAIT_US) c->tune_lat = A + W - C > 0.0 ? A + W - C : 0.0; // the CPU was the later side
+  c->hy->n_share_samples += n;
+  c->hy->tune_n += n;
+  c->hy->tune_a += a;
+  c->hy->tune_w += w;
+  c->hy->tune_c += cpu;
+  if (c->hy->tune_n < TUNE_SAMPLES) return BL_OK;
+  const double A = c->hy->tune_a / c->hy->tune_n, W = c->hy->tune_w / c->hy->tune_n, C = c->hy->tune_c / c->hy->tune_n;
+  c->hy->tune_n = 0;
+  c->hy->tune_a = c->hy->tune_w = c->hy->tune_c = 0.0;
+  if (W > TUNE_WAIT_US) c->hy->tune_lat = A + W - C > 0.0 ? A + W - C : 0.0; // the CPU was the later side
   const cu_blk *b = cu_first_host_block_in_ram(c);
   if (!b) return BL_OK;
-  const int next = (int)bl_cuda_share_decide(b->n_used, c->card_share, A, W, C, c->card_pick_us > 0 ? c->card_pick_us : TUNE_PICK_US,
-                                             c->tune_lat > 0 ? c->tune_lat : TUNE_LAT_US);
-  if (next != c->card_share) {
-    c->card_share = next;
-    c->n_share_moves++;
+  const int next = (int)bl_cuda_share_decide(b->n_used, c->hy->card_share, A, W, C, c->hy->card_pick_us > 0 ? c->hy->card_pick_us : TUNE_PICK_US,
+                                             c->hy->tune_lat > 0 ? c->hy->tune_lat : TUNE_LAT_US);
+  if (next != c->hy->card_share) {
+    c->hy->card_share = next;
+    c->hy->n_share_moves++;
     cu_drop_graphs(c); // the steps' graphs hold the old split
   }
-  c->w->share_hint = c->card_share + 1;
+  c->w->share_hint = c->hy->card_share + 1;
   return BL_OK;
 }

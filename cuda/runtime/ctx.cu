@@ -236,9 +236,9 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   const cu_dims &d = c->dm;
   // lead slots for sparse steps' first uploads (hybrid.cu): bl_cuda_options.hybrid_lead (0..HYB_LEAD_MAX)
   const int64_t lead = c->o.hybrid_lead;
-  c->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead >= 0 ? (int)std::min<int64_t>(lead, HYB_LEAD_MAX) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
-  if (c->n_lead < 0) c->n_lead = 0;
-  if (c->n_lead > HYB_LEAD_MAX) c->n_lead = HYB_LEAD_MAX;
+  c->hy->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead >= 0 ? (int)std::min<int64_t>(lead, HYB_LEAD_MAX) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
+  if (c->hy->n_lead < 0) c->hy->n_lead = 0;
+  if (c->hy->n_lead > HYB_LEAD_MAX) c->hy->n_lead = HYB_LEAD_MAX;
   const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
   const size_t pairs = T * d.K;
   c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
@@ -280,7 +280,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
   };
   // the staging slots: two in turn, then the lead slots (unused ones take no memory)
-  for (int s = 0; s < HYB_SLOTS; s++) v.push_back({&c->stage[s], s < 2 + c->n_lead ? (size_t)d.host_layer_bytes : 0});
+  for (int s = 0; s < HYB_SLOTS; s++) v.push_back({&c->hy->stage[s], s < 2 + c->hy->n_lead ? (size_t)d.host_layer_bytes : 0});
   return v;
 }
 
@@ -324,6 +324,8 @@ extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *
   cu_plan pl;
   CU_OK(make_plan(prog, bl, pl));
   cu_ctx c = cu_ctx();
+  cu_hybrid hy{};
+  c.hy = &hy;
   c.o = cu_options_default();
   CU_OK(ctx_dims(pl.dm, p, c.dm));
   c.p = *p;
@@ -349,6 +351,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (c->h_out) (void)cudaFreeHost(c->h_out);
   if (c->mb_tiles_h) (void)cudaFreeHost(c->mb_tiles_h);
   cu_kv_stage_free(c);
+  delete c->hy;
   if (c->st) (void)cudaStreamDestroy(c->st);
   (void)cudaGetLastError();
   delete c;
@@ -622,12 +625,12 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   c->min_chunk = 64;
   c->use_graphs = 1;
   c->prefill_min = MV_MAX_NT + 1;
-  c->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
-  c->host_share_opt = (int)o.host_share;
-  c->sparse_opt = (int)o.sparse_upload;
-  c->cpu_tok = (int)o.cpu_tokens; // -1: the default, taken when the host hook is set
-  c->used_share = -1;
-  c->up_cur = -1;
+  c->hy->upload_min = 1 << 30; // measured when the host hook is set (hybrid.cu)
+  c->hy->host_share_opt = (int)o.host_share;
+  c->hy->sparse_opt = (int)o.sparse_upload;
+  c->hy->cpu_tok = (int)o.cpu_tokens; // -1: the default, taken when the host hook is set
+  c->hy->used_share = -1;
+  c->hy->up_cur = -1;
   c->mb_pairs_min = 3000; // H200, -npl 2: 625 t/s at 2 on the benchmark file, 658 at 3, 655 at 4.5 (docs/cuda-runs.md call 142)
   c->foacc_lim = FO_ACC_LIM;
   if (o.graphs == 0) c->use_graphs = 0;
@@ -657,8 +660,8 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   CU_TRY(cudaMemset(c->fo_acc, 0, (size_t)c->dm.X * FO_ACC_STRIDE * sizeof(unsigned long long)), "clearing counters");
   // sparse uploads leave the unused experts' slabs of a staging buffer as they were: zeros or
   // earlier weights, never uninitialised bytes (a kernel's tile past a slab's end reads finite values)
-  for (int s = 0; s < 2 + c->n_lead; s++)
-    if (c->stage[s]) CU_TRY(cudaMemset(c->stage[s], 0, (size_t)c->dm.host_layer_bytes), "clearing the staging buffers");
+  for (int s = 0; s < 2 + c->hy->n_lead; s++)
+    if (c->hy->stage[s]) CU_TRY(cudaMemset(c->hy->stage[s], 0, (size_t)c->dm.host_layer_bytes), "clearing the staging buffers");
   CU_TRY(cudaMemset(c->dense_sel, 0, (size_t)c->dm.maxT * sizeof(int32_t)), "clearing buffers");
   {
     std::vector<float> ones((size_t)c->dm.maxT, 1.0f);
@@ -679,7 +682,11 @@ extern "C" int64_t bl_cuda_ctx_new(uint64_t weights, const bl_ctx_params *p, con
   const cu_weights *w = reinterpret_cast<const cu_weights *>(weights);
   if (!w || !p || !out) return cu_fail(BL_E_INVAL, "cuda ctx_new: null argument");
   cu_ctx *c = new (std::nothrow) cu_ctx();
-  if (!c) return cu_fail(BL_E_NOMEM, "cuda ctx_new: out of memory");
+  if (c) c->hy = new (std::nothrow) cu_hybrid();
+  if (!c || !c->hy) {
+    delete c;
+    return cu_fail(BL_E_NOMEM, "cuda ctx_new: out of memory");
+  }
   c->o = o ? *o : cu_options_default();
   const int64_t s = ctx_init(c, w, p);
   if (s != BL_OK) {
@@ -718,22 +725,22 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_UPLOAD_MIN:
-      c->upload_min = value <= 0 ? (1 << 30) : (int)(value < c->prefill_min ? c->prefill_min : (value > (1 << 30) ? (1 << 30) : value));
+      c->hy->upload_min = value <= 0 ? (1 << 30) : (int)(value < c->prefill_min ? c->prefill_min : (value > (1 << 30) ? (1 << 30) : value));
       return BL_OK;
     case CU_OPT_CARD_SHARE:
       if (value < 0 || value > 64) return cu_fail(BL_E_INVAL, "set_option: card share %lld (0..64 picks)", (long long)value);
-      c->card_share = (int)value;
-      c->share_auto = 0; // asked for: fixed
+      c->hy->card_share = (int)value;
+      c->hy->share_auto = 0; // asked for: fixed
       cu_drop_graphs(c);
       return BL_OK;
     case CU_OPT_PROMOTE_SLOTS: return cu_set_promote_slots(c, value);
     case CU_OPT_HOST_SHARE:
       if (value < -1 || value > 900) return cu_fail(BL_E_INVAL, "set_option: host share %lld (thousandths 0..900, or -1: the cost model)", (long long)value);
-      c->host_share_opt = (int)value;
+      c->hy->host_share_opt = (int)value;
       return BL_OK;
     case CU_OPT_SPARSE_UP:
       if (value < -1 || value > 1) return cu_fail(BL_E_INVAL, "set_option: sparse uploads %lld (1 the used experts, 0 whole layers, -1 by the last upload step)", (long long)value);
-      c->sparse_opt = (int)value;
+      c->hy->sparse_opt = (int)value;
       return BL_OK;
     case CU_OPT_MMA_PAIRS:
       if (value < 0 || value > 1000000) return cu_fail(BL_E_INVAL, "set_option: pairs an expert %lld (thousandths, 0..1000000)", (long long)value);
@@ -746,7 +753,7 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       return BL_OK;
     case CU_OPT_CPU_TOKENS:
       if (value < -1 || value > 65536) return cu_fail(BL_E_INVAL, "set_option: CPU share %lld tokens (0..65536, -1: the default)", (long long)value);
-      c->cpu_tok = value >= 0 ? (int)value : cu_cpu_share_default(c);
+      c->hy->cpu_tok = value >= 0 ? (int)value : cu_cpu_share_default(c);
       return BL_OK;
     case CU_OPT_PDL:
       c->o.pdl = value != 0 && device_major >= 9;

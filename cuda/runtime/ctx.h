@@ -127,82 +127,10 @@ struct cu_lead_run {
   size_t bytes;
 };
 
-struct cu_ctx {
-  int dev;
-  cudaStream_t st;
-  bl_ctx_params p;
-  bl_cuda_options o;  // the context's options (bl_cuda_ctx_new; fast and pdl resolved, set_option changes them)
-  cu_dims dm;
-  int smem_limit;     // dynamic shared memory a product may use
-  int sm_count;
-  const cu_weights *w;
-  // work buffers (device)
-  float *x, *h, *q, *k, *v, *att, *logits, *router, *selw, *act, *ypair, *part, *topv, *candv, *dense_w;
-  uint8_t *act8; // a token's SwiGLU rows quantized by the one-token gate/up for down (FAST_ACT8), act8_bytes
-  size_t act8_bytes;
-  int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
-  int4 *tiles;
-  int *cnt_router, *cnt_attn;
-  uint8_t *xq;        // decode batches' activation rows quantized once a launch (x8rows.cu)
-  size_t xq_bytes;
-  combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
-  x8_pre attx8;       // the attention output rows' x8 slots the attention wrote for the next product (FAST_ATTX8; nt 0: none)
-  float *rpart;       // the fused router's partial logits [blocks][rpart_ld]
-  int *cnt_fo;        // its block counter (zero between launches); [3]: FAST_FOACC's flag ([1], [2] unused)
-  float foacc_lim;    // CU_OPT_FOACC_LIM as a float
-  unsigned long long *fo_acc; // FAST_FOACC: the fused router's accumulators, an expert every FO_ACC_STRIDE (zero between launches)
-  int rpart_ld;
-  int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
-  __half *kc, *vc;
-  // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
-  __half *w16, *b16;
-  size_t w16_elems, b16_elems;
-  // FAST_GEMMB16: prompt batches' SwiGLU rows (pairs x ff halves; 0 elements: not sized for it)
-  __half *act16;
-  size_t act16_elems;
-  // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
-  // FAST_GEMMB16 expert blocks, FAST_QKTOK Q/K preparations
-  int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
-  int64_t n_foacc;  // fused output + router launches adding their partials into the accumulators (FAST_FOACC)
-  int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
-  int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
-  int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)
-  int64_t n_l2pf; // one-token launches fetching the slot's cached keys and values into L2 (FAST_L2KV)
-  int64_t n_dng, n_down1, n_gumma, n_dnmma, n_act8; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
-  // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
-  void *kv_stage;
-  uint8_t *kv_host[2];
-  cudaEvent_t kv_ev[2];
-  int64_t kv_stage_pos;  // positions a staging buffer holds
-  int invariant;         // bl_cuda_options.invariant, CU_OPT_INVARIANT
-  int64_t logits_rows;   // rows the logits buffer holds
-  int max_splits, min_chunk, router_groups, max_tiles;
-  // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)
-  int32_t *d_in, *h_in;
-  int64_t fa_cap;        // attention tiles the input buffers hold
-  float *h_out;          // pinned: logits rows or top-k values/ids
-  int64_t h_out_bytes;
-  // the decode batches' choice of expert kernels: each MoE layer's experts (tiles) in the step, stored
-  // by the picks' launch (device, MB_LAYER_BITS), copied to pinned memory at the step's end; the
-  // batch size they are from (0: none pending), the pairs an expert a layer (running mean), the
-  // layers on the dp4a kernels, the threshold (thousandths), launches so placed
-  int32_t *mb_tiles_d, *mb_tiles_h;
-  int mb_ntok_last;
-  float mb_ppt[MB_LAYER_BITS];
-  uint64_t mb_nomma;
-  int mb_pairs_min;
-  int64_t n_mb_nomma;
-  std::vector<cu_graph> graphs;
-  std::vector<cu_graph> graph_seen; // decode shapes run once on the stream (captured when they come back; kept across cu_drop_graphs)
-  int use_graphs, prefill_min;
-  int64_t steps, graph_steps;
-  // bl_cuda_options.profile: an event at each section start (graphs off); time per section summed
-  // for decode-sized and larger batches, printed when the context is freed
-  int profile, n_marks;
-  std::vector<cudaEvent_t> ev;
-  std::vector<int> ev_sec;
-  double prof_ms[2][CU_SECTIONS];
-  int64_t prof_steps[2];
+// The host-expert scheduler's state (cuda/hybrid/: hybrid.cu, promote.cu, pull.cu, cpu_share.cu,
+// mailbox.cu, share_tune.cu), one a context (cu_ctx.hy): the hook, the upload plan, the staging and
+// lead slots, the CPU share, the mailbox and promotion.
+struct cu_hybrid {
   // host experts (hybrid.cu): the hook, pinned residual rows it works on, its calls; the staging
   // buffers of uploaded experts (two layers in flight on the copy stream), the step's state
   bl_ops_rows_fn host_fn;
@@ -309,6 +237,85 @@ struct cu_ctx {
   cudaEvent_t promote_ev, evict_ev;
   int steps_since_pass;
   int64_t n_moves;
+};
+
+struct cu_ctx {
+  int dev;
+  cudaStream_t st;
+  bl_ctx_params p;
+  bl_cuda_options o;  // the context's options (bl_cuda_ctx_new; fast and pdl resolved, set_option changes them)
+  cu_dims dm;
+  int smem_limit;     // dynamic shared memory a product may use
+  int sm_count;
+  const cu_weights *w;
+  // work buffers (device)
+  float *x, *h, *q, *k, *v, *att, *logits, *router, *selw, *act, *ypair, *part, *topv, *candv, *dense_w;
+  uint8_t *act8; // a token's SwiGLU rows quantized by the one-token gate/up for down (FAST_ACT8), act8_bytes
+  size_t act8_bytes;
+  int32_t *sel, *pair_tok, *pair_of, *n_tiles, *dense_sel, *topi, *candi;
+  int4 *tiles;
+  int *cnt_router, *cnt_attn;
+  uint8_t *xq;        // decode batches' activation rows quantized once a launch (x8rows.cu)
+  size_t xq_bytes;
+  combine_args pend;  // the experts' combine a decode batch's MoE block left pending (FAST_COMBINE; ntok 0: none)
+  x8_pre attx8;       // the attention output rows' x8 slots the attention wrote for the next product (FAST_ATTX8; nt 0: none)
+  float *rpart;       // the fused router's partial logits [blocks][rpart_ld]
+  int *cnt_fo;        // its block counter (zero between launches); [3]: FAST_FOACC's flag ([1], [2] unused)
+  float foacc_lim;    // CU_OPT_FOACC_LIM as a float
+  unsigned long long *fo_acc; // FAST_FOACC: the fused router's accumulators, an expert every FO_ACC_STRIDE (zero between launches)
+  int rpart_ld;
+  int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
+  __half *kc, *vc;
+  // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
+  __half *w16, *b16;
+  size_t w16_elems, b16_elems;
+  // FAST_GEMMB16: prompt batches' SwiGLU rows (pairs x ff halves; 0 elements: not sized for it)
+  __half *act16;
+  size_t act16_elems;
+  // launches enqueued on the prompt paths (stats): FAST_GEMM16 products, FAST_ROUTEBIG routers, FAST_FA2 attentions,
+  // FAST_GEMMB16 expert blocks, FAST_QKTOK Q/K preparations
+  int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
+  int64_t n_foacc;  // fused output + router launches adding their partials into the accumulators (FAST_FOACC)
+  int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
+  int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
+  int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)
+  int64_t n_l2pf; // one-token launches fetching the slot's cached keys and values into L2 (FAST_L2KV)
+  int64_t n_dng, n_down1, n_gumma, n_dnmma, n_act8; // grouped downs by lane groups (FAST_DNG), one-token downs over every pick's units (FAST_DOWN1), tensor-core gate/ups (FAST_GUMMA) and downs (FAST_DNMMA)
+  // KV save/load staging (kvmove.cu; made at first use): device buffer, two pinned host ones
+  void *kv_stage;
+  uint8_t *kv_host[2];
+  cudaEvent_t kv_ev[2];
+  int64_t kv_stage_pos;  // positions a staging buffer holds
+  int invariant;         // bl_cuda_options.invariant, CU_OPT_INVARIANT
+  int64_t logits_rows;   // rows the logits buffer holds
+  int max_splits, min_chunk, router_groups, max_tiles;
+  // inputs: tokens | pos | seq | out rows (maxT each), then attention tiles (int4)
+  int32_t *d_in, *h_in;
+  int64_t fa_cap;        // attention tiles the input buffers hold
+  float *h_out;          // pinned: logits rows or top-k values/ids
+  int64_t h_out_bytes;
+  // the decode batches' choice of expert kernels: each MoE layer's experts (tiles) in the step, stored
+  // by the picks' launch (device, MB_LAYER_BITS), copied to pinned memory at the step's end; the
+  // batch size they are from (0: none pending), the pairs an expert a layer (running mean), the
+  // layers on the dp4a kernels, the threshold (thousandths), launches so placed
+  int32_t *mb_tiles_d, *mb_tiles_h;
+  int mb_ntok_last;
+  float mb_ppt[MB_LAYER_BITS];
+  uint64_t mb_nomma;
+  int mb_pairs_min;
+  int64_t n_mb_nomma;
+  std::vector<cu_graph> graphs;
+  std::vector<cu_graph> graph_seen; // decode shapes run once on the stream (captured when they come back; kept across cu_drop_graphs)
+  int use_graphs, prefill_min;
+  int64_t steps, graph_steps;
+  // bl_cuda_options.profile: an event at each section start (graphs off); time per section summed
+  // for decode-sized and larger batches, printed when the context is freed
+  int profile, n_marks;
+  std::vector<cudaEvent_t> ev;
+  std::vector<int> ev_sec;
+  double prof_ms[2][CU_SECTIONS];
+  int64_t prof_steps[2];
+  cu_hybrid *hy; // the host-expert scheduler's state (cuda/hybrid/; made with the context, never null in one)
 };
 
 // While a context's call enqueues its work: this thread's kernels in use (cu_fast: the context's

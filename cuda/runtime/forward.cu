@@ -798,7 +798,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   }
   // an uploaded host block (hybrid.cu): its picks counted, and in sparse steps its used experts copied
   // now (prompt batches: or the lightest of them left to the CPU, cpu_share.cu)
-  if (moe && c->up_cur >= 0) CU_OK(cu_hybrid_picked(c, sel, selw, ntok, K, tc));
+  if (moe && c->hy->up_cur >= 0) CU_OK(cu_hybrid_picked(c, sel, selw, ntok, K, tc));
   cu_mark(c, S_EXPERTS);
   if (!tc) {
     // a decode batch: the pairs grouped by expert, each weight row read once for all its pairs (moe_batch.cu)
