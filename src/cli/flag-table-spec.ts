@@ -1,4 +1,6 @@
-// llama-server's speculative-decoding flags (llama.cpp common/arg.cpp, "speculative params"): recognised, all refused for now.
+// llama-server's speculative-decoding flags (llama.cpp common/arg.cpp, "speculative params"):
+// `--spec-type ngram-simple` (drafts from the sequence itself) with its three settings; the draft
+// model and MTP kinds and their flags are recognised and refused by name.
 
 import { refuse } from "./flag-define.ts";
 import type { FlagDef } from "./flag-types.ts";
@@ -8,6 +10,19 @@ const SPEC = "speculative decoding is not supported yet";
 
 function removed(use: string): string {
   return `removed from llama.cpp; use ${use}`;
+}
+
+const SPEC_KINDS = ["none", "ngram-simple", "draft-simple", "draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"];
+
+/** What is wrong with a --spec-type list, or undefined. */
+function specTypeProblem(v: string): string | undefined {
+  const kinds = v.split(",").map((k) => k.trim());
+  for (const k of kinds) {
+    if (!SPEC_KINDS.includes(k)) return `one of none, ngram-simple (got '${k}')`;
+    if (k !== "none" && k !== "ngram-simple") return `none or ngram-simple: '${k}' is not supported yet (no draft model or MTP layer is run by this engine)`;
+  }
+  if (kinds.includes("none") && kinds.length > 1) return "'none' alone, or ngram-simple";
+  return undefined;
 }
 
 export const SPEC_FLAGS: readonly FlagDef[] = [
@@ -36,13 +51,29 @@ export const SPEC_FLAGS: readonly FlagDef[] = [
   refuse(G, ["--spec-draft-device", "-devd", "--device-draft"], SPEC, "devices for the draft model", { hint: "<dev1,dev2,..>" }),
   refuse(G, ["--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"], SPEC, "draft model layers stored on the GPU", { hint: "N", env: "LLAMA_ARG_N_GPU_LAYERS_DRAFT" }),
   refuse(G, ["--spec-draft-model", "-md", "--model-draft"], SPEC, "draft model file", { hint: "FNAME", env: "LLAMA_ARG_SPEC_DRAFT_MODEL" }),
-  refuse(G, ["--spec-type"], SPEC, "kinds of speculative decoding, comma-separated (none, draft-simple, draft-mtp, ngram-simple, ...)", { hint: "TYPES", env: "LLAMA_ARG_SPEC_TYPE" }),
+  {
+    names: ["--spec-type"], hint: "TYPES", env: "LLAMA_ARG_SPEC_TYPE", key: "specType", default: "none",
+    value: { type: "string", nonEmpty: true },
+    help: "speculative decoding: none, or ngram-simple (drafts from the sequence's own tokens)",
+    group: G, support: "supported",
+    check: (v) => specTypeProblem(String(v)),
+  },
   refuse(G, ["--spec-ngram-mod-n-min"], SPEC, "ngram-mod: fewest ngram tokens", { hint: "N", default: 48 }),
   refuse(G, ["--spec-ngram-mod-n-max"], SPEC, "ngram-mod: most ngram tokens", { hint: "N", default: 64 }),
   refuse(G, ["--spec-ngram-mod-n-match"], SPEC, "ngram-mod: lookup length", { hint: "N", default: 24 }),
-  refuse(G, ["--spec-ngram-simple-size-n"], SPEC, "ngram-simple: lookup n-gram length", { hint: "N", default: 12 }),
-  refuse(G, ["--spec-ngram-simple-size-m"], SPEC, "ngram-simple: draft m-gram length", { hint: "N", default: 48 }),
-  refuse(G, ["--spec-ngram-simple-min-hits"], SPEC, "ngram-simple: fewest hits", { hint: "N", default: 1 }),
+  {
+    names: ["--spec-ngram-simple-size-n"], hint: "N", key: "specNgramSimpleSizeN", default: 12, value: { type: "int", min: 1, max: 1024 },
+    help: "ngram-simple: lookup length", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-ngram-simple-size-m"], hint: "N", key: "specNgramSimpleSizeM", default: 48, value: { type: "int", min: 1, max: 1024 },
+    help: "ngram-simple: longest draft", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-ngram-simple-min-hits"], hint: "N", key: "specNgramSimpleMinHits", default: 1, value: { type: "int", min: 1 },
+    help: "ngram-simple: fewest hits (1: the latest occurrence)", group: G, support: "supported",
+    check: (v) => (v === 1 ? undefined : "1 (ngram-simple drafts from the latest occurrence; more hits are not counted)"),
+  },
   refuse(G, ["--spec-ngram-map-k-size-n"], SPEC, "ngram-map-k: lookup n-gram length", { hint: "N", default: 12 }),
   refuse(G, ["--spec-ngram-map-k-size-m"], SPEC, "ngram-map-k: draft m-gram length", { hint: "N", default: 48 }),
   refuse(G, ["--spec-ngram-map-k-min-hits"], SPEC, "ngram-map-k: fewest hits", { hint: "N", default: 1 }),

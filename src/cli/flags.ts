@@ -97,6 +97,10 @@ export interface ServerOptions {
   readonly chatTemplateFile: string | undefined;
   readonly chatTemplateKwargs: JsonObject;
   readonly reasoningFormat: "none" | "auto" | "deepseek" | "deepseek-legacy";
+  /** --spec-type: none or ngram-simple; its lookup and draft lengths */
+  readonly specType: "none" | "ngram-simple";
+  readonly specNgramSimpleSizeN: number;
+  readonly specNgramSimpleSizeM: number;
   /** -1 unlimited, 0 no thinking, N a budget. */
   readonly reasoningBudget: number;
   /** --reasoning-effort: the template's `reasoning_effort` for every request; "default" sets none. */
@@ -301,6 +305,9 @@ function buildOptions(v: Values): ServerOptions {
     chatTemplateFile: optStr(v, "chatTemplateFile"),
     chatTemplateKwargs: jsonObject(v, "chatTemplateKwargs"),
     reasoningFormat: oneOf(v, "reasoningFormat", ["none", "auto", "deepseek", "deepseek-legacy"] as const),
+    specType: String(v.specType ?? "none").includes("ngram-simple") ? "ngram-simple" : "none",
+    specNgramSimpleSizeN: num(v, "specNgramSimpleSizeN"),
+    specNgramSimpleSizeM: num(v, "specNgramSimpleSizeM"),
     reasoningBudget: num(v, "reasoningBudget"),
     reasoningEffort: optStr(v, "reasoningEffort") ?? "default",
     host: hosts[0] ?? wrongType("hosts", "at least one address", hosts),

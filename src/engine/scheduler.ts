@@ -10,6 +10,7 @@ import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./pr
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
 import { StepLog } from "./step-log.ts";
+import { ngramDraft, SPEC_NONE, type SpecConfig } from "./spec-ngram.ts";
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -46,8 +47,9 @@ export class Scheduler {
   /** tokens a forward pass takes at most: the -ub asked for, within what the backend takes */
   private readonly ubatch: number;
 
-  /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit) */
-  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0) {
+  /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit); spec: speculative decoding */
+  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0,
+    private readonly spec: SpecConfig = SPEC_NONE) {
     const b = model.backend;
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
@@ -71,12 +73,16 @@ export class Scheduler {
       cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded, topKSteps: this.nTopSteps,
+      specDrafted: this.specDrafted, specAccepted: this.specAccepted, specSteps: this.specSteps,
       experts: this.model.expertStats(),
       hostExperts: this.model.backend.hostStats?.(),
     };
   }
 
   private nDecode = 0;
+  private specDrafted = 0;
+  private specAccepted = 0;
+  private specSteps = 0;
   private busySlotsDecoded = 0;
   /** forwards that returned the rows' best candidates instead of the rows (forwardTopK) */
   private nTopSteps = 0;
@@ -245,21 +251,45 @@ export class Scheduler {
     this.assign();
   }
 
+  /**
+   * The draft to verify after a generating slot's last token (speculative decoding), within the
+   * step's room, the slot's context and the request's n_predict; empty when none.
+   */
+  private draftFor(s: Slot, room: number): number[] {
+    if (this.spec.type === "none" || room <= 0) return [];
+    const t = s.task!;
+    const limit = Math.min(room, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
+    if (limit <= 0) return [];
+    return ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
+  }
+
   /** One batched forward pass over all busy slots, then sampling. Returns false when idle. */
   step(): boolean {
     this.assign();
     const active = this.slots.filter((s) => s.task);
     if (active.length === 0) return false;
     const tokens: number[] = [], pos: number[] = [], seq: number[] = [], outRows: number[] = [], outSlots: Slot[] = [];
-    // generating slots first: one token each
+    // generating slots first: one token each, and after it the slot's draft (speculative decoding:
+    // the model's logits after each draft token decide how many of them it accepts)
+    const drafts = new Map<Slot, number[]>();
+    let spare = this.ubatch - active.filter((s) => !s.task!.prompting).length;
     for (const s of active) {
       const t = s.task!;
       if (t.prompting) continue;
+      const d = this.draftFor(s, spare);
+      spare -= d.length;
       tokens.push(t.lastToken);
       pos.push(s.tokens.length);
       seq.push(s.id);
       outRows.push(tokens.length - 1);
       outSlots.push(s);
+      for (let i = 0; i < d.length; i++) {
+        tokens.push(d[i]);
+        pos.push(s.tokens.length + 1 + i);
+        seq.push(s.id);
+        outRows.push(tokens.length - 1);
+      }
+      if (d.length) drafts.set(s, d);
     }
     // then prompt chunks, oldest task first
     const chunks: { slot: Slot; n: number }[] = [];
@@ -278,11 +308,12 @@ export class Scheduler {
       if (n === rest) { outRows.push(tokens.length - 1); outSlots.push(s); }
     }
     const V = this.model.hp.nVocab;
+    if (this.logits.length < outRows.length * V) this.logits = new Float32Array(outRows.length * V);
     const batch: Batch = {
       tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq),
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
-    const topK = this.candidatesFor(outSlots);
+    const topK = drafts.size ? 0 : this.candidatesFor(outSlots);
     const t0 = performance.now();
     this.nDecode++;
     this.busySlotsDecoded += new Set(seq).size;
@@ -310,14 +341,36 @@ export class Scheduler {
       t.promptMs += ms;
     }
     const events: TokenEvent[] = [];
+    let row = 0;
     outSlots.forEach((s, i) => {
       const t = s.task!;
       if (!t.prompting) t.genMs += ms;
+      const d = drafts.get(s) ?? [];
+      const r0 = row;
+      row += 1 + d.length;
       let res: ReturnType<Task["next"]>;
       try {
-        res = topK > 0
-          ? t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot)
-          : t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+        if (topK > 0) {
+          res = t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot);
+        } else {
+          // each sampled token that equals the draft's next keeps that draft token's KV row, and the
+          // row after it gives the next pick; the first that differs ends the step (its pick stands)
+          let acc = 0;
+          for (;;) {
+            res = t.next(this.logits.subarray((r0 + acc) * V, (r0 + acc + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+            if (res.stop || acc >= d.length || t.lastToken !== d[acc]) break;
+            if (res.event) events.push(res.event);
+            s.tokens.push(d[acc]);
+            acc++;
+          }
+          if (d.length) {
+            t.draftN += d.length;
+            t.draftAccepted += acc;
+            this.specDrafted += d.length;
+            this.specAccepted += acc;
+            this.specSteps++;
+          }
+        }
       } catch (e) {
         // a sampling failure (e.g. every token banned) ends this request, never the engine
         s.task = undefined;

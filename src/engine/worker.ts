@@ -32,7 +32,7 @@ function load(path: string, o: EngineOptions): void {
     }
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
-    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes);
+    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, o.spec);
     post({ type: "loaded", info: modelInfo(m, path) });
   } catch (e) {
     post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
