@@ -7,9 +7,10 @@ import { Model } from "../src/engine/model.ts";
 import { Scheduler } from "../src/engine/scheduler.ts";
 import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import { ngramDraft, type SpecConfig } from "../src/engine/spec-ngram.ts";
+import { checkDraftVocab, DraftModel } from "../src/engine/spec-draft.ts";
 import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
 import { parseArgs } from "../src/cli/flags.ts";
-import { DEMO_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
+import { DEMO_MODEL, TINY_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
 
 describe("ngram-simple drafts", () => {
   test("the tokens after the key's latest earlier occurrence, at least size_n of them, at most size_m and the limit", () => {
@@ -78,12 +79,71 @@ describe("speculative decoding on the CPU (demo model)", () => {
   });
 });
 
+describe("speculative decoding with a draft model (the demo model drafting for itself, CPU)", () => {
+  let model: Model, draftM: Model;
+  beforeAll(() => {
+    model = Model.load(DEMO_MODEL, { nCtx: 512, nSlots: 2, nThreads: 2, maxTokens: 64 });
+    draftM = Model.load(DEMO_MODEL, { nCtx: 512, nSlots: 2, nThreads: 2, maxTokens: 64 });
+  });
+  afterAll(() => { model.close(); draftM.close(); });
+
+  test("greedy: the same tokens as without drafts; a draft of itself is accepted nearly whole", () => {
+    const tok = model.tokenizer;
+    checkDraftVocab(model, draftM);
+    const a = tok.encode("import os\nimport sys\n\n\ndef main(argv):\n"), b = tok.encode("class Config:\n    def __init__(self, path):\n");
+    const plain = run(model, undefined, [a, b], 32);
+    const drafter = new DraftModel(draftM, 4, 0, 0);
+    const spec: SpecConfig = { type: "draft-simple", sizeN: 12, sizeM: 48, nMax: 4 };
+    const runs: Run[] = [{ tokens: [] }, { tokens: [] }];
+    const sched = new Scheduler(model, {
+      tokens: (evs: TokenEvent[]) => { for (const e of evs) runs[e.id].tokens.push(e.token); },
+      done: (d: DoneEvent) => { runs[d.id].done = d; },
+    }, makeSampler, 64, 0, spec, drafter);
+    [a, b].forEach((prompt, id) => sched.submit({ id, prompt, nPredict: 32, stop: [], ignoreEos: true, nProbs: 0, idSlot: -1, cachePrompt: false, params: { temperature: 0 } }));
+    while (sched.step()) { /* run */ }
+    for (let i = 0; i < 2; i++) expect(runs[i].tokens).toEqual(plain.runs[i].tokens);
+    const st = sched.stats();
+    console.log(`draft-simple (the demo model drafting for itself): ${st.specAccepted} of ${st.specDrafted} draft tokens accepted in ${st.specSteps} steps; forward passes ${st.nDecode} (without drafts ${plain.sched.stats().nDecode})`);
+    expect(st.specAccepted).toBeGreaterThan(0.9 * st.specDrafted);
+    expect(st.nDecode).toBeLessThan(plain.sched.stats().nDecode / 2);
+  });
+
+  test("a draft model of another vocabulary is refused by name", () => {
+    const other = Model.load(TINY_MODEL, { nCtx: 64, nSlots: 1, nThreads: 1, maxTokens: 8 });
+    try {
+      expect(() => checkDraftVocab(model, other)).toThrow(/vocabulary differs/);
+    } finally {
+      other.close();
+    }
+  });
+});
+
 describe("the flags", () => {
+  test("-md alone means draft-simple; draft-simple without -md is refused", () => {
+    const r = parseArgs(["-m", "x.gguf", "-md", "d.gguf", "--spec-draft-n-max", "5"], {});
+    expect(r.action === "serve" && r.options.specType).toBe("draft-simple");
+    expect(r.action === "serve" && r.options.specDraftNMax).toBe(5);
+    expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-simple"], {})).toThrow(/-md/);
+  });
+
   test("--spec-type takes none and ngram-simple; the draft-model and MTP kinds are refused by name", () => {
     expect(parseArgs(["-m", "x.gguf", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4"], {}).action).toBe("serve");
     expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-mtp"], {})).toThrow(/draft-mtp/);
     expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "ngram-fast"], {})).toThrow(/ngram-fast/);
     expect(() => parseArgs(["-m", "x.gguf", "--spec-ngram-simple-min-hits", "2"], {})).toThrow(/min-hits/);
+  });
+});
+
+describe("the server with a draft model (-md)", () => {
+  let srv: RunningServer;
+  beforeAll(async () => { srv = await startServer(["-m", DEMO_MODEL, "-md", DEMO_MODEL, "-np", "1", "-c", "1024", "-ngld", "0"]); });
+  afterAll(async () => { await srv?.stop(); });
+
+  test("a completion drafts and accepts, as its timings say", async () => {
+    const r = await post(`${srv.url}/completion`, { prompt: "def add(a, b):\n", n_predict: 24, temperature: 0 });
+    expect(r.status).toBe(200);
+    expect(r.json.timings.draft_n).toBeGreaterThan(0);
+    expect(r.json.timings.draft_n_accepted).toBeGreaterThan(0);
   });
 });
 
@@ -103,7 +163,7 @@ describe("the server with --spec-type ngram-simple", () => {
     expect(val("spec_decode_num_draft_tokens_total")).toBe(r.json.timings.draft_n);
     expect(val("spec_decode_num_accepted_tokens_total")).toBe(r.json.timings.draft_n_accepted);
     expect(val("spec_decode_num_drafts_total")).toBeGreaterThan(0);
-    const slots = await (await fetch(`${srv.url}/slots`)).json();
+    const slots = (await (await fetch(`${srv.url}/slots`)).json()) as { speculative: boolean }[];
     expect(slots[0].speculative).toBe(true);
   });
 });

@@ -11,6 +11,12 @@ import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
 import { StepLog } from "./step-log.ts";
 import { ngramDraft, SPEC_NONE, type SpecConfig } from "./spec-ngram.ts";
+import type { DraftAsk } from "./spec-draft.ts";
+
+/** What makes a draft model's drafts (spec-draft.ts's DraftModel). */
+export interface Drafter {
+  draft(asks: readonly DraftAsk[]): Map<number, number[]>;
+}
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -49,7 +55,7 @@ export class Scheduler {
 
   /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit); spec: speculative decoding */
   constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0,
-    private readonly spec: SpecConfig = SPEC_NONE) {
+    private readonly spec: SpecConfig = SPEC_NONE, private readonly drafter?: Drafter) {
     const b = model.backend;
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
@@ -252,15 +258,36 @@ export class Scheduler {
   }
 
   /**
-   * The draft to verify after a generating slot's last token (speculative decoding), within the
-   * step's room, the slot's context and the request's n_predict; empty when none.
+   * The drafts to verify after the generating slots' last tokens (speculative decoding), each
+   * within the step's room, the slot's context and the request's n_predict.
    */
-  private draftFor(s: Slot, room: number): number[] {
-    if (this.spec.type === "none" || room <= 0) return [];
-    const t = s.task!;
-    const limit = Math.min(room, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
-    if (limit <= 0) return [];
-    return ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
+  private draftsFor(gen: readonly Slot[]): Map<Slot, number[]> {
+    const out = new Map<Slot, number[]>();
+    if (this.spec.type === "none") return out;
+    let spare = this.ubatch - gen.length;
+    const asks: DraftAsk[] = [];
+    for (const s of gen) {
+      const t = s.task!;
+      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
+      if (limit <= 0) continue;
+      if (this.spec.type === "ngram-simple") {
+        const d = ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
+        if (d.length) out.set(s, d);
+        spare -= d.length;
+      } else if (this.drafter) {
+        const l = Math.min(limit, this.spec.nMax ?? 3);
+        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l });
+        spare -= l;
+      }
+    }
+    if (asks.length && this.drafter) {
+      const got = this.drafter.draft(asks);
+      for (const s of gen) {
+        const d = got.get(s.id);
+        if (d?.length) out.set(s, d);
+      }
+    }
+    return out;
   }
 
   /** One batched forward pass over all busy slots, then sampling. Returns false when idle. */
@@ -271,13 +298,11 @@ export class Scheduler {
     const tokens: number[] = [], pos: number[] = [], seq: number[] = [], outRows: number[] = [], outSlots: Slot[] = [];
     // generating slots first: one token each, and after it the slot's draft (speculative decoding:
     // the model's logits after each draft token decide how many of them it accepts)
-    const drafts = new Map<Slot, number[]>();
-    let spare = this.ubatch - active.filter((s) => !s.task!.prompting).length;
+    const drafts = this.draftsFor(active.filter((s) => !s.task!.prompting));
     for (const s of active) {
       const t = s.task!;
       if (t.prompting) continue;
-      const d = this.draftFor(s, spare);
-      spare -= d.length;
+      const d = drafts.get(s) ?? [];
       tokens.push(t.lastToken);
       pos.push(s.tokens.length);
       seq.push(s.id);
@@ -289,7 +314,6 @@ export class Scheduler {
         seq.push(s.id);
         outRows.push(tokens.length - 1);
       }
-      if (d.length) drafts.set(s, d);
     }
     // then prompt chunks, oldest task first
     const chunks: { slot: Slot; n: number }[] = [];

@@ -5,11 +5,18 @@
 
 /** The speculative-decoding setting of an engine (none: every step one token a sequence). */
 export interface SpecConfig {
-  type: "none" | "ngram-simple";
+  /** ngram-simple: drafts from the sequence itself; draft-simple: from a draft model (spec-draft.ts) */
+  type: "none" | "ngram-simple" | "draft-simple";
   /** ngram-simple: the lookup's length (the sampled token and the size_n - 1 before it) */
   sizeN: number;
   /** ngram-simple: the draft's longest length */
   sizeM: number;
+  /** draft-simple: the draft model's file, its -ngl, the most and fewest tokens a draft, the least probability of a drafted token */
+  draftModel?: string;
+  draftNgl?: number | "auto" | "all";
+  nMax?: number;
+  nMin?: number;
+  pMin?: number;
 }
 
 export const SPEC_NONE: SpecConfig = { type: "none", sizeN: 12, sizeM: 48 };
