@@ -9,7 +9,8 @@ import { SafetensorsError, type SafetensorsTensor } from "./reader.ts";
 
 const ALIGN = 64;
 
-function readBytes(t: SafetensorsTensor): Uint8Array {
+/** A stored tensor's bytes, read from its file. */
+export function readTensorBytes(t: SafetensorsTensor): Uint8Array {
   const fd = openSync(t.file, "r");
   try {
     const b = new Uint8Array(t.nbytes);
@@ -63,8 +64,8 @@ export function stack(spec: HfTensor, parts: SafetensorsTensor[], shapeOnly = fa
   return { type: each[0].type, ne: [...each[0].ne, parts.length], data };
 }
 
-/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16); with `shapeOnly` its type and dims alone (no data). */
-export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false): Derived {
+/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16; or F32 values `raw` given for it); with `shapeOnly` its type and dims alone (no data). */
+export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false, raw?: Uint8Array): Derived {
   const stored = spec.view ?? src.shape;
   if (spec.view && spec.view.reduce((a, b) => a * b, 1) !== src.shape.reduce((a, b) => a * b, 1)) {
     throw new SafetensorsError(src.file, `tensor '${src.name}' of shape [${src.shape.join(", ")}] cannot be read as [${spec.view.join(", ")}]`);
@@ -82,7 +83,7 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
   const dims = stored.length === 1 ? [B] : [...stored.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
   const type = wide ? GgmlType.F32 : ggmlTypeOf(src.dtype);
   if (shapeOnly) return { type, ne: dims.reverse(), data: new Uint8Array(0) };
-  const raw = readBytes(src);
+  raw ??= readTensorBytes(src);
   const n = R * A * B;
   const out = wide ? new Float32Array(n) : new Uint16Array(n);
   const inF32 = src.dtype === "F32" ? new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4) : undefined;

@@ -9,6 +9,7 @@ import type { ModelFamily } from "../models/types.ts";
 import { JsonConfig, KvMap } from "./config.ts";
 import { derive, ggmlTypeOf, stack, writeDerived, type Derived } from "./derive.ts";
 import { isSafetensorsFolder, SafetensorsFolder } from "./folder.ts";
+import { quantConfigOf, quantTensor } from "./quant-load.ts";
 import { readSafetensorsHeader, SafetensorsError } from "./reader.ts";
 import { tokenizerKv } from "./tokenizer.ts";
 
@@ -27,6 +28,8 @@ export function hfFamilyFor(file: string, cfg: JsonConfig): ModelFamily {
 /** How a folder is opened: `copies: false` gives the tensors' types and shapes alone (a plan, --dry-run), making none of the load-time copies (their tensors then name no readable file). */
 export interface HfOpenOptions {
   copies?: boolean;
+  /** where load notes go (a quantized tensor dequantized at load, ...): stderr unless given */
+  note?: (line: string) => void;
 }
 
 /** Open a checkpoint folder as the GGUF-shaped model the engine runs. */
@@ -46,7 +49,14 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
   const specs = hf.tensors(cfg);
   const mapped: GgufTensorInfo[] = [];
   const derived: { name: string; d: Derived }[] = [];
+  const qc = quantConfigOf(cfgFile, raw);
+  const note = o.note ?? ((l: string) => process.stderr.write(`${l}\n`));
   for (const s of specs) {
+    const q = quantTensor(folder, s, qc, shapeOnly, note);
+    if (q) {
+      derived.push({ name: s.name, d: q });
+      continue;
+    }
     if (Array.isArray(s.hf)) {
       derived.push({ name: s.name, d: stack(s, s.hf.map((n) => folder.require(n)), shapeOnly) });
       continue;
