@@ -51,7 +51,8 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
   const derived: { name: string; d: Derived }[] = [];
   const qc = quantConfigOf(cfgFile, raw);
   const note = o.note ?? ((l: string) => process.stderr.write(`${l}\n`));
-  for (const s of specs) {
+  for (const s0 of specs) {
+    const s = Array.isArray(s0.hf) && s0.stacked && !folder.tensors.has(s0.hf[0]) && folder.tensors.has(s0.stacked) ? { ...s0, hf: s0.stacked } : s0;
     const q = quantTensor(folder, s, qc, shapeOnly, note);
     if (q) {
       derived.push({ name: s.name, d: q });

@@ -84,12 +84,12 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
     if (q.mlxBits !== 4) throw new SafetensorsError(w.file, `MLX ${q.mlxBits}-bit weights are not implemented yet (4-bit are)`);
     const s = want(tensors.get(`${base}scales`), `${base}scales`, ["F16", "BF16", "F32"], name, "mlx4");
     const b = want(tensors.get(`${base}biases`), `${base}biases`, ["F16", "BF16", "F32"], name, "mlx4");
-    if (w.shape.length !== 2) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}' has ${w.shape.length} dimensions (a matrix is expected)`);
-    const [R, W] = w.shape, C = W * 8, G = q.mlxGroup;
+    if (w.shape.length < 2) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}' has ${w.shape.length} dimension (a matrix, or a stack of them, is expected)`);
+    const lead = w.shape.slice(0, -1), C = w.shape[w.shape.length - 1] * 8, G = q.mlxGroup;
     if (G !== 64 || C % G) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}': groups of ${G} over rows of ${C} values are not implemented (groups of 64 are)`);
-    shapeIs(s, [R, C / G], `MLX 4-bit (a scale per ${G} values)`);
-    shapeIs(b, [R, C / G], `MLX 4-bit (a bias per ${G} values)`);
-    return { kind: "mlx4", name, shape: [R, C], parts: [w, s, b] };
+    shapeIs(s, [...lead, C / G], `MLX 4-bit (a scale per ${G} values)`);
+    shapeIs(b, [...lead, C / G], `MLX 4-bit (a bias per ${G} values)`);
+    return { kind: "mlx4", name, shape: [...lead, C], parts: [w, s, b] };
   }
   return undefined;
 }
