@@ -10,7 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check, cpu } from "../ffi/cpu.ts";
 import { cpuPaths } from "../ffi/cpu-kernels.ts";
+import { cudaLib } from "../ffi/cuda.ts";
+import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
+import { encodeProgram } from "../src/engine/program.ts";
+import { MappedWeights } from "../src/engine/weights.ts";
+import { familyFor } from "../src/models/registry.ts";
 import { GgmlType, TYPE_INFO, type GgufFile } from "../src/gguf/index.ts";
 import { SafetensorsFolder } from "../src/safetensors/folder.ts";
 import { openHfFolder } from "../src/safetensors/model.ts";
@@ -103,6 +108,22 @@ describe("the engine's rows against the reference dequantizers of the published 
     expect(Array.from(nativeValues(GgmlType.MLX4, mx.data, 64))).toEqual(Array.from(codes, (c) => 0.5 * c - 1));
   });
 
+  test("a malformed quantized form is refused by name (missing scales, shapes that disagree, MLX 8-bit)", () => {
+    const open = (parts: StPart[], name: string, q = QC) => {
+      const d = join(dir, `bad-${seq++}`);
+      mkdirSync(d);
+      writeSafetensors(join(d, "model.safetensors"), parts);
+      return () => quantSourceOf(SafetensorsFolder.open(d).tensors, name, q);
+    };
+    const blocks: StPart = { name: "e_blocks", dtype: "U8", shape: [2, 1, 16], data: new Uint8Array(32) };
+    expect(open([blocks], "e")).toThrow(/MXFP4 tensor 'e_blocks' has no 'e_scales' beside it/);
+    expect(open([blocks, { name: "e_scales", dtype: "U8", shape: [2, 2], data: new Uint8Array(4) }], "e")).toThrow(/'e_scales' has shape \[2, 2\], MXFP4 \(a scale per block\) expects \[2, 1\]/);
+    const fp8: StPart = { name: "m.weight", dtype: "F8_E4M3", shape: [4, 64], data: new Uint8Array(256) };
+    expect(open([fp8, f32p("m.weight_scale_inv", [2, 1], new Float32Array(2))], "m.weight")).toThrow(/expects \[1, 1\]/);
+    const mlx: StPart[] = [{ name: "m.weight", dtype: "U32", shape: [1, 8], data: new Uint8Array(32) }, f16p("m.scales", [1, 1], new Float32Array(1)), f16p("m.biases", [1, 1], new Float32Array(1))];
+    expect(open(mlx, "m.weight", { ...QC, mlxBits: 8 })).toThrow(/MLX 8-bit weights are not implemented yet/);
+  });
+
   const R = 40, C = 256;
   const cases: [QuantFormat, () => { parts: StPart[]; name: string; want: Float32Array; type: number }][] = [
     ["mxfp4", () => {
@@ -151,11 +172,11 @@ const FAM = join(FIXTURES, "families");
 // tol: the bound on |dlogit| against the twin off the exact path. The float-coded rows take F32 activations,
 // as the twin's F32 rows do: only the order of float sums differs (1e-3). MXFP4 rows take Q8_0 activations,
 // as a GGUF's MXFP4 experts do, and the F32 twin does not: that rounding of the experts' inputs is the bound (0.1).
-const FORMATS: { fmt: QuantFormat; fam: string; type: GgmlType; tol: number }[] = [
+const FORMATS: { fmt: QuantFormat; fam: string; type: GgmlType; tol: number; card?: string }[] = [
   { fmt: "mxfp4", fam: "gpt_oss", type: GgmlType.MXFP4, tol: 0.1 },
-  { fmt: "fp8", fam: "deepseek_v3", type: GgmlType.FP8, tol: 1e-3 },
-  { fmt: "nvfp4", fam: "glm4_moe", type: GgmlType.NVFP4_MO, tol: 1e-3 },
-  { fmt: "mlx4", fam: "glm4_moe", type: GgmlType.MLX4, tol: 1e-3 },
+  { fmt: "fp8", fam: "deepseek_v3", type: GgmlType.FP8, tol: 1e-3, card: "FP8 block-scaled" },
+  { fmt: "nvfp4", fam: "glm4_moe", type: GgmlType.NVFP4_MO, tol: 1e-3, card: "NVFP4 (ModelOpt)" },
+  { fmt: "mlx4", fam: "glm4_moe", type: GgmlType.MLX4, tol: 1e-3, card: "MLX affine 4-bit" },
 ];
 const PROMPTS = [[1, 17, 42, 99, 300, 5, 77, 12], [250, 3, 3, 480, 64, 200]];
 
@@ -182,6 +203,22 @@ for (const F of FORMATS) describe.skipIf(!hasFixtures)(`${F.fmt} folder (from ${
     // DeepSeek's kv_b_proj is read transposed for its K half: that copy is dequantized, and said
     if (F.fmt === "fp8") expect(notes.some((l) => l.includes("kv_b_proj") && l.includes("F32"))).toBe(true);
     else expect(notes).toEqual([]);
+  });
+
+  // the card has kernels for MXFP4 (bl_cuda_check decides, where the library is built), none for the others:
+  // those are refused at load by name, without the library or a card
+  test.skipIf(!F.card && !cudaLib())(`the card: ${F.card ? "refused at load by name" : "accepted by the fusion pass"}`, () => {
+    const f = openHfFolder(q);
+    const fam = familyFor(f), hp = fam.hparams(f);
+    const w = new MappedWeights(f, false);
+    try {
+      const why = cudaUnsupported(encodeProgram(fam.program(f, hp), (n) => w.tensor(n), hp.nEmbd, hp.nVocab));
+      console.log(`${F.fmt} on the card: ${why ?? "accepted"}`);
+      if (F.card) expect(why).toContain(`${F.card} weights are not implemented on the card yet`);
+      else expect(why ?? "").not.toContain("MXFP4");
+    } finally {
+      w.close();
+    }
   });
 
   test("exact path: the folder's logits equal the twin's bit for bit", () => {

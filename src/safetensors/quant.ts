@@ -35,8 +35,8 @@ export interface QuantSource {
 const WORDS: Record<QuantKind, string> = { mxfp4: "MXFP4", fp8: "FP8 block-scaled", nvfp4: "NVFP4 (ModelOpt)", mlx4: "MLX affine 4-bit" };
 export const quantWords = (k: QuantKind): string => WORDS[k];
 
-function want(t: SafetensorsTensor | undefined, name: string, dtypes: string[], owner: string, kind: QuantKind): SafetensorsTensor {
-  if (!t) throw new SafetensorsError("", `${WORDS[kind]} tensor '${safeText(owner)}' has no '${safeText(name)}' beside it`);
+function want(t: SafetensorsTensor | undefined, name: string, dtypes: string[], owner: SafetensorsTensor, kind: QuantKind): SafetensorsTensor {
+  if (!t) throw new SafetensorsError(owner.file, `${WORDS[kind]} tensor '${safeText(owner.name)}' has no '${safeText(name)}' beside it`);
   if (!dtypes.includes(t.dtype)) throw new SafetensorsError(t.file, `tensor '${safeText(name)}' is ${t.dtype}, but ${WORDS[kind]} stores it as ${dtypes.join(" or ")}`);
   return t;
 }
@@ -51,8 +51,8 @@ function shapeIs(t: SafetensorsTensor, shape: number[], what: string): void {
 export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, name: string, q: QuantConfig): QuantSource | undefined {
   const blocks = tensors.get(`${name}_blocks`);
   if (!tensors.has(name) && blocks) {
-    const b = want(blocks, `${name}_blocks`, ["U8"], name, "mxfp4");
-    const s = want(tensors.get(`${name}_scales`), `${name}_scales`, ["U8", "F8_E8M0"], name, "mxfp4");
+    const b = want(blocks, `${name}_blocks`, ["U8"], blocks, "mxfp4");
+    const s = want(tensors.get(`${name}_scales`), `${name}_scales`, ["U8", "F8_E8M0"], blocks, "mxfp4");
     if (b.shape.length < 3 || b.shape[b.shape.length - 1] !== 16) throw new SafetensorsError(b.file, `tensor '${safeText(b.name)}' has shape [${b.shape.join(", ")}], MXFP4 blocks are [..., rows, cols / 32, 16]`);
     shapeIs(s, b.shape.slice(0, -1), "MXFP4 (a scale per block)");
     const lead = b.shape.slice(0, -2);
@@ -61,8 +61,8 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
   const w = tensors.get(name);
   if (!w || !name.endsWith(".weight")) return undefined;
   const base = name.slice(0, -"weight".length);
-  if (w.dtype === "F8_E4M3") {
-    const s = want(tensors.get(`${name}_scale_inv`), `${name}_scale_inv`, ["F32", "BF16", "F16"], name, "fp8");
+  if (w.dtype === "F8_E4M3" && tensors.has(`${name}_scale_inv`)) {
+    const s = want(tensors.get(`${name}_scale_inv`), `${name}_scale_inv`, ["F32", "BF16", "F16"], w, "fp8");
     if (w.shape.length !== 2) throw new SafetensorsError(w.file, `FP8 tensor '${safeText(name)}' has ${w.shape.length} dimensions (block scales are read for matrices)`);
     const [bm, bn] = q.fp8Block;
     const [R, C] = w.shape;
@@ -71,8 +71,8 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
     return { kind: "fp8", name, shape: [R, C], parts: [w, s] };
   }
   if (w.dtype === "U8" && tensors.has(`${name}_scale`)) {
-    const s = want(tensors.get(`${name}_scale`), `${name}_scale`, ["F8_E4M3"], name, "nvfp4");
-    const g = want(tensors.get(`${name}_scale_2`), `${name}_scale_2`, ["F32"], name, "nvfp4");
+    const s = want(tensors.get(`${name}_scale`), `${name}_scale`, ["F8_E4M3"], w, "nvfp4");
+    const g = want(tensors.get(`${name}_scale_2`), `${name}_scale_2`, ["F32"], w, "nvfp4");
     if (w.shape.length !== 2) throw new SafetensorsError(w.file, `NVFP4 tensor '${safeText(name)}' has ${w.shape.length} dimensions (a matrix is expected)`);
     const [R, C2] = w.shape, C = C2 * 2;
     shapeIs(s, [R, C / 16], "NVFP4 (an E4M3 scale per 16 values)");
@@ -82,8 +82,8 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
   }
   if (w.dtype === "U32" && tensors.has(`${base}scales`)) {
     if (q.mlxBits !== 4) throw new SafetensorsError(w.file, `MLX ${q.mlxBits}-bit weights are not implemented yet (4-bit are)`);
-    const s = want(tensors.get(`${base}scales`), `${base}scales`, ["F16", "BF16", "F32"], name, "mlx4");
-    const b = want(tensors.get(`${base}biases`), `${base}biases`, ["F16", "BF16", "F32"], name, "mlx4");
+    const s = want(tensors.get(`${base}scales`), `${base}scales`, ["F16", "BF16", "F32"], w, "mlx4");
+    const b = want(tensors.get(`${base}biases`), `${base}biases`, ["F16", "BF16", "F32"], w, "mlx4");
     if (w.shape.length < 2) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}' has ${w.shape.length} dimension (a matrix, or a stack of them, is expected)`);
     const lead = w.shape.slice(0, -1), C = w.shape[w.shape.length - 1] * 8, G = q.mlxGroup;
     if (G !== 64 || C % G) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}': groups of ${G} over rows of ${C} values are not implemented (groups of 64 are)`);
