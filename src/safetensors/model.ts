@@ -11,6 +11,7 @@ import { derive, ggmlTypeOf, stack, writeDerived, type Derived } from "./derive.
 import { isSafetensorsFolder, SafetensorsFolder } from "./folder.ts";
 import { quantConfigOf, quantTensor } from "./quant-load.ts";
 import { readSafetensorsHeader, SafetensorsError } from "./reader.ts";
+import { generationKv } from "./generation.ts";
 import { tokenizerKv } from "./tokenizer.ts";
 
 /** The family a config.json names, or a clear refusal listing those that read folders. */
@@ -46,6 +47,7 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
   kv.str("general.architecture", fam.archs[0]);
   kv.str("general.name", dir.split("/").filter(Boolean).pop() ?? "model");
   hf.config(cfg, kv);
+  generationKv(folder.json("generation_config.json"), kv);
   const specs = hf.tensors(cfg);
   const mapped: GgufTensorInfo[] = [];
   const derived: { name: string; d: Derived }[] = [];
