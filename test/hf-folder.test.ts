@@ -9,13 +9,17 @@ import { join } from "node:path";
 import { HfError, planHfModel, resolveHfModel, type DownloadEvent, type HfResolveOptions } from "../src/hf/index.ts";
 import { openHfFolder } from "../src/safetensors/model.ts";
 import { StandInHub, commitOf, sha256, type HubFile } from "./hf-hub.ts";
-import { FIXTURES, hasFixtures } from "./paths.ts";
-import { post, startServer } from "./server-helpers.ts";
+import { FIXTURES, hasFixtures, ROOT } from "./paths.ts";
+import { EXE } from "./exe.ts";
+import { ensureBuilt, post, startServer } from "./server-helpers.ts";
 
 const HF = join(FIXTURES, "families", "gpt_oss", "hf");
 const hub = new StandInHub();
 const dir = mkdtempSync(join(tmpdir(), "bloomery-hf-folder-"));
-beforeAll(() => hub.start());
+beforeAll(() => {
+  hub.start();
+  ensureBuilt();
+}, 600000);
 afterAll(() => {
   hub.stop();
   rmSync(dir, { recursive: true, force: true });
@@ -73,6 +77,30 @@ describe.skipIf(!hasFixtures)("-hf of a checkpoint folder (no GGUF in the reposi
     expect((t as HfError).code).toBe("E_HF_NO_MATCH");
     expect((t as HfError).message).toContain("is a safetensors checkpoint folder with no GGUF file");
   });
+
+  test("--dry-run --json plans the folder's download: its files and bytes, then (cached) its architecture", async () => {
+    folderRepo("acme/plan-oss");
+    const cache = freshCache();
+    const env = { ...process.env, HF_ENDPOINT: hub.url, HF_HUB_CACHE: cache, HF_TOKEN: "" };
+    // (spawned, not spawnSync: the stand-in hub answers from this process's event loop)
+    const run = async () => {
+      const p = Bun.spawn([EXE, "-hf", "acme/plan-oss", "--dry-run", "--json"], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
+      const killer = setTimeout(() => p.kill("SIGKILL"), 30000);
+      const out = await new Response(p.stdout as ReadableStream<Uint8Array>).text();
+      await p.exited;
+      clearTimeout(killer);
+      return JSON.parse(out.trim().split("\n").pop()!) as { model: { files: { path: string }[]; bytes_total: number; bytes_to_download: number; architecture: string | null } };
+    };
+    const size = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"].reduce((a, f) => a + statSync(join(HF, f)).size, 0);
+    const before = await run();
+    expect(before.model.files.map((f) => f.path)).toContain("model.safetensors");
+    expect(before.model.bytes_total).toBe(size);
+    expect(before.model.bytes_to_download).toBe(size);
+    await resolveHfModel({ repo: "acme/plan-oss" }, opts(cache));
+    const after = await run();
+    expect(after.model.bytes_to_download).toBe(0);
+    expect(after.model.architecture).toBe("gpt-oss");
+  }, 120000);
 
   test("bloomery-serve -hf org/repo serves the folder as -m <folder> does (greedy, 8 tokens)", async () => {
     folderRepo("acme/serve-oss");
