@@ -105,36 +105,55 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
 }
 
 /**
- * Writes the derived tensors into one file and returns the path the engine maps it by. On Linux the file
- * is unlinked at once and named by its open descriptor (/proc/self/fd/N), so nothing is left on disk
- * however the process ends; elsewhere it is removed when the process exits.
+ * The one file the derived tensors are written into as they are made (so no more than one is held in
+ * memory), and the path the engine maps it by. On Linux the file is unlinked at once and named by its
+ * open descriptor (/proc/self/fd/N), so nothing is left on disk however the process ends; elsewhere it
+ * is removed when the process exits.
  */
-export function writeDerived(parts: Derived[]): { path: string; offsets: number[]; size: number } {
-  const path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
-  const fd = openSync(path, "wx+", 0o600);
-  const offsets: number[] = [];
-  let at = 0;
-  try {
-    const pad = new Uint8Array(ALIGN);
-    for (const p of parts) {
-      const gap = (ALIGN - (at % ALIGN)) % ALIGN;
-      if (gap) writeSync(fd, pad, 0, gap, at);
-      at += gap;
-      offsets.push(at);
-      writeSync(fd, p.data, 0, p.data.length, at);
-      at += p.data.length;
+export class DerivedWriter {
+  private fd: number | undefined;
+  private path = "";
+  private at = 0;
+
+  /** Appends one tensor's bytes (64-aligned); returns its offset. */
+  append(data: Uint8Array): number {
+    if (this.fd === undefined) {
+      this.path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
+      this.fd = openSync(this.path, "wx+", 0o600);
+      const byFd = `/proc/self/fd/${this.fd}`;
+      if (existsSync(byFd)) {
+        rmSync(this.path, { force: true });
+        this.path = byFd;
+      } else {
+        const p = this.path;
+        process.once("exit", () => rmSync(p, { force: true }));
+      }
     }
-  } catch (e) {
-    closeSync(fd);
-    rmSync(path, { force: true });
-    throw e;
+    try {
+      const gap = (ALIGN - (this.at % ALIGN)) % ALIGN;
+      if (gap) writeSync(this.fd, new Uint8Array(gap), 0, gap, this.at);
+      this.at += gap;
+      const off = this.at;
+      let done = 0;
+      while (done < data.length) done += writeSync(this.fd, data, done, data.length - done, off + done);
+      this.at += data.length;
+      return off;
+    } catch (e) {
+      this.fail();
+      throw e;
+    }
   }
-  const byFd = `/proc/self/fd/${fd}`;
-  if (existsSync(byFd)) {
-    rmSync(path, { force: true });
-    return { path: byFd, offsets, size: at };
+
+  /** The file's path and size (undefined when nothing was written). */
+  finish(): { path: string; size: number } | undefined {
+    return this.fd === undefined ? undefined : { path: this.path, size: this.at };
   }
-  closeSync(fd);
-  process.once("exit", () => rmSync(path, { force: true }));
-  return { path, offsets, size: at };
+
+  /** Closes and removes the file (a load that failed part way). */
+  fail(): void {
+    if (this.fd === undefined) return;
+    closeSync(this.fd);
+    if (!this.path.startsWith("/proc/")) rmSync(this.path, { force: true });
+    this.fd = undefined;
+  }
 }
