@@ -121,7 +121,10 @@ describe("the engine's rows against the reference dequantizers of the published 
     const fp8: StPart = { name: "m.weight", dtype: "F8_E4M3", shape: [4, 64], data: new Uint8Array(256) };
     expect(open([fp8, f32p("m.weight_scale_inv", [2, 1], new Float32Array(2))], "m.weight")).toThrow(/expects \[1, 1\]/);
     const mlx: StPart[] = [{ name: "m.weight", dtype: "U32", shape: [1, 8], data: new Uint8Array(32) }, f16p("m.scales", [1, 1], new Float32Array(1)), f16p("m.biases", [1, 1], new Float32Array(1))];
-    expect(open(mlx, "m.weight", { ...QC, mlxBits: 8 })).toThrow(/MLX 8-bit weights are not implemented yet/);
+    expect(open(mlx, "m.weight", { ...QC, mlxBits: 8 })).toThrow(/tensor 'm\.weight': MLX 8-bit weights are not implemented yet/);
+    // a mixed recipe's module of 8 bits is refused by name, the 4-bit rest read
+    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["m", { group: 64, bits: 8 }]]) })).toThrow(/MLX 8-bit weights are not implemented yet/);
+    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["other", { group: 64, bits: 8 }]]) })()!.kind).toBe("mlx4");
   });
 
   const R = 40, C = 256;

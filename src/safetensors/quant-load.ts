@@ -15,9 +15,11 @@ const obj = (v: unknown): Json | undefined => (typeof v === "object" && v !== nu
 /** The quantization config.json states (defaults where it states none: DeepSeek's 128x128, mlx's 64 x 4 bits). */
 export function quantConfigOf(file: string, config: Json): QuantConfig {
   const qc = obj(config.quantization_config) ?? {};
-  const mlx = obj(config.quantization) ?? qc;
-  const q: QuantConfig = { fp8Block: [128, 128], mlxGroup: 64, mlxBits: 4 };
   const method = typeof qc.quant_method === "string" ? qc.quant_method : undefined;
+  // mlx writes `quantization` (and, lately, the same as a quantization_config with no quant_method)
+  const mlx = obj(config.quantization) ?? (method === undefined ? qc : {});
+  const modules = new Map<string, { group: number; bits: number }>();
+  const q: QuantConfig = { fp8Block: [128, 128], mlxGroup: 64, mlxBits: 4, mlxModules: modules };
   if (method === "fp8") {
     const b = qc.weight_block_size;
     if (b !== undefined) {
@@ -33,6 +35,11 @@ export function quantConfigOf(file: string, config: Json): QuantConfig {
   }
   if (typeof mlx.group_size === "number") q.mlxGroup = mlx.group_size;
   if (typeof mlx.bits === "number") q.mlxBits = mlx.bits;
+  // mixed recipes name modules quantized otherwise: {"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}}
+  for (const [k, v] of Object.entries(mlx)) {
+    const m = obj(v);
+    if (m) modules.set(k, { group: typeof m.group_size === "number" ? m.group_size : q.mlxGroup, bits: typeof m.bits === "number" ? m.bits : q.mlxBits });
+  }
   return q;
 }
 

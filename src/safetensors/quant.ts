@@ -19,9 +19,10 @@ export type QuantKind = "mxfp4" | "fp8" | "nvfp4" | "mlx4";
 export interface QuantConfig {
   /** FP8's weight_block_size [rows, cols] */
   fp8Block: [number, number];
-  /** MLX's group_size and bits */
+  /** MLX's group_size and bits, and those of the modules a mixed recipe quantizes otherwise */
   mlxGroup: number;
   mlxBits: number;
+  mlxModules?: ReadonlyMap<string, { group: number; bits: number }>;
 }
 
 /** A quantized tensor's stored parts and its logical shape (outermost first; the last: a row's elements). */
@@ -81,11 +82,13 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
     return { kind: "nvfp4", name, shape: [R, C], parts: [w, s, g] };
   }
   if (w.dtype === "U32" && tensors.has(`${base}scales`)) {
-    if (q.mlxBits !== 4) throw new SafetensorsError(w.file, `MLX ${q.mlxBits}-bit weights are not implemented yet (4-bit are)`);
+    const mod = q.mlxModules?.get(base.slice(0, -1));
+    const bits = mod?.bits ?? q.mlxBits, G = mod?.group ?? q.mlxGroup;
+    if (bits !== 4) throw new SafetensorsError(w.file, `tensor '${safeText(name)}': MLX ${bits}-bit weights are not implemented yet (4-bit are)`);
     const s = want(tensors.get(`${base}scales`), `${base}scales`, ["F16", "BF16", "F32"], w, "mlx4");
     const b = want(tensors.get(`${base}biases`), `${base}biases`, ["F16", "BF16", "F32"], w, "mlx4");
     if (w.shape.length < 2) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}' has ${w.shape.length} dimension (a matrix, or a stack of them, is expected)`);
-    const lead = w.shape.slice(0, -1), C = w.shape[w.shape.length - 1] * 8, G = q.mlxGroup;
+    const lead = w.shape.slice(0, -1), C = w.shape[w.shape.length - 1] * 8;
     if (G !== 64 || C % G) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}': groups of ${G} over rows of ${C} values are not implemented (groups of 64 are)`);
     shapeIs(s, [...lead, C / G], `MLX 4-bit (a scale per ${G} values)`);
     shapeIs(b, [...lead, C / G], `MLX 4-bit (a bias per ${G} values)`);
@@ -169,7 +172,7 @@ export function dequant(src: QuantSource, q: QuantConfig): Float32Array {
   if (src.kind === "mxfp4") return dequantMxfp4(p0, p1, R, C);
   if (src.kind === "fp8") return dequantFp8(p0, floats(src.parts[1]), R, C, q.fp8Block[0], q.fp8Block[1]);
   if (src.kind === "nvfp4") return dequantNvfp4(p0, p1, new DataView(p2.buffer, p2.byteOffset, 4).getFloat32(0, true), R, C);
-  return dequantMlx4(p0, floats(src.parts[1]), floats(src.parts[2]), R, C, q.mlxGroup);
+  return dequantMlx4(p0, floats(src.parts[1]), floats(src.parts[2]), R, C, 64);
 }
 
 /** Whether the rows can take what `spec` asks (row selections; no transposition, no F32 widening). */
