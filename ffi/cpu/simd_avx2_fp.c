@@ -1,7 +1,6 @@
 /* bloomery CPU library: AVX2 products of the checkpoint folders' float-coded weight rows (FP8, NVFP4,
  * MLX4 of quants_fp.c) against F32 activation rows: each block decoded once into floats (E4M3 through
- * F16C, E2M1 through a byte shuffle), then a fused multiply-add per activation row. The AVX-512 path
- * uses these too. */
+ * F16C, E2M1 through a byte shuffle), then a fused multiply-add per activation row. */
 #if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
 #include "quants_impl.h"
