@@ -19,6 +19,12 @@ float bl_e4m3_to_f32(uint8_t x) {
   return s * ldexpf(1.0f + (float)m / 8.0f, e - 7);
 }
 
+/* The 256 codes' values (bl_e4m3_to_f32), for the products' scales. */
+float bl_e4m3_table[256];
+__attribute__((constructor)) static void e4m3_table_init(void) {
+  for (int c = 0; c < 256; c++) bl_e4m3_table[c] = bl_e4m3_to_f32((uint8_t)c);
+}
+
 /* E2M1 (OCP MX FP4): sign, 2 exponent bits (bias 1), 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6. */
 const float bl_e2m1_values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
@@ -56,7 +62,7 @@ static uint8_t nearest_e2m1(float v) {
 void bl_to_float_fp8(const void *src, float *y, int64_t n) {
   const bl_block_fp8 *b = src;
   for (int64_t i = 0; i < n / 32; i++, b++)
-    for (int j = 0; j < 32; j++) y[i * 32 + j] = b->d * bl_e4m3_to_f32(b->q[j]);
+    for (int j = 0; j < 32; j++) y[i * 32 + j] = b->d * bl_e4m3_table[b->q[j]];
 }
 
 void bl_from_float_fp8(const float *x, void *dst, int64_t n) {
@@ -76,7 +82,7 @@ void bl_vec_dot_fp8_f32(int64_t n, float *s, const void *vx, const void *vy) {
   float sum = 0;
   for (int64_t i = 0; i < n / 32; i++, y += 32) {
     float t = 0;
-    for (int j = 0; j < 32; j++) t += bl_e4m3_to_f32(x[i].q[j]) * y[j];
+    for (int j = 0; j < 32; j++) t += bl_e4m3_table[x[i].q[j]] * y[j];
     sum += x[i].d * t;
   }
   *s = sum;
@@ -92,7 +98,7 @@ static inline uint8_t nv_q(const bl_block_nvfp4 *b, int e) {
 void bl_to_float_nvfp4(const void *src, float *y, int64_t n) {
   const bl_block_nvfp4 *b = src;
   for (int64_t i = 0; i < n / 64; i++, b++)
-    for (int e = 0; e < 64; e++) y[i * 64 + e] = b->g * bl_e4m3_to_f32(b->s[e / 16]) * bl_e2m1_values[nv_q(b, e)];
+    for (int e = 0; e < 64; e++) y[i * 64 + e] = b->g * bl_e4m3_table[b->s[e / 16]] * bl_e2m1_values[nv_q(b, e)];
 }
 
 /* The reference quantizer (tests): the global scale from the whole row, then each group's E4M3 scale. */
@@ -126,7 +132,7 @@ void bl_vec_dot_nvfp4_f32(int64_t n, float *s, const void *vx, const void *vy) {
     for (int k = 0; k < 4; k++) {
       float u = 0;
       for (int j = 0; j < 16; j++) u += bl_e2m1_values[nv_q(&x[i], 16 * k + j)] * y[16 * k + j];
-      t += bl_e4m3_to_f32(x[i].s[k]) * u;
+      t += bl_e4m3_table[x[i].s[k]] * u;
     }
     sum += x[i].g * t;
   }

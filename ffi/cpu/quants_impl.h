@@ -278,6 +278,7 @@ void bl_vec_dot_nvfp4_f32(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_mlx4_f32(int64_t n, float *s, const void *x, const void *y);
 /* E4M3 and E2M1 (quants_fp.c) */
 float bl_e4m3_to_f32(uint8_t x);
+extern float bl_e4m3_table[256]; /* bl_e4m3_to_f32 of every code, filled when the library loads */
 uint8_t bl_f32_to_e4m3(float x);
 extern const float bl_e2m1_values[16];
 void bl_vec_dot_iq2_xxs_q8_K(int64_t n, float *s, const void *x, const void *y);

@@ -40,8 +40,8 @@ INLINE void dec_nvfp4(const uint8_t *p, __m512 *v) {
   for (int h = 0; h < 2; h++) {
     __m128i a, c;
     nibbles(b->qs + 16 * h, &a, &c); /* groups 2h and 2h + 1 */
-    v[2 * h] = _mm512_mul_ps(i8x16(_mm_shuffle_epi8(tab, a)), _mm512_set1_ps(0.5f * b->g * bl_e4m3_to_f32(b->s[2 * h])));
-    v[2 * h + 1] = _mm512_mul_ps(i8x16(_mm_shuffle_epi8(tab, c)), _mm512_set1_ps(0.5f * b->g * bl_e4m3_to_f32(b->s[2 * h + 1])));
+    v[2 * h] = _mm512_mul_ps(i8x16(_mm_shuffle_epi8(tab, a)), _mm512_set1_ps(0.5f * b->g * bl_e4m3_table[b->s[2 * h]]));
+    v[2 * h + 1] = _mm512_mul_ps(i8x16(_mm_shuffle_epi8(tab, c)), _mm512_set1_ps(0.5f * b->g * bl_e4m3_table[b->s[2 * h + 1]]));
   }
 }
 
@@ -56,23 +56,50 @@ INLINE void dec_mlx4(const uint8_t *p, __m512 *v) {
   }
 }
 
-#define FTILE(name, dec, BE, BB)                                                                               \
-  static void name(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,         \
-                   float *const *y) {                                                                          \
-    for (int i = 0; i < nw; i++) {                                                                             \
-      const uint8_t *row = w + i * ws;                                                                         \
-      __m512 acc[BL_TILE_A];                                                                                   \
-      for (int r = 0; r < na; r++) acc[r] = _mm512_setzero_ps();                                               \
-      for (int64_t b = 0; b < n / BE; b++) {                                                                   \
-        __m512 v[BE / 16];                                                                                     \
-        dec(row + b * BB, v);                                                                                  \
-        for (int r = 0; r < na; r++) {                                                                         \
-          const float *x = (const float *)a[r] + b * BE;                                                       \
-          for (int k = 0; k < BE / 16; k++) acc[r] = _mm512_fmadd_ps(v[k], _mm512_loadu_ps(x + 16 * k), acc[r]); \
-        }                                                                                                      \
-      }                                                                                                        \
-      for (int r = 0; r < na; r++) y[r][i] = _mm512_reduce_add_ps(acc[r]);                                     \
-    }                                                                                                          \
+#define FTILE(name, dec, BE, BB)                                                                                 \
+  static void name(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,             \
+                   float *const *y) {                                                                            \
+    if (na == 1) { /* one-token steps: two accumulators in registers */                                          \
+      const float *x0 = (const float *)a[0];                                                                     \
+      for (int i = 0; i < nw; i++) {                                                                             \
+        const uint8_t *row = w + i * ws;                                                                         \
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();                                               \
+        for (int64_t b = 0; b < n / BE; b++) {                                                                   \
+          __m512 v[BE / 16];                                                                                     \
+          dec(row + b * BB, v);                                                                                  \
+          for (int k = 0; k < BE / 16; k += 2) {                                                                 \
+            s0 = _mm512_fmadd_ps(v[k], _mm512_loadu_ps(x0 + b * BE + 16 * k), s0);                               \
+            s1 = _mm512_fmadd_ps(v[k + 1], _mm512_loadu_ps(x0 + b * BE + 16 * (k + 1)), s1);                     \
+          }                                                                                                      \
+        }                                                                                                        \
+        y[0][i] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                                   \
+      }                                                                                                          \
+      return;                                                                                                    \
+    }                                                                                                            \
+    /* prompt tiles: a weight row decoded 512 values at a time into L1, then dotted with every activation row */ \
+    for (int i = 0; i < nw; i++) {                                                                               \
+      const uint8_t *row = w + i * ws;                                                                           \
+      float acc[BL_TILE_A] = {0};                                                                                \
+      float buf[512] __attribute__((aligned(64)));                                                               \
+      for (int64_t c0 = 0; c0 < n; c0 += 512) {                                                                  \
+        const int64_t len = n - c0 < 512 ? n - c0 : 512;                                                         \
+        for (int64_t b = 0; b < len / BE; b++) {                                                                 \
+          __m512 v[BE / 16];                                                                                     \
+          dec(row + (c0 / BE + b) * BB, v);                                                                      \
+          for (int k = 0; k < BE / 16; k++) _mm512_store_ps(buf + b * BE + 16 * k, v[k]);                        \
+        }                                                                                                        \
+        for (int r = 0; r < na; r++) {                                                                           \
+          const float *x = (const float *)a[r] + c0;                                                             \
+          __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();                                             \
+          for (int64_t e = 0; e < len; e += 32) {                                                                \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(buf + e), _mm512_loadu_ps(x + e), s0);                          \
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(buf + e + 16), _mm512_loadu_ps(x + e + 16), s1);                \
+          }                                                                                                      \
+          acc[r] += _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                                 \
+        }                                                                                                        \
+      }                                                                                                          \
+      for (int r = 0; r < na; r++) y[r][i] = acc[r];                                                             \
+    }                                                                                                            \
   }
 
 FTILE(tile_fp8, dec_fp8, 32, 36)
