@@ -7,6 +7,7 @@
  * the OCP MX / OFP8 spec for E4M3 and E2M1), quantizers for tests, and products against F32
  * activation rows. */
 #include "quants_impl.h"
+#include "common.h"
 #include <math.h>
 
 /* E4M3 (OFP8): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6);
@@ -175,4 +176,70 @@ void bl_vec_dot_mlx4_f32(int64_t n, float *s, const void *vx, const void *vy) {
     sum += x[i].d * qy + x[i].m * sy;
   }
   *s = sum;
+}
+
+/* ---- the repack of a checkpoint folder's stored tensor into the engine's rows (ffi/bloomery.h) ---- */
+int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float *f, const float *f2, double g, int64_t C,
+                  int64_t bm, int64_t bn, const int32_t *sel, int64_t n, uint8_t *out) {
+  if (!w || !sel || !out || C <= 0 || n < 0) return bl_fail(BL_E_INVAL, "bl_repack: null buffer or bad sizes");
+  switch (type) {
+    case BL_MXFP4: { /* stored byte k: elements 2k (low) and 2k + 1; GGUF's byte j: elements j (low) and j + 16 */
+      if (!s || C % 32) return bl_fail(BL_E_INVAL, "bl_repack: MXFP4 rows of %lld", (long long)C);
+      const int64_t nb = C / 32;
+      for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < nb; b++) {
+          const int64_t blk = (int64_t)sel[i] * nb + b;
+          const uint8_t *p = w + blk * 16;
+          bl_block_mxfp4 *o = (bl_block_mxfp4 *)(out + (i * nb + b) * 17);
+          o->e = s[blk];
+          for (int k = 0; k < 8; k++) {
+            o->qs[2 * k] = (uint8_t)((p[k] & 15) | ((p[8 + k] & 15) << 4));
+            o->qs[2 * k + 1] = (uint8_t)((p[k] >> 4) | (p[8 + k] & 0xf0));
+          }
+        }
+      return BL_OK;
+    }
+    case BL_FP8: { /* 32 E4M3 bytes after the F32 scale of their bm x bn block */
+      if (!f || C % 32 || bn % 32 || bm <= 0) return bl_fail(BL_E_INVAL, "bl_repack: FP8 rows of %lld, blocks %lld x %lld", (long long)C, (long long)bm, (long long)bn);
+      const int64_t nb = C / 32, sc = (C + bn - 1) / bn;
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t r = sel[i];
+        for (int64_t b = 0; b < nb; b++) {
+          bl_block_fp8 *o = (bl_block_fp8 *)(out + (i * nb + b) * 36);
+          o->d = f[(r / bm) * sc + (b * 32) / bn];
+          memcpy(o->q, w + r * C + b * 32, 32);
+        }
+      }
+      return BL_OK;
+    }
+    case BL_NVFP4_MO: { /* the global scale, 4 E4M3 group scales, 32 bytes of pairs, as stored */
+      if (!s || C % 64) return bl_fail(BL_E_INVAL, "bl_repack: NVFP4 rows of %lld", (long long)C);
+      const int64_t nb = C / 64;
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t r = sel[i];
+        for (int64_t b = 0; b < nb; b++) {
+          bl_block_nvfp4 *o = (bl_block_nvfp4 *)(out + (i * nb + b) * 40);
+          o->g = (float)g;
+          memcpy(o->s, s + r * (C / 16) + b * 4, 4);
+          memcpy(o->qs, w + r * (C / 2) + b * 32, 32);
+        }
+      }
+      return BL_OK;
+    }
+    case BL_MLX4: { /* the scale and bias as F32, 32 bytes of pairs (a little-endian word: 8 values, low nibble first) */
+      if (!f || !f2 || C % 64) return bl_fail(BL_E_INVAL, "bl_repack: MLX rows of %lld", (long long)C);
+      const int64_t nb = C / 64;
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t r = sel[i];
+        for (int64_t b = 0; b < nb; b++) {
+          bl_block_mlx4 *o = (bl_block_mlx4 *)(out + (i * nb + b) * 40);
+          o->d = f[r * nb + b];
+          o->m = f2[r * nb + b];
+          memcpy(o->qs, w + r * (C / 2) + b * 32, 32);
+        }
+      }
+      return BL_OK;
+    }
+    default: return bl_fail(BL_E_UNSUPPORTED, "bl_repack: type %lld is not a checkpoint folder's repacked type", (long long)type);
+  }
 }

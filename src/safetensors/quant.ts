@@ -5,6 +5,8 @@
 // bloomery's own FP8 / NVFP4_MO / MLX4 rows, ffi/cpu/quants_fp.c): no value changes, no requantization.
 // A transform the rows cannot take (a transposed copy, a norm read as F32) dequantizes that tensor to F32
 // by the reference dequantizer instead, and says so.
+import { ptr, type Pointer } from "bun:ffi";
+import { check, cpu, cstr } from "../../ffi/cpu.ts";
 import { GgmlType } from "../gguf/index.ts";
 import { safeText } from "../gguf/errors.ts";
 import type { HfTensor } from "../models/types.ts";
@@ -116,49 +118,102 @@ function floats(t: SafetensorsTensor): Float32Array {
 const TYPE: Record<QuantKind, GgmlType> = { mxfp4: GgmlType.MXFP4, fp8: GgmlType.FP8, nvfp4: GgmlType.NVFP4_MO, mlx4: GgmlType.MLX4 };
 const BLOCK: Record<QuantKind, [number, number]> = { mxfp4: [32, 17], fp8: [32, 36], nvfp4: [64, 40], mlx4: [64, 40] };
 
-/** The engine's rows of a quantized tensor: [rows of the logical shape] x bytes a row. */
-export function repack(src: QuantSource, q: QuantConfig): { type: GgmlType; rowBytes: number; data: Uint8Array } {
+/** `f` given the address of a stored tensor's first byte in its file, mapped read-only for the call. */
+function withMapped<T>(t: SafetensorsTensor, f: (addr: Pointer) => T): T {
+  const out = new BigUint64Array(2);
+  check(cpu().bl_map_file(cstr(t.file), ptr(out), ptr(out, 8)), `mapping ${t.file}`);
+  try {
+    return f(Number(out[0] + BigInt(t.fileOffset)) as Pointer);
+  } finally {
+    cpu().bl_unmap_file(out[0], out[1]);
+  }
+}
+
+/**
+ * The engine's rows of a quantized tensor: rows `sel` of its logical shape (flattened over the leading
+ * dimensions; default all of them, in order), moved by the native library (bl_repack).
+ */
+export function repack(src: QuantSource, q: QuantConfig, sel?: Int32Array): { type: GgmlType; rowBytes: number; data: Uint8Array } {
+  const C = src.shape[src.shape.length - 1], R = src.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  const [be, bb] = BLOCK[src.kind], rowBytes = (C / be) * bb;
+  const rows = sel ?? Int32Array.from({ length: R }, (_, i) => i);
+  const out = new Uint8Array(Math.max(1, rows.length * rowBytes));
+  const none = new Uint8Array(1), noneF = new Float32Array(1);
+  let s: Uint8Array = none, f: Float32Array = noneF, f2: Float32Array = noneF, g = 0;
+  if (src.kind === "mxfp4") s = readTensorBytes(src.parts[1]);
+  else if (src.kind === "fp8") f = floats(src.parts[1]);
+  else if (src.kind === "nvfp4") {
+    s = readTensorBytes(src.parts[1]);
+    const p2 = readTensorBytes(src.parts[2]);
+    g = new DataView(p2.buffer, p2.byteOffset, 4).getFloat32(0, true);
+  } else {
+    f = floats(src.parts[1]);
+    f2 = floats(src.parts[2]);
+  }
+  // the stored values read in place from the mapped file (not copied into JavaScript first)
+  if (rows.length > 0) {
+    withMapped(src.parts[0], (w) => check(cpu().bl_repack(TYPE[src.kind], w, ptr(s), ptr(f), ptr(f2), g, C, q.fp8Block[0], q.fp8Block[1], ptr(rows), rows.length, ptr(out)), `repacking '${src.name}'`));
+  }
+  return { type: TYPE[src.kind], rowBytes, data: out.subarray(0, rows.length * rowBytes) };
+}
+
+/** The same rows made in TypeScript from the stored bytes alone (the reference bl_repack is tested against). */
+export function repackRef(src: QuantSource, q: QuantConfig, sel?: ArrayLike<number>): { type: GgmlType; rowBytes: number; data: Uint8Array } {
   const C = src.shape[src.shape.length - 1], R = src.shape.slice(0, -1).reduce((a, b) => a * b, 1);
   const [be, bb] = BLOCK[src.kind], nb = C / be, rowBytes = nb * bb;
-  const out = new Uint8Array(R * rowBytes), dv = new DataView(out.buffer);
+  const n = sel ? sel.length : R, pick = (i: number) => (sel ? sel[i] : i);
+  const out = new Uint8Array(n * rowBytes), dv = new DataView(out.buffer);
   const [p0, p1, p2] = src.parts.map(readTensorBytes);
   if (src.kind === "mxfp4") {
     // GGUF's MXFP4 block: the E8M0 byte as stored, then byte j = element j (low nibble) and j + 16 (high);
-    // gpt-oss's block has byte k = element 2k (low) and 2k + 1 (high)
-    for (let i = 0; i < R * nb; i++) {
-      const o = i * 17, a = i * 16;
-      out[o] = p1[i];
-      const n = (e: number) => (p0[a + (e >> 1)] >> (4 * (e & 1))) & 15;
-      for (let j = 0; j < 16; j++) out[o + 1 + j] = n(j) | (n(j + 16) << 4);
+    // gpt-oss's block has byte k = element 2k (low) and 2k + 1 (high): so GGUF's bytes 2k and 2k + 1 are
+    // the low and the high nibbles of stored bytes k and 8 + k
+    for (let i = 0; i < n; i++) {
+      const r = pick(i);
+      for (let b = 0; b < nb; b++) {
+        const o = i * rowBytes + b * 17, blk = r * nb + b, at = blk * 16;
+        out[o] = p1[blk];
+        for (let k = 0; k < 8; k++) {
+          const x = p0[at + k], y = p0[at + 8 + k];
+          out[o + 1 + 2 * k] = (x & 15) | ((y & 15) << 4);
+          out[o + 2 + 2 * k] = (x >> 4) | (y & 0xf0);
+        }
+      }
     }
   } else if (src.kind === "fp8") {
+    // 32 E4M3 bytes as stored after the F32 scale of the 128x128 block they are in
     const [bm, bn] = q.fp8Block, sc = Math.ceil(C / bn);
     const s = floats(src.parts[1]);
-    for (let r = 0; r < R; r++) {
+    for (let i = 0; i < n; i++) {
+      const r = pick(i), srow = Math.floor(r / bm) * sc;
       for (let b = 0; b < nb; b++) {
-        const o = r * rowBytes + b * 36;
-        dv.setFloat32(o, s[Math.floor(r / bm) * sc + Math.floor((b * 32) / bn)], true);
-        out.set(p0.subarray(r * C + b * 32, r * C + b * 32 + 32), o + 4);
+        const o = i * rowBytes + b * 36, at = r * C + b * 32;
+        dv.setFloat32(o, s[srow + Math.floor((b * 32) / bn)], true);
+        for (let k = 0; k < 32; k++) out[o + 4 + k] = p0[at + k];
       }
     }
   } else if (src.kind === "nvfp4") {
+    // the global scale, the 4 E4M3 group scales and 32 bytes of pairs, as stored
     const g = new DataView(p2.buffer, p2.byteOffset, 4).getFloat32(0, true);
-    for (let r = 0; r < R; r++) {
+    for (let i = 0; i < n; i++) {
+      const r = pick(i);
       for (let b = 0; b < nb; b++) {
-        const o = r * rowBytes + b * 40;
+        const o = i * rowBytes + b * 40, sat = r * (C / 16) + b * 4, at = r * (C / 2) + b * 32;
         dv.setFloat32(o, g, true);
-        out.set(p1.subarray(r * (C / 16) + b * 4, r * (C / 16) + b * 4 + 4), o + 4);
-        out.set(p0.subarray(r * (C / 2) + b * 32, r * (C / 2) + b * 32 + 32), o + 8);
+        for (let k = 0; k < 4; k++) out[o + 4 + k] = p1[sat + k];
+        for (let k = 0; k < 32; k++) out[o + 8 + k] = p0[at + k];
       }
     }
   } else {
+    // the scale and the bias (as F32: exact) and 32 bytes of pairs: a little-endian uint32 holds 8 values low nibble first
     const s = floats(src.parts[1]), bi = floats(src.parts[2]);
-    for (let r = 0; r < R; r++) {
+    for (let i = 0; i < n; i++) {
+      const r = pick(i);
       for (let b = 0; b < nb; b++) {
-        const o = r * rowBytes + b * 40;
+        const o = i * rowBytes + b * 40, at = r * (C / 2) + b * 32;
         dv.setFloat32(o, s[r * nb + b], true);
         dv.setFloat32(o + 4, bi[r * nb + b], true);
-        out.set(p0.subarray(r * (C / 2) + b * 32, r * (C / 2) + b * 32 + 32), o + 8);
+        for (let k = 0; k < 32; k++) out[o + 8 + k] = p0[at + k];
       }
     }
   }
@@ -201,13 +256,7 @@ export function deriveQuant(spec: HfTensor, src: QuantSource, q: QuantConfig, sh
   const type = TYPE[src.kind];
   const ne = [C, A, ...shape.slice(0, -2).reverse()];
   if (shapeOnly) return { type, ne, data: new Uint8Array(0) };
-  const rows = repack(src, q);
-  const rb = rows.rowBytes, data = new Uint8Array(L * A * rb);
-  for (let l = 0; l < L; l++) {
-    for (let a = 0; a < A; a++) {
-      const s = spec.parity !== undefined ? 2 * (r0 + a) + spec.parity : r0 + a;
-      data.set(rows.data.subarray((l * As + s) * rb, (l * As + s + 1) * rb), (l * A + a) * rb);
-    }
-  }
-  return { type, ne, data };
+  const sel = new Int32Array(L * A);
+  for (let l = 0; l < L; l++) for (let a = 0; a < A; a++) sel[l * A + a] = l * As + (spec.parity !== undefined ? 2 * (r0 + a) + spec.parity : r0 + a);
+  return { type, ne, data: repack(src, q, sel).data };
 }
