@@ -46,6 +46,13 @@ int64_t bl_type_size(int64_t type, int64_t *block_elems, int64_t *block_bytes);
 int64_t bl_dequantize(int64_t type, const void *src, float *dst, int64_t n);
 /* Reference quantization of n floats into type (for the GGUF writer and activations). */
 int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
+/* A checkpoint folder's quantized tensor as the engine's rows of `type` (MXFP4, or bloomery's FP8 / NVFP4_MO /
+ * MLX4: ffi/cpu/quants_fp.c), bytes moved, never requantized: out row i from stored row sel[i] (of C values).
+ * w: the stored values (MXFP4's blocks, the E4M3 bytes, NVFP4's pairs, MLX's words); s: MXFP4's E8M0 bytes or
+ * NVFP4's E4M3 group scales; f: FP8's F32 block scales ([ceil(rows / bm), ceil(C / bn)]) or MLX's scales;
+ * f2: MLX's biases; g: NVFP4's global scale. */
+int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float *f, const float *f2, double g, int64_t C,
+                  int64_t bm, int64_t bn, const int32_t *sel, int64_t n, uint8_t *out);
 /* Dot products of `rows` rows of a weight matrix (type, row length n, row stride in bytes)
  * with one f32 vector x, converting x to the type's activation format as ggml does. */
 int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t rows,

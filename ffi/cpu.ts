@@ -18,6 +18,7 @@ export const cpuSymbols = {
   bl_type_size: { args: [i64, ptr, ptr], returns: i64 },
   bl_dequantize: { args: [i64, ptr, ptr, i64], returns: i64 },
   bl_quantize: { args: [i64, ptr, ptr, i64], returns: i64 },
+  bl_repack: { args: [i64, ptr, ptr, ptr, ptr, f64, i64, i64, i64, ptr, i64, ptr], returns: i64 },
   bl_matvec_ref: { args: [i64, u64, i64, i64, ptr, i64, ptr], returns: i64 },
   bl_synth_fill: { args: [i64, ptr, i64, i64, u64, f64, i64], returns: i64 },
   bl_rope_apply_params: { args: [ptr, ptr, i64, i64, i64], returns: i64 },

@@ -180,10 +180,11 @@ const hf: HfFamily = {
       t("ffn_gate_inp.weight", "mlp.router.weight", { f32: true });
       t("ffn_gate_inp.bias", "mlp.router.bias", { f32: true });
       // the experts are stored input-major ([experts, in, out], x @ W), gate and up interleaved in one
-      // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load)
-      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 0 });
-      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 1 });
-      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true });
+      // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load); the MXFP4
+      // form (gate_up_proj_blocks / _scales, as openai ships it) is stored output-major: its rows as they are
+      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 0 });
+      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 1 });
+      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true, quantTranspose: false });
       t("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 0, f32: true });
       t("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 1, f32: true });
       t("ffn_down_exps.bias", "mlp.experts.down_proj_bias", { f32: true });

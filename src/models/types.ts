@@ -93,7 +93,11 @@ export interface HfTensor {
   name: string;
   /** the HF tensor, or the per-expert tensors stacked (in order) into one [experts, ...] tensor by a copy */
   hf: string | string[];
+  /** for per-expert `hf`: the one [experts, rows, cols] tensor some folders hold instead (mlx's `switch_mlp`) */
+  stacked?: string;
   transpose?: boolean;
+  /** whether a quantized form of the tensor (gpt-oss's MXFP4 `_blocks`, stored output-major) is transposed; default: as `transpose` */
+  quantTranspose?: boolean;
   parity?: 0 | 1;
   f32?: boolean;
   /** the stored tensor read as this shape first (same element count: [heads, rows, cols] of a fused one) */

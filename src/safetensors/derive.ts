@@ -9,7 +9,8 @@ import { SafetensorsError, type SafetensorsTensor } from "./reader.ts";
 
 const ALIGN = 64;
 
-function readBytes(t: SafetensorsTensor): Uint8Array {
+/** A stored tensor's bytes, read from its file. */
+export function readTensorBytes(t: SafetensorsTensor): Uint8Array {
   const fd = openSync(t.file, "r");
   try {
     const b = new Uint8Array(t.nbytes);
@@ -63,8 +64,8 @@ export function stack(spec: HfTensor, parts: SafetensorsTensor[], shapeOnly = fa
   return { type: each[0].type, ne: [...each[0].ne, parts.length], data };
 }
 
-/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16); with `shapeOnly` its type and dims alone (no data). */
-export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false): Derived {
+/** The copy `spec` asks of the stored tensor `src` (F32, F16 or BF16; or F32 values `raw` given for it); with `shapeOnly` its type and dims alone (no data). */
+export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false, raw?: Uint8Array): Derived {
   const stored = spec.view ?? src.shape;
   if (spec.view && spec.view.reduce((a, b) => a * b, 1) !== src.shape.reduce((a, b) => a * b, 1)) {
     throw new SafetensorsError(src.file, `tensor '${src.name}' of shape [${src.shape.join(", ")}] cannot be read as [${spec.view.join(", ")}]`);
@@ -82,7 +83,7 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
   const dims = stored.length === 1 ? [B] : [...stored.slice(0, -2), ...(spec.transpose ? [B, A] : [A, B])];
   const type = wide ? GgmlType.F32 : ggmlTypeOf(src.dtype);
   if (shapeOnly) return { type, ne: dims.reverse(), data: new Uint8Array(0) };
-  const raw = readBytes(src);
+  raw ??= readTensorBytes(src);
   const n = R * A * B;
   const out = wide ? new Float32Array(n) : new Uint16Array(n);
   const inF32 = src.dtype === "F32" ? new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4) : undefined;
@@ -104,36 +105,55 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
 }
 
 /**
- * Writes the derived tensors into one file and returns the path the engine maps it by. On Linux the file
- * is unlinked at once and named by its open descriptor (/proc/self/fd/N), so nothing is left on disk
- * however the process ends; elsewhere it is removed when the process exits.
+ * The one file the derived tensors are written into as they are made (so no more than one is held in
+ * memory), and the path the engine maps it by. On Linux the file is unlinked at once and named by its
+ * open descriptor (/proc/self/fd/N), so nothing is left on disk however the process ends; elsewhere it
+ * is removed when the process exits.
  */
-export function writeDerived(parts: Derived[]): { path: string; offsets: number[]; size: number } {
-  const path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
-  const fd = openSync(path, "wx+", 0o600);
-  const offsets: number[] = [];
-  let at = 0;
-  try {
-    const pad = new Uint8Array(ALIGN);
-    for (const p of parts) {
-      const gap = (ALIGN - (at % ALIGN)) % ALIGN;
-      if (gap) writeSync(fd, pad, 0, gap, at);
-      at += gap;
-      offsets.push(at);
-      writeSync(fd, p.data, 0, p.data.length, at);
-      at += p.data.length;
+export class DerivedWriter {
+  private fd: number | undefined;
+  private path = "";
+  private at = 0;
+
+  /** Appends one tensor's bytes (64-aligned); returns its offset. */
+  append(data: Uint8Array): number {
+    if (this.fd === undefined) {
+      this.path = join(tmpdir(), `bloomery-hf-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`);
+      this.fd = openSync(this.path, "wx+", 0o600);
+      const byFd = `/proc/self/fd/${this.fd}`;
+      if (existsSync(byFd)) {
+        rmSync(this.path, { force: true });
+        this.path = byFd;
+      } else {
+        const p = this.path;
+        process.once("exit", () => rmSync(p, { force: true }));
+      }
     }
-  } catch (e) {
-    closeSync(fd);
-    rmSync(path, { force: true });
-    throw e;
+    try {
+      const gap = (ALIGN - (this.at % ALIGN)) % ALIGN;
+      if (gap) writeSync(this.fd, new Uint8Array(gap), 0, gap, this.at);
+      this.at += gap;
+      const off = this.at;
+      let done = 0;
+      while (done < data.length) done += writeSync(this.fd, data, done, data.length - done, off + done);
+      this.at += data.length;
+      return off;
+    } catch (e) {
+      this.fail();
+      throw e;
+    }
   }
-  const byFd = `/proc/self/fd/${fd}`;
-  if (existsSync(byFd)) {
-    rmSync(path, { force: true });
-    return { path: byFd, offsets, size: at };
+
+  /** The file's path and size (undefined when nothing was written). */
+  finish(): { path: string; size: number } | undefined {
+    return this.fd === undefined ? undefined : { path: this.path, size: this.at };
   }
-  closeSync(fd);
-  process.once("exit", () => rmSync(path, { force: true }));
-  return { path, offsets, size: at };
+
+  /** Closes and removes the file (a load that failed part way). */
+  fail(): void {
+    if (this.fd === undefined) return;
+    closeSync(this.fd);
+    if (!this.path.startsWith("/proc/")) rmSync(this.path, { force: true });
+    this.fd = undefined;
+  }
 }
