@@ -29,6 +29,9 @@ export interface HParams {
   kvVDim?: number;
   /** the widest query / attention-output row when it is not nHead * headDim (MLA: n_head * v) */
   qDim?: number;
+  /** layers with a recurrent state (the gated delta-net's), and the floats a slot's state takes in one; absent: none */
+  rsLayers?: number;
+  rsDim?: number;
 }
 
 /** The K and V widths of a position in one KV cache layer (f16 values). */
