@@ -113,6 +113,20 @@ export class CpuBackend implements Backend {
     check(cpu().bl_cpu_kv_copy(this.ctx, src, dst, n), "copying KV");
   }
 
+  rsBytes(): number {
+    return Number(cpu().bl_cpu_rs_bytes(this.ctx));
+  }
+
+  rsSave(slot: number, dst: Uint8Array): void {
+    if (dst.length < this.rsBytes()) throw new Error("rsSave: buffer too small");
+    check(cpu().bl_cpu_rs_save(this.ctx, slot, ptr(dst)), "saving the recurrent state");
+  }
+
+  rsLoad(slot: number, src: Uint8Array): void {
+    if (src.length < this.rsBytes()) throw new Error("rsLoad: buffer too small");
+    check(cpu().bl_cpu_rs_load(this.ctx, slot, ptr(src)), "loading the recurrent state");
+  }
+
   close(): void {
     if (this.ctx) cpu().bl_cpu_ctx_free(this.ctx);
     this.ctx = 0n;

@@ -41,11 +41,15 @@ export class PromptCache {
     return this.entries.length;
   }
 
-  /** The entry sharing the longest prefix with `prompt`, and that prefix's length. */
-  best(prompt: readonly number[]): { entry?: CachedPrompt; n: number } {
+  /**
+   * The entry sharing the longest prefix with `prompt` that it can restore, and that prefix's length: at most
+   * `limit` tokens, and for a recurrent model's state only up to one of its checkpoints (SavedKv.restorable).
+   */
+  best(prompt: readonly number[], limit = Infinity): { entry?: CachedPrompt; n: number } {
     let entry: CachedPrompt | undefined, n = 0;
     for (const e of this.entries) {
-      const k = commonPrefix(e.tokens, prompt);
+      let k = Math.min(commonPrefix(e.tokens, prompt), limit);
+      if (e.kv.restorable) k = e.kv.restorable(k);
       if (k > n) { n = k; entry = e; }
     }
     return { entry, n };

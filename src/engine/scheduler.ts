@@ -1,6 +1,9 @@
 // bloomery engine: slots and continuous batching. Every step advances all busy slots in one
 // batched forward pass: one token for each generating slot, then prompt chunks from slots still
 // reading their prompt, up to the batch size, so a long prompt cannot stall running streams.
+// A model with recurrent layers (the gated delta-net's) keeps, beside each slot's KV, the recurrent state after
+// the slot's tokens and checkpoints of it (the one before a prompt's last token): a request reuses a prefix
+// only where such a state was kept (the slot's own, or a prompt cache entry's), else it starts from position 0.
 import type { Model } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import type { DoneEvent, EngineStats, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
@@ -28,7 +31,19 @@ interface Slot {
   tokens: number[];
   task?: Task;
   lastUsed: number;
+  /** a recurrent model: the tokens the slot's live recurrent state has taken, and saved states at shorter prefixes */
+  rsAt: number;
+  checkpoints: Checkpoint[];
 }
+
+/** A recurrent state after the first n tokens of a slot (or of a prompt cache entry). */
+interface Checkpoint {
+  n: number;
+  state: Uint8Array;
+}
+
+/** The checkpoints a slot keeps besides its live state (the newest). */
+const MAX_CHECKPOINTS = 2;
 
 export interface SchedulerHooks {
   tokens(events: TokenEvent[]): void;
@@ -50,7 +65,8 @@ export class Scheduler {
   constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0) {
     const b = model.backend;
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
-    this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
+    this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0, rsAt: 0, checkpoints: [] }));
+    this.rsBytes = b.rsBytes?.() ?? 0;
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
@@ -64,6 +80,8 @@ export class Scheduler {
 
   /** the last forward passes and their time split (the placement view) */
   readonly steps: StepLog;
+  /** bytes of a slot's recurrent state (0: the model has no recurrent layers) */
+  private readonly rsBytes: number;
 
   stats(): EngineStats {
     return {
@@ -114,7 +132,14 @@ export class Scheduler {
     const posBytes = this.model.backend.kvPosBytes();
     const kv = new Uint8Array(s.tokens.length * posBytes);
     if (s.tokens.length) this.model.backend.kvSave(s.id, s.tokens.length, kv);
-    const n = writeSlotFile(path, { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes }, s.tokens, kv);
+    let rs: Uint8Array | undefined;
+    if (this.rsBytes) {
+      if (s.rsAt !== s.tokens.length) throw new EngineError(`slot ${id}'s recurrent state is not at its ${s.tokens.length} tokens`, "server_error", 500);
+      rs = new Uint8Array(this.rsBytes);
+      this.model.backend.rsSave!(s.id, rs);
+    }
+    const head = { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes, ...(rs ? { rs_bytes: rs.length } : {}) };
+    const n = writeSlotFile(path, head, s.tokens, kv, rs);
     return { n_saved: s.tokens.length, n_written: n, save_ms: performance.now() - t0 };
   }
 
@@ -123,10 +148,13 @@ export class Scheduler {
     const t0 = performance.now();
     const s = this.idleSlot(id);
     const posBytes = this.model.backend.kvPosBytes();
-    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot });
+    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot, rsBytes: this.rsBytes });
     if (f.tokens.some((t) => t < 0 || t >= this.model.hp.nVocab)) throw new EngineError("slot file holds token ids outside the vocabulary", "invalid_request_error", 400);
     if (f.tokens.length) this.model.backend.kvLoad(s.id, f.tokens.length, f.kv);
+    if (f.rs) this.model.backend.rsLoad!(s.id, f.rs);
     s.tokens = f.tokens;
+    s.rsAt = f.tokens.length;
+    s.checkpoints = [];
     return { n_restored: f.tokens.length, n_read: f.bytes, restore_ms: performance.now() - t0 };
   }
 
@@ -135,6 +163,8 @@ export class Scheduler {
     const s = this.idleSlot(id);
     const n = s.tokens.length;
     s.tokens = [];
+    s.rsAt = 0;
+    s.checkpoints = [];
     return { n_erased: n };
   }
 
@@ -146,6 +176,11 @@ export class Scheduler {
 
   /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
   private stash(s: Slot): SavedKv {
+    const kv = this.stashKv(s);
+    return this.rsBytes ? this.withCheckpoints(s, kv) : kv;
+  }
+
+  private stashKv(s: Slot): SavedKv {
     const be = this.model.backend, n = s.tokens.length;
     const dev = be.kvStash?.(s.id, n);
     if (dev) return dev;
@@ -155,8 +190,80 @@ export class Scheduler {
     return { bytes: buf.length, where: "host", restore: (slot, m) => be.kvLoad(slot, m, buf.subarray(0, m * posBytes)), free: () => {} };
   }
 
+  /** A recurrent model's saved state: its KV with the slot's recurrent states (live and checkpoints); it restores only at those. */
+  private withCheckpoints(s: Slot, kv: SavedKv): SavedKv {
+    const be = this.model.backend, n = s.tokens.length;
+    const cps = s.checkpoints.filter((c) => c.n <= n);
+    if (s.rsAt === n && n > 0) cps.push({ n, state: this.rsState(s) });
+    return {
+      bytes: kv.bytes + cps.length * this.rsBytes,
+      where: kv.where,
+      restorable: (m) => cps.reduce((best, c) => (c.n <= m && c.n > best ? c.n : best), 0),
+      restore: (slot, m) => {
+        const c = cps.find((x) => x.n === m);
+        if (!c) throw new EngineError(`internal: no recurrent state saved at ${m} tokens`);
+        kv.restore(slot, m);
+        be.rsLoad!(slot, c.state);
+      },
+      free: () => kv.free(),
+    };
+  }
+
+  /** A copy of the slot's live recurrent state. */
+  private rsState(s: Slot): Uint8Array {
+    const state = new Uint8Array(this.rsBytes);
+    this.model.backend.rsSave!(s.id, state);
+    return state;
+  }
+
+  /** The longest prefix of at most n tokens the slot holds a recurrent state for (its live one or a checkpoint); 0: none. */
+  private slotRestorable(s: Slot, n: number): number {
+    let best = s.rsAt === s.tokens.length && s.rsAt <= n ? s.rsAt : 0;
+    for (const c of s.checkpoints) if (c.n <= n && c.n > best) best = c.n;
+    return best;
+  }
+
+  /** prepareSlot for a recurrent model: a prefix only where a recurrent state was kept, the slot's put at it. */
+  private prepareRecurrent(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
+    const limit = prompt.length - 1;
+    let keep = usePrefix ? this.slotRestorable(s, Math.min(commonPrefix(s.tokens, prompt), limit)) : 0;
+    if (usePrefix && this.cache.enabled) {
+      const { entry, n } = this.cache.best(prompt, limit);
+      if (entry && n > keep) {
+        this.saveSlot(s, entry);
+        entry.kv.restore(s.id, n);
+        s.tokens = entry.tokens.slice(0, n);
+        s.rsAt = n;
+        s.checkpoints = [];
+        this.cache.touch(entry);
+        this.cache.hits++;
+        this.restored += n;
+        return n;
+      } else if (keep < Math.min(s.tokens.length, prompt.length)) {
+        this.cache.misses++;
+      }
+    }
+    if (keep < s.tokens.length) this.saveSlot(s);
+    if (keep > 0 && keep !== s.rsAt) {
+      const c = s.checkpoints.find((x) => x.n === keep)!;
+      this.model.backend.rsLoad!(s.id, c.state);
+    }
+    s.rsAt = keep;
+    s.tokens.length = keep;
+    s.checkpoints = s.checkpoints.filter((c) => c.n <= keep);
+    return keep;
+  }
+
+  /** Keep the slot's live recurrent state as a checkpoint at its tokens (the newest MAX_CHECKPOINTS). */
+  private checkpoint(s: Slot): void {
+    s.checkpoints = s.checkpoints.filter((c) => c.n !== s.rsAt);
+    s.checkpoints.push({ n: s.rsAt, state: this.rsState(s) });
+    if (s.checkpoints.length > MAX_CHECKPOINTS) s.checkpoints.shift();
+  }
+
   /** The KV prefix a task can start from in slot s: what the slot holds, or a cache entry restored into it. */
   private prepareSlot(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
+    if (this.rsBytes) return this.prepareRecurrent(s, prompt, usePrefix);
     let keep = usePrefix ? commonPrefix(s.tokens, prompt) : 0;
     if (usePrefix && this.cache.enabled) {
       const { entry, n } = this.cache.best(prompt);
@@ -268,7 +375,8 @@ export class Scheduler {
       if (room <= 0) break;
       const t = s.task!;
       const rest = t.req.prompt.length - s.tokens.length;
-      const n = Math.min(room, rest);
+      // a recurrent model's chunk stops before the prompt's last token: its state there is kept (checkpoint)
+      const n = this.rsBytes && rest > 1 && room >= rest ? rest - 1 : Math.min(room, rest);
       for (let i = 0; i < n; i++) {
         tokens.push(t.req.prompt[s.tokens.length + i]);
         pos.push(s.tokens.length + i);
@@ -297,6 +405,8 @@ export class Scheduler {
         const t = s.task!;
         s.task = undefined;
         s.tokens.length = 0;
+        s.rsAt = 0;
+        s.checkpoints = [];
         this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
       }
       return true;
@@ -308,6 +418,10 @@ export class Scheduler {
       const t = c.slot.task!;
       for (let i = 0; i < c.n; i++) c.slot.tokens.push(t.req.prompt[c.slot.tokens.length]);
       t.promptMs += ms;
+    }
+    if (this.rsBytes) {
+      for (const s of active) s.rsAt = s.tokens.length;
+      for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.checkpoint(c.slot);
     }
     const events: TokenEvent[] = [];
     outSlots.forEach((s, i) => {

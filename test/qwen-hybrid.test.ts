@@ -1,0 +1,124 @@
+// The Qwen hybrids (qwen35moe, qwen3next: gated delta-net layers with a recurrent state per slot) on the CPU,
+// beyond the conformance table: the converter's own fixture file against llama.cpp's answer on it; a prompt
+// whole, in chunks and token by token giving the same greedy text; two sequences batched in one forward each
+// as alone (their states apart); a slot's recurrent state saved and loaded back; a sequence started again at
+// position 0 from a slot another sequence used; the refusals of a file the family cannot run.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { cpuPaths } from "../ffi/cpu-kernels.ts";
+import { Model } from "../src/engine/model.ts";
+import type { Batch } from "../src/engine/backend.ts";
+import { FIXTURES } from "./paths.ts";
+import { argmax, greedy, maxAbsDiff, onPath } from "./model-fixtures.ts";
+import { familyRefs, FAMILY_CASES, llamaRefs, type FamilyCase } from "./conformance/families.ts";
+
+const FAM = join(FIXTURES, "families");
+const FAMILIES = [
+  // llama.cpp's last logits on the converter's file: ours within 6.6e-3 (qwen35moe) and 5.7e-3 (qwen3next)
+  { dir: "qwen3_5_moe", row: "qwen35moe", llamaTol: 1e-2 },
+  { dir: "qwen3_next", row: "qwen3next", llamaTol: 1e-2 },
+].filter((f) => existsSync(join(FAM, f.dir, `${f.dir}.gguf`)));
+
+const models: Model[] = [];
+afterAll(() => models.forEach((m) => m.close()));
+function load(path: string, o: Parameters<typeof Model.load>[1] = {}): Model {
+  const m = Model.load(path, { nCtx: 256, nThreads: 2, log: () => {}, ...o });
+  models.push(m);
+  return m;
+}
+
+function oneBatch(m: Model, rows: { tok: number; pos: number; seq: number }[], out: number[]): Float32Array {
+  const V = m.hp.nVocab, logits = new Float32Array(out.length * V);
+  const b: Batch = {
+    tokens: Int32Array.from(rows, (r) => r.tok), pos: Int32Array.from(rows, (r) => r.pos), seq: Int32Array.from(rows, (r) => r.seq),
+    outRows: Int32Array.from(out), logits,
+  };
+  m.backend.forward(b);
+  return logits;
+}
+
+describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
+  for (const F of FAMILIES) {
+    const gguf = join(FAM, F.dir, `${F.dir}.gguf`);
+    const c = FAMILY_CASES.find((x) => x.name.startsWith(F.row)) as FamilyCase;
+
+    for (const path of cpuPaths()) {
+      test(`${F.row}: the converter's file on the ${path} path: last logits within ${F.llamaTol} of llama.cpp's`, async () => {
+        const lrefs = (await llamaRefs({ ...c, llamacpp: join(FAM, F.dir, "llamacpp-ref.json") }))!;
+        const refs = await familyRefs(c);
+        await onPath(path, async () => {
+          const m = load(gguf);
+          let worst = 0;
+          for (const [k, r] of refs.entries()) worst = Math.max(worst, maxAbsDiff(m.evalSequence(r.prompt, 0), lrefs[k].last_logits));
+          console.log(`${F.row} ${path}: the converter's file, max |dlogit| from llama.cpp's ${worst.toExponential(2)}`);
+          expect(worst).toBeLessThan(F.llamaTol);
+        });
+      });
+    }
+
+    test(`${F.row}: a prompt whole, in chunks of 7 and token by token: the same greedy text`, async () => {
+      const r = (await familyRefs(c))[2]; // 40 ids
+      const whole = load(c.gguf), chunks = load(c.gguf, { maxTokens: 7 });
+      const a = greedy(whole, r.prompt, 16), b = greedy(chunks, r.prompt, 16);
+      // token by token: each prompt token its own forward
+      let lg: Float32Array = new Float32Array(0);
+      for (let i = 0; i < r.prompt.length; i++) lg = whole.evalSequence([r.prompt[i]], i);
+      const d = maxAbsDiff(lg, whole.evalSequence(r.prompt, 0));
+      const seq: number[] = [];
+      for (let s = 0, pos = r.prompt.length; s < 16; s++) {
+        const t = argmax(lg);
+        seq.push(t);
+        lg = whole.evalSequence([t], pos++);
+      }
+      console.log(`${F.row}: whole against token by token, last logits ${d.toExponential(2)} apart`);
+      expect(b).toEqual(a);
+      expect(seq).toEqual(a);
+      expect(d).toBeLessThan(1e-3);
+    });
+
+    test(`${F.row}: two sequences in one batch each as alone (slot states apart), a slot reused from position 0 as fresh`, async () => {
+      const refs = await familyRefs(c);
+      const A = refs[1].prompt, B = refs[2].prompt.slice(0, A.length); // 17 ids each
+      const m = load(c.gguf, { nSlots: 2 });
+      const alone = load(c.gguf);
+      const la = alone.evalSequence(A, 0), lb = alone.evalSequence(B, 0); // slot 0 reused by B from position 0
+      const rows = A.flatMap((t, i) => [{ tok: t, pos: i, seq: 0 }, { tok: B[i], pos: i, seq: 1 }]);
+      const both = oneBatch(m, rows, [rows.length - 2, rows.length - 1]);
+      const V = m.hp.nVocab;
+      expect(maxAbsDiff(both.subarray(0, V), la)).toBeLessThan(1e-4);
+      expect(maxAbsDiff(both.subarray(V), lb)).toBeLessThan(1e-4);
+      expect(maxAbsDiff(lb, load(c.gguf).evalSequence(B, 0))).toBe(0);
+    });
+
+    test(`${F.row}: a slot's recurrent state and KV saved, the slot used by another sequence, loaded back: the sequence goes on as if never left`, async () => {
+      const refs = await familyRefs(c);
+      const A = refs[1].prompt, B = refs[3].prompt;
+      const m = load(c.gguf);
+      const be = m.backend;
+      const straight = load(c.gguf);
+      straight.evalSequence(A, 0);
+      const want = straight.evalSequence([7, 8, 9], A.length);
+      m.evalSequence(A, 0);
+      expect(be.rsBytes!()).toBeGreaterThan(0);
+      const rs = new Uint8Array(be.rsBytes!()), kv = new Uint8Array(A.length * be.kvPosBytes());
+      be.rsSave!(0, rs);
+      be.kvSave(0, A.length, kv);
+      m.evalSequence(B, 0);
+      be.rsLoad!(0, rs);
+      be.kvLoad(0, A.length, kv);
+      expect(maxAbsDiff(m.evalSequence([7, 8, 9], A.length), want)).toBe(0);
+    });
+  }
+
+  test("a legacy Qwen3-Next file (one fused ssm_in, no attn_qkv) is refused naming the tensor", async () => {
+    const { editGguf } = await import("./gguf-edit.ts");
+    const src = join(FAM, "qwen3_next", "qwen3_next.gguf");
+    if (!existsSync(src)) return;
+    const out = editGguf(src, join(tmpdir(), `bloomery-qwen3next-legacy-${process.pid}.gguf`), {
+      tensor: (t) => (t.name === "blk.0.attn_qkv.weight" ? { ...t, name: "blk.0.ssm_in.weight" } : t),
+    });
+    expect(() => load(out)).toThrow(/blk\.0\.ssm_in\.weight: the fused qkvz projection of older Qwen3-Next files is not supported/);
+  });
+});
