@@ -136,6 +136,19 @@ describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
     }
   });
 
+  test("a file with an MTP layer appended (block_count one more, nextn_predict_layers 1): the same logits, the layer named as not run", async () => {
+    const { withMtp } = await import("./mtp-edit.ts");
+    const src = join(FAM, "qwen3_5_moe", "qwen3_5_moe.gguf");
+    if (!existsSync(src)) return;
+    const out = withMtp(src, "qwen35moe", join(tmpdir(), `bloomery-qwen35moe-mtp-${process.pid}.gguf`));
+    const said: string[] = [];
+    const m = load(out, { log: (l) => said.push(l) });
+    expect(m.hp.nLayer).toBe(4);
+    expect(said.join("\n")).toContain("qwen35moe: the file's 1 MTP layer(s) (a draft for speculative decoding) are not run");
+    const p = [1, 2, 3, 4, 5, 6, 7];
+    expect(maxAbsDiff(m.evalSequence(p, 0), load(src).evalSequence(p, 0))).toBe(0);
+  });
+
   test("a legacy Qwen3-Next file (one fused ssm_in, no attn_qkv) is refused naming the tensor", async () => {
     const { editGguf } = await import("./gguf-edit.ts");
     const src = join(FAM, "qwen3_next", "qwen3_next.gguf");

@@ -110,6 +110,8 @@ export class CpuBackend implements Backend {
   }
 
   kvCopy(src: number, dst: number, n: number): void {
+    // a recurrent model's state after a prefix cannot be taken from a longer sequence's
+    if (this.rsBytes() > 0) throw new Error("kvCopy: this model keeps a recurrent state a slot; a prefix of a slot cannot be copied alone");
     check(cpu().bl_cpu_kv_copy(this.ctx, src, dst, n), "copying KV");
   }
 

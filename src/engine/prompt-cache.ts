@@ -69,11 +69,12 @@ export class PromptCache {
   /**
    * Save a state. An entry that is a prefix of the new one is replaced; a state that an entry
    * already covers is not saved twice. Returns false when it cannot fit the budget at all
-   * (`keep`, an entry about to be restored, is never evicted for it).
+   * (`keep`, an entry about to be restored, is never evicted for it). extraBytes: what the state holds beside
+   * its KV (a recurrent model's checkpoints).
    */
-  save(tokens: readonly number[], make: () => SavedKv, keep?: CachedPrompt): boolean {
+  save(tokens: readonly number[], make: () => SavedKv, keep?: CachedPrompt, extraBytes = 0): boolean {
     if (!this.enabled || tokens.length === 0) return false;
-    const need = tokens.length * this.posBytes;
+    const need = tokens.length * this.posBytes + extraBytes;
     if (this.maxBytes > 0 && need > this.maxBytes) return false;
     for (const e of this.entries) if (e.tokens.length >= tokens.length && commonPrefix(e.tokens, tokens) === tokens.length) { this.touch(e); return true; }
     if (this.maxBytes > 0 && keep && keep.kv.bytes + need > this.maxBytes) return false;

@@ -171,7 +171,7 @@ export class Scheduler {
   /** Save what a slot holds to the prompt cache (before it is overwritten). */
   private saveSlot(s: Slot, keep?: CachedPrompt): void {
     if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
-    this.cache.save(s.tokens, () => this.stash(s), keep);
+    this.cache.save(s.tokens, () => this.stash(s), keep, this.rsBytes ? this.rsBytes * this.statesOf(s).length : 0);
   }
 
   /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
@@ -192,9 +192,8 @@ export class Scheduler {
 
   /** A recurrent model's saved state: its KV with the slot's recurrent states (live and checkpoints); it restores only at those. */
   private withCheckpoints(s: Slot, kv: SavedKv): SavedKv {
-    const be = this.model.backend, n = s.tokens.length;
-    const cps = s.checkpoints.filter((c) => c.n <= n);
-    if (s.rsAt === n && n > 0) cps.push({ n, state: this.rsState(s) });
+    const be = this.model.backend;
+    const cps = this.statesOf(s).map((c) => c ?? { n: s.rsAt, state: this.rsState(s) });
     return {
       bytes: kv.bytes + cps.length * this.rsBytes,
       where: kv.where,
@@ -207,6 +206,14 @@ export class Scheduler {
       },
       free: () => kv.free(),
     };
+  }
+
+  /** The recurrent states a stash of the slot keeps: its checkpoints, and undefined for its live state (copied when stashed). */
+  private statesOf(s: Slot): (Checkpoint | undefined)[] {
+    const n = s.tokens.length;
+    const out: (Checkpoint | undefined)[] = s.checkpoints.filter((c) => c.n <= n && c.n !== s.rsAt);
+    if (s.rsAt === n && n > 0) out.push(undefined);
+    return out;
   }
 
   /** A copy of the slot's live recurrent state. */

@@ -60,9 +60,16 @@ function ssmKeys(f: GgufFile, a: string, nLayer: number): Ssm {
   return { conv, headK, nK, nV, headV, recurrent, nFfExp, nFfShexp: f.u32(`${a}.expert_shared_feed_forward_length`, nFfExp) };
 }
 
+/** The layers the forward pass runs: block_count less the MTP layers the file appends (nextn_predict_layers). */
+function mainLayers(f: GgufFile, a: string): number {
+  const blocks = f.u32(`${a}.block_count`), nextn = f.u32(`${a}.nextn_predict_layers`, 0);
+  if (nextn >= blocks) throw new GgufError(f.path, `${a}: nextn_predict_layers ${nextn} leaves no layer of block_count ${blocks}`);
+  return blocks - nextn;
+}
+
 export function hybridHparams(f: GgufFile, form: HybridForm): HParams {
   const A = form.arch;
-  const nLayer = f.u32(`${A}.block_count`);
+  const nLayer = mainLayers(f, A);
   const nEmbd = f.u32(`${A}.embedding_length`);
   const nHead = f.u32(`${A}.attention.head_count`);
   const nHeadKv = f.u32(`${A}.attention.head_count_kv`, nHead);
