@@ -3,8 +3,9 @@
  * conv1d over each sequence's conv state, the q / k L2 norms, the gated delta rule over each sequence's
  * recurrent state, a token at a time in the batch's order (the recurrent form, for prompts as for decode:
  * tokens of one sequence come in position order), the gated RMSNorm and the out projection, residual added.
- * The conv runs over channel ranges and the rule over v heads on the pool's workers; a head's tokens are
- * taken in batch order by one worker, so results never depend on the batch split or the threads. */
+ * The conv runs over channel ranges and the rule over v heads on the pool's workers (the path's float
+ * kernels for the state's rows); a head's tokens are taken in batch order by one worker, so results never
+ * depend on the batch split or the threads. */
 #include "ctx.h"
 #include "common.h"
 #include <math.h>
@@ -77,20 +78,14 @@ static void head_rule(const dn_job *j, int64_t h) {
     const float beta = 1.0f / (1.0f + expf(-b));
     const float decay = expf(j->a[h] * softplus(al + j->dt[h]));
     float *o = j->o + t * j->vd + h * hv;
+    /* a row of S at a time: decayed, its delta from v along k, then its product with q (the path's float kernels) */
+    const bl_kernels *kn = j->c->kern;
     for (int64_t i = 0; i < hv; i++) {
       float *row = S + i * hk;
-      float sk = 0;
-      for (int64_t e = 0; e < hk; e++) {
-        row[e] *= decay;
-        sk += row[e] * k[e];
-      }
-      const float d = beta * (v[i] - sk);
-      float oq = 0;
-      for (int64_t e = 0; e < hk; e++) {
-        row[e] += d * k[e];
-        oq += row[e] * q[e];
-      }
-      o[i] = oq;
+      kn->scale_f32(decay, row, hk);
+      const float d = beta * (v[i] - kn->dot_f32(row, k, hk));
+      kn->axpy_f32(d, k, row, hk);
+      o[i] = kn->dot_f32(row, q, hk);
     }
     /* o = rmsnorm(o) * norm * silu(z) */
     const float *z = j->z + t * j->vd + h * hv;
