@@ -1,5 +1,6 @@
 // A recurrent model (qwen35moe's fixture: gated delta-net layers, a recurrent state per slot) through the real
 // executable and HTTP: a request that shares only part of the slot's prefix gets the tokens a fresh server gives
+// (one reading prompts in chunks of 7)
 // (it starts over: no recurrent state was kept there), the prompt cache restores a prompt's checkpoint after
 // another request used the slot, a conversation goes on from the slot's live state, a slot file carries the
 // recurrent state, two slots batched together each answer as alone, and a cancelled stream leaves nothing wrong.
@@ -25,7 +26,9 @@ beforeAll(async () => {
   prompts = (await Bun.file(REF).json()).refs.map((r: { prompt: number[] }) => r.prompt);
   const args = ["-m", GGUF, "-ngl", "0", "-c", "1024", "-t", "2", "--slot-save-path", slotDir];
   a = await startServer([...args, "-np", "1"]);
-  fresh = await startServer([...args, "-np", "2", "--cache-ram", "0"]);
+  // the reference server reads prompts in chunks of 7 (a batch of at most 7 tokens): its answers are the
+  // chunked ones, the first server's the whole prompt's in one batch
+  fresh = await startServer([...args, "-np", "2", "--cache-ram", "0", "-ub", "7", "-b", "7"]);
 }, 600000);
 
 afterAll(async () => {

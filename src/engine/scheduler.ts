@@ -42,8 +42,8 @@ interface Checkpoint {
   state: Uint8Array;
 }
 
-/** The checkpoints a slot keeps besides its live state (the newest). */
-const MAX_CHECKPOINTS = 2;
+/** The checkpoints a slot keeps besides its live state (the newest: a state is rs_bytes, 63 MiB a slot for Qwen3.6-35B-A3B). */
+const MAX_CHECKPOINTS = 1;
 
 export interface SchedulerHooks {
   tokens(events: TokenEvent[]): void;
