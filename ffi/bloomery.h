@@ -114,9 +114,11 @@ enum { BL_MLA_Q = 0, BL_MLA_Q_A = 1, BL_MLA_Q_A_NORM = 2, BL_MLA_Q_B = 3, BL_MLA
  * (the conv's channels: q, k, v), gate [n_embd, n_v_heads * head_v] (z, the output norm's gate); beta and
  * alpha [n_embd, n_v_heads] each, or ba [n_embd, 2 * n_v_heads] (Qwen3-Next's fused form: for each k head its
  * v heads' betas, then their alphas); conv [conv_kernel, channels] (F32), dt [n_v_heads] (the decay's bias),
- * a [n_v_heads] (-exp(A_log)), norm [head_v] (the gated output norm), out [n_v_heads * head_v, n_embd]. */
+ * a [n_v_heads] (-exp(A_log)), norm [head_v] (the gated output norm), out [n_v_heads * head_v, n_embd]. Older
+ * Qwen3-Next files fuse qkv and gate in one qkvz [n_embd, 2 * (n_k_heads * head_k + n_v_heads * head_v)]: for each
+ * k head its q, k, then its v heads' v and z rows (given instead of qkv and gate). */
 enum { BL_DN_QKV = 0, BL_DN_GATE = 1, BL_DN_BETA = 2, BL_DN_ALPHA = 3, BL_DN_BA = 4, BL_DN_CONV = 5, BL_DN_DT = 6,
-       BL_DN_A = 7, BL_DN_NORM = 8, BL_DN_OUT = 9, BL_DN_TENSORS };
+       BL_DN_A = 7, BL_DN_NORM = 8, BL_DN_OUT = 9, BL_DN_QKVZ = 10, BL_DN_TENSORS };
 #define BL_OP_MAX_TENSORS 11
 
 enum { BL_NORM_RMS = 0 };

@@ -59,7 +59,7 @@ export const OP_ROLES = {
   [OpKind.Ffn]: ["gate", "up", "down", "gate_inp"],
   [OpKind.Output]: ["norm", "head"],
   [OpKind.Mla]: ["q", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "k_b", "v_b", "o"],
-  [OpKind.Deltanet]: ["qkv", "gate", "beta", "alpha", "ba", "conv", "dt", "a", "norm", "out"],
+  [OpKind.Deltanet]: ["qkv", "gate", "beta", "alpha", "ba", "conv", "dt", "a", "norm", "out", "qkvz"],
 } as const satisfies Record<OpKind, readonly string[]>;
 
 export type Role<K extends OpKind> = (typeof OP_ROLES)[K][number];

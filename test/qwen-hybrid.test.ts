@@ -149,13 +149,41 @@ describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
     expect(maxAbsDiff(m.evalSequence(p, 0), load(src).evalSequence(p, 0))).toBe(0);
   });
 
-  test("a legacy Qwen3-Next file (one fused ssm_in, no attn_qkv) is refused naming the tensor", async () => {
+  test("an older Qwen3-Next file (q, k, v and z fused in ssm_in, grouped by k head) gives the split file's logits bit for bit", async () => {
     const { editGguf } = await import("./gguf-edit.ts");
     const src = join(FAM, "qwen3_next", "qwen3_next.gguf");
     if (!existsSync(src)) return;
-    const out = editGguf(src, join(tmpdir(), `bloomery-qwen3next-legacy-${process.pid}.gguf`), {
-      tensor: (t) => (t.name === "blk.0.attn_qkv.weight" ? { ...t, name: "blk.0.ssm_in.weight" } : t),
+    const f = GgufFile.open(src);
+    const nk = f.u32("qwen3next.ssm.group_count"), hk = f.u32("qwen3next.ssm.state_size"), nv = f.u32("qwen3next.ssm.time_step_rank");
+    const hv = f.u32("qwen3next.ssm.inner_size") / nv, r = nv / nk, qk = nk * hk, E = f.u32("qwen3next.embedding_length");
+    const qkv = new Map<number, Uint8Array>(), gate = new Map<number, Uint8Array>();
+    const rowBytes = E * 2; // F16 rows
+    const out = editGguf(src, join(tmpdir(), `bloomery-qwen3next-qkvz-${process.pid}.gguf`), {
+      tensor: (t) => {
+        const m = /^blk\.(\d+)\.attn_(qkv|gate)\.weight$/.exec(t.name);
+        if (!m) return t;
+        expect(t.type).toBe(1);
+        (m[2] === "qkv" ? qkv : gate).set(Number(m[1]), t.data);
+        return null;
+      },
+      get extra() {
+        return [...qkv.keys()].map((l) => {
+          const a = qkv.get(l)!, z = gate.get(l)!, rows: Uint8Array[] = [];
+          const take = (b: Uint8Array, r0: number, n: number) => rows.push(b.subarray(r0 * rowBytes, (r0 + n) * rowBytes));
+          for (let kh = 0; kh < nk; kh++) {
+            take(a, kh * hk, hk);
+            take(a, qk + kh * hk, hk);
+            take(a, 2 * qk + kh * r * hv, r * hv);
+            take(z, kh * r * hv, r * hv);
+          }
+          const data = new Uint8Array(rows.reduce((n, x) => n + x.length, 0));
+          rows.reduce((at, x) => (data.set(x, at), at + x.length), 0);
+          return { name: `blk.${l}.ssm_in.weight`, type: 1, ne: [E, 2 * qk + 2 * nv * hv], data };
+        });
+      },
     });
-    expect(() => load(out)).toThrow(/blk\.0\.ssm_in\.weight: the fused qkvz projection of older Qwen3-Next files is not supported/);
+    const p = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5];
+    expect(maxAbsDiff(load(out).evalSequence(p, 0), load(src).evalSequence(p, 0))).toBe(0);
+    expect(maxAbsDiff(load(out, { exact: true }).evalSequence(p, 0), load(src, { exact: true }).evalSequence(p, 0))).toBe(0);
   });
 });

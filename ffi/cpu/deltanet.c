@@ -147,9 +147,13 @@ int64_t bl_deltanet_check(const bl_ctx_params *p, const bl_op *op) {
   if (need > p->rs_dim) return bl_fail(BL_E_INVAL, "delta-net: a state of %lld floats, the context keeps %lld a layer", (long long)need, (long long)p->rs_dim);
   if (vd > p->max_q_dim && vd > E) return bl_fail(BL_E_INVAL, "delta-net: out's rows of %lld past the context's widest row %lld", (long long)vd, (long long)p->max_q_dim);
   int64_t s;
-  if ((s = mat_of(bl_op_t(op, BL_DN_QKV), E, C, "qkv")) || (s = mat_of(bl_op_t(op, BL_DN_GATE), E, vd, "gate")) ||
-      (s = mat_of(bl_op_t(op, BL_DN_OUT), vd, E, "out")))
+  if (bl_op_t(op, BL_DN_QKVZ)->data) {
+    if (bl_op_t(op, BL_DN_QKV)->data || bl_op_t(op, BL_DN_GATE)->data) return bl_fail(BL_E_INVAL, "delta-net: both qkvz and qkv / gate");
+    if ((s = mat_of(bl_op_t(op, BL_DN_QKVZ), E, C + vd, "qkvz"))) return s;
+  } else if ((s = mat_of(bl_op_t(op, BL_DN_QKV), E, C, "qkv")) || (s = mat_of(bl_op_t(op, BL_DN_GATE), E, vd, "gate"))) {
     return s;
+  }
+  if ((s = mat_of(bl_op_t(op, BL_DN_OUT), vd, E, "out"))) return s;
   if (bl_op_t(op, BL_DN_BA)->data) {
     if (bl_op_t(op, BL_DN_BETA)->data || bl_op_t(op, BL_DN_ALPHA)->data) return bl_fail(BL_E_INVAL, "delta-net: both ba and beta / alpha");
     if ((s = mat_of(bl_op_t(op, BL_DN_BA), E, 2 * nv, "ba"))) return s;
@@ -196,8 +200,10 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   for (int64_t t = 0; t < n; t++)
     if (j.seq[t] < 0 || j.seq[t] >= c->p.kv_slots) return bl_fail(BL_E_INVAL, "delta-net: sequence %d outside %lld slots", j.seq[t], (long long)c->p.kv_slots);
   const int ba = bl_op_t(op, BL_DN_BA)->data != 0;
-  /* the work buffers: qkv, z, beta + alpha (or ba), o, y; then the vectors */
-  const size_t need = (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + E) + (size_t)(j.K * j.C + 2 * j.nv + j.hv);
+  const int qkvz = bl_op_t(op, BL_DN_QKVZ)->data != 0;
+  /* the work buffers: qkv, z, beta + alpha (or ba), o, y (with qkvz: its rows, as wide as qkv and z); then the vectors */
+  const int64_t yw = qkvz && j.C + j.vd > E ? j.C + j.vd : E;
+  const size_t need = (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(j.K * j.C + 2 * j.nv + j.hv);
   if (need > c->dn_cap) {
     free(c->dn);
     c->dn_cap = 0;
@@ -212,7 +218,7 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   p += n * 2 * j.nv;
   j.o = p, p += n * j.vd;
   float *y = p;
-  p += n * E;
+  p += n * yw;
   float *convw = p, *dt = convw + j.K * j.C, *a = dt + j.nv, *nw = a + j.nv;
   if ((s = floats_of(bl_op_t(op, BL_DN_CONV), convw, j.K * j.C)) || (s = floats_of(bl_op_t(op, BL_DN_DT), dt, j.nv)) ||
       (s = floats_of(bl_op_t(op, BL_DN_A), a, j.nv)) || (s = floats_of(bl_op_t(op, BL_DN_NORM), nw, j.hv)))
@@ -222,8 +228,26 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   j.a = a;
   j.normw = nw;
   if (norm && (s = bl_norm_op(c, norm, n))) return s;
-  if ((s = bl_matmul(c, bl_op_t(op, BL_DN_QKV), 0, c->h, E, n, j.qkv, j.C))) return s;
-  if ((s = bl_matmul(c, bl_op_t(op, BL_DN_GATE), 0, c->h, E, n, j.z, j.vd))) return s;
+  if (qkvz) {
+    /* the fused rows in y's room (yw floats a row), then split into qkv and z */
+    float *fz = y;
+    const int64_t W = j.C + j.vd, r = j.nv / j.nk, per = 2 * j.hk + 2 * r * j.hv;
+    if ((s = bl_matmul(c, bl_op_t(op, BL_DN_QKVZ), 0, c->h, E, n, fz, W))) return s;
+    for (int64_t t = 0; t < n; t++) {
+      const float *row = fz + t * W;
+      float *q = j.qkv + t * j.C, *z = j.z + t * j.vd;
+      for (int64_t kh = 0; kh < j.nk; kh++) {
+        const float *g = row + kh * per;
+        memcpy(q + kh * j.hk, g, sizeof(float) * (size_t)j.hk);
+        memcpy(q + j.qk + kh * j.hk, g + j.hk, sizeof(float) * (size_t)j.hk);
+        memcpy(q + 2 * j.qk + kh * r * j.hv, g + 2 * j.hk, sizeof(float) * (size_t)(r * j.hv));
+        memcpy(z + kh * r * j.hv, g + 2 * j.hk + r * j.hv, sizeof(float) * (size_t)(r * j.hv));
+      }
+    }
+  } else {
+    if ((s = bl_matmul(c, bl_op_t(op, BL_DN_QKV), 0, c->h, E, n, j.qkv, j.C))) return s;
+    if ((s = bl_matmul(c, bl_op_t(op, BL_DN_GATE), 0, c->h, E, n, j.z, j.vd))) return s;
+  }
   if (ba) {
     j.ba = bb;
     if ((s = bl_matmul(c, bl_op_t(op, BL_DN_BA), 0, c->h, E, n, j.ba, 2 * j.nv))) return s;

@@ -4,7 +4,8 @@
 // holding each head's query then its output gate), each followed by a post-attention norm, softmax top-k routed
 // SwiGLU experts with renormalised weights and a shared expert under its scalar sigmoid gate. The two differ in
 // names only: Qwen3-Next's beta and alpha come fused (ssm_ba, grouped by k head) and its v heads are grouped by
-// k head, Qwen3.5's are separate (ssm_beta, ssm_alpha) with v heads tiled (llama.cpp's converter reorders them);
+// k head (older files fuse q, k, v and z in one ssm_in), Qwen3.5's are separate (ssm_beta, ssm_alpha) with v heads
+// tiled (llama.cpp's converter reorders them);
 // Qwen3.5 gives interleaved M-RoPE sections (rope.dimension_sections), which on text (every position component
 // the token's position) rotate exactly as plain NEOX RoPE does. An MTP layer the file appends is not run.
 import type { GgufFile } from "../gguf/index.ts";
@@ -129,14 +130,14 @@ export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpe
     const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
     ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
     if (s.recurrent[i]) {
-      if (f.tensor(`${p}ssm_in.weight`) && !f.tensor(`${p}attn_qkv.weight`)) {
-        throw new GgufError(f.path, `${p}ssm_in.weight: the fused qkvz projection of older Qwen3-Next files is not supported (convert again with a llama.cpp of 2026 or later: attn_qkv and attn_gate)`);
-      }
+      // older Qwen3-Next files: q, k, v and z in one ssm_in, grouped by k head
+      const legacy = form.fusedBa && !!f.tensor(`${p}ssm_in.weight`) && !f.tensor(`${p}attn_qkv.weight`);
+      const proj = legacy ? { qkvz: need("ssm_in.weight", [E, C + vd]) } : { qkv: need("attn_qkv.weight", [E, C]), gate: need("attn_gate.weight", [E, vd]) };
       const ba = form.fusedBa ? { ba: need("ssm_ba.weight", [E, 2 * s.nV]) } : { beta: need("ssm_beta.weight", [E, s.nV]), alpha: need("ssm_alpha.weight", [E, s.nV]) };
       ops.push(deltanetOp({
         layer: i, rsLayer: rsLayer++, nKHeads: s.nK, nVHeads: s.nV, headK: s.headK, headV: s.headV, convKernel: s.conv, headMap: form.headMap, eps: hp.eps,
         tensors: {
-          qkv: need("attn_qkv.weight", [E, C]), gate: need("attn_gate.weight", [E, vd]), ...ba, conv: need("ssm_conv1d.weight", [s.conv, C]),
+          ...proj, ...ba, conv: need("ssm_conv1d.weight", [s.conv, C]),
           dt: need("ssm_dt.bias", [s.nV]), a: need("ssm_a", [s.nV]), norm: need("ssm_norm.weight", [s.headV]), out: need("ssm_out.weight", [vd, E]),
         },
       }));
