@@ -13,6 +13,7 @@ import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./pr
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
 import { StepLog } from "./step-log.ts";
+import { RecurrentStates, type Checkpoint } from "./recurrent-state.ts";
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -36,15 +37,6 @@ interface Slot {
   checkpoints: Checkpoint[];
 }
 
-/** A recurrent state after the first n tokens of a slot (or of a prompt cache entry). */
-interface Checkpoint {
-  n: number;
-  state: Uint8Array;
-}
-
-/** The checkpoints a slot keeps besides its live state (the newest: a state is rs_bytes, 63 MiB a slot for Qwen3.6-35B-A3B). */
-const MAX_CHECKPOINTS = 1;
-
 export interface SchedulerHooks {
   tokens(events: TokenEvent[]): void;
   done(d: DoneEvent): void;
@@ -66,7 +58,8 @@ export class Scheduler {
     const b = model.backend;
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0, rsAt: 0, checkpoints: [] }));
-    this.rsBytes = b.rsBytes?.() ?? 0;
+    const rsBytes = b.rsBytes?.() ?? 0;
+    this.rs = rsBytes > 0 ? new RecurrentStates(b, rsBytes) : undefined;
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
@@ -80,8 +73,8 @@ export class Scheduler {
 
   /** the last forward passes and their time split (the placement view) */
   readonly steps: StepLog;
-  /** bytes of a slot's recurrent state (0: the model has no recurrent layers) */
-  private readonly rsBytes: number;
+  /** a recurrent model's slot states (undefined: the model has no recurrent layers) */
+  private readonly rs: RecurrentStates | undefined;
 
   stats(): EngineStats {
     return {
@@ -133,10 +126,9 @@ export class Scheduler {
     const kv = new Uint8Array(s.tokens.length * posBytes);
     if (s.tokens.length) this.model.backend.kvSave(s.id, s.tokens.length, kv);
     let rs: Uint8Array | undefined;
-    if (this.rsBytes) {
+    if (this.rs) {
       if (s.rsAt !== s.tokens.length) throw new EngineError(`slot ${id}'s recurrent state is not at its ${s.tokens.length} tokens`, "server_error", 500);
-      rs = new Uint8Array(this.rsBytes);
-      this.model.backend.rsSave!(s.id, rs);
+      rs = this.rs.live(s);
     }
     const head = { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes, ...(rs ? { rs_bytes: rs.length } : {}) };
     const n = writeSlotFile(path, head, s.tokens, kv, rs);
@@ -148,13 +140,13 @@ export class Scheduler {
     const t0 = performance.now();
     const s = this.idleSlot(id);
     const posBytes = this.model.backend.kvPosBytes();
-    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot, rsBytes: this.rsBytes });
+    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot, rsBytes: this.rs?.bytes ?? 0 });
     if (f.tokens.some((t) => t < 0 || t >= this.model.hp.nVocab)) throw new EngineError("slot file holds token ids outside the vocabulary", "invalid_request_error", 400);
     if (f.tokens.length) this.model.backend.kvLoad(s.id, f.tokens.length, f.kv);
     if (f.rs) this.model.backend.rsLoad!(s.id, f.rs);
     s.tokens = f.tokens;
+    this.rs?.reset(s);
     s.rsAt = f.tokens.length;
-    s.checkpoints = [];
     return { n_restored: f.tokens.length, n_read: f.bytes, restore_ms: performance.now() - t0 };
   }
 
@@ -163,21 +155,20 @@ export class Scheduler {
     const s = this.idleSlot(id);
     const n = s.tokens.length;
     s.tokens = [];
-    s.rsAt = 0;
-    s.checkpoints = [];
+    this.rs?.reset(s);
     return { n_erased: n };
   }
 
   /** Save what a slot holds to the prompt cache (before it is overwritten). */
   private saveSlot(s: Slot, keep?: CachedPrompt): void {
     if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
-    this.cache.save(s.tokens, () => this.stash(s), keep, this.rsBytes ? this.rsBytes * this.statesOf(s).length : 0);
+    this.cache.save(s.tokens, () => this.stash(s), keep, this.rs?.stashBytes(s) ?? 0);
   }
 
   /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
   private stash(s: Slot): SavedKv {
     const kv = this.stashKv(s);
-    return this.rsBytes ? this.withCheckpoints(s, kv) : kv;
+    return this.rs ? this.rs.stash(s, kv) : kv;
   }
 
   private stashKv(s: Slot): SavedKv {
@@ -190,58 +181,18 @@ export class Scheduler {
     return { bytes: buf.length, where: "host", restore: (slot, m) => be.kvLoad(slot, m, buf.subarray(0, m * posBytes)), free: () => {} };
   }
 
-  /** A recurrent model's saved state: its KV with the slot's recurrent states (live and checkpoints); it restores only at those. */
-  private withCheckpoints(s: Slot, kv: SavedKv): SavedKv {
-    const be = this.model.backend;
-    const cps = this.statesOf(s).map((c) => c ?? { n: s.rsAt, state: this.rsState(s) });
-    return {
-      bytes: kv.bytes + cps.length * this.rsBytes,
-      where: kv.where,
-      restorable: (m) => cps.reduce((best, c) => (c.n <= m && c.n > best ? c.n : best), 0),
-      restore: (slot, m) => {
-        const c = cps.find((x) => x.n === m);
-        if (!c) throw new EngineError(`internal: no recurrent state saved at ${m} tokens`);
-        kv.restore(slot, m);
-        be.rsLoad!(slot, c.state);
-      },
-      free: () => kv.free(),
-    };
-  }
-
-  /** The recurrent states a stash of the slot keeps: its checkpoints, and undefined for its live state (copied when stashed). */
-  private statesOf(s: Slot): (Checkpoint | undefined)[] {
-    const n = s.tokens.length;
-    const out: (Checkpoint | undefined)[] = s.checkpoints.filter((c) => c.n <= n && c.n !== s.rsAt);
-    if (s.rsAt === n && n > 0) out.push(undefined);
-    return out;
-  }
-
-  /** A copy of the slot's live recurrent state. */
-  private rsState(s: Slot): Uint8Array {
-    const state = new Uint8Array(this.rsBytes);
-    this.model.backend.rsSave!(s.id, state);
-    return state;
-  }
-
-  /** The longest prefix of at most n tokens the slot holds a recurrent state for (its live one or a checkpoint); 0: none. */
-  private slotRestorable(s: Slot, n: number): number {
-    let best = s.rsAt === s.tokens.length && s.rsAt <= n ? s.rsAt : 0;
-    for (const c of s.checkpoints) if (c.n <= n && c.n > best) best = c.n;
-    return best;
-  }
-
   /** prepareSlot for a recurrent model: a prefix only where a recurrent state was kept, the slot's put at it. */
-  private prepareRecurrent(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
+  private prepareRecurrent(s: Slot, prompt: readonly number[], usePrefix: boolean, rs: RecurrentStates): number {
     const limit = prompt.length - 1;
-    let keep = usePrefix ? this.slotRestorable(s, Math.min(commonPrefix(s.tokens, prompt), limit)) : 0;
+    let keep = usePrefix ? rs.restorable(s, Math.min(commonPrefix(s.tokens, prompt), limit)) : 0;
     if (usePrefix && this.cache.enabled) {
       const { entry, n } = this.cache.best(prompt, limit);
       if (entry && n > keep) {
         this.saveSlot(s, entry);
         entry.kv.restore(s.id, n);
         s.tokens = entry.tokens.slice(0, n);
+        rs.reset(s);
         s.rsAt = n;
-        s.checkpoints = [];
         this.cache.touch(entry);
         this.cache.hits++;
         this.restored += n;
@@ -251,26 +202,13 @@ export class Scheduler {
       }
     }
     if (keep < s.tokens.length) this.saveSlot(s);
-    if (keep > 0 && keep !== s.rsAt) {
-      const c = s.checkpoints.find((x) => x.n === keep)!;
-      this.model.backend.rsLoad!(s.id, c.state);
-    }
-    s.rsAt = keep;
-    s.tokens.length = keep;
-    s.checkpoints = s.checkpoints.filter((c) => c.n <= keep);
+    rs.cut(s, keep);
     return keep;
-  }
-
-  /** Keep the slot's live recurrent state as a checkpoint at its tokens (the newest MAX_CHECKPOINTS). */
-  private checkpoint(s: Slot): void {
-    s.checkpoints = s.checkpoints.filter((c) => c.n !== s.rsAt);
-    s.checkpoints.push({ n: s.rsAt, state: this.rsState(s) });
-    if (s.checkpoints.length > MAX_CHECKPOINTS) s.checkpoints.shift();
   }
 
   /** The KV prefix a task can start from in slot s: what the slot holds, or a cache entry restored into it. */
   private prepareSlot(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
-    if (this.rsBytes) return this.prepareRecurrent(s, prompt, usePrefix);
+    if (this.rs) return this.prepareRecurrent(s, prompt, usePrefix, this.rs);
     let keep = usePrefix ? commonPrefix(s.tokens, prompt) : 0;
     if (usePrefix && this.cache.enabled) {
       const { entry, n } = this.cache.best(prompt);
@@ -383,7 +321,7 @@ export class Scheduler {
       const t = s.task!;
       const rest = t.req.prompt.length - s.tokens.length;
       // a recurrent model's chunk stops before the prompt's last token: its state there is kept (checkpoint)
-      const n = this.rsBytes && rest > 1 && room >= rest ? rest - 1 : Math.min(room, rest);
+      const n = this.rs && rest > 1 && room >= rest ? rest - 1 : Math.min(room, rest);
       for (let i = 0; i < n; i++) {
         tokens.push(t.req.prompt[s.tokens.length + i]);
         pos.push(s.tokens.length + i);
@@ -412,8 +350,7 @@ export class Scheduler {
         const t = s.task!;
         s.task = undefined;
         s.tokens.length = 0;
-        s.rsAt = 0;
-        s.checkpoints = [];
+        this.rs?.reset(s);
         this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
       }
       return true;
@@ -426,9 +363,9 @@ export class Scheduler {
       for (let i = 0; i < c.n; i++) c.slot.tokens.push(t.req.prompt[c.slot.tokens.length]);
       t.promptMs += ms;
     }
-    if (this.rsBytes) {
+    if (this.rs) {
       for (const s of active) s.rsAt = s.tokens.length;
-      for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.checkpoint(c.slot);
+      for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.rs.checkpoint(c.slot);
     }
     const events: TokenEvent[] = [];
     outSlots.forEach((s, i) => {
