@@ -1,5 +1,6 @@
 // The Qwen hybrids (qwen35moe, qwen3next: gated delta-net layers with a recurrent state per slot) on the CPU,
-// beyond the conformance table: the converter's own fixture file against llama.cpp's answer on it; a prompt
+// beyond the conformance table: the converter's own fixture file against llama.cpp's answer on it; the hf/
+// folder (transformers' values: bit for bit the conformance row's file); a prompt
 // whole, in chunks and token by token giving the same greedy text; two sequences batched in one forward each
 // as alone (their states apart); a slot's recurrent state saved and loaded back; a sequence started again at
 // position 0 from a slot another sequence used; the refusals of a file the family cannot run.
@@ -15,6 +16,7 @@ import { encodeProgram } from "../src/engine/program.ts";
 import { MappedWeights } from "../src/engine/weights.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
+import { openHfFolder } from "../src/safetensors/model.ts";
 import { Model } from "../src/engine/model.ts";
 import type { Batch } from "../src/engine/backend.ts";
 import { FIXTURES } from "./paths.ts";
@@ -64,6 +66,27 @@ describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
         });
       });
     }
+
+    test(`${F.row}: its hf/ folder: the converter's metadata, and bit for bit the logits of the file with transformers' values (exact and ggml paths)`, async () => {
+      const dir = join(FAM, F.dir, "hf");
+      if (!existsSync(dir)) return;
+      const h = openHfFolder(dir), g = GgufFile.open(gguf);
+      for (const [k, v] of g.kv) {
+        // the folder's config has no mrope_section (the converter writes its default [11, 11, 10, 0]; text rotates the same)
+        if (k.startsWith("general.") || k.startsWith("tokenizer.") || k.endsWith(".rope.dimension_sections")) continue;
+        const list = (x: unknown) => (typeof x === "object" ? Array.from(x as ArrayLike<unknown>) : [x]);
+        expect(h.kv.get(k), k).toBeDefined();
+        expect(list(h.kv.get(k)!.value), k).toEqual(list(v.value));
+      }
+      for (const exact of [true, false]) {
+        const a = load(dir, { exact }), b = load(c.gguf, { exact });
+        for (const r of await familyRefs(c)) {
+          const la = a.evalSequence(r.prompt, 0);
+          expect(maxAbsDiff(la, b.evalSequence(r.prompt, 0))).toBe(0);
+          expect(maxAbsDiff(la, r.last_logits)).toBeLessThan(exact ? c.exactTol : c.ggmlTol);
+        }
+      }
+    });
 
     test(`${F.row}: a prompt whole, in chunks of 7 and token by token: the same greedy text`, async () => {
       const r = (await familyRefs(c))[2]; // 40 ids

@@ -3,6 +3,7 @@
 // interleaved M-RoPE sections (plain NEOX RoPE on text).
 import { HeadMap } from "./ops.ts";
 import { hybridHparams, hybridNotes, hybridProgram, writeHybrid, type HybridForm } from "./qwen-hybrid.ts";
+import { hybridHf } from "./qwen-hybrid-hf.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { ModelFamily } from "./types.ts";
 
@@ -27,4 +28,5 @@ export const qwen35moe: ModelFamily = {
   program: (f, hp) => hybridProgram(f, hp, FORM),
   notes: (f) => hybridNotes(f, FORM),
   synth,
+  hf: hybridHf(FORM, ["Qwen3_5MoeForCausalLM"], ["qwen3_5_moe_text"]),
 };

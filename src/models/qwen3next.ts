@@ -2,6 +2,7 @@
 // (qwen-hybrid.ts) in Qwen3-Next's form: beta and alpha fused (ssm_ba), v heads grouped by k head, NEOX RoPE.
 import { HeadMap } from "./ops.ts";
 import { hybridHparams, hybridNotes, hybridProgram, writeHybrid, type HybridForm } from "./qwen-hybrid.ts";
+import { hybridHf } from "./qwen-hybrid-hf.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { ModelFamily } from "./types.ts";
 
@@ -26,4 +27,5 @@ export const qwen3next: ModelFamily = {
   program: (f, hp) => hybridProgram(f, hp, FORM),
   notes: (f) => hybridNotes(f, FORM),
   synth,
+  hf: hybridHf(FORM, ["Qwen3NextForCausalLM"], ["qwen3_next"]),
 };
