@@ -32,6 +32,10 @@ function load(path: string, o: EngineOptions): void {
       m.close();
       throw e;
     }
+    if (o.spec && o.spec.type !== "none" && (m.backend.rsBytes?.() ?? 0) > 0) {
+      m.close();
+      throw new Error(`--spec-type ${o.spec.type} with ${m.hp.arch}: speculative decoding is not supported yet for models with recurrent layers (a rejected draft would need the state rolled back)`);
+    }
     if (o.spec?.type === "draft-simple" && o.spec.draftModel) {
       // the draft model: a slot a target slot, the target's context, its own -ngl (default the target's)
       let d: Model | undefined;

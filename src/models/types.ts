@@ -29,6 +29,9 @@ export interface HParams {
   kvVDim?: number;
   /** the widest query / attention-output row when it is not nHead * headDim (MLA: n_head * v) */
   qDim?: number;
+  /** layers with a recurrent state (the gated delta-net's), and the floats a slot's state takes in one; absent: none */
+  rsLayers?: number;
+  rsDim?: number;
 }
 
 /** The K and V widths of a position in one KV cache layer (f16 values). */
@@ -104,6 +107,14 @@ export interface HfTensor {
   view?: number[];
   /** only rows [start, start + count) of the second-to-last dimension (one part of a fused projection) */
   rows?: [number, number];
+  /** the rows of the second-to-last dimension in this order (a reordering of heads; instead of rows) */
+  gather?: number[];
+  /** the entries of the last stored dimension in this order (a vector's, or each row's) */
+  gatherLast?: number[];
+  /** each value v as v + add (a (1 + weight) norm's weights; with f32) */
+  add?: number;
+  /** each value v as -exp(v) (a delta-net's decay rate from A_log; with f32) */
+  negExp?: boolean;
 }
 
 /** How a family reads a Hugging Face checkpoint folder (the same family, its HF names). */

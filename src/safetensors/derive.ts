@@ -1,5 +1,6 @@
 // bloomery safetensors: the tensors a family cannot map as stored, made at load by a copy (transposed,
-// de-interleaved, sliced, stacked, widened to F32) into one unlinked file the engine maps like any other.
+// de-interleaved, sliced, reordered, stacked, widened to F32 and mapped v + add or -exp(v) there) into one
+// unlinked file the engine maps like any other.
 import { closeSync, existsSync, openSync, readSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,11 +73,16 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
   }
   const shape = stored.length === 1 ? [1, stored[0]] : stored;
   const Ls = shape[shape.length - 1], As = shape[shape.length - 2];
-  const [r0, A] = spec.rows ?? [0, As];
+  const [r0, A] = spec.gather ? [0, spec.gather.length] : spec.rows ?? [0, As];
   if (r0 + A > As) throw new SafetensorsError(src.file, `tensor '${src.name}': rows ${r0}..${r0 + A} of ${As}`);
+  if (spec.gather?.some((g) => g < 0 || g >= As)) throw new SafetensorsError(src.file, `tensor '${src.name}': a reordering past its ${As} rows`);
+  if (spec.gatherLast && (spec.parity !== undefined || spec.gatherLast.some((g) => g < 0 || g >= Ls))) {
+    throw new SafetensorsError(src.file, `tensor '${src.name}': a reordering past its last dimension of ${Ls}`);
+  }
+  if ((spec.add !== undefined || spec.negExp) && !spec.f32) throw new SafetensorsError(src.file, `tensor '${src.name}': values mapped only as F32`);
   const R = shape.slice(0, -2).reduce((a, b) => a * b, 1);
   if (spec.parity !== undefined && Ls % 2) throw new SafetensorsError(src.file, `tensor '${src.name}' has an odd last dimension ${Ls}: it cannot hold interleaved pairs`);
-  const B = spec.parity !== undefined ? Ls / 2 : Ls;
+  const B = spec.gatherLast ? spec.gatherLast.length : spec.parity !== undefined ? Ls / 2 : Ls;
   const step = spec.parity !== undefined ? 2 : 1, off = spec.parity ?? 0;
   const wide = spec.f32 || src.dtype === "F32";
   // GGUF dims: the stored dims reversed, the last one halved, the last two swapped when transposed
@@ -89,17 +95,21 @@ export function derive(spec: HfTensor, src: SafetensorsTensor, shapeOnly = false
   const inF32 = src.dtype === "F32" ? new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4) : undefined;
   const in16 = inF32 ? undefined : new Uint16Array(raw.buffer, raw.byteOffset, raw.byteLength / 2);
   const cvt = src.dtype === "F16" ? f16 : bf16;
+  const gl = spec.gatherLast;
   for (let r = 0; r < R; r++) {
     for (let a = 0; a < A; a++) {
-      const srow = r * As * Ls + (r0 + a) * Ls;
+      const srow = r * As * Ls + (spec.gather ? spec.gather[a] : r0 + a) * Ls;
       for (let b = 0; b < B; b++) {
-        const si = srow + b * step + off;
+        const si = srow + (gl ? gl[b] : b * step + off);
         const di = spec.transpose ? r * A * B + b * A + a : r * A * B + a * B + b;
         if (inF32) out[di] = inF32[si];
         else if (wide) out[di] = cvt(in16![si]);
         else out[di] = in16![si];
       }
     }
+  }
+  if (out instanceof Float32Array && (spec.add !== undefined || spec.negExp)) {
+    for (let i = 0; i < n; i++) out[i] = spec.negExp ? -Math.exp(out[i]) : out[i] + spec.add!;
   }
   return { type, ne: dims.reverse(), data: new Uint8Array(out.buffer) };
 }

@@ -69,7 +69,7 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
         continue;
       }
       const st = folder.require(s.hf);
-      if (s.transpose || s.parity !== undefined || s.view || s.rows || (s.f32 && st.dtype !== "F32")) {
+      if (s.transpose || s.parity !== undefined || s.view || s.rows || s.gather || s.gatherLast || s.add !== undefined || s.negExp || (s.f32 && st.dtype !== "F32")) {
         put(s.name, derive(s, st, shapeOnly));
         continue;
       }
