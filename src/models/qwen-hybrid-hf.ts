@@ -4,9 +4,11 @@
 // in f32 (the converter computes them in the checkpoint's dtype, rounding them to f16). Qwen3.5's v heads are
 // reordered from grouped by k head to tiled (the converter's _reorder_v_heads); Qwen3-Next's fused in_proj_qkvz
 // and in_proj_ba map as stored (ssm_in, ssm_ba).
+// hybridFamily assembles a family file's ModelFamily from its form, synth shapes and these names.
 import { GgufError } from "../gguf/index.ts";
-import type { HybridForm } from "./qwen-hybrid.ts";
-import type { HfConfig, HfFamily, HfKvSink, HfTensor } from "./types.ts";
+import { hybridHparams, hybridNotes, hybridProgram, writeHybrid, type HybridForm } from "./qwen-hybrid.ts";
+import type { Shape, SynthTensors } from "./synth-types.ts";
+import type { HfConfig, HfFamily, HfKvSink, HfTensor, ModelFamily } from "./types.ts";
 
 /** A v head's position in the tiled order from its grouped index (k head g, j-th of its r): j * nk + g. */
 function tiledOrder(nk: number, r: number, width: number, base = 0): number[] {
@@ -100,5 +102,17 @@ export function hybridHf(form: HybridForm, architectures: string[], modelTypes: 
       if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });
       return out;
     },
+  };
+}
+
+/** A Qwen hybrid family (qwen35moe, qwen3next): its form, synth shapes and Hugging Face names. */
+export function hybridFamily(form: HybridForm, shapes: Record<string, Shape>, hfArchs: string[], hfTypes: string[]): ModelFamily {
+  return {
+    archs: [form.arch],
+    hparams: (f) => hybridHparams(f, form),
+    program: (f, hp) => hybridProgram(f, hp, form),
+    notes: (f) => hybridNotes(f, form),
+    synth: { shapes, write: (sh: Shape, t: SynthTensors) => writeHybrid(form, sh, t) },
+    hf: hybridHf(form, hfArchs, hfTypes),
   };
 }
