@@ -46,6 +46,13 @@ int64_t bl_type_size(int64_t type, int64_t *block_elems, int64_t *block_bytes);
 int64_t bl_dequantize(int64_t type, const void *src, float *dst, int64_t n);
 /* Reference quantization of n floats into type (for the GGUF writer and activations). */
 int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
+/* A checkpoint folder's quantized tensor as the engine's rows of `type` (MXFP4, or bloomery's FP8 / NVFP4_MO /
+ * MLX4: ffi/cpu/quants_fp.c), bytes moved, never requantized: out row i from stored row sel[i] (of C values).
+ * w: the stored values (MXFP4's blocks, the E4M3 bytes, NVFP4's pairs, MLX's words); s: MXFP4's E8M0 bytes or
+ * NVFP4's E4M3 group scales; f: FP8's F32 block scales ([ceil(rows / bm), ceil(C / bn)]) or MLX's scales;
+ * f2: MLX's biases; g: NVFP4's global scale. */
+int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float *f, const float *f2, double g, int64_t C,
+                  int64_t bm, int64_t bn, const int32_t *sel, int64_t n, uint8_t *out);
 /* Dot products of `rows` rows of a weight matrix (type, row length n, row stride in bytes)
  * with one f32 vector x, converting x to the type's activation format as ggml does. */
 int64_t bl_matvec_ref(int64_t type, const void *w, int64_t row_stride, int64_t rows,
@@ -86,9 +93,10 @@ enum bl_op_kind {
   BL_OP_FFN = 6,     /* x += [sigmoid(h . gate_inp)] * down(act(gate h, up h))     t: BL_FFN_*     p: bl_ffn_params
                       * (a dense FFN, or a shared expert with its optional scalar gate) */
   BL_OP_OUTPUT = 7,  /* logits[out rows] = head(norm(x))                           t: BL_OUTPUT_*  p: bl_norm_params */
-  BL_OP_MLA = 8      /* x += multi-head latent attention(h) over a latent KV layer t: BL_MLA_*     p: bl_mla_params */
+  BL_OP_MLA = 8,     /* x += multi-head latent attention(h) over a latent KV layer t: BL_MLA_*     p: bl_mla_params */
+  BL_OP_DELTANET = 9 /* x += gated delta-net linear attention(h), recurrent state  t: BL_DN_*      p: bl_deltanet_params */
 };
-#define BL_OP_KINDS 9
+#define BL_OP_KINDS 10
 
 enum { BL_EMBED_TOKENS = 0, BL_EMBED_TENSORS };
 enum { BL_NORM_WEIGHT = 0, BL_NORM_TENSORS };
@@ -109,6 +117,15 @@ enum { BL_OUTPUT_NORM = 0, BL_OUTPUT_HEAD = 1, BL_OUTPUT_TENSORS };
  * [kv_lora, v, n_head] (the values out of the latent); o [n_head*v, n_embd]. */
 enum { BL_MLA_Q = 0, BL_MLA_Q_A = 1, BL_MLA_Q_A_NORM = 2, BL_MLA_Q_B = 3, BL_MLA_KV_A = 4, BL_MLA_KV_A_NORM = 5,
        BL_MLA_K_B = 6, BL_MLA_V_B = 7, BL_MLA_O = 8, BL_MLA_TENSORS };
+/* The gated delta-net's tensors (llama.cpp's names): qkv [n_embd, 2 * n_k_heads * head_k + n_v_heads * head_v]
+ * (the conv's channels: q, k, v), gate [n_embd, n_v_heads * head_v] (z, the output norm's gate); beta and
+ * alpha [n_embd, n_v_heads] each, or ba [n_embd, 2 * n_v_heads] (Qwen3-Next's fused form: for each k head its
+ * v heads' betas, then their alphas); conv [conv_kernel, channels] (F32), dt [n_v_heads] (the decay's bias),
+ * a [n_v_heads] (-exp(A_log)), norm [head_v] (the gated output norm), out [n_v_heads * head_v, n_embd]. Older
+ * Qwen3-Next files fuse qkv and gate in one qkvz [n_embd, 2 * (n_k_heads * head_k + n_v_heads * head_v)]: for each
+ * k head its q, k, then its v heads' v and z rows (given instead of qkv and gate). */
+enum { BL_DN_QKV = 0, BL_DN_GATE = 1, BL_DN_BETA = 2, BL_DN_ALPHA = 3, BL_DN_BA = 4, BL_DN_CONV = 5, BL_DN_DT = 6,
+       BL_DN_A = 7, BL_DN_NORM = 8, BL_DN_OUT = 9, BL_DN_QKVZ = 10, BL_DN_TENSORS };
 #define BL_OP_MAX_TENSORS 11
 
 enum { BL_NORM_RMS = 0 };
@@ -135,7 +152,10 @@ typedef struct bl_attn_params {
   double eps;          /* epsilon of the per-head Q/K norms */
   double scale;        /* softmax scale; 0: 1 / sqrt(head_dim) */
   bl_rope_params rope;
-} bl_attn_params; /* 16 slots */
+  int64_t gate;        /* 1: q's rows hold each head's query then its output gate (head_dim each: q is
+                        * [n_embd, 2 * n_head * head_dim]); the attention's output times sigmoid(gate)
+                        * before the output projection (Qwen3-Next, Qwen3.5). 0: none */
+} bl_attn_params; /* 17 slots */
 
 /* Multi-head latent attention (DeepSeek V2/V3, Kimi K2) in its absorbed form: a KV cache row per position holds
  * the normalised latent (kv_lora) and the shared rotated key part (rope.n_rot), f16 (the context's kv_k_dim is
@@ -153,6 +173,25 @@ typedef struct bl_mla_params {
   double scale;
   bl_rope_params rope; /* n_rot: the rotated dims of a query head and of the shared key part */
 } bl_mla_params; /* 16 slots */
+
+/* The gated delta-net (Qwen3-Next, Qwen3.5 / 3.6's linear-attention layers) on h, a token at a time in each
+ * sequence's order: c = qkv h, z = gate h; c goes through a causal depthwise conv1d of conv_kernel taps over the
+ * sequence's previous conv_kernel - 1 inputs (the conv state), then SiLU; c splits into q, k (n_k_heads of
+ * head_k) and v (n_v_heads of head_v); q and k are L2-normalised (x / sqrt(sum x^2 + eps)) and q scaled by
+ * 1 / sqrt(head_k). Per v head (its k head: h % n_k_heads when head_map is TILED, h / (n_v_heads / n_k_heads)
+ * when GROUPED): beta = sigmoid(b), g = a * softplus(alpha + dt); the state S [head_v x head_k] becomes
+ * S exp(g), then S += beta (v - S k) k^T, and o = S q. o = rmsnorm(o) * norm * silu(z) per head, and
+ * x += out o. The state (conv, then S for each v head) is the sequence's (slot's) own, layer rs_layer of the
+ * context's recurrent state (bl_ctx_params rs_layers x rs_dim floats a slot); a position 0 token starts it
+ * from zeros. */
+enum { BL_DN_TILED = 0, BL_DN_GROUPED = 1 };
+typedef struct bl_deltanet_params {
+  int64_t rs_layer;    /* the recurrent state layer it reads and writes */
+  int64_t n_k_heads, n_v_heads, head_k, head_v;
+  int64_t conv_kernel;
+  int64_t head_map;    /* BL_DN_TILED or BL_DN_GROUPED */
+  double eps;          /* of the q / k L2 norms and the output norm */
+} bl_deltanet_params; /* 8 slots */
 
 /* How a router makes its picks from the logits l = W h (+ b):
  *   SOFTMAX:        p = softmax(l) over every expert; the n_used largest p; weights p (divided by their
@@ -228,6 +267,7 @@ typedef struct bl_ctx_params {
   int64_t max_ff;                      /* largest FFN / expert hidden size */
   int64_t max_experts;
   int64_t flags;                       /* BL_CTX_* */
+  int64_t rs_layers, rs_dim;           /* recurrent state: layers x floats a slot (bl_deltanet_params); 0: none */
 } bl_ctx_params;
 /* BL_CTX_EXACT: activations stay f32 and weights are dequantized for every product (a slow
  * reference path, to tell numerics from bugs); the default converts activations as ggml does. */
@@ -360,6 +400,13 @@ int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
+/* The recurrent state of a slot (every rs layer: rs_layers * rs_dim floats): its bytes, save / load / copy,
+ * and clear (zeros: a sequence not started). A sequence's state is that after the last token it took. */
+int64_t bl_cpu_rs_bytes(uint64_t ctx);
+int64_t bl_cpu_rs_save(uint64_t ctx, int64_t slot, void *dst);
+int64_t bl_cpu_rs_load(uint64_t ctx, int64_t slot, const void *src);
+int64_t bl_cpu_rs_copy(uint64_t ctx, int64_t src, int64_t dst);
+int64_t bl_cpu_rs_clear(uint64_t ctx, int64_t slot);
 /* RoPE of these settings on n_heads vectors of hd floats at position pos (for tests). */
 int64_t bl_rope_apply_params(const bl_rope_params *r, float *v, int64_t n_heads, int64_t hd, int64_t pos);
 

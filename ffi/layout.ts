@@ -6,10 +6,10 @@ export const TENSOR_SLOTS = 8;
 export const OP_SLOTS = 4;
 export const PROGRAM_SLOTS = 4;
 export const BATCH_SLOTS = 7;
-export const CTX_PARAM_SLOTS = 13;
+export const CTX_PARAM_SLOTS = 15;
 
 /** bl_op_kind (bloomery.h). */
-export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7, Mla = 8 }
+export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7, Mla = 8, Deltanet = 9 }
 
 /** A field of a parameter struct: its name and whether the slot holds an int64 or a double. */
 export type FieldKind = "i" | "f";
@@ -21,7 +21,7 @@ export const PARAM_FIELDS = {
     ["attn_factor", "f"], ["beta_fast", "f"], ["beta_slow", "f"]],
   attn: [["kv_layer", "i"], ["n_head", "i"], ["n_head_kv", "i"], ["head_dim", "i"], ["window", "i"], ["eps", "f"], ["scale", "f"],
     ["rope_type", "i"], ["rope_n_rot", "i"], ["rope_orig_ctx", "i"], ["rope_base", "f"], ["rope_freq_scale", "f"], ["rope_ext_factor", "f"],
-    ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"]],
+    ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"], ["gate", "i"]],
   router: [["n_expert", "i"], ["n_used", "i"], ["gating", "i"], ["norm_topk", "i"], ["n_group", "i"], ["n_group_used", "i"], ["scale", "f"]],
   experts: [["n_expert", "i"], ["n_used", "i"], ["act", "i"], ["layer", "i"], ["store", "i"], ["store_layer", "i"], ["host", "i"],
     ["alpha", "f"], ["limit", "f"]],
@@ -29,6 +29,8 @@ export const PARAM_FIELDS = {
   mla: [["kv_layer", "i"], ["n_head", "i"], ["kv_lora", "i"], ["nope", "i"], ["v_dim", "i"], ["eps", "f"], ["scale", "f"],
     ["rope_type", "i"], ["rope_n_rot", "i"], ["rope_orig_ctx", "i"], ["rope_base", "f"], ["rope_freq_scale", "f"], ["rope_ext_factor", "f"],
     ["rope_attn_factor", "f"], ["rope_beta_fast", "f"], ["rope_beta_slow", "f"]],
+  deltanet: [["rs_layer", "i"], ["n_k_heads", "i"], ["n_v_heads", "i"], ["head_k", "i"], ["head_v", "i"], ["conv_kernel", "i"],
+    ["head_map", "i"], ["eps", "f"]],
 } as const satisfies Record<string, readonly (readonly [string, FieldKind])[]>;
 
 /** bl_cuda_options (bloomery.h): the CUDA library's options of a context, in slot order (src/engine/cuda-options.ts fills them). */
@@ -58,6 +60,7 @@ export const OP_PARAMS: Record<OpKind, Exclude<ParamStruct, "rope"> | undefined>
   [OpKind.Ffn]: "ffn",
   [OpKind.Output]: "norm",
   [OpKind.Mla]: "mla",
+  [OpKind.Deltanet]: "deltanet",
 };
 
 /** Tensor roles by kind (bloomery.h BL_*_*), in role order. */
@@ -70,6 +73,7 @@ export const OP_ROLES = {
   [OpKind.Ffn]: ["gate", "up", "down", "gate_inp"],
   [OpKind.Output]: ["norm", "head"],
   [OpKind.Mla]: ["q", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "k_b", "v_b", "o"],
+  [OpKind.Deltanet]: ["qkv", "gate", "beta", "alpha", "ba", "conv", "dt", "a", "norm", "out", "qkvz"],
 } as const satisfies Record<OpKind, readonly string[]>;
 
 export type Role<K extends OpKind> = (typeof OP_ROLES)[K][number];
@@ -89,6 +93,8 @@ export function paramKind(s: ParamStruct, name: string): FieldKind {
 export enum RopeType { None = -1, Normal = 0, Neox = 2 }
 export enum Gating { Softmax = 0, SoftmaxWeight = 1, Sigmoid = 2 }
 export enum Act { Swiglu = 0, SwigluOai = 1 }
+/** bl_deltanet_params.head_map: a v head's k head (h % n_k_heads, or h / (n_v_heads / n_k_heads)). */
+export enum HeadMap { Tiled = 0, Grouped = 1 }
 export const HOST_EXPERTS_RAM = 1;
 export const HOST_EXPERTS_DISK = 2;
 

@@ -35,7 +35,14 @@ for (const name of types) {
   const rowBytes = (n / info.blockElems) * info.blockBytes;
   const rows = Math.max(64, Math.floor((mb * 1e6) / rowBytes));
   const w = new Uint8Array(rows * rowBytes);
-  check(cpu().bl_synth_fill(type, ptr(w), 0, (rows * rowBytes) / info.blockBytes, 7n, 0.02, 0), "synth fill");
+  if (Number(cpu().bl_synth_fill(type, ptr(w), 0, (rows * rowBytes) / info.blockBytes, 7n, 0.02, 0)) !== 0) {
+    // types synth does not generate (the checkpoint folders' FP8 / NVFP4 / MLX4): one quantized row of
+    // pseudo-random floats, repeated
+    const x = Float32Array.from({ length: n }, (_, i) => 0.02 * Math.sin(i * 12.9898 + 78.233) * Math.cos(i * 0.7));
+    const row = new Uint8Array(rowBytes);
+    check(cpu().bl_quantize(type, ptr(x), ptr(row), n), "quantize");
+    for (let r = 0; r < rows; r++) w.set(row, r * rowBytes);
+  }
   const bpw = (8 * info.blockBytes) / info.blockElems;
   for (const path of paths) {
     for (const na of nas) {

@@ -92,7 +92,9 @@ describe.skipIf(!st.ok)("gpt-oss's real tensor types on the card (synth test-gpt
             worst = Math.max(worst, maxAbsDiff(m.evalSequence([t], prompt.length + s), cpu.evalSequence([t], prompt.length + s)) / std(b));
           }
           console.log(`test-gpt-oss:MXFP4 ${name} against the CPU's ${cpu === exact ? "exact" : "own"} path: prompt of 150 (tensor-core products, rows of 320) max |dlogit| / std ${rel.toExponential(2)}, with 6 decode steps ${worst.toExponential(2)}`);
-          expect(worst).toBeLessThan(3e-2);
+          // int8 activations on every one-token product (Q8_0 attention and output, MXFP4 experts,
+          // since bfbb059: 3.99e-2 measured on the H200; the f32 decode before it 7.2e-4)
+          expect(worst).toBeLessThan(6e-2);
         }
       } finally {
         card.close();

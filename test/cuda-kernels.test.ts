@@ -142,18 +142,22 @@ gpu("CUDA products against the CPU reference", () => {
         expect(rel).toBeLessThan(2e-6);
       }
     });
-    // int8 activations with dp4a where the type has them (Q4_K, Q6_K: the rounding of x bounds the
-    // error, as ggml's q8_1 activations), else the f32 one-token kernel (exact as above)
+    // int8 activations with dp4a where the type has them (one token: Q4_K, Q6_K, Q8_0, MXFP4; decode
+    // batches: Q4_K, Q6_K; the rounding of x bounds the error, as ggml's q8_1 activations), else the
+    // f32 one-token kernel (exact as above)
     const d8 = t.name === "Q4_K" || t.name === "Q6_K";
-    test(`${t.name}: one-token product on int8 activations${d8 ? "" : " (f32 for this type)"}`, () => {
-      for (const [rows, n0] of [[67, 256], [129, 768], [33, 512]]) {
+    const d8one = d8 || t.name === "Q8_0" || t.name === "MXFP4";
+    test(`${t.name}: one-token product on int8 activations${d8one ? "" : " (f32 for this type)"}`, () => {
+      for (const [rows, n0] of [[67, 256], [129, 768], [33, 512], [45, 96], [31, 2880]]) {
         const n = Math.max(n0, t.be) - (Math.max(n0, t.be) % t.be);
         const w = synthBlocks(t, rows * n, rows * 7 + n);
         const x = randX(n);
         const { rel, finite } = relErr(gpuProduct(3, t, w, rows, n, x, 1), refProduct(t, w, rows, n, x, 1));
         expect(finite).toBe(true);
-        expect(rel).toBeLessThan(d8 ? 2e-2 : 2e-6);
-        if (d8) console.log(`${t.name}: int8 activations, ${rows} x ${n}: relative error ${rel.toExponential(2)}`);
+        expect(rel).toBeLessThan(d8one ? 2e-2 : 2e-6);
+        // the int8 path ran (not the f32 one: exact to 2e-6 would say it did not)
+        if (d8one) expect(rel).toBeGreaterThan(1e-5);
+        if (d8one) console.log(`${t.name}: int8 activations, ${rows} x ${n}: relative error ${rel.toExponential(2)}`);
       }
     });
     // decode batches (cuda/dense/mv_batch.cu): rows quantized once a launch (cuda/dense/x8rows.cu) must give

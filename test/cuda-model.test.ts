@@ -509,7 +509,10 @@ gpu("decode batches grouped by expert against one-token steps and the CPU exact 
         }
         be.setOption(CudaOption.fast, F.all);
         expect(worst.f32Single).toBeLessThan(1e-3);
-        expect(worst.i8Single).toBeLessThan(1e-1);
+        // the tiny fixture's near ties: its one-token step takes int8 activations on its Q8_0
+        // products (since bfbb059) where the batch keeps f32, and one flipped pick moved a step's
+        // logits by 1.1 std (batch of 2, H200); there the batch is held to the CPU instead (excess)
+        if (!fixture) expect(worst.i8Single).toBeLessThan(1e-1);
         expect(worst.f32Excess).toBeLessThan(1e-3);
         expect(worst.i8Excess).toBeLessThan(1e-1);
         if (!fixture) {

@@ -7,14 +7,14 @@ import { cpuPaths, kernelMatmul, kernelQuantize } from "../ffi/cpu-kernels.ts";
 
 const T = {
   F32: 0, F16: 1, Q4_0: 2, Q5_0: 6, Q8_0: 8, Q2_K: 10, Q3_K: 11, Q4_K: 12, Q5_K: 13, Q6_K: 14, Q8_K: 15,
-  IQ4_NL: 20, IQ4_XS: 23, BF16: 30, MXFP4: 39,
+  IQ4_NL: 20, IQ4_XS: 23, BF16: 30, MXFP4: 39, FP8_E4M3: 64, NVFP4_MO: 65, MLX_Q4: 66,
   IQ2_XXS: 16, IQ2_XS: 17, IQ2_S: 22, IQ3_XXS: 18, IQ3_S: 21, IQ1_S: 19, IQ1_M: 29,
 } as const;
 type WType = Exclude<keyof typeof T, "Q8_K">;
 
 /** block elements, block bytes, activation type, and where the float scales sit in a block
  * (nibbleF16: an f16 kept in the top nibbles of four 16-bit words there, IQ1_M's). */
-const SHAPE: Record<WType, { be: number; bb: number; act: keyof typeof T; f16At: number[]; nibbleF16?: number }> = {
+const SHAPE: Record<WType, { be: number; bb: number; act: keyof typeof T; f16At: number[]; nibbleF16?: number; f32At?: number[] }> = {
   F32: { be: 1, bb: 4, act: "F32", f16At: [] },
   F16: { be: 1, bb: 2, act: "F16", f16At: [] },
   BF16: { be: 1, bb: 2, act: "BF16", f16At: [] },
@@ -23,6 +23,10 @@ const SHAPE: Record<WType, { be: number; bb: number; act: keyof typeof T; f16At:
   Q8_0: { be: 32, bb: 34, act: "Q8_0", f16At: [0] },
   IQ4_NL: { be: 32, bb: 18, act: "Q8_0", f16At: [0] },
   MXFP4: { be: 32, bb: 17, act: "Q8_0", f16At: [] },
+  // the checkpoint folders' types (bloomery's own ids): F32 scales, E4M3 codes, F32 activations
+  FP8_E4M3: { be: 32, bb: 36, act: "F32", f16At: [], f32At: [0] },
+  NVFP4_MO: { be: 64, bb: 40, act: "F32", f16At: [], f32At: [0] },
+  MLX_Q4: { be: 64, bb: 40, act: "F32", f16At: [], f32At: [0, 4] },
   Q2_K: { be: 256, bb: 84, act: "Q8_K", f16At: [80, 82] },
   Q3_K: { be: 256, bb: 110, act: "Q8_K", f16At: [108] },
   Q4_K: { be: 256, bb: 144, act: "Q8_K", f16At: [0, 2] },
@@ -88,6 +92,10 @@ function randomRows(type: WType, rows: number, n: number, stride: number, seed: 
         w[o + at + 1] = bits >> 8;
       }
       if (type === "MXFP4") w[o] = 118 + Math.floor(r() * 16); // exponents 2^-10 .. 2^5
+      for (const at of s.f32At ?? []) new DataView(w.buffer).setFloat32(o + at, (r() < 0.5 ? -1 : 1) * (0.002 + 0.02 * r()), true);
+      // E4M3 codes: no NaN (S.1111.111); NVFP4's group scales positive, as ModelOpt writes them
+      if (type === "FP8_E4M3") for (let k = 4; k < 36; k++) if ((w[o + k] & 0x7f) === 0x7f) w[o + k] ^= 1;
+      if (type === "NVFP4_MO") for (let k = 4; k < 8; k++) w[o + k] = Math.min(w[o + k] & 0x7f, 0x7e);
       if (s.nibbleF16 !== undefined) {
         const bits = f16bits((r() < 0.5 ? -1 : 1) * (0.002 + 0.02 * r()));
         for (let k = 0; k < 4; k++) {
@@ -200,6 +208,8 @@ describe("products of every weight type agree with the scalar path", () => {
           ? [[256, 5, 1, 0], [768, 13, 11, 3], [2048, 4, 9, 0], [1280, 7, 3, 1]]
           : be === 32
             ? [[32, 5, 1, 0], [96, 13, 11, 3], [2048, 4, 9, 0], [160, 7, 3, 1]]
+            : be === 64
+              ? [[64, 5, 1, 0], [192, 13, 11, 3], [2048, 4, 9, 0], [320, 7, 3, 1]]
             : [[16, 5, 1, 0], [37, 13, 11, 2], [2048, 4, 9, 0], [100, 7, 3, 4]];
         const differ = shapes.reduce((acc, [n, rows, nX, pad], i) => acc + compare(path, type, n, rows, nX, pad, i + 1), 0);
         // the path runs a kernel of its own: a table entry left empty falls back to the scalar

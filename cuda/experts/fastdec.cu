@@ -291,6 +291,7 @@ __device__ __forceinline__ float fdown_bias(const fmoe_args &a, const int *ssel,
 // layout for the k * ff values, q8_group on the same floats k_fdown's quantize_x8 takes): down
 // copies those bytes instead of loading k * ff floats and quantizing them in every block. The same
 // values bit for bit. smem: h (n floats), its int8 row, then eight slots of cap bytes a warp.
+// gpt-oss's biases and clamped SwiGLU as k_fgu's epilogue (down adds its biases itself).
 // S: the row's float4 slots a thread (xrow_s; 2 up to 2,048 columns: 82 registers, not 108).
 // Down is let in (PDL) only once the block's rows are in: its blocks copy their rows as soon as they
 // are resident, and those copies would otherwise share DRAM with gate/up's own (call 174: +1.9%).
@@ -315,8 +316,8 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
   xrow_s<S> r;
   xrow_load(r, a.h, n);
   const uint8_t *pg[RW], *pu[RW];
+  const int e = pick_at(a, j);
   {
-    const int e = pick_at(a, j);
     const uint8_t *g = a.gate.d + (size_t)e * a.gate.nb2, *u = a.up.d + (size_t)e * a.up.nb2;
     if (a.tma) {
       // the block's 32 gate rows and 32 up rows are two contiguous ranges: two bulk copies by one
@@ -370,8 +371,15 @@ __global__ void __launch_bounds__(256, 2) k_fgu8(fmoe_args a) {
     const float v8[8] = {ag[0], ag[1], ag[2], ag[3], au[0], au[1], au[2], au[3]};
     const float s = warp_sum8(v8), u = __shfl_xor_sync(0xffffffffu, s, 16);
     if (lane < 16 && (lane & 3) == 0) {
-      const int i = lane >> 2;
-      const float v = silu_f(s) * u;
+      const int i = lane >> 2, row = rbase + warp + i * W;
+      float v;
+      if (a.bg || a.bu || a.act_kind == BL_ACT_SWIGLU_OAI) {
+        // gpt-oss: the expert's biases, the clamped activation (k_fgu's epilogue)
+        const float bgv = a.bg ? a.bg[(size_t)e * a.ldbg + row] : 0.0f, buv = a.bu ? a.bu[(size_t)e * a.ldbu + row] : 0.0f;
+        v = act_glu(s + bgv, u + buv, a.act_kind == BL_ACT_SWIGLU_OAI, a.alpha, a.limit);
+      } else {
+        v = silu_f(s) * u;
+      }
       a.act[(size_t)j * ff + rbase + warp + i * W] = v;
       sact[warp + i * W] = v;
     }
@@ -501,6 +509,8 @@ static void (*fmv_kernel(int ta, int tb, bool q8, bool s2 = false))(fmv_args) {
     if (ta == T_Q4_K && tb == T_Q4_K) return s2 ? k_fmv<T_Q4_K, T_Q4_K, true, true> : k_fmv<T_Q4_K, T_Q4_K, true>;
     if (ta == T_Q6_K && tb == T_Q6_K) return s2 ? k_fmv<T_Q6_K, T_Q6_K, true, true> : k_fmv<T_Q6_K, T_Q6_K, true>;
     if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return s2 ? k_fmv<T_Q4_K, T_Q6_K, true, true> : k_fmv<T_Q4_K, T_Q6_K, true>;
+    if (ta == T_Q8_0 && tb == T_Q8_0) return s2 ? k_fmv<T_Q8_0, T_Q8_0, true, true> : k_fmv<T_Q8_0, T_Q8_0, true>;
+    if (ta == T_MXFP4 && tb == T_MXFP4) return s2 ? k_fmv<T_MXFP4, T_MXFP4, true, true> : k_fmv<T_MXFP4, T_MXFP4, true>;
     return nullptr;
   }
   return pair_kernel_f<fmv_f32>(ta, tb);
@@ -522,7 +532,8 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
   int ta = jobs[0].m.type, tb = ta;
   for (int q = 1; q < nj; q++)
     if (jobs[q].m.type != ta) tb = jobs[q].m.type;
-  const bool q8 = base.q8 && (cu_fast & FAST_Q8) && d8_type(ta) && d8_type(tb) && base.n % 32 == 0;
+  bool q8 = base.q8 && (cu_fast & FAST_Q8) && d8_one(ta) && d8_one(tb) && base.n % 32 == 0;
+  if (q8 && !fmv_kernel(ta, tb, true)) q8 = false; // a pair of int8 types with no joint kernel: f32
   L.k = fmv_kernel(ta, tb, q8);
   if (!L.k) return false;
   L.a = base;
@@ -593,6 +604,38 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
   return BL_OK;
 }
 
+// The int8-activation expert kernels of a type d8_one takes (null for others): gate/up (k_fgu; s2:
+// the row in two slots a thread), gate/up with 32 rows a block quantizing its SwiGLU rows (k_fgu8),
+// down (k_fdown).
+#define FMOE_Q8_CASES(X) X(T_Q4_K) X(T_Q6_K) X(T_Q8_0) X(T_MXFP4)
+static void (*fgu_q8_kernel(int t, bool s2))(fmoe_args) {
+  switch (t) {
+#define K(T) \
+  case T: return s2 ? k_fgu<T, true, 2> : k_fgu<T, true>;
+    FMOE_Q8_CASES(K)
+#undef K
+    default: return nullptr;
+  }
+}
+static void (*fgu8_kernel(int t, bool s2))(fmoe_args) {
+  switch (t) {
+#define K(T) \
+  case T: return s2 ? k_fgu8<T, 2> : k_fgu8<T, 8>;
+    FMOE_Q8_CASES(K)
+#undef K
+    default: return nullptr;
+  }
+}
+static void (*fdown_q8_kernel(int t))(fmoe_args) {
+  switch (t) {
+#define K(T) \
+  case T: return k_fdown<T, true>;
+    FMOE_Q8_CASES(K)
+#undef K
+    default: return nullptr;
+  }
+}
+
 struct fmoe_plan {
   int cap_gu, cap_dn;
   bool q8_gu, q8_dn;
@@ -619,17 +662,18 @@ static bool plan_fmoe(const fmoe_args &a, int smem_limit, fmoe_plan &p) {
   const int per = FAST_CAP_MAX / slot < K ? FAST_CAP_MAX / slot : K;
   p.cap_dn = per * slot;
   const bool q8 = a.q8 && (cu_fast & FAST_Q8);
-  p.q8_gu = q8 && d8_type(a.gate.type) && n % 32 == 0;
-  p.q8_dn = q8 && d8_type(a.down.type) && ff % 32 == 0;
+  p.q8_gu = q8 && d8_one(a.gate.type) && n % 32 == 0;
+  p.q8_dn = q8 && d8_one(a.down.type) && ff % 32 == 0;
   p.smem_gu = (size_t)n * 4 + (p.q8_gu ? (size_t)x8_bytes(n) : 0) + 8 * 4 * (size_t)p.cap_gu;
   p.smem_dn = (size_t)K * ff * 4 + (p.q8_dn ? (size_t)x8_bytes(K * ff) : 0) + 8 * (size_t)p.cap_dn;
   // FAST_ACT8: the picks in memory, int8 rows on both sides, whole groups of 32 a block
   p.smem_gu8 = gu8_smem(n, 8 * 8 * (size_t)p.cap_gu); // the most it takes (rows in slots, not packed)
   p.smem_dn8 = (size_t)x8_bytes(K * ff) + 8 * (size_t)p.cap_dn;
-  // (gpt-oss's biases and clamped activation: k_fgu's, with the picks in memory)
+  // (gpt-oss's biases and clamped activation: k_fgu's and k_fgu8's, with the picks in memory)
   const bool gen = a.bg || a.bu || a.bd || a.act_kind != BL_ACT_SWIGLU;
   if (gen && !a.sel) return false;
-  p.act8 = !gen && (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
+  if (a.act_kind != BL_ACT_SWIGLU && a.act_kind != BL_ACT_SWIGLU_OAI) return false;
+  p.act8 = (cu_fast & FAST_ACT8) && a.act8 && a.sel && p.q8_gu && p.q8_dn && ff % 32 == 0 && a.act8_cap >= (size_t)x8_bytes(K * ff) &&
            reinterpret_cast<uintptr_t>(a.act8) % 16 == 0 && (int64_t)p.smem_gu8 <= smem_limit;
   return (int64_t)p.smem_gu <= smem_limit && (int64_t)p.smem_dn <= smem_limit && fmv_kernel(a.gate.type, a.gate.type, false) != nullptr &&
          fmv_kernel(a.down.type, a.down.type, false) != nullptr;
@@ -654,11 +698,8 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   const dim3 g1((ff + 15) / 16, K);
   cudaError_t e = cudaErrorInvalidValue;
   const bool s2 = a.gate.ne0 <= 8 * 256; // the row in two slots a thread
-  if (p.act8) {
-    void (*k)(fmoe_args) = a.gate.type == T_Q4_K ? (s2 ? k_fgu8<T_Q4_K, 2> : k_fgu8<T_Q4_K, 8>) : (s2 ? k_fgu8<T_Q6_K, 2> : k_fgu8<T_Q6_K, 8>);
-    e = cu_launch(k, dim3(ff / 32, K), dim3(256), gu8_smem(a.gate.ne0, rows8), st, g);
-  } else if (p.q8_gu && a.gate.type == T_Q4_K) e = cu_launch(s2 ? k_fgu<T_Q4_K, true, 2> : k_fgu<T_Q4_K, true>, g1, dim3(256), p.smem_gu, st, g);
-  else if (p.q8_gu && a.gate.type == T_Q6_K) e = cu_launch(s2 ? k_fgu<T_Q6_K, true, 2> : k_fgu<T_Q6_K, true>, g1, dim3(256), p.smem_gu, st, g);
+  if (p.act8) e = cu_launch(fgu8_kernel(a.gate.type, s2), dim3(ff / 32, K), dim3(256), gu8_smem(a.gate.ne0, rows8), st, g);
+  else if (p.q8_gu) e = cu_launch(fgu_q8_kernel(a.gate.type, s2), g1, dim3(256), p.smem_gu, st, g);
   else
     switch (a.gate.type) {
 #define L(T) \
@@ -677,8 +718,7 @@ int64_t cu_fmoe(cudaStream_t st, fmoe_args a, int smem_limit, bool *done, bool *
   if (flat) *flat = d.flat != 0;
   const dim3 g2((a.down.ne1 + 7) / 8);
   const size_t smem_dq = p.act8 ? p.smem_dn8 : p.smem_dn; // int8 kernels: no float row with act8
-  if (p.q8_dn && a.down.type == T_Q4_K) e = cu_launch(k_fdown<T_Q4_K, true>, g2, dim3(256), smem_dq, st, d);
-  else if (p.q8_dn && a.down.type == T_Q6_K) e = cu_launch(k_fdown<T_Q6_K, true>, g2, dim3(256), smem_dq, st, d);
+  if (p.q8_dn) e = cu_launch(fdown_q8_kernel(a.down.type), g2, dim3(256), smem_dq, st, d);
   else
     switch (a.down.type) {
 #define L(T) \
@@ -714,15 +754,17 @@ int64_t cu_fast_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q4_K, true, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_Q6_K, T_Q6_K, true, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_Q4_K, T_Q6_K, true, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu<T_Q4_K, true, 2>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu<T_Q6_K, true, 2>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 2>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K, 2>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q4_K, 8>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fgu8<T_Q6_K, 8>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fdown<T_Q4_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fdown<T_Q6_K, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q8_0, T_Q8_0, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_Q8_0, T_Q8_0, true, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_MXFP4, T_MXFP4, true>, smem_optin, w));
+  CU_OK(cu_allow_smem(k_fmv<T_MXFP4, T_MXFP4, true, true>, smem_optin, w));
+#define S(T)                                                \
+  CU_OK(cu_allow_smem(fgu_q8_kernel(T, false), smem_optin, w)); \
+  CU_OK(cu_allow_smem(fgu_q8_kernel(T, true), smem_optin, w));  \
+  CU_OK(cu_allow_smem(fgu8_kernel(T, false), smem_optin, w));   \
+  CU_OK(cu_allow_smem(fgu8_kernel(T, true), smem_optin, w));    \
+  CU_OK(cu_allow_smem(fdown_q8_kernel(T), smem_optin, w));
+  FMOE_Q8_CASES(S)
+#undef S
   return BL_OK;
 }

@@ -30,8 +30,12 @@ __device__ __forceinline__ const int4 *x8_chunk_at(const x8v &x, int c, int &ste
   return reinterpret_cast<const int4 *>(x.q) + (in ? x8_slot(c) : c);
 }
 
-// Whether rows of type t have an int8-activation dot here (d8<t>::ok).
+// Whether rows of type t have an int8-activation dot in every int8 kernel (the decode-batch and
+// grouped kernels too: d8<t>::ok).
 __host__ __device__ constexpr bool d8_type(int t) { return t == T_Q4_K || t == T_Q6_K; }
+// Whether the one-token kernels (fastdec.cu) take int8 activations for rows of type t: the above
+// and the 32-element types whose block is one activation group (Q8_0, MXFP4).
+__host__ __device__ constexpr bool d8_one(int t) { return d8_type(t) || t == T_Q8_0 || t == T_MXFP4; }
 
 // Bytes the quantized form of n elements takes (n % 32 == 0), 16-byte multiple.
 __host__ __device__ constexpr int x8_bytes(int n) { return ((n + (n / 32) * 8 + (n / 16) * 4) + 15) / 16 * 16; }
@@ -132,6 +136,88 @@ struct d8<T_Q6_K> {
     s0 -= 32 * v.h0;
     s1 -= 32 * v.h1;
     return d * v.d * (i2f(sa) * i2f(s0) + i2f(sb) * i2f(s1));
+  }
+  __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) { return dot(p, u, xload(u, x, g0)); }
+};
+
+// N words at any byte address by aligned loads joined with funnel shifts; the word after them is
+// read only when misaligned (then it holds wanted bytes), so a block that ends a row never reads
+// past the row's last aligned word.
+template <int N>
+__device__ __forceinline__ void ldw_a1(const uint8_t *p, uint32_t (&w)[N]) {
+  const unsigned mis = (unsigned)(reinterpret_cast<uintptr_t>(p) & 3);
+  const uint32_t *b = reinterpret_cast<const uint32_t *>(p - mis);
+  const unsigned sh = mis * 8u;
+  uint32_t r[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; i++) r[i] = b[i];
+  r[N] = mis ? b[N] : 0u;
+#pragma unroll
+  for (int i = 0; i < N; i++) w[i] = __funnelshift_r(r[i], r[i + 1], sh);
+}
+
+// The 32-element types: a block is one activation group (unit 0, UPB 1); xload takes its two
+// chunks and scale.
+struct x8g {
+  int4 x0, x1;
+  float d;
+};
+__device__ __forceinline__ x8g x8g_load(const x8v &x, int g) {
+  int st;
+  const int4 *xg = x8_chunk_at(x, 2 * g, st);
+  return x8g{xg[0], xg[st], x.d[g]};
+}
+
+// Q8_0: y = d * q (34-byte blocks: d, then 32 int8 values; 2-byte aligned).
+template <>
+struct d8<T_Q8_0> {
+  static constexpr bool ok = true;
+  static constexpr int UPB = 1;
+  using xu = x8g;
+  __device__ static xu xload(int, const x8v &x, int g0) { return x8g_load(x, g0); }
+  __device__ static float dot(const uint8_t *p, int, const xu &v) {
+    uint32_t q[8];
+    ldw_a1<8>(p + 2, q);
+    const int xw[8] = {v.x0.x, v.x0.y, v.x0.z, v.x0.w, v.x1.x, v.x1.y, v.x1.z, v.x1.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = __dp4a((int)q[i], xw[i], s);
+    return h2f(ld16(p)) * v.d * i2f(s);
+  }
+  __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) { return dot(p, u, xload(u, x, g0)); }
+};
+
+// Four E2M1 codes (a byte each, 0..15) as their doubled values (int8: 0 1 2 3 4 6 8 12, bit 3 the
+// sign) by two byte permutes over the magnitudes and their negations, the sign bit choosing.
+__device__ __forceinline__ int e2m1x2_4(uint32_t c) {
+  const uint32_t s3 = c & 0x07070707u, t = s3 | (s3 >> 4);
+  const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);
+  const uint32_t pos = __byte_perm(pack4(0, 1, 2, 3), pack4(4, 6, 8, 12), sel);
+  const uint32_t neg = __byte_perm(pack4(0, -1, -2, -3), pack4(-4, -6, -8, -12), sel);
+  const uint32_t m = ((c >> 3) & 0x01010101u) * 0xFFu;
+  return (int)((pos & ~m) | (neg & m));
+}
+
+// MXFP4: 17-byte blocks (an E8M0 exponent e, then 16 bytes: byte j's low nibble is element j, its
+// high nibble element j + 16); y = e2m1[q] * 2^(e-127) = (2 e2m1[q]) * 2^(e-128): the doubled
+// codes dotted in int8, times e8m0_half(e) (any byte alignment).
+template <>
+struct d8<T_MXFP4> {
+  static constexpr bool ok = true;
+  static constexpr int UPB = 1;
+  using xu = x8g;
+  __device__ static xu xload(int, const x8v &x, int g0) { return x8g_load(x, g0); }
+  __device__ static float dot(const uint8_t *p, int, const xu &v) {
+    uint32_t q[4];
+    ldw_a1<4>(p + 1, q);
+    const int xl[4] = {v.x0.x, v.x0.y, v.x0.z, v.x0.w}, xh[4] = {v.x1.x, v.x1.y, v.x1.z, v.x1.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      s = __dp4a(e2m1x2_4(q[i] & 0x0F0F0F0Fu), xl[i], s);
+      s = __dp4a(e2m1x2_4((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s);
+    }
+    return e8m0_half(p[0]) * v.d * i2f(s);
   }
   __device__ static float unit(const uint8_t *p, int u, const x8v &x, int g0) { return dot(p, u, xload(u, x, g0)); }
 };

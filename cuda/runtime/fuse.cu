@@ -29,11 +29,13 @@ static const char *op_name(int64_t k) {
     case BL_OP_FFN: return "ffn";
     case BL_OP_OUTPUT: return "output";
     case BL_OP_MLA: return "mla";
+    case BL_OP_DELTANET: return "gated delta-net";
     default: return "unknown op";
   }
 }
 
 static const char *const MLA_NOT_YET = "multi-head latent attention is not implemented on the card yet";
+static const char *const DN_NOT_YET = "the gated delta-net layer is not implemented on the card yet";
 
 namespace {
 struct pass {
@@ -76,6 +78,7 @@ struct pass {
     const bl_attn_params *a = params<bl_attn_params>(op);
     if (!a) return fail(i + 1, "no parameters");
     if (a->window < 0) return fail(i + 1, "a sliding window of %lld", (long long)a->window);
+    if (a->gate) return fail(i + 1, "gated attention (an output gate in q's rows) is not implemented on the card yet");
     if (a->rope.type != BL_ROPE_NORMAL && a->rope.type != BL_ROPE_NEOX) return fail(i + 1, "RoPE type %lld is not implemented on the card", (long long)a->rope.type);
     const double eps = params<bl_norm_params>(nm)->eps;
     if ((role(op, BL_ATTN_Q_NORM).data || role(op, BL_ATTN_K_NORM).data) && a->eps != eps)
@@ -200,12 +203,15 @@ struct pass {
             i += 2;
           } else if (next == BL_OP_MLA) {
             return fail(i + 1, "%s", MLA_NOT_YET);
+          } else if (next == BL_OP_DELTANET) {
+            return fail(i + 1, "%s", DN_NOT_YET);
           } else {
             return fail(i, "the card runs a norm only fused into the attention, router + experts or ffn op after it");
           }
           break;
         }
         case BL_OP_MLA: return fail(i, "%s", MLA_NOT_YET);
+        case BL_OP_DELTANET: return fail(i, "%s", DN_NOT_YET);
         case BL_OP_FFN:
           /* DeepSeek's and GLM's shared experts: an ffn on the h the experts' norm wrote */
           if (i > 0 && ops[i - 1].kind == BL_OP_EXPERTS) return fail(i, "a shared expert (an ffn after the experts, on their input norm) is not implemented on the card yet");

@@ -19,6 +19,9 @@ typedef struct {
   bl_cpu_ctx *c;
   const bl_batch *batch;
   int64_t n_tok, E, hd, nh, nkv, qd, kd, group;
+  int gate;               /* q's rows hold each head's query then its output gate */
+  int64_t qrow;           /* floats between q rows (2 qd with a gate) */
+  float *gates;           /* with a gate: n_tok rows of qd, the gates taken out of q */
   int64_t layer;          /* the KV cache layer */
   int64_t window;         /* sliding window (0: every position) */
   const bl_tensor *o;     /* the output projection */
@@ -43,13 +46,21 @@ typedef struct {
   uint8_t *qo;
   const uint8_t **act;  /* per worker pointer arrays */
   float **yp;
-  bl_counter c_norm, c_q[3], c_mm, c_prep, c_qo, c_o, c_res;
+  bl_counter c_norm, c_q[3], c_mm, c_prep, c_gate, c_qo, c_o, c_res;
 } attn_job;
 
 static void prep_token(attn_job *j, int64_t t) {
   bl_cpu_ctx *c = j->c;
   const int64_t hd = j->hd;
-  float *q = c->q + t * j->qd, *k = c->k + t * j->kd, *v = c->v + t * j->kd;
+  float *q = c->q + t * j->qrow, *k = c->k + t * j->kd, *v = c->v + t * j->kd;
+  if (j->gate) {
+    /* [q0 g0 q1 g1 ...] -> gates out, queries packed at the row's start */
+    float *g = j->gates + t * j->qd;
+    for (int64_t h = 0; h < j->nh; h++) {
+      memcpy(g + h * hd, q + (2 * h + 1) * hd, sizeof(float) * (size_t)hd);
+      if (h) memmove(q + h * hd, q + 2 * h * hd, sizeof(float) * (size_t)hd);
+    }
+  }
   if (j->bq) for (int64_t i = 0; i < j->qd; i++) q[i] += j->bq[i];
   if (j->bk) for (int64_t i = 0; i < j->kd; i++) k[i] += j->bk[i];
   if (j->bv) for (int64_t i = 0; i < j->kd; i++) v[i] += j->bv[i];
@@ -93,7 +104,7 @@ static void attn_task(void *a, int ith, int nth) {
   }
   /* Q, K and V rows as one item space */
   float *outs[3] = {c->q, c->k, c->v};
-  const int64_t dims[3] = {j->qd, j->kd, j->kd};
+  const int64_t dims[3] = {j->qrow, j->kd, j->kd};
   const int64_t total = j->tiles[0] + j->tiles[1] + j->tiles[2];
   int cur = -1;
   bl_mm_spec m = {0};
@@ -117,6 +128,14 @@ static void attn_task(void *a, int ith, int nth) {
   bl_pool_barrier_ith(c->pool, ith);
   bl_attn_core_run(&j->core, ith);
   bl_pool_barrier_ith(c->pool, ith);
+  if (j->gate) {
+    for (int64_t t; (t = bl_claim(&j->c_gate, 1)) < j->n_tok;) {
+      float *o = c->att + t * j->qd;
+      const float *g = j->gates + t * j->qd;
+      for (int64_t i = 0; i < j->qd; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+    }
+    bl_pool_barrier_ith(c->pool, ith);
+  }
   if (!exact) {
     bl_job_quantize(c, &j->c_qo, j->vt_o, j->lanes_o, c->att, j->qd, j->n_tok, j->qd, j->qo, j->rb_o);
     bl_pool_barrier_ith(c->pool, ith);
@@ -153,13 +172,16 @@ int64_t bl_attn_check(const bl_ctx_params *p, const bl_op *op) {
   if (hd <= 0 || hd > 1024 || nh <= 0 || nkv <= 0 || nh % nkv != 0)
     return bl_fail(BL_E_INVAL, "attention: bad heads (n_head %lld, n_head_kv %lld, head_dim %lld)", (long long)nh, (long long)nkv, (long long)hd);
   if (b->kv_layer < 0 || b->kv_layer >= p->kv_layers) return bl_fail(BL_E_INVAL, "attention: KV layer %lld out of range", (long long)b->kv_layer);
-  if (nkv * hd != p->kv_k_dim || nkv * hd != p->kv_v_dim || nh * hd > p->max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
+  if (b->gate != 0 && b->gate != 1) return bl_fail(BL_E_UNSUPPORTED, "attention: output gate %lld", (long long)b->gate);
+  const int64_t qrows = (b->gate ? 2 : 1) * nh * hd;
+  if (nkv * hd != p->kv_k_dim || nkv * hd != p->kv_v_dim || qrows > p->max_q_dim) return bl_fail(BL_E_INVAL, "attention: head dims do not match the context");
+  if (b->gate && bl_op_t(op, BL_ATTN_BQ)->data) return bl_fail(BL_E_UNSUPPORTED, "attention: a q bias with an output gate");
   if (b->window < 0) return bl_fail(BL_E_INVAL, "attention: sliding window %lld", (long long)b->window);
   if (b->rope.type != BL_ROPE_NONE && b->rope.type != BL_ROPE_NORMAL && b->rope.type != BL_ROPE_NEOX)
     return bl_fail(BL_E_UNSUPPORTED, "attention: RoPE type %lld", (long long)b->rope.type);
   if (b->rope.type != BL_ROPE_NONE && (b->rope.n_rot <= 0 || b->rope.n_rot > hd || b->rope.n_rot % 2))
     return bl_fail(BL_E_INVAL, "attention: %lld rotated dims of %lld", (long long)b->rope.n_rot, (long long)hd);
-  const int64_t rows[3] = {nh * hd, nkv * hd, nkv * hd};
+  const int64_t rows[3] = {qrows, nkv * hd, nkv * hd};
   const char *names[3] = {"attention q", "attention k", "attention v"};
   for (int mi = 0; mi < 3; mi++) {
     const bl_tensor *w = bl_op_t(op, BL_ATTN_Q + mi);
@@ -207,13 +229,15 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   j.qd = nh * hd;
   j.kd = nkv * hd;
   j.group = nh / nkv;
+  j.gate = b->gate != 0;
+  j.qrow = (j.gate ? 2 : 1) * j.qd;
   j.pos = pos;
   j.seq = seq;
   j.eps = (float)b->eps;
   j.scale = b->scale > 0 ? (float)b->scale : 1.0f / sqrtf((float)hd);
   const bl_tensor *ws[3] = {bl_op_t(op, BL_ATTN_Q), bl_op_t(op, BL_ATTN_K), bl_op_t(op, BL_ATTN_V)};
   const char *names[3] = {"attention q", "attention k", "attention v"};
-  const int64_t rows[3] = {j.qd, j.kd, j.kd};
+  const int64_t rows[3] = {j.qrow, j.kd, j.kd};
   for (int mi = 0; mi < 3; mi++)
     if ((s = bl_check_weight(c, ws[mi], names[mi]))) return s;
   if ((s = bl_check_weight(c, j.o, "attention output"))) return s;
@@ -242,7 +266,7 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
     for (int mi = 0; mi < 3; mi++)
       if (j.which[mi] == i && !bl_lanes(c, ws[mi], n_tok)) j.lanes[i] = 0;
   }
-  j.rpi = bl_rows_per_item(j.qd + 2 * j.kd, n_tok, nth);
+  j.rpi = bl_rows_per_item(j.qrow + 2 * j.kd, n_tok, nth);
   for (int mi = 0; mi < 3; mi++) j.tiles[mi] = (rows[mi] + j.rpi - 1) / j.rpi;
   j.vt_o = bl_act_type(c, (int32_t)j.o->type);
   j.rb_o = bl_row_bytes(j.vt_o, j.qd);
@@ -256,7 +280,8 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   ac->nh = nh;
   ac->nkv = nkv;
   ac->group = ac->gsub = j.group;
-  ac->qs = ac->os = j.qd;
+  ac->qs = j.qrow;
+  ac->os = j.qd;
   ac->kd = j.kd;
   ac->q = c->q;
   ac->out = c->att;
@@ -275,6 +300,7 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
       sizeof(void *) * (size_t)(nth * n_tok),
       sizeof(float) * (size_t)(2 * E + 2 * hd + j.qd + 2 * j.kd + nh), /* norm, q/k norm, bias and sink vectors */
       core_sz[0],                                             /* query tiles */
+      j.gate ? sizeof(float) * (size_t)(n_tok * j.qd) : 0,    /* the output gates */
   };
   enum { NB = sizeof sz / sizeof sz[0] };
   size_t total = 0;
@@ -292,6 +318,7 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const bl_b
   j.yp = out[7];
   float *vec = out[8];
   bl_attn_core_bind(ac, out[9], out[4], out[5]);
+  j.gates = out[10];
   if (norm && (s = opt_vec(bl_op_t(norm, BL_NORM_WEIGHT), vec, E, &j.normw))) return s;
   float *v = vec + E;
   if ((s = opt_vec(bl_op_t(op, BL_ATTN_Q_NORM), v, hd, &j.qn))) return s;

@@ -26,6 +26,9 @@ typedef struct bl_cpu_ctx {
   int64_t qact_row;    /* bytes per quantized row (largest) */
   float *scores;       /* per worker: kv_ctx floats */
   uint16_t *kc, *vc;   /* f16 [layer][slot][pos][kv_k_dim], [layer][slot][pos][kv_v_dim] */
+  float *rs;           /* recurrent state: [slot][rs_layers][rs_dim] (deltanet.c) */
+  float *dn;           /* the delta-net's work rows (grown on use) */
+  size_t dn_cap;       /* floats dn holds */
   int64_t n_workers;
   /* ---- kept by bl_cpu_ext_init (matmul.c) ---- */
   int64_t n_threads, n_threads_batch; /* -t (one-token steps) and -tb (batches) */
@@ -118,6 +121,7 @@ int64_t bl_attn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *attn, const bl
 int64_t bl_moe_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *router, const bl_op *experts, int64_t n_tok);
 int64_t bl_ffn_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *ffn, int64_t n_tok);
 int64_t bl_mla_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *mla, const bl_batch *batch);
+int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *dn, const bl_batch *batch);
 /* The experts for picks the caller put in c->sel / c->selw (k a token, weights as given) on the NORM
  * of x: x rows += their weighted sum, which is also left in c->moe_out. */
 int64_t bl_moe_picked(bl_cpu_ctx *c, const bl_op *norm, const bl_op *experts, int64_t n_tok, int64_t k);
@@ -127,6 +131,7 @@ int64_t bl_router_check(const bl_ctx_params *p, const bl_op *router);
 int64_t bl_experts_check(const bl_ctx_params *p, const bl_op *experts);
 int64_t bl_ffn_check(const bl_ctx_params *p, const bl_op *ffn);
 int64_t bl_mla_check(const bl_ctx_params *p, const bl_op *mla);
+int64_t bl_deltanet_check(const bl_ctx_params *p, const bl_op *dn);
 /* The routed experts' picks of a layer counted for bl_cpu_expert_picks (n_expert counts). */
 void bl_count_picks(bl_cpu_ctx *c, int64_t layer, int64_t n_expert, const int32_t *start);
 

@@ -1,6 +1,6 @@
 /* bloomery CPU library: the CPU backend's context (allocation, KV cache operations), the check of a
  * program's ops, and the walk over them for one batch: a NORM is fused into the op after it that
- * reads h (ATTN, MLA, ROUTER + EXPERTS, FFN), found by a pass over the list, and runs alone otherwise. */
+ * reads h (ATTN, MLA, DELTANET, ROUTER + EXPERTS, FFN), found by a pass over the list, and runs alone otherwise. */
 #include "ctx.h"
 #include "common.h"
 #include <stdio.h>
@@ -21,7 +21,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
   bl_cpu_ext_free(c);
   if (c->pool) bl_pool_free(c->pool);
   void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->router_sc, c->picks, c->sel,
-                  c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp};
+                  c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp, c->rs, c->dn};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(c);
   return BL_OK;
@@ -30,7 +30,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
 int64_t bl_cpu_ctx_new(const bl_ctx_params *p, const bl_cpu_options *o, uint64_t *out) {
   if (!p || !out) return bl_fail(BL_E_INVAL, "ctx_new: null argument");
   if (p->n_embd <= 0 || p->n_vocab <= 0 || p->max_tokens <= 0 || p->kv_layers < 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 ||
-      p->kv_k_dim <= 0 || p->kv_v_dim < 0 || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0)
+      p->kv_k_dim <= 0 || p->kv_v_dim < 0 || p->max_q_dim <= 0 || p->max_ff <= 0 || p->max_experts < 0 || p->rs_layers < 0 || p->rs_dim < 0)
     return bl_fail(BL_E_INVAL, "ctx_new: invalid parameters (n_embd %lld, max_tokens %lld, kv %lldx%lldx%lld, k_dim %lld, v_dim %lld)",
                    (long long)p->n_embd, (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots,
                    (long long)p->kv_ctx, (long long)p->kv_k_dim, (long long)p->kv_v_dim);
@@ -70,8 +70,10 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, const bl_cpu_options *o, uint64_t
   const size_t kvn = kv_pos * (size_t)p->kv_k_dim, kvv = kv_pos * (size_t)p->kv_v_dim;
   c->kc = zalloc(kvn * 2);
   c->vc = zalloc(kvv * 2);
+  const size_t rsn = (size_t)p->kv_slots * (size_t)p->rs_layers * (size_t)p->rs_dim;
+  c->rs = zalloc(rsn * sizeof(float));
   if (!c->pool || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->ff_a || !c->ff_b || !c->moe_out ||
-      !c->router || !c->router_sc || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc) {
+      !c->router || !c->router_sc || !c->sel || !c->selw || !c->tok_list || !c->slot_list || !c->qact || !c->scores || !c->kc || !c->vc || !c->rs) {
     bl_cpu_ctx_free((uint64_t)(uintptr_t)c);
     return bl_fail(BL_E_NOMEM, "ctx_new: cannot allocate the workspace and a KV cache of %zu MiB", (kvn + kvv) * 2 >> 20);
   }
@@ -96,6 +98,7 @@ const char *bl_op_name(int64_t kind) {
     case BL_OP_FFN: return "ffn";
     case BL_OP_OUTPUT: return "output";
     case BL_OP_MLA: return "latent attention";
+    case BL_OP_DELTANET: return "gated delta-net";
     default: return "unknown op";
   }
 }
@@ -193,6 +196,7 @@ static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab
     case BL_OP_EXPERTS: return bl_experts_check(p, op);
     case BL_OP_FFN: return bl_ffn_check(p, op);
     case BL_OP_MLA: return bl_mla_check(p, op);
+    case BL_OP_DELTANET: return bl_deltanet_check(p, op);
     default: return bl_fail(BL_E_INVAL, "unknown kind %lld", (long long)op->kind);
   }
 }
@@ -205,7 +209,8 @@ static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, c
   const bl_op *norm = NULL;
   const int64_t nt = batch->n_tokens;
   if (op->kind == BL_OP_NORM && next &&
-      (next->kind == BL_OP_ATTN || next->kind == BL_OP_MLA || next->kind == BL_OP_ROUTER || next->kind == BL_OP_FFN)) {
+      (next->kind == BL_OP_ATTN || next->kind == BL_OP_MLA || next->kind == BL_OP_DELTANET || next->kind == BL_OP_ROUTER ||
+       next->kind == BL_OP_FFN)) {
     norm = op;
     op = next;
     next = i + 2 < n ? &ops[i + 2] : NULL;
@@ -216,6 +221,7 @@ static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, c
     case BL_OP_NORM: return bl_norm_op(c, op, nt);
     case BL_OP_ATTN: return bl_attn_op(c, norm, op, batch);
     case BL_OP_MLA: return bl_mla_op(c, norm, op, batch);
+    case BL_OP_DELTANET: return bl_deltanet_op(c, norm, op, batch);
     case BL_OP_ROUTER:
       if (next && next->kind == BL_OP_EXPERTS) {
         (*used)++;
@@ -344,11 +350,12 @@ _Static_assert(sizeof(bl_tensor) == 8 * 8, "bl_tensor layout");
 _Static_assert(sizeof(bl_op) == 4 * 8, "bl_op layout");
 _Static_assert(sizeof(bl_norm_params) == 2 * 8, "bl_norm_params layout");
 _Static_assert(sizeof(bl_rope_params) == 9 * 8, "bl_rope_params layout");
-_Static_assert(sizeof(bl_attn_params) == 16 * 8, "bl_attn_params layout");
+_Static_assert(sizeof(bl_attn_params) == 17 * 8, "bl_attn_params layout");
 _Static_assert(sizeof(bl_router_params) == 7 * 8, "bl_router_params layout");
 _Static_assert(sizeof(bl_experts_params) == 9 * 8, "bl_experts_params layout");
 _Static_assert(sizeof(bl_ffn_params) == 3 * 8, "bl_ffn_params layout");
 _Static_assert(sizeof(bl_mla_params) == 16 * 8, "bl_mla_params layout");
 _Static_assert(sizeof(bl_program) == 4 * 8, "bl_program layout");
 _Static_assert(sizeof(bl_batch) == 7 * 8, "bl_batch layout");
-_Static_assert(sizeof(bl_ctx_params) == 13 * 8, "bl_ctx_params layout");
+_Static_assert(sizeof(bl_deltanet_params) == 8 * 8, "bl_deltanet_params layout");
+_Static_assert(sizeof(bl_ctx_params) == 15 * 8, "bl_ctx_params layout");

@@ -25,6 +25,10 @@ typedef struct BL_PACKED { uint16_t d; int8_t qs[32]; } bl_block_q8_0;          
 typedef struct BL_PACKED { uint16_t d, s; int8_t qs[32]; } bl_block_q8_1;              /* 36: s = d*sum(qs) */
 typedef struct BL_PACKED { uint16_t d; uint8_t qs[16]; } bl_block_iq4_nl;              /* 18 */
 typedef struct BL_PACKED { uint8_t e; uint8_t qs[16]; } bl_block_mxfp4;                /* 17 */
+/* bloomery's own (quants_fp.c) */
+typedef struct BL_PACKED { float d; uint8_t q[32]; } bl_block_fp8;                     /* 36: 32 E4M3 */
+typedef struct BL_PACKED { float g; uint8_t s[4]; uint8_t qs[32]; } bl_block_nvfp4;    /* 40: 64 E2M1 */
+typedef struct BL_PACKED { float d, m; uint8_t qs[32]; } bl_block_mlx4;                /* 40: 64 x 4 bits */
 
 /* 256-element super-blocks */
 typedef struct BL_PACKED {
@@ -116,6 +120,7 @@ _Static_assert(sizeof(bl_block_q8_0) == 34, "q8_0");
 _Static_assert(sizeof(bl_block_q8_1) == 36, "q8_1");
 _Static_assert(sizeof(bl_block_iq4_nl) == 18, "iq4_nl");
 _Static_assert(sizeof(bl_block_mxfp4) == 17, "mxfp4");
+_Static_assert(sizeof(bl_block_fp8) == 36 && sizeof(bl_block_nvfp4) == 40 && sizeof(bl_block_mlx4) == 40, "fp");
 _Static_assert(sizeof(bl_block_q2_K) == 84, "q2_K");
 _Static_assert(sizeof(bl_block_q3_K) == 110, "q3_K");
 _Static_assert(sizeof(bl_block_q4_K) == 144, "q4_K");
@@ -237,6 +242,9 @@ BL_DECL_TYPE(q8_K)
 BL_DECL_TYPE(iq4_nl)
 BL_DECL_TYPE(iq4_xs)
 BL_DECL_TYPE(mxfp4)
+BL_DECL_TYPE(fp8)
+BL_DECL_TYPE(nvfp4)
+BL_DECL_TYPE(mlx4)
 #undef BL_DECL_TYPE
 /* The grid types: read, not written (no from_float). */
 #define BL_DECL_READ(t) void bl_to_float_##t(const void *src, float *dst, int64_t n);
@@ -265,6 +273,14 @@ void bl_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq4_nl_q8_0(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq4_xs_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_fp8_f32(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_nvfp4_f32(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_mlx4_f32(int64_t n, float *s, const void *x, const void *y);
+/* E4M3 and E2M1 (quants_fp.c) */
+float bl_e4m3_to_f32(uint8_t x);
+extern float bl_e4m3_table[256]; /* bl_e4m3_to_f32 of every code, filled when the library loads */
+uint8_t bl_f32_to_e4m3(float x);
+extern const float bl_e2m1_values[16];
 void bl_vec_dot_iq2_xxs_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq2_xs_q8_K(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_iq2_s_q8_K(int64_t n, float *s, const void *x, const void *y);

@@ -273,5 +273,6 @@ void bl_kernels_init_avx2(bl_kernels *k) {
   bl_avx2_fill_iq(k);
   bl_avx2_fill_q(k);
   bl_avx2_fill_attn(k);
+  bl_avx2_fill_fp(k);
 }
 #endif /* __x86_64__ */

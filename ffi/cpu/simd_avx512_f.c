@@ -242,5 +242,6 @@ void bl_kernels_init_avx512(bl_kernels *k) {
   bl_avx512_fill_q(k);
   bl_avx512_fill_kl(k);
   bl_avx512_fill_attn(k);
+  bl_avx512_fill_fp(k); /* FP8, NVFP4, MLX4 (simd_avx512_fp.c) */
 }
 #endif /* __x86_64__ */

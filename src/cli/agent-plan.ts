@@ -212,7 +212,7 @@ export function planStart(inp: PlanInput): StartPlan {
     const unknownHp: HParams = { arch: "", nVocab: 0, nEmbd: 0, nLayer: 0, nCtxTrain: 0, nHead: 0, nHeadKv: 0, headDim: 0, nFf: 0, nExpert: 0, nExpertUsed: 0, eps: 0, kvLayers: 0 };
     const choice = chooseBackend(unknownHp, { nGpuLayers: ngl }); // reads only nLayer, for a partial -ngl note
     const card = choice.kind === "cuda" ? machine.cards[0] : undefined;
-    notes.push("the model's shape is read from its GGUF after the download: context, KV cache and fit are decided then");
+    notes.push(`the model's shape is read from its ${inp.hfPlan?.folder ? "config.json" : "GGUF"} after the download: context, KV cache and fit are decided then`);
     const event: PlanEvent = {
       ...base(),
       backend: { kind: choice.kind, device: card ? card.index : null, device_name: card?.name ?? "CPU", reason: choice.note },

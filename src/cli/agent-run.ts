@@ -73,7 +73,7 @@ export async function runDryRun(c: AgentCommand): Promise<number> {
       const h = hfOptionsFromEnv(c.env);
       try {
         hfPlan = await planHfModel(src.spec!, { offline: o.offline || h.offline, token: o.hfToken ?? (h.token || undefined), endpoint: h.endpoint, cacheDir: h.cacheDir });
-        if (hfPlan.files.every((f) => f.cached)) path = hfPlan.files[0].localPath;
+        if (hfPlan.files.every((f) => f.cached)) path = hfPlan.path;
       } catch (e) {
         // a known model is planned from its shape when the hub cannot be asked; the start would download
         if (!(isHfError(e) && UNREACHABLE.has(e.code) && geometry)) throw e;

@@ -34,6 +34,8 @@ export const BENCH_FLAG_TABLE: FlagTable = {
     { names: ["--no-warmup"], value: { type: "none" }, key: "noWarmup", default: false, help: "skip warmup runs before benchmarking", group: O, support: "supported" },
     { names: ["--membw"], value: { type: "none" }, key: "membw", default: false, help: "also measure the memory read bandwidth and the share of it each tg test reaches", group: O, support: "supported" },
     { names: ["--expert-ram"], value: { type: "int", min: 1 }, hint: "<MiB>", key: "expertRamMiB", default: 0, help: "read routed experts from the file on demand into a RAM cache of this many MiB (the NVMe tier; default: all mapped)", group: O, support: "supported" },
+    { names: ["--card-budget"], value: { type: "int", min: 1 }, hint: "<MiB>", key: "cardBudgetMiB", default: 0, help: "plan as if the card had at most this much free (the server's flag): a model larger than it keeps its first layers' routed experts in host RAM", group: O, support: "supported" },
+    { names: ["--promote-slots"], value: { type: "int", min: 0, keywords: { auto: -1 } }, hint: "<N|auto>", key: "promoteSlots", default: -1, help: "with routed experts in host RAM because of --card-budget: card slots a host layer for the most used experts (the server's flag; default auto)", group: O, support: "supported" },
     refuse(O, ["--numa"], "NUMA strategies are not supported yet", "numa mode", { hint: "<distribute|isolate|numactl>" }),
     { names: ["--prio"], value: { type: "int", min: -1, max: 3 }, hint: "<-1|0|1|2|3>", key: "prio", default: 0, help: "process/thread priority (only 0 here)", group: O, support: "supported", check: (v) => (v === 0 ? undefined : "0 (priorities are not supported)") },
     { names: ["-m", "--model"], value: { type: "list", of: { type: "string", nonEmpty: true }, split: "," }, hint: "<filename>", key: "model", default: [], repeat: "append", help: "model file(s)", group: P, support: "supported" },
@@ -104,6 +106,10 @@ export interface BenchParams {
   membw: boolean;
   /** --expert-ram: MiB of RAM for routed experts read on demand (0: every tensor mapped) */
   expertRamMiB: number;
+  /** --card-budget: MiB the plan may use on the card (0: what it has free) */
+  cardBudgetMiB: number;
+  /** --promote-slots: card slots a host layer under --card-budget (-1: auto) */
+  promoteSlots: number;
   /** -npl: numbers of parallel sequences (batched decode tests); empty: llama-bench's tests */
   npl: number[];
   /** -tgs: with -npl, generation one sequence after another */
@@ -201,6 +207,8 @@ export function parseBenchArgs(argv: readonly string[], env: Env, defaultThreads
       warmup: v.noWarmup !== true,
       membw: v.membw === true,
       expertRamMiB: Number(v.expertRamMiB ?? 0),
+      cardBudgetMiB: Number(v.cardBudgetMiB ?? 0),
+      promoteSlots: Number(v.promoteSlots ?? -1),
       npl,
       tgSeparate: v.tgSeparate === true,
       changed,

@@ -131,8 +131,11 @@ export class BenchRunner {
   /** the backend that ran the last test ("CPU", "CUDA") */
   lastBackend = "CPU";
 
-  /** expertRamBytes: routed experts read on demand into a RAM cache of this size (--expert-ram) */
-  constructor(private readonly expertRamBytes?: number) {}
+  /**
+   * expertRamBytes: routed experts read on demand into a RAM cache of this size (--expert-ram);
+   * budget: the card planned as if it had this much free (--card-budget), with --promote-slots
+   */
+  constructor(private readonly expertRamBytes?: number, private readonly budget?: { cardBudgetBytes: number; promoteSlots: number }) {}
 
   private modelKey = "";
 
@@ -147,8 +150,13 @@ export class BenchRunner {
     if (this.model && this.modelKey === key) return this.model;
     this.model?.close();
     this.model = undefined;
-    const placement = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
-    this.model = Model.load(inst.model, { nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid ? inst.nGpuLayers : undefined, placement });
+    const flags = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
+    const budget = this.budget && inst.nGpuLayers !== 0 ? this.budget : undefined;
+    const placement = budget ? { ...(flags ?? { nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers }), cardBudgetBytes: budget.cardBudgetBytes } : flags;
+    this.model = Model.load(inst.model, {
+      nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid || budget ? inst.nGpuLayers : undefined, placement,
+      promoteSlots: budget && !hybrid ? budget.promoteSlots : undefined,
+    });
     this.modelKey = key;
     return this.model;
   }

@@ -137,7 +137,8 @@ export async function runBench(argv: string[]): Promise<number> {
   const instances = benchInstances(params);
   const infos = new Map<string, ModelInfo>();
   const bandwidth = new Map<number, number>();
-  const runner = new BenchRunner(params.expertRamMiB > 0 ? params.expertRamMiB * 1024 * 1024 : undefined);
+  const runner = new BenchRunner(params.expertRamMiB > 0 ? params.expertRamMiB * 1024 * 1024 : undefined,
+    params.cardBudgetMiB > 0 ? { cardBudgetBytes: params.cardBudgetMiB * 1024 * 1024, promoteSlots: params.promoteSlots } : undefined);
   const cpu = cpuInfo();
   const tgLines: string[] = [];
   try {

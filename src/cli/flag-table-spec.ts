@@ -1,4 +1,6 @@
-// llama-server's speculative-decoding flags (llama.cpp common/arg.cpp, "speculative params"): recognised, all refused for now.
+// llama-server's speculative-decoding flags (llama.cpp common/arg.cpp, "speculative params"):
+// `--spec-type ngram-simple` (drafts from the sequence itself) with its three settings; the draft
+// model and MTP kinds and their flags are recognised and refused by name.
 
 import { refuse } from "./flag-define.ts";
 import type { FlagDef } from "./flag-types.ts";
@@ -8,6 +10,20 @@ const SPEC = "speculative decoding is not supported yet";
 
 function removed(use: string): string {
   return `removed from llama.cpp; use ${use}`;
+}
+
+const SPEC_KINDS = ["none", "ngram-simple", "draft-simple", "draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"];
+
+/** What is wrong with a --spec-type list, or undefined. */
+function specTypeProblem(v: string): string | undefined {
+  const kinds = v.split(",").map((k) => k.trim());
+  for (const k of kinds) {
+    if (!SPEC_KINDS.includes(k)) return `one of none, ngram-simple, draft-simple (got '${k}')`;
+    if (k !== "none" && k !== "ngram-simple" && k !== "draft-simple") return `none, ngram-simple or draft-simple: '${k}' is not supported yet (MTP layers and EAGLE heads are not run by this engine)`;
+  }
+  if (kinds.includes("none") && kinds.length > 1) return "'none' alone, or one of ngram-simple, draft-simple";
+  if (kinds.length > 1) return "one kind at a time (ngram-simple or draft-simple)";
+  return undefined;
 }
 
 export const SPEC_FLAGS: readonly FlagDef[] = [
@@ -26,23 +42,56 @@ export const SPEC_FLAGS: readonly FlagDef[] = [
   refuse(G, ["--spec-draft-override-tensor", "-otd", "--override-tensor-draft"], SPEC, "tensor placement overrides for the draft model", { hint: "<tensor name pattern>=<buffer type>,..." }),
   refuse(G, ["--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"], SPEC, "keep the draft model's expert weights in host memory", { env: "LLAMA_ARG_SPEC_DRAFT_CPU_MOE" }),
   refuse(G, ["--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"], SPEC, "keep the draft model's experts of the first N layers in host memory", { hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE" }),
-  refuse(G, ["--spec-draft-n-max"], SPEC, "tokens drafted per step", { hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MAX", default: 3 }),
-  refuse(G, ["--spec-draft-n-min"], SPEC, "fewest draft tokens worth verifying", { hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MIN", default: 0 }),
+  {
+    names: ["--spec-draft-n-max"], hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MAX", key: "specDraftNMax", default: 3, value: { type: "int", min: 0, max: 256 },
+    help: "draft model: most tokens drafted a step", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-draft-n-min"], hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MIN", key: "specDraftNMin", default: 0, value: { type: "int", min: 0, max: 256 },
+    help: "draft model: fewest draft tokens worth verifying", group: G, support: "supported",
+  },
   refuse(G, ["--spec-synth-len"], SPEC, "synthetic mean acceptance length (benchmarking)", { hint: "L", env: "LLAMA_ARG_SPEC_SYNTH_LEN" }),
   refuse(G, ["--spec-synth-rates"], SPEC, "synthetic per-position acceptance probabilities (benchmarking)", { hint: "P0,P1,...", env: "LLAMA_ARG_SPEC_SYNTH_RATES" }),
   refuse(G, ["--spec-draft-p-split", "--draft-p-split"], SPEC, "speculative split probability", { hint: "P", env: "LLAMA_ARG_SPEC_DRAFT_P_SPLIT", default: 0.1 }),
-  refuse(G, ["--spec-draft-p-min", "--draft-p-min"], SPEC, "least probability for a greedy draft token", { hint: "P", env: "LLAMA_ARG_SPEC_DRAFT_P_MIN", default: 0 }),
+  {
+    names: ["--spec-draft-p-min", "--draft-p-min"], hint: "P", env: "LLAMA_ARG_SPEC_DRAFT_P_MIN", key: "specDraftPMin", default: 0, value: { type: "float", min: 0, max: 1 },
+    help: "draft model: least probability of a drafted token", group: G, support: "supported",
+  },
   refuse(G, ["--spec-draft-backend-sampling"], SPEC, "sample the draft on the backend", { neg: ["--no-spec-draft-backend-sampling"], env: "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING" }),
   refuse(G, ["--spec-draft-device", "-devd", "--device-draft"], SPEC, "devices for the draft model", { hint: "<dev1,dev2,..>" }),
-  refuse(G, ["--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"], SPEC, "draft model layers stored on the GPU", { hint: "N", env: "LLAMA_ARG_N_GPU_LAYERS_DRAFT" }),
-  refuse(G, ["--spec-draft-model", "-md", "--model-draft"], SPEC, "draft model file", { hint: "FNAME", env: "LLAMA_ARG_SPEC_DRAFT_MODEL" }),
-  refuse(G, ["--spec-type"], SPEC, "kinds of speculative decoding, comma-separated (none, draft-simple, draft-mtp, ngram-simple, ...)", { hint: "TYPES", env: "LLAMA_ARG_SPEC_TYPE" }),
+  {
+    names: ["--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"], hint: "N", env: "LLAMA_ARG_N_GPU_LAYERS_DRAFT", key: "specDraftNgl", default: "auto",
+    value: { type: "int", keywords: { auto: "auto", all: "all" } },
+    help: "draft model: layers on the GPU (0: the CPU; default: as -ngl)", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-draft-model", "-md", "--model-draft"], hint: "FNAME", env: "LLAMA_ARG_SPEC_DRAFT_MODEL", key: "specDraftModel",
+    value: { type: "string", nonEmpty: true },
+    help: "draft model (GGUF, the target's vocabulary) for speculative decoding", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-type"], hint: "TYPES", env: "LLAMA_ARG_SPEC_TYPE", key: "specType", default: "none",
+    value: { type: "string", nonEmpty: true },
+    help: "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md)",
+    group: G, support: "supported",
+    check: (v) => specTypeProblem(String(v)),
+  },
   refuse(G, ["--spec-ngram-mod-n-min"], SPEC, "ngram-mod: fewest ngram tokens", { hint: "N", default: 48 }),
   refuse(G, ["--spec-ngram-mod-n-max"], SPEC, "ngram-mod: most ngram tokens", { hint: "N", default: 64 }),
   refuse(G, ["--spec-ngram-mod-n-match"], SPEC, "ngram-mod: lookup length", { hint: "N", default: 24 }),
-  refuse(G, ["--spec-ngram-simple-size-n"], SPEC, "ngram-simple: lookup n-gram length", { hint: "N", default: 12 }),
-  refuse(G, ["--spec-ngram-simple-size-m"], SPEC, "ngram-simple: draft m-gram length", { hint: "N", default: 48 }),
-  refuse(G, ["--spec-ngram-simple-min-hits"], SPEC, "ngram-simple: fewest hits", { hint: "N", default: 1 }),
+  {
+    names: ["--spec-ngram-simple-size-n"], hint: "N", key: "specNgramSimpleSizeN", default: 12, value: { type: "int", min: 1, max: 1024 },
+    help: "ngram-simple: lookup length", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-ngram-simple-size-m"], hint: "N", key: "specNgramSimpleSizeM", default: 48, value: { type: "int", min: 1, max: 1024 },
+    help: "ngram-simple: longest draft", group: G, support: "supported",
+  },
+  {
+    names: ["--spec-ngram-simple-min-hits"], hint: "N", key: "specNgramSimpleMinHits", default: 1, value: { type: "int", min: 1 },
+    help: "ngram-simple: fewest hits (1: the latest occurrence)", group: G, support: "supported",
+    check: (v) => (v === 1 ? undefined : "1 (ngram-simple drafts from the latest occurrence; more hits are not counted)"),
+  },
   refuse(G, ["--spec-ngram-map-k-size-n"], SPEC, "ngram-map-k: lookup n-gram length", { hint: "N", default: 12 }),
   refuse(G, ["--spec-ngram-map-k-size-m"], SPEC, "ngram-map-k: draft m-gram length", { hint: "N", default: 48 }),
   refuse(G, ["--spec-ngram-map-k-min-hits"], SPEC, "ngram-map-k: fewest hits", { hint: "N", default: 1 }),

@@ -97,6 +97,15 @@ export interface ServerOptions {
   readonly chatTemplateFile: string | undefined;
   readonly chatTemplateKwargs: JsonObject;
   readonly reasoningFormat: "none" | "auto" | "deepseek" | "deepseek-legacy";
+  /** --spec-type: none, ngram-simple (its lookup and draft lengths) or draft-simple (-md, implied by -md alone) */
+  readonly specType: "none" | "ngram-simple" | "draft-simple";
+  readonly specDraftModel: string | undefined;
+  readonly specDraftNgl: number | "auto" | "all";
+  readonly specDraftNMax: number;
+  readonly specDraftNMin: number;
+  readonly specDraftPMin: number;
+  readonly specNgramSimpleSizeN: number;
+  readonly specNgramSimpleSizeM: number;
   /** -1 unlimited, 0 no thinking, N a budget. */
   readonly reasoningBudget: number;
   /** --reasoning-effort: the template's `reasoning_effort` for every request; "default" sets none. */
@@ -251,6 +260,16 @@ function gpuLayers(v: FlagValue | undefined): number | "auto" | "all" {
   return v < -1 ? "all" : v;
 }
 
+/** --spec-type's kind: -md alone means draft-simple (as llama-server infers it from the draft). */
+function specTypeOf(t: string, draft: string | undefined): ServerOptions["specType"] {
+  if (t.includes("ngram-simple")) return "ngram-simple";
+  if (t.includes("draft-simple")) {
+    if (!draft) throw new FlagError("--spec-type", "draft-simple needs a draft model (-md FNAME)");
+    return "draft-simple";
+  }
+  return draft ? "draft-simple" : "none";
+}
+
 function buildOptions(v: Values): ServerOptions {
   const hosts = list(v, "hosts", isString);
   return {
@@ -301,6 +320,14 @@ function buildOptions(v: Values): ServerOptions {
     chatTemplateFile: optStr(v, "chatTemplateFile"),
     chatTemplateKwargs: jsonObject(v, "chatTemplateKwargs"),
     reasoningFormat: oneOf(v, "reasoningFormat", ["none", "auto", "deepseek", "deepseek-legacy"] as const),
+    specType: specTypeOf(String(v.specType ?? "none"), optStr(v, "specDraftModel")),
+    specDraftModel: optStr(v, "specDraftModel"),
+    specDraftNgl: gpuLayers(v["specDraftNgl"]),
+    specDraftNMax: num(v, "specDraftNMax"),
+    specDraftNMin: num(v, "specDraftNMin"),
+    specDraftPMin: num(v, "specDraftPMin"),
+    specNgramSimpleSizeN: num(v, "specNgramSimpleSizeN"),
+    specNgramSimpleSizeM: num(v, "specNgramSimpleSizeM"),
     reasoningBudget: num(v, "reasoningBudget"),
     reasoningEffort: optStr(v, "reasoningEffort") ?? "default",
     host: hosts[0] ?? wrongType("hosts", "at least one address", hosts),

@@ -11,6 +11,8 @@ import { openModelPath } from "../safetensors/model.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { familyFor } from "../models/registry.ts";
 import { Scheduler } from "../engine/scheduler.ts";
+import type { SpecConfig } from "../engine/spec-ngram.ts";
+import { checkDraftVocab, DraftModel } from "../engine/spec-draft.ts";
 import { makeSampler } from "../engine/sampler-bridge.ts";
 import type { DoneEvent, TokenEvent } from "../engine/protocol.ts";
 
@@ -40,6 +42,11 @@ export const GENERATE_TABLE: FlagTable = {
     f(["--parse-special"], { type: "none" }, "parseSpecial", "match special tokens such as <|im_start|> in the prompt text", { default: false }),
     f(["--json"], { type: "none" }, "json", "print one JSON object (tokens, text, stop, timings) instead of streaming text", { default: false }),
     f(["--exact"], { type: "none" }, "exact", "slow reference path: f32 activations, dequantized weights", { default: false }),
+    f(["--spec-type"], { type: "enum", values: ["none", "ngram-simple", "draft-simple"] }, "specType", "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md)", { default: "none", hint: "TYPE" }),
+    f(["--spec-ngram-simple-size-n"], { type: "int", min: 1, max: 1024 }, "sizeN", "ngram-simple: lookup length", { default: 12, hint: "N" }),
+    f(["--spec-ngram-simple-size-m"], { type: "int", min: 1, max: 1024 }, "sizeM", "ngram-simple: longest draft", { default: 48, hint: "N" }),
+    f(["-md", "--spec-draft-model"], { type: "string", nonEmpty: true }, "draftModel", "draft model (the target's vocabulary); implies --spec-type draft-simple", { hint: "FNAME" }),
+    f(["--spec-draft-n-max"], { type: "int", min: 0, max: 256 }, "nMax", "draft model: most tokens drafted a step", { default: 3, hint: "N" }),
     f(["-h", "--help"], { type: "none" }, "help", "print this help", { action: "help" }),
   ],
 };
@@ -62,15 +69,25 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
   const nCtxTrain = familyFor(gguf).hparams(gguf).nCtxTrain;
   const nCtx = Number(v.ctx) || Math.min(nCtxTrain, Math.max(8192, prompt.length + Math.max(0, Number(v.nPredict)) + 1));
   const model = Model.load(gguf, { nCtx, nThreads: v.threads as number | undefined, exact: !!v.exact });
+  let drafter: DraftModel | undefined;
   try {
     checkForward(model); // a model whose logits are NaN is refused, not run
-    return generateWith(model, prompt, v);
+    const kind = v.draftModel ? "draft-simple" : (String(v.specType) as SpecConfig["type"]);
+    if (kind === "draft-simple") {
+      if (!v.draftModel) throw new Error("generate: --spec-type draft-simple needs a draft model (-md FNAME)");
+      const d = Model.load(String(v.draftModel), { nCtx, nThreads: v.threads as number | undefined });
+      drafter = new DraftModel(d, Number(v.nMax), 0, 0);
+      checkDraftVocab(model, d);
+    }
+    const spec: SpecConfig = { type: kind, sizeN: Number(v.sizeN), sizeM: Number(v.sizeM), nMax: Number(v.nMax) };
+    return generateWith(model, prompt, v, spec, drafter);
   } finally {
+    drafter?.close();
     model.close();
   }
 }
 
-function generateWith(model: Model, prompt: number[], v: Record<string, unknown>): number {
+function generateWith(model: Model, prompt: number[], v: Record<string, unknown>, spec: SpecConfig, drafter?: DraftModel): number {
   const events: TokenEvent[] = [];
   let done: DoneEvent | undefined;
   const sched = new Scheduler(model, {
@@ -79,7 +96,7 @@ function generateWith(model: Model, prompt: number[], v: Record<string, unknown>
       if (!v.json) for (const e of evs) process.stdout.write(e.text);
     },
     done: (d) => { done = d; },
-  }, makeSampler, 512);
+  }, makeSampler, 512, 0, spec, drafter);
   sched.submit({
     id: 1, prompt, nPredict: Number(v.nPredict), stop: (v.stop as string[] | undefined) ?? [], ignoreEos: !!v.ignoreEos,
     grammar: v.grammarFile ? readFileSync(String(v.grammarFile), "utf8") : undefined, nProbs: 0, idSlot: -1, cachePrompt: false,
@@ -97,7 +114,8 @@ function generateWith(model: Model, prompt: number[], v: Record<string, unknown>
   } else {
     process.stdout.write(d.text + "\n");
     const t = d.timings;
-    console.error(`\n[${t.prompt_n} prompt tokens at ${t.prompt_per_second.toFixed(1)} t/s, ${t.predicted_n} generated at ${t.predicted_per_second.toFixed(1)} t/s; stop: ${d.stopType}]`);
+    const drafts = t.draft_n ? `, ${t.draft_n_accepted} of ${t.draft_n} draft tokens accepted` : "";
+    console.error(`\n[${t.prompt_n} prompt tokens at ${t.prompt_per_second.toFixed(1)} t/s, ${t.predicted_n} generated at ${t.predicted_per_second.toFixed(1)} t/s${drafts}; stop: ${d.stopType}]`);
   }
   return 0;
 }

@@ -193,7 +193,8 @@ export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
     nExpert: shape.nExpert,
     nExpertUsed: shape.nExpertUsed,
     eps: Math.fround(shape.eps), // the GGUF stores it as f32
-    kvLayers: shape.nLayer,
+    // the Qwen hybrids keep a KV cache in their full-attention layers only (every interval-th)
+    kvLayers: shape.hybrid ? Math.floor(shape.nLayer / shape.hybrid.interval) : shape.nLayer,
   };
 }
 

@@ -110,6 +110,10 @@ export function synthWriter(o: SynthOptions): { writer: GgufWriter; params: numb
       count(ne);
       w.addTensor(name, GgmlType.F32, ne, f32Bytes(new Float32Array(ne.reduce((p, d) => p * d, 1)).fill(1)));
     },
+    fill(name, ne, value) {
+      count(ne);
+      w.addTensor(name, GgmlType.F32, ne, f32Bytes(new Float32Array(ne.reduce((p, d) => p * d, 1)).fill(value)));
+    },
     small(name, ne, std) {
       count(ne);
       const r = rng(seed * 31 + tensors * 7), a = new Float32Array(ne.reduce((p, d) => p * d, 1));

@@ -36,6 +36,13 @@ export interface Backend {
    * it has no such memory or no room for them; the prompt cache then keeps them in host RAM.
    */
   kvStash?(slot: number, n: number): SavedKv | undefined;
+  /**
+   * A slot's recurrent state (the gated delta-net layers'): its bytes (0 or absent: the model has none), saved
+   * and loaded whole; it is the state after the last token the slot took (a position 0 token starts it anew).
+   */
+  rsBytes?(): number;
+  rsSave?(slot: number, dst: Uint8Array): void;
+  rsLoad?(slot: number, src: Uint8Array): void;
   /** what the routed experts kept in host RAM beside a card did (undefined: none are) */
   hostStats?(): HostExpertStats | undefined;
   /**
@@ -53,7 +60,12 @@ export interface Backend {
 export interface SavedKv {
   readonly bytes: number;
   readonly where: "card" | "host";
-  /** its first n positions into a slot */
+  /** its first n positions into a slot (with a recurrent model, n one of its checkpoints: restorable(n) === n) */
   restore(slot: number, n: number): void;
+  /**
+   * A recurrent model's state restores only where a checkpoint of the recurrent state was kept: the
+   * longest such prefix of at most n tokens (0: none). Absent: every prefix restores.
+   */
+  restorable?(n: number): number;
   free(): void;
 }

@@ -111,7 +111,23 @@ export class CpuBackend implements Backend {
   }
 
   kvCopy(src: number, dst: number, n: number): void {
+    // a recurrent model's state after a prefix cannot be taken from a longer sequence's
+    if (this.rsBytes() > 0) throw new Error("kvCopy: this model keeps a recurrent state a slot; a prefix of a slot cannot be copied alone");
     check(cpu().bl_cpu_kv_copy(this.ctx, src, dst, n), "copying KV");
+  }
+
+  rsBytes(): number {
+    return Number(cpu().bl_cpu_rs_bytes(this.ctx));
+  }
+
+  rsSave(slot: number, dst: Uint8Array): void {
+    if (dst.length < this.rsBytes()) throw new Error("rsSave: buffer too small");
+    check(cpu().bl_cpu_rs_save(this.ctx, slot, ptr(dst)), "saving the recurrent state");
+  }
+
+  rsLoad(slot: number, src: Uint8Array): void {
+    if (src.length < this.rsBytes()) throw new Error("rsLoad: buffer too small");
+    check(cpu().bl_cpu_rs_load(this.ctx, slot, ptr(src)), "loading the recurrent state");
   }
 
   close(): void {

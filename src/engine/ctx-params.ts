@@ -20,7 +20,7 @@ export function ctxParams(hp: HParams, o: CtxShape): Slots {
   const p = new Slots(CTX_PARAM_SLOTS);
   const kv = kvWidths(hp);
   const vals = [hp.nEmbd, hp.nVocab, o.maxTokens, o.nThreads ?? 1, o.kvLayers ?? hp.kvLayers, o.nSlots, o.nCtxSlot,
-    kv.k, kv.v, qWidth(hp), hp.nFf, hp.nExpert, o.exact ? 1 : 0];
+    kv.k, kv.v, qWidth(hp), hp.nFf, hp.nExpert, o.exact ? 1 : 0, hp.rsLayers ?? 0, hp.rsDim ?? 0];
   vals.forEach((v, i) => p.setInt(i, v));
   return p;
 }

@@ -4,6 +4,7 @@
 import { ptr } from "bun:ffi";
 import { checkCuda, cuda, cudaLastError } from "../../ffi/cuda.ts";
 import { BATCH_SLOTS, Slots } from "../../ffi/layout.ts";
+import { FOLDER_ONLY_TYPES, FOLDER_TYPE_WORDS } from "../gguf/index.ts";
 import { ctxParams } from "./ctx-params.ts";
 import { cudaOptionSlots, cudaOptionsFromEnv, type CudaOptions } from "./cuda-options.ts";
 import type { HParams } from "../models/types.ts";
@@ -171,8 +172,26 @@ export class CudaWeights {
   }
 }
 
+/**
+ * The first tensor of a type the card has no kernel for among bloomery's own (a checkpoint folder's FP8,
+ * NVFP4 or MLX 4-bit rows, ffi/cpu/quants_fp.c), named as its user knows it; checked before the fusion pass
+ * (whose table has no such ids), and without the CUDA library.
+ */
+export function folderTypeRefusal(prog: EncodedProgram): string | undefined {
+  for (let i = 0; i < prog.ops.length; i++) {
+    for (const [role, name] of Object.entries(prog.ops[i].tensors as Record<string, string | undefined>)) {
+      if (!name) continue;
+      const type = Number(prog.tensorSlot(i, role, 1));
+      if (FOLDER_ONLY_TYPES.has(type)) return `op ${i}: ${name}: ${FOLDER_TYPE_WORDS[type]} weights are not implemented on the card yet`;
+    }
+  }
+  return undefined;
+}
+
 /** Why the card cannot run the program (the first op it cannot, named by the fusion pass: cuda/runtime/fuse.cu), or undefined (no device needed). */
 export function cudaUnsupported(prog: EncodedProgram): string | undefined {
+  const folder = folderTypeRefusal(prog);
+  if (folder) return folder;
   const bad = new BigInt64Array(1);
   const st = Number(cuda().bl_cuda_check(ptr(prog.program.i), ptr(bad)));
   if (st === 0) return undefined;

@@ -41,11 +41,15 @@ export class PromptCache {
     return this.entries.length;
   }
 
-  /** The entry sharing the longest prefix with `prompt`, and that prefix's length. */
-  best(prompt: readonly number[]): { entry?: CachedPrompt; n: number } {
+  /**
+   * The entry sharing the longest prefix with `prompt` that it can restore, and that prefix's length: at most
+   * `limit` tokens, and for a recurrent model's state only up to one of its checkpoints (SavedKv.restorable).
+   */
+  best(prompt: readonly number[], limit = Infinity): { entry?: CachedPrompt; n: number } {
     let entry: CachedPrompt | undefined, n = 0;
     for (const e of this.entries) {
-      const k = commonPrefix(e.tokens, prompt);
+      let k = Math.min(commonPrefix(e.tokens, prompt), limit);
+      if (e.kv.restorable) k = e.kv.restorable(k);
       if (k > n) { n = k; entry = e; }
     }
     return { entry, n };
@@ -65,11 +69,12 @@ export class PromptCache {
   /**
    * Save a state. An entry that is a prefix of the new one is replaced; a state that an entry
    * already covers is not saved twice. Returns false when it cannot fit the budget at all
-   * (`keep`, an entry about to be restored, is never evicted for it).
+   * (`keep`, an entry about to be restored, is never evicted for it). extraBytes: what the state holds beside
+   * its KV (a recurrent model's checkpoints).
    */
-  save(tokens: readonly number[], make: () => SavedKv, keep?: CachedPrompt): boolean {
+  save(tokens: readonly number[], make: () => SavedKv, keep?: CachedPrompt, extraBytes = 0): boolean {
     if (!this.enabled || tokens.length === 0) return false;
-    const need = tokens.length * this.posBytes;
+    const need = tokens.length * this.posBytes + extraBytes;
     if (this.maxBytes > 0 && need > this.maxBytes) return false;
     for (const e of this.entries) if (e.tokens.length >= tokens.length && commonPrefix(e.tokens, tokens) === tokens.length) { this.touch(e); return true; }
     if (this.maxBytes > 0 && keep && keep.kv.bytes + need > this.maxBytes) return false;

@@ -1,4 +1,5 @@
 // bloomery engine: the messages between HTTP handlers (main thread) and the engine worker.
+import type { SpecConfig } from "./spec-ngram.ts";
 import type { PlacementFlags } from "./plan.ts";
 import type { ExpertStats } from "./expert-store.ts";
 import type { HostExpertStats } from "./cuda-backend.ts";
@@ -55,6 +56,9 @@ export interface Timings {
   predicted_per_token_ms: number;
   predicted_per_second: number;
   cache_n: number;
+  /** speculative decoding (llama-server's fields, present when the request drafted): tokens drafted, and accepted */
+  draft_n?: number;
+  draft_n_accepted?: number;
 }
 
 export interface DoneEvent {
@@ -129,6 +133,10 @@ export interface EngineStats {
   busySlotsDecoded: number;
   /** forward passes that returned the rows' best candidates, not the rows (the samplers allowed it) */
   topKSteps: number;
+  /** speculative decoding: draft tokens verified, accepted, and the verification steps */
+  specDrafted: number;
+  specAccepted: number;
+  specSteps: number;
   /** the routed experts' RAM cache (the disk tier), when the model has one */
   experts?: ExpertStats;
   /** the routed experts kept in host RAM beside a card, when some are */
@@ -154,6 +162,8 @@ export interface EngineOptions {
   batchInvariant?: boolean;
   /** --promote-slots: card slots a host-expert layer (0 = off) */
   promoteSlots?: number;
+  /** --spec-type and its settings (speculative decoding; none by default) */
+  spec?: SpecConfig;
 }
 
 export interface SlotInfo {

@@ -1,6 +1,9 @@
 // bloomery engine: slots and continuous batching. Every step advances all busy slots in one
 // batched forward pass: one token for each generating slot, then prompt chunks from slots still
 // reading their prompt, up to the batch size, so a long prompt cannot stall running streams.
+// A model with recurrent layers (the gated delta-net's) keeps, beside each slot's KV, the recurrent state after
+// the slot's tokens and checkpoints of it (the one before a prompt's last token): a request reuses a prefix
+// only where such a state was kept (the slot's own, or a prompt cache entry's), else it starts from position 0.
 import type { Model } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import type { DoneEvent, EngineStats, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
@@ -10,6 +13,14 @@ import { commonPrefix, PromptCache, type CachedPrompt, type SavedKv } from "./pr
 import { readSlotFile, writeSlotFile } from "./slot-file.ts";
 import { TOP_CANDIDATES_MAX } from "../sampling/view.ts";
 import { StepLog } from "./step-log.ts";
+import { RecurrentStates, type Checkpoint } from "./recurrent-state.ts";
+import { ngramDraft, SPEC_NONE, type SpecConfig } from "./spec-ngram.ts";
+import type { DraftAsk } from "./spec-draft.ts";
+
+/** What makes a draft model's drafts (spec-draft.ts's DraftModel). */
+export interface Drafter {
+  draft(asks: readonly DraftAsk[]): Map<number, number[]>;
+}
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
 const MIN_SAVE_TOKENS = 16;
@@ -28,6 +39,9 @@ interface Slot {
   tokens: number[];
   task?: Task;
   lastUsed: number;
+  /** a recurrent model: the tokens the slot's live recurrent state has taken, and saved states at shorter prefixes */
+  rsAt: number;
+  checkpoints: Checkpoint[];
 }
 
 export interface SchedulerHooks {
@@ -46,11 +60,14 @@ export class Scheduler {
   /** tokens a forward pass takes at most: the -ub asked for, within what the backend takes */
   private readonly ubatch: number;
 
-  /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit) */
-  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0) {
+  /** cacheBytes: the prompt cache's budget (0 disables it, < 0 no limit); spec: speculative decoding */
+  constructor(private readonly model: Model, private readonly hooks: SchedulerHooks, private readonly makeSampler: SamplerFactory, ubatch: number, cacheBytes = 0,
+    private readonly spec: SpecConfig = SPEC_NONE, private readonly drafter?: Drafter) {
     const b = model.backend;
     this.ubatch = Math.max(1, Math.min(ubatch, b.maxTokens));
-    this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0 }));
+    this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0, rsAt: 0, checkpoints: [] }));
+    const rsBytes = b.rsBytes?.() ?? 0;
+    this.rs = rsBytes > 0 ? new RecurrentStates(b, rsBytes) : undefined;
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
@@ -64,6 +81,8 @@ export class Scheduler {
 
   /** the last forward passes and their time split (the placement view) */
   readonly steps: StepLog;
+  /** a recurrent model's slot states (undefined: the model has no recurrent layers) */
+  private readonly rs: RecurrentStates | undefined;
 
   stats(): EngineStats {
     return {
@@ -71,12 +90,16 @@ export class Scheduler {
       cacheEntries: this.cache.size, cacheBytes: this.cache.bytes, cacheHits: this.cache.hits, cacheMisses: this.cache.misses,
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded, topKSteps: this.nTopSteps,
+      specDrafted: this.specDrafted, specAccepted: this.specAccepted, specSteps: this.specSteps,
       experts: this.model.expertStats(),
       hostExperts: this.model.backend.hostStats?.(),
     };
   }
 
   private nDecode = 0;
+  private specDrafted = 0;
+  private specAccepted = 0;
+  private specSteps = 0;
   private busySlotsDecoded = 0;
   /** forwards that returned the rows' best candidates instead of the rows (forwardTopK) */
   private nTopSteps = 0;
@@ -114,7 +137,13 @@ export class Scheduler {
     const posBytes = this.model.backend.kvPosBytes();
     const kv = new Uint8Array(s.tokens.length * posBytes);
     if (s.tokens.length) this.model.backend.kvSave(s.id, s.tokens.length, kv);
-    const n = writeSlotFile(path, { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes }, s.tokens, kv);
+    let rs: Uint8Array | undefined;
+    if (this.rs) {
+      if (s.rsAt !== s.tokens.length) throw new EngineError(`slot ${id}'s recurrent state is not at its ${s.tokens.length} tokens`, "server_error", 500);
+      rs = this.rs.live(s);
+    }
+    const head = { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes, ...(rs ? { rs_bytes: rs.length } : {}) };
+    const n = writeSlotFile(path, head, s.tokens, kv, rs);
     return { n_saved: s.tokens.length, n_written: n, save_ms: performance.now() - t0 };
   }
 
@@ -123,10 +152,13 @@ export class Scheduler {
     const t0 = performance.now();
     const s = this.idleSlot(id);
     const posBytes = this.model.backend.kvPosBytes();
-    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot });
+    const f = readSlotFile(path, { model: this.model.gguf.path, posBytes, maxTokens: this.model.backend.nCtxSlot, rsBytes: this.rs?.bytes ?? 0 });
     if (f.tokens.some((t) => t < 0 || t >= this.model.hp.nVocab)) throw new EngineError("slot file holds token ids outside the vocabulary", "invalid_request_error", 400);
     if (f.tokens.length) this.model.backend.kvLoad(s.id, f.tokens.length, f.kv);
+    if (f.rs) this.model.backend.rsLoad!(s.id, f.rs);
     s.tokens = f.tokens;
+    this.rs?.reset(s);
+    s.rsAt = f.tokens.length;
     return { n_restored: f.tokens.length, n_read: f.bytes, restore_ms: performance.now() - t0 };
   }
 
@@ -135,17 +167,23 @@ export class Scheduler {
     const s = this.idleSlot(id);
     const n = s.tokens.length;
     s.tokens = [];
+    this.rs?.reset(s);
     return { n_erased: n };
   }
 
   /** Save what a slot holds to the prompt cache (before it is overwritten). */
   private saveSlot(s: Slot, keep?: CachedPrompt): void {
     if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
-    this.cache.save(s.tokens, () => this.stash(s), keep);
+    this.cache.save(s.tokens, () => this.stash(s), keep, this.rs?.stashBytes(s) ?? 0);
   }
 
   /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
   private stash(s: Slot): SavedKv {
+    const kv = this.stashKv(s);
+    return this.rs ? this.rs.stash(s, kv) : kv;
+  }
+
+  private stashKv(s: Slot): SavedKv {
     const be = this.model.backend, n = s.tokens.length;
     const dev = be.kvStash?.(s.id, n);
     if (dev) return dev;
@@ -155,8 +193,34 @@ export class Scheduler {
     return { bytes: buf.length, where: "host", restore: (slot, m) => be.kvLoad(slot, m, buf.subarray(0, m * posBytes)), free: () => {} };
   }
 
+  /** prepareSlot for a recurrent model: a prefix only where a recurrent state was kept, the slot's put at it. */
+  private prepareRecurrent(s: Slot, prompt: readonly number[], usePrefix: boolean, rs: RecurrentStates): number {
+    const limit = prompt.length - 1;
+    let keep = usePrefix ? rs.restorable(s, Math.min(commonPrefix(s.tokens, prompt), limit)) : 0;
+    if (usePrefix && this.cache.enabled) {
+      const { entry, n } = this.cache.best(prompt, limit);
+      if (entry && n > keep) {
+        this.saveSlot(s, entry);
+        entry.kv.restore(s.id, n);
+        s.tokens = entry.tokens.slice(0, n);
+        rs.reset(s);
+        s.rsAt = n;
+        this.cache.touch(entry);
+        this.cache.hits++;
+        this.restored += n;
+        return n;
+      } else if (keep < Math.min(s.tokens.length, prompt.length)) {
+        this.cache.misses++;
+      }
+    }
+    if (keep < s.tokens.length) this.saveSlot(s);
+    rs.cut(s, keep);
+    return keep;
+  }
+
   /** The KV prefix a task can start from in slot s: what the slot holds, or a cache entry restored into it. */
   private prepareSlot(s: Slot, prompt: readonly number[], usePrefix: boolean): number {
+    if (this.rs) return this.prepareRecurrent(s, prompt, usePrefix, this.rs);
     let keep = usePrefix ? commonPrefix(s.tokens, prompt) : 0;
     if (usePrefix && this.cache.enabled) {
       const { entry, n } = this.cache.best(prompt);
@@ -245,21 +309,64 @@ export class Scheduler {
     this.assign();
   }
 
+  /**
+   * The drafts to verify after the generating slots' last tokens (speculative decoding), each
+   * within the step's room, the slot's context and the request's n_predict.
+   */
+  private draftsFor(gen: readonly Slot[]): Map<Slot, number[]> {
+    const out = new Map<Slot, number[]>();
+    // a recurrent model's state cannot be rolled back past a rejected draft yet (the worker refuses the pair)
+    if (this.spec.type === "none" || this.rs) return out;
+    let spare = this.ubatch - gen.length;
+    const asks: DraftAsk[] = [];
+    for (const s of gen) {
+      const t = s.task!;
+      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
+      if (limit <= 0) continue;
+      if (this.spec.type === "ngram-simple") {
+        const d = ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
+        if (d.length) out.set(s, d);
+        spare -= d.length;
+      } else if (this.drafter) {
+        const l = Math.min(limit, this.spec.nMax ?? 3);
+        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l });
+        spare -= l;
+      }
+    }
+    if (asks.length && this.drafter) {
+      const got = this.drafter.draft(asks);
+      for (const s of gen) {
+        const d = got.get(s.id);
+        if (d?.length) out.set(s, d);
+      }
+    }
+    return out;
+  }
+
   /** One batched forward pass over all busy slots, then sampling. Returns false when idle. */
   step(): boolean {
     this.assign();
     const active = this.slots.filter((s) => s.task);
     if (active.length === 0) return false;
     const tokens: number[] = [], pos: number[] = [], seq: number[] = [], outRows: number[] = [], outSlots: Slot[] = [];
-    // generating slots first: one token each
+    // generating slots first: one token each, and after it the slot's draft (speculative decoding:
+    // the model's logits after each draft token decide how many of them it accepts)
+    const drafts = this.draftsFor(active.filter((s) => !s.task!.prompting));
     for (const s of active) {
       const t = s.task!;
       if (t.prompting) continue;
+      const d = drafts.get(s) ?? [];
       tokens.push(t.lastToken);
       pos.push(s.tokens.length);
       seq.push(s.id);
       outRows.push(tokens.length - 1);
       outSlots.push(s);
+      for (let i = 0; i < d.length; i++) {
+        tokens.push(d[i]);
+        pos.push(s.tokens.length + 1 + i);
+        seq.push(s.id);
+        outRows.push(tokens.length - 1);
+      }
     }
     // then prompt chunks, oldest task first
     const chunks: { slot: Slot; n: number }[] = [];
@@ -268,7 +375,8 @@ export class Scheduler {
       if (room <= 0) break;
       const t = s.task!;
       const rest = t.req.prompt.length - s.tokens.length;
-      const n = Math.min(room, rest);
+      // a recurrent model's chunk stops before the prompt's last token: its state there is kept (checkpoint)
+      const n = this.rs && rest > 1 && room >= rest ? rest - 1 : Math.min(room, rest);
       for (let i = 0; i < n; i++) {
         tokens.push(t.req.prompt[s.tokens.length + i]);
         pos.push(s.tokens.length + i);
@@ -278,11 +386,12 @@ export class Scheduler {
       if (n === rest) { outRows.push(tokens.length - 1); outSlots.push(s); }
     }
     const V = this.model.hp.nVocab;
+    if (this.logits.length < outRows.length * V) this.logits = new Float32Array(outRows.length * V);
     const batch: Batch = {
       tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq),
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
-    const topK = this.candidatesFor(outSlots);
+    const topK = drafts.size ? 0 : this.candidatesFor(outSlots);
     const t0 = performance.now();
     this.nDecode++;
     this.busySlotsDecoded += new Set(seq).size;
@@ -297,6 +406,7 @@ export class Scheduler {
         const t = s.task!;
         s.task = undefined;
         s.tokens.length = 0;
+        this.rs?.reset(s);
         this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
       }
       return true;
@@ -309,15 +419,41 @@ export class Scheduler {
       for (let i = 0; i < c.n; i++) c.slot.tokens.push(t.req.prompt[c.slot.tokens.length]);
       t.promptMs += ms;
     }
+    if (this.rs) {
+      for (const s of active) s.rsAt = s.tokens.length;
+      for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.rs.checkpoint(c.slot);
+    }
     const events: TokenEvent[] = [];
+    let row = 0;
     outSlots.forEach((s, i) => {
       const t = s.task!;
       if (!t.prompting) t.genMs += ms;
+      const d = drafts.get(s) ?? [];
+      const r0 = row;
+      row += 1 + d.length;
       let res: ReturnType<Task["next"]>;
       try {
-        res = topK > 0
-          ? t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot)
-          : t.next(this.logits.subarray(i * V, (i + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+        if (topK > 0) {
+          res = t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot);
+        } else {
+          // each sampled token that equals the draft's next keeps that draft token's KV row, and the
+          // row after it gives the next pick; the first that differs ends the step (its pick stands)
+          let acc = 0;
+          for (;;) {
+            res = t.next(this.logits.subarray((r0 + acc) * V, (r0 + acc + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
+            if (res.stop || acc >= d.length || t.lastToken !== d[acc]) break;
+            if (res.event) events.push(res.event);
+            s.tokens.push(d[acc]);
+            acc++;
+          }
+          if (d.length) {
+            t.draftN += d.length;
+            t.draftAccepted += acc;
+            this.specDrafted += d.length;
+            this.specAccepted += acc;
+            this.specSteps++;
+          }
+        }
       } catch (e) {
         // a sampling failure (e.g. every token banned) ends this request, never the engine
         s.task = undefined;

@@ -1,6 +1,6 @@
 // bloomery engine: slot state files (llama-server's /slots/{id}?action=save|restore): the token
-// ids a slot holds and their KV, with a header naming the model so a state cannot be restored
-// into another model.
+// ids a slot holds and their KV (then, for a model with recurrent layers, the slot's recurrent state after
+// those tokens), with a header naming the model so a state cannot be restored into another model.
 import { closeSync, openSync, readSync, writeSync, fstatSync } from "node:fs";
 
 const MAGIC = "BLSLOT01";
@@ -9,6 +9,8 @@ export interface SlotFileHeader {
   model: string;
   n_tokens: number;
   pos_bytes: number;
+  /** bytes of the recurrent state after the KV (absent: none) */
+  rs_bytes?: number;
 }
 
 export class SlotFileError extends Error {
@@ -18,7 +20,7 @@ export class SlotFileError extends Error {
   }
 }
 
-export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly number[], kv: Uint8Array): number {
+export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly number[], kv: Uint8Array, rs?: Uint8Array): number {
   const head = Buffer.from(JSON.stringify(h), "utf8");
   const pre = Buffer.alloc(12);
   pre.write(MAGIC, 0, "latin1");
@@ -27,7 +29,7 @@ export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly 
   const fd = openSync(path, "w");
   let n = 0;
   try {
-    for (const b of [pre, head, toks, kv]) {
+    for (const b of rs ? [pre, head, toks, kv, rs] : [pre, head, toks, kv]) {
       let off = 0;
       while (off < b.length) off += writeSync(fd, b, off, b.length - off);
       n += b.length;
@@ -38,7 +40,7 @@ export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly 
   return n;
 }
 
-export function readSlotFile(path: string, expect: { model: string; posBytes: number; maxTokens: number }): { tokens: number[]; kv: Uint8Array; bytes: number } {
+export function readSlotFile(path: string, expect: { model: string; posBytes: number; maxTokens: number; rsBytes?: number }): { tokens: number[]; kv: Uint8Array; rs?: Uint8Array; bytes: number } {
   let fd: number;
   try {
     fd = openSync(path, "r");
@@ -69,9 +71,15 @@ export function readSlotFile(path: string, expect: { model: string; posBytes: nu
     if (!Number.isInteger(h.n_tokens) || h.n_tokens < 0 || h.n_tokens > expect.maxTokens) throw new SlotFileError(`slot file holds ${h.n_tokens} tokens; the slot context is ${expect.maxTokens}`);
     const tokBytes = read(h.n_tokens * 4, 12 + hl);
     const tokens = Array.from(new Int32Array(tokBytes.buffer));
+    const rsBytes = h.rs_bytes ?? 0;
+    if (rsBytes !== (expect.rsBytes ?? 0)) {
+      throw new SlotFileError(`slot file's recurrent state (${rsBytes} bytes) does not match this model's (${expect.rsBytes ?? 0} bytes a slot)`);
+    }
     const kv = read(h.n_tokens * h.pos_bytes, 12 + hl + h.n_tokens * 4);
-    if (12 + hl + h.n_tokens * (4 + h.pos_bytes) !== size) throw new SlotFileError(`slot file ${path} has trailing bytes`);
-    return { tokens, kv, bytes: size };
+    const end = 12 + hl + h.n_tokens * (4 + h.pos_bytes);
+    const rs = rsBytes ? read(rsBytes, end) : undefined;
+    if (end + rsBytes !== size) throw new SlotFileError(`slot file ${path} has trailing bytes`);
+    return { tokens, kv, rs, bytes: size };
   } finally {
     closeSync(fd);
   }

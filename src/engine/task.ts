@@ -27,6 +27,9 @@ export class Task {
   generated: number[] = [];
   promptMs = 0;
   genMs = 0;
+  /** speculative decoding: tokens drafted for this request, and how many the model accepted */
+  draftN = 0;
+  draftAccepted = 0;
   private decoder: StreamDecoder;
   private stops: StopMatcher;
   private grammar?: GrammarMatcher;
@@ -51,6 +54,11 @@ export class Task {
     const bytes = this.model.tokenizer.tokenBytes(id);
     return bytes.length > 0 && g.accepts(bytes);
   };
+
+  /** Tokens this request may still generate (n_predict), or Infinity. */
+  remaining(): number {
+    return this.req.nPredict >= 0 ? Math.max(0, this.req.nPredict - this.generated.length) : Infinity;
+  }
 
   /** How many of a row's best tokens this request's next pick needs (nextTop), or 0: the whole row. */
   candidatesNeeded(): number {
@@ -118,6 +126,7 @@ export class Task {
         predicted_per_token_ms: genN > 1 ? this.genMs / (genN - 1) : 0,
         predicted_per_second: this.genMs > 0 && genN > 1 ? ((genN - 1) * 1000) / this.genMs : 0,
         cache_n: this.cached,
+        ...(this.draftN > 0 ? { draft_n: this.draftN, draft_n_accepted: this.draftAccepted } : {}),
       },
     };
   }

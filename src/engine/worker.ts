@@ -8,8 +8,10 @@ import { makeSampler } from "./sampler-bridge.ts";
 import { modelInfo } from "./info.ts";
 import { checkForward } from "./model-check.ts";
 import { ExpertHeat, placementState } from "./placement-view.ts";
+import { checkDraftVocab, DraftModel } from "./spec-draft.ts";
 
 let model: Model | undefined;
+let drafter: DraftModel | undefined;
 let sched: Scheduler | undefined;
 let running = false;
 const heat = new ExpertHeat();
@@ -30,9 +32,28 @@ function load(path: string, o: EngineOptions): void {
       m.close();
       throw e;
     }
+    if (o.spec && o.spec.type !== "none" && (m.backend.rsBytes?.() ?? 0) > 0) {
+      m.close();
+      throw new Error(`--spec-type ${o.spec.type} with ${m.hp.arch}: speculative decoding is not supported yet for models with recurrent layers (a rejected draft would need the state rolled back)`);
+    }
+    if (o.spec?.type === "draft-simple" && o.spec.draftModel) {
+      // the draft model: a slot a target slot, the target's context, its own -ngl (default the target's)
+      let d: Model | undefined;
+      try {
+        d = Model.load(o.spec.draftModel, {
+          nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, nGpuLayers: o.spec.draftNgl ?? o.nGpuLayers, device: o.device,
+        });
+        checkDraftVocab(m, d);
+      } catch (e) {
+        d?.close();
+        m.close();
+        throw new Error(`the draft model (-md ${o.spec.draftModel}): ${e instanceof Error ? e.message : String(e)}`);
+      }
+      drafter = new DraftModel(d, o.spec.nMax ?? 3, o.spec.nMin ?? 0, o.spec.pMin ?? 0);
+    }
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
-    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes);
+    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, o.spec, drafter);
     post({ type: "loaded", info: modelInfo(m, path) });
   } catch (e) {
     post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
@@ -95,6 +116,8 @@ self.onmessage = (ev: MessageEvent<ToWorker>) => {
     case "shutdown":
       model?.close();
       model = undefined;
+      drafter?.close();
+      drafter = undefined;
       sched = undefined;
       break;
   }

@@ -2,7 +2,7 @@
 // index (../shared/SPEC.md). Weight bytes are not read here; native code maps them.
 import { FileCursor } from "./cursor.ts";
 import { GgufError, safeText } from "./errors.ts";
-import { GgufValueType, TYPE_INFO, VALUE_TYPE_NAMES, VALUE_TYPE_SIZE, typeName } from "./types.ts";
+import { FOLDER_ONLY_TYPES, GgufValueType, TYPE_INFO, VALUE_TYPE_NAMES, VALUE_TYPE_SIZE, typeName } from "./types.ts";
 
 export type GgufArrayValue =
   | Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | Int32Array
@@ -181,7 +181,7 @@ export function readGgufHeader(path: string): GgufHeader {
         ne.push(Number(v));
       }
       const type = c.i32(`tensor '${nq}' type`);
-      if (!TYPE_INFO[type]) throw new GgufError(path, `tensor '${nq}': unknown ggml type ${type}`);
+      if (!TYPE_INFO[type] || FOLDER_ONLY_TYPES.has(type)) throw new GgufError(path, `tensor '${nq}': unknown ggml type ${type}`);
       const off = c.u64(`tensor '${nq}' offset`);
       if (off > BigInt(c.size)) throw new GgufError(path, `tensor '${nq}': offset ${off} is past the end of the file (${c.size} bytes)`);
       const offset = Number(off);

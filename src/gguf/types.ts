@@ -7,6 +7,8 @@ export enum GgmlType {
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  /** bloomery's own (ffi/cpu/quants_fp.c): checkpoint folders' weights repacked at load, never in a GGUF file */
+  FP8 = 64, NVFP4_MO = 65, MLX4 = 66,
 }
 
 export interface TypeInfo {
@@ -49,6 +51,17 @@ export const TYPE_INFO: Readonly<Record<number, TypeInfo>> = {
   [GgmlType.TQ1_0]: { name: "TQ1_0", blockElems: 256, blockBytes: 54 },
   [GgmlType.TQ2_0]: { name: "TQ2_0", blockElems: 256, blockBytes: 66 },
   [GgmlType.MXFP4]: { name: "MXFP4", blockElems: 32, blockBytes: 17 },
+  [GgmlType.FP8]: { name: "FP8_E4M3", blockElems: 32, blockBytes: 36 },
+  [GgmlType.NVFP4_MO]: { name: "NVFP4_MO", blockElems: 64, blockBytes: 40 },
+  [GgmlType.MLX4]: { name: "MLX_Q4", blockElems: 64, blockBytes: 40 },
+};
+
+/** bloomery's own types: made at load from a checkpoint folder, refused in a GGUF file. */
+export const FOLDER_ONLY_TYPES: ReadonlySet<number> = new Set([GgmlType.FP8, GgmlType.NVFP4_MO, GgmlType.MLX4]);
+
+/** How each of bloomery's own types is named to a user (refusals). */
+export const FOLDER_TYPE_WORDS: Readonly<Record<number, string>> = {
+  [GgmlType.FP8]: "FP8 block-scaled", [GgmlType.NVFP4_MO]: "NVFP4 (ModelOpt)", [GgmlType.MLX4]: "MLX affine 4-bit",
 };
 
 export function typeName(t: number): string {

@@ -1,4 +1,4 @@
-// bloomery hf: `-hf owner/repo[:TAG]` -> local GGUF paths. Lists the repository (refs, then the
+// bloomery hf: `-hf owner/repo[:TAG]` -> local GGUF paths (or, for a repository with no GGUF, its checkpoint folder). Lists the repository (refs, then the
 // tree at that commit), picks the files, reuses what the cache holds (a snapshot entry or a blob
 // another tool downloaded), downloads the rest, links the snapshot and records refs/<revision>.
 // Offline, or when the hub cannot be reached, the same choice is made from the cached snapshot.
@@ -7,7 +7,7 @@ import { HfError } from "./errors.ts";
 import { HubClient } from "./api.ts";
 import { hubCacheDir, RepoCache } from "./cache.ts";
 import { downloadBlob, type BlobDownloadOptions } from "./download.ts";
-import { checkSpec, selectFiles, type HfModelSpec, type RepoFile } from "./spec.ts";
+import { checkSpec, isModelGguf, selectFiles, type HfModelSpec, type RepoFile } from "./spec.ts";
 import type { DownloadEvent } from "./events.ts";
 
 export interface HfResolveOptions {
@@ -33,6 +33,10 @@ export interface HfPlanFile extends RepoFile {
 }
 
 export interface HfPlan {
+  /** what to load: the model file (the first part of a split set), or the snapshot folder of a checkpoint folder */
+  path: string;
+  /** a safetensors checkpoint folder (the repository has no GGUF) */
+  folder: boolean;
   repo: string;
   revision: string;
   commit: string;
@@ -45,7 +49,7 @@ export interface HfPlan {
 }
 
 export interface HfResolved {
-  /** the file to load: the model, or the first part of a split set */
+  /** what to load: the model, the first part of a split set, or a checkpoint folder's snapshot directory */
   path: string;
   /** every local file, in part order */
   files: string[];
@@ -80,7 +84,7 @@ export async function resolveHfModel(spec: HfModelSpec, opts: HfResolveOptions =
   }
   if (!plan.fromCacheOnly) rc.writeRef(plan.revision, plan.commit);
   return {
-    path: plan.files[0].localPath,
+    path: plan.path,
     files: plan.files.map((f) => f.localPath),
     fromCache: downloaded === 0,
     repo: plan.repo,
@@ -113,7 +117,7 @@ async function makePlan(spec: HfModelSpec, opts: HfResolveOptions): Promise<{ pl
     const localPath = rc.snapshotPath(commit, f.path);
     return { ...f, localPath, cached: cachedCopy(rc, f, localPath) };
   });
-  const plan = summarize(s.repo, s.revision, commit, files, false);
+  const plan = summarize(rc, s.repo, s.revision, commit, files, false);
   emit({ event: "download_plan", repo: s.repo, commit, files: files.map((f) => ({ path: f.path, size: f.size, cached: f.cached })), bytes_total: plan.bytesTotal, bytes_cached: plan.bytesCached });
   return { plan, client, rc };
 }
@@ -153,10 +157,11 @@ function cachePlan(rc: RepoCache, s: HfModelSpec, revision: string, why: string)
     throw e;
   }
   const files = chosen.map((f): HfPlanFile => ({ ...f, localPath: rc.snapshotPath(commit, f.path), cached: true }));
-  return summarize(s.repo, revision, commit, files, true);
+  return summarize(rc, s.repo, revision, commit, files, true);
 }
 
-function summarize(repo: string, revision: string, commit: string, files: HfPlanFile[], fromCacheOnly: boolean): HfPlan {
+function summarize(rc: RepoCache, repo: string, revision: string, commit: string, files: HfPlanFile[], fromCacheOnly: boolean): HfPlan {
+  const folder = !files.some((f) => isModelGguf(f.path));
   let total = 0;
   let cached = 0;
   for (const f of files) {
@@ -164,7 +169,7 @@ function summarize(repo: string, revision: string, commit: string, files: HfPlan
     total += size;
     if (f.cached) cached += size;
   }
-  return { repo, revision, commit, files, fromCacheOnly, bytesTotal: total, bytesCached: cached };
+  return { path: folder ? rc.snapshotDir(commit) : files[0].localPath, folder, repo, revision, commit, files, fromCacheOnly, bytesTotal: total, bytesCached: cached };
 }
 
 function sizeOf(path: string): number {

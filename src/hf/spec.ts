@@ -153,6 +153,11 @@ export function selectFiles(files: readonly RepoFile[], spec: HfModelSpec, where
     if (hit) return splitParts(sorted, hit, missingCode);
   }
   if (!spec.tag && models.length > 0) return splitParts(sorted, models[0], missingCode);
+  const folder = checkpointFiles(sorted);
+  if (models.length === 0 && folder) {
+    if (spec.tag) throw new HfError(missingCode === "E_HF_NOT_FOUND" ? "E_HF_NO_MATCH" : missingCode, `${where} is a safetensors checkpoint folder with no GGUF file: it has no quant tag '${spec.tag}'`, `use -hf ${spec.repo} (no tag) to serve the folder as it is`);
+    return folder;
+  }
   if (models.length === 0) {
     throw new HfError(missingCode === "E_HF_NOT_FOUND" ? "E_HF_NO_MATCH" : missingCode, `${where} has no GGUF model file`, availableHint(sorted));
   }
@@ -161,6 +166,20 @@ export function selectFiles(files: readonly RepoFile[], spec: HfModelSpec, where
     `no GGUF in ${where} matches quant tag '${spec.tag}'`,
     availableHint(sorted),
   );
+}
+
+/** The side files a checkpoint folder is served with (beside its root .safetensors files). */
+const FOLDER_SIDE_FILES = new Set(["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+  "special_tokens_map.json", "hf_quant_config.json", "model.safetensors.index.json"]);
+
+/**
+ * A Hugging Face checkpoint folder's files (a repository with no GGUF: config.json and .safetensors at its
+ * root): the root .safetensors files and the side files the loader reads; undefined when it is not one.
+ */
+export function checkpointFiles(files: readonly RepoFile[]): RepoFile[] | undefined {
+  const root = files.filter((f) => !f.path.includes("/"));
+  if (!root.some((f) => f.path === "config.json") || !root.some((f) => f.path.endsWith(".safetensors"))) return undefined;
+  return root.filter((f) => f.path.endsWith(".safetensors") || FOLDER_SIDE_FILES.has(f.path));
 }
 
 /** "available quant tags: Q4_K_M, Q8_0 (or pick a file with --hf-file)" for a refusal. */

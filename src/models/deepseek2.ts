@@ -10,7 +10,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
-import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes } from "./sigmoid-moe.ts";
+import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes, synthMoeFfn } from "./sigmoid-moe.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -226,27 +226,7 @@ const synth: SynthFamily = {
       t.mat(`${p}attn_v_b.weight`, "attn_v_b", i, [ml.kvLora, ml.v, H]);
       t.mat(`${p}attn_output.weight`, "attn_output", i, [H * ml.v, E], 0.02 / Math.sqrt(n));
       t.ones(`${p}ffn_norm.weight`, [E]);
-      if (i < nDense) {
-        t.mat(`${p}ffn_gate.weight`, "ffn_gate", i, [E, sh.nFf]);
-        t.mat(`${p}ffn_up.weight`, "ffn_up", i, [E, sh.nFf]);
-        t.mat(`${p}ffn_down.weight`, "ffn_down", i, [sh.nFf, E], 0.02 / Math.sqrt(n));
-        continue;
-      }
-      t.router(`${p}ffn_gate_inp.weight`, i, E, X);
-      t.small(`${p}exp_probs_b.bias`, [X], 0.02);
-      t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
-      t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
-      t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(n));
-      t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
-      t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
-      t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02 / Math.sqrt(n));
-      if (i >= n) {
-        // an MTP layer's own tensors (llama.cpp's nextn.*): never read by the forward pass
-        t.mat(`${p}nextn.eh_proj.weight`, "nextn_eh_proj", i, [2 * E, E]);
-        t.ones(`${p}nextn.enorm.weight`, [E]);
-        t.ones(`${p}nextn.hnorm.weight`, [E]);
-        t.ones(`${p}nextn.shared_head_norm.weight`, [E]);
-      }
+      synthMoeFfn(t, p, i, { n, nDense, E, nFf: sh.nFf, F, X, S });
     }
     t.ones("output_norm.weight", [E]);
     t.mat("output.weight", "output", -1, [E, sh.nVocab]);

@@ -5,6 +5,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { Act, attentionOp, embedOp, expertsOp, Gating, normOp, outputOp, routerOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
+import { gqaMoeHParams } from "./moe-hparams.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -13,36 +14,7 @@ const A = "gpt-oss";
 const SWIGLU_ALPHA = 1.702, SWIGLU_LIMIT = 7.0;
 
 function hparams(f: GgufFile): HParams {
-  const nLayer = f.u32(`${A}.block_count`);
-  const nEmbd = f.u32(`${A}.embedding_length`);
-  const nHead = f.u32(`${A}.attention.head_count`);
-  const nHeadKv = f.u32(`${A}.attention.head_count_kv`, nHead);
-  const headDim = f.u32(`${A}.attention.key_length`, nEmbd / nHead);
-  const vLen = f.u32(`${A}.attention.value_length`, headDim);
-  const bad = (what: string): never => { throw new GgufError(f.path, `gpt-oss: ${what}`); };
-  if (vLen !== headDim) bad(`attention.value_length ${vLen} differs from key_length ${headDim}`);
-  const emb = f.requireTensor("token_embd.weight");
-  const hp: HParams = {
-    arch: A,
-    nVocab: emb.ne[1],
-    nEmbd,
-    nLayer,
-    nCtxTrain: f.u32(`${A}.context_length`),
-    nHead,
-    nHeadKv,
-    headDim,
-    nFf: f.u32(`${A}.expert_feed_forward_length`),
-    nExpert: f.u32(`${A}.expert_count`),
-    nExpertUsed: f.u32(`${A}.expert_used_count`),
-    eps: f.f32(`${A}.attention.layer_norm_rms_epsilon`),
-    kvLayers: nLayer,
-  };
-  if (nLayer < 1 || nLayer > 1024) bad(`block_count ${nLayer} is out of range`);
-  if (nHead < 1 || nHeadKv < 1 || nHead % nHeadKv !== 0) bad(`head_count ${nHead} is not a multiple of head_count_kv ${nHeadKv}`);
-  if (headDim < 2 || headDim > 1024 || headDim % 2) bad(`key_length ${headDim} is not an even size up to 1024`);
-  if (hp.nExpert < 1 || hp.nExpertUsed < 1 || hp.nExpertUsed > hp.nExpert) bad(`expert_used_count ${hp.nExpertUsed} of ${hp.nExpert} experts`);
-  if (emb.ne[0] !== nEmbd) bad(`token_embd has rows of ${emb.ne[0]}, embedding_length is ${nEmbd}`);
-  return hp;
+  return gqaMoeHParams(f, A);
 }
 
 /** Which layers attend through the sliding window: `attention.sliding_window_pattern` (an array of
@@ -208,10 +180,11 @@ const hf: HfFamily = {
       t("ffn_gate_inp.weight", "mlp.router.weight", { f32: true });
       t("ffn_gate_inp.bias", "mlp.router.bias", { f32: true });
       // the experts are stored input-major ([experts, in, out], x @ W), gate and up interleaved in one
-      // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load)
-      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 0 });
-      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, parity: 1 });
-      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true });
+      // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load); the MXFP4
+      // form (gate_up_proj_blocks / _scales, as openai ships it) is stored output-major: its rows as they are
+      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 0 });
+      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 1 });
+      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true, quantTranspose: false });
       t("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 0, f32: true });
       t("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 1, f32: true });
       t("ffn_down_exps.bias", "mlp.experts.down_proj_bias", { f32: true });

@@ -1,10 +1,10 @@
 // bloomery models: the ops a model family composes its forward pass from (ffi/bloomery.h's op list).
 // An op names its tensors (GGUF names) by role and carries its parameter struct's fields; the
 // engine resolves the names through the plan and lays the ops out for the backends.
-import { Act, Gating, OpKind, RopeType, type ParamName, type Role } from "../../ffi/layout.ts";
+import { Act, Gating, HeadMap, OpKind, RopeType, type ParamName, type Role } from "../../ffi/layout.ts";
 import type { GgufFile } from "../gguf/index.ts";
 
-export { Act, Gating, OpKind, RopeType };
+export { Act, Gating, HeadMap, OpKind, RopeType };
 
 /** One op of a program: kind, the model layer it belongs to (-1: none), parameters, tensors by role. */
 export interface OpSpec<K extends OpKind = OpKind> {
@@ -51,7 +51,7 @@ export function ropeParams(f: GgufFile, arch: string, type: RopeType, nRot: numb
   };
 }
 
-type Params<S extends "norm" | "attn" | "router" | "experts" | "ffn" | "mla"> = Partial<Record<ParamName<S>, number>>;
+type Params<S extends "norm" | "attn" | "router" | "experts" | "ffn" | "mla" | "deltanet"> = Partial<Record<ParamName<S>, number>>;
 
 export function embedOp(tokEmbd: string): OpSpec<OpKind.Embed> {
   return { kind: OpKind.Embed, layer: -1, params: {}, tensors: { tokens: tokEmbd } };
@@ -77,6 +77,8 @@ export interface AttentionOpts {
   window?: number;
   /** softmax scale (0 or absent: 1 / sqrt(head_dim)) */
   scale?: number;
+  /** q's rows hold each head's query then its output gate; the output times sigmoid(gate) (Qwen3-Next, Qwen3.5) */
+  gate?: boolean;
   tensors: Partial<Record<Role<OpKind.Attn>, string>>;
 }
 
@@ -87,7 +89,7 @@ export function attentionOp(o: AttentionOpts): OpSpec<OpKind.Attn> {
     eps: o.eps, scale: o.scale ?? 0,
     rope_type: o.rope.type, rope_n_rot: o.rope.nRot, rope_orig_ctx: o.rope.origCtx, rope_base: o.rope.base,
     rope_freq_scale: o.rope.freqScale, rope_ext_factor: o.rope.extFactor, rope_attn_factor: o.rope.attnFactor,
-    rope_beta_fast: o.rope.betaFast, rope_beta_slow: o.rope.betaSlow,
+    rope_beta_fast: o.rope.betaFast, rope_beta_slow: o.rope.betaSlow, gate: o.gate ? 1 : 0,
   };
   return { kind: OpKind.Attn, layer: o.layer, params, tensors: o.tensors };
 }
@@ -121,6 +123,35 @@ export function mlaOp(o: MlaOpts): OpSpec<OpKind.Mla> {
     rope_beta_fast: o.rope.betaFast, rope_beta_slow: o.rope.betaSlow,
   };
   return { kind: OpKind.Mla, layer: o.layer, params, tensors: o.tensors };
+}
+
+export interface DeltaNetOpts {
+  layer: number;
+  /** the recurrent state layer (the context's rs_layers) */
+  rsLayer: number;
+  nKHeads: number;
+  nVHeads: number;
+  headK: number;
+  headV: number;
+  convKernel: number;
+  headMap: HeadMap;
+  eps: number;
+  tensors: Partial<Record<Role<OpKind.Deltanet>, string>>;
+}
+
+/** The gated delta-net linear attention on h over the slot's recurrent state, residual added (bl_deltanet_params). */
+export function deltanetOp(o: DeltaNetOpts): OpSpec<OpKind.Deltanet> {
+  const params: Params<"deltanet"> = {
+    rs_layer: o.rsLayer, n_k_heads: o.nKHeads, n_v_heads: o.nVHeads, head_k: o.headK, head_v: o.headV, conv_kernel: o.convKernel,
+    head_map: o.headMap, eps: o.eps,
+  };
+  return { kind: OpKind.Deltanet, layer: o.layer, params, tensors: o.tensors };
+}
+
+/** Floats one slot's recurrent state takes in a delta-net layer: the conv's previous inputs, then the state of each v head. */
+export function deltanetStateFloats(o: Pick<DeltaNetOpts, "nKHeads" | "nVHeads" | "headK" | "headV" | "convKernel">): number {
+  const C = 2 * o.nKHeads * o.headK + o.nVHeads * o.headV;
+  return (o.convKernel - 1) * C + o.nVHeads * o.headV * o.headK;
 }
 
 export interface RouterOpts {

@@ -3,41 +3,12 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { Act, attentionOp, embedOp, expertsOp, Gating, normOp, outputOp, routerOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
+import { gqaMoeHParams } from "./moe-hparams.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
 function hparams(f: GgufFile): HParams {
-  const a = "qwen3moe";
-  const nLayer = f.u32(`${a}.block_count`);
-  const nEmbd = f.u32(`${a}.embedding_length`);
-  const nHead = f.u32(`${a}.attention.head_count`);
-  const nHeadKv = f.u32(`${a}.attention.head_count_kv`, nHead);
-  const headDim = f.u32(`${a}.attention.key_length`, nEmbd / nHead);
-  const vLen = f.u32(`${a}.attention.value_length`, headDim);
-  if (vLen !== headDim) throw new GgufError(f.path, `attention.value_length ${vLen} differs from key_length ${headDim}`);
-  const emb = f.requireTensor("token_embd.weight");
-  const hp: HParams = {
-    arch: a,
-    nVocab: emb.ne[1],
-    nEmbd,
-    nLayer,
-    nCtxTrain: f.u32(`${a}.context_length`),
-    nHead,
-    nHeadKv,
-    headDim,
-    nFf: f.u32(`${a}.expert_feed_forward_length`),
-    nExpert: f.u32(`${a}.expert_count`),
-    nExpertUsed: f.u32(`${a}.expert_used_count`),
-    eps: f.f32(`${a}.attention.layer_norm_rms_epsilon`),
-    kvLayers: nLayer,
-  };
-  const bad = (what: string) => { throw new GgufError(f.path, `qwen3moe: ${what}`); };
-  if (nLayer < 1 || nLayer > 1024) bad(`block_count ${nLayer} is out of range`);
-  if (nHead < 1 || nHeadKv < 1 || nHead % nHeadKv !== 0) bad(`head_count ${nHead} is not a multiple of head_count_kv ${nHeadKv}`);
-  if (headDim < 2 || headDim > 1024 || headDim % 2) bad(`key_length ${headDim} is not an even size up to 1024`);
-  if (hp.nExpert < 1 || hp.nExpertUsed < 1 || hp.nExpertUsed > hp.nExpert) bad(`expert_used_count ${hp.nExpertUsed} of ${hp.nExpert} experts`);
-  if (emb.ne[0] !== nEmbd) bad(`token_embd has rows of ${emb.ne[0]}, embedding_length is ${nEmbd}`);
-  return hp;
+  return gqaMoeHParams(f, "qwen3moe");
 }
 
 function program(f: GgufFile, hp: HParams): OpSpec[] {

@@ -6,6 +6,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import type { HfConfig, HfKvSink, HfTensor } from "./types.ts";
+import type { SynthTensors } from "./synth-types.ts";
 import { Act, expertsOp, ffnOp, Gating, normOp, routerOp, type OpSpec } from "./ops.ts";
 
 /** What a sigmoid-router MoE family reads from `<arch>.*` keys. */
@@ -156,7 +157,38 @@ export function hfFfnHalf(c: HfConfig, i: number, normName: string): HfTensor[] 
   t("ffn_gate_inp.weight", `${h}mlp.gate.weight`, { f32: true });
   t("exp_probs_b.bias", `${h}mlp.gate.e_score_correction_bias`, { f32: true });
   // stored one tensor per expert: the engine's experts are one [experts, rows, cols] tensor, so stacked
-  for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`));
+  // (mlx's folders hold them stacked already, as mlp.switch_mlp.*)
+  for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`), { stacked: `${h}mlp.switch_mlp.${g}_proj.weight` });
   if (c.int("n_shared_experts", 0) > 0) for (const g of ["gate", "up", "down"]) t(`ffn_${g}_shexp.weight`, `${h}mlp.shared_experts.${g}_proj.weight`);
   return out;
+}
+
+/**
+ * synth: layer i's FFN part (prefix p): a leading dense FFN (i < nDense, nFf wide) or the router with
+ * its selection bias, the routed experts (X of F) and the shared expert (S wide), and for an MTP layer
+ * (i >= nLayer) its own nextn tensors. n: the layers of the forward pass (the output scale's).
+ */
+export function synthMoeFfn(t: SynthTensors, p: string, i: number, s: { n: number; nDense: number; E: number; nFf: number; F: number; X: number; S: number }): void {
+  const { n, E, F, X, S } = s, down = 0.02 / Math.sqrt(n);
+  if (i < s.nDense) {
+    t.mat(`${p}ffn_gate.weight`, "ffn_gate", i, [E, s.nFf]);
+    t.mat(`${p}ffn_up.weight`, "ffn_up", i, [E, s.nFf]);
+    t.mat(`${p}ffn_down.weight`, "ffn_down", i, [s.nFf, E], down);
+    return;
+  }
+  t.router(`${p}ffn_gate_inp.weight`, i, E, X);
+  t.small(`${p}exp_probs_b.bias`, [X], 0.02);
+  t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
+  t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
+  t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], down);
+  t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
+  t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
+  t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], down);
+  if (i >= n) {
+    // an MTP layer's own tensors (llama.cpp's nextn.*): never read by the forward pass
+    t.mat(`${p}nextn.eh_proj.weight`, "nextn_eh_proj", i, [2 * E, E]);
+    t.ones(`${p}nextn.enorm.weight`, [E]);
+    t.ones(`${p}nextn.hnorm.weight`, [E]);
+    t.ones(`${p}nextn.shared_head_norm.weight`, [E]);
+  }
 }

@@ -33,6 +33,8 @@ export interface Shape {
   moe?: { nDense: number; nShared: number; scale: number; nGroup: number; nGroupUsed: number; nextn: number };
   /** multi-head latent attention's sizes (deepseek2; nHeadKv 1 and headDim kvLora + rope, as its files say) */
   mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number };
+  /** the Qwen hybrid layout's sizes (qwen3next, qwen35moe: qwen-hybrid.ts's HybridShape) */
+  hybrid?: { nKHeads: number; nVHeads: number; headK: number; conv: number; interval: number; nFfShexp: number };
   /** YaRN context extension as the real model's config has it (factor over orig positions; DeepSeek's log multiplier) */
   yarn?: { factor: number; orig: number; logMul?: number; betaFast?: number; betaSlow?: number };
 }
@@ -46,6 +48,8 @@ export interface SynthTensors {
   mat(name: string, role: string, layer: number, ne: number[], std?: number): void;
   /** an F32 vector of ones (norm weights) */
   ones(name: string, ne: number[]): void;
+  /** an F32 tensor of one value (the delta-net's decay rates) */
+  fill(name: string, ne: number[], value: number): void;
   /** an F32 tensor of small random values (biases, sinks) */
   small(name: string, ne: number[], std: number): void;
   /** an F32 router of n_embd x n_expert rows, skewed as --skew asks */

@@ -29,6 +29,9 @@ export interface HParams {
   kvVDim?: number;
   /** the widest query / attention-output row when it is not nHead * headDim (MLA: n_head * v) */
   qDim?: number;
+  /** layers with a recurrent state (the gated delta-net's), and the floats a slot's state takes in one; absent: none */
+  rsLayers?: number;
+  rsDim?: number;
 }
 
 /** The K and V widths of a position in one KV cache layer (f16 values). */
@@ -93,13 +96,25 @@ export interface HfTensor {
   name: string;
   /** the HF tensor, or the per-expert tensors stacked (in order) into one [experts, ...] tensor by a copy */
   hf: string | string[];
+  /** for per-expert `hf`: the one [experts, rows, cols] tensor some folders hold instead (mlx's `switch_mlp`) */
+  stacked?: string;
   transpose?: boolean;
+  /** whether a quantized form of the tensor (gpt-oss's MXFP4 `_blocks`, stored output-major) is transposed; default: as `transpose` */
+  quantTranspose?: boolean;
   parity?: 0 | 1;
   f32?: boolean;
   /** the stored tensor read as this shape first (same element count: [heads, rows, cols] of a fused one) */
   view?: number[];
   /** only rows [start, start + count) of the second-to-last dimension (one part of a fused projection) */
   rows?: [number, number];
+  /** the rows of the second-to-last dimension in this order (a reordering of heads; instead of rows) */
+  gather?: number[];
+  /** the entries of the last stored dimension in this order (a vector's, or each row's) */
+  gatherLast?: number[];
+  /** each value v as v + add (a (1 + weight) norm's weights; with f32) */
+  add?: number;
+  /** each value v as -exp(v) (a delta-net's decay rate from A_log; with f32) */
+  negExp?: boolean;
 }
 
 /** How a family reads a Hugging Face checkpoint folder (the same family, its HF names). */

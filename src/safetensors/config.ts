@@ -72,6 +72,9 @@ export class KvMap implements HfKvSink {
   u32(key: string, v: number): void {
     this.kv.set(key, { type: GgufValueType.U32, value: v });
   }
+  i32(key: string, v: number): void {
+    this.kv.set(key, { type: GgufValueType.I32, value: v });
+  }
   f32(key: string, v: number): void {
     this.kv.set(key, { type: GgufValueType.F32, value: Math.fround(v) });
   }

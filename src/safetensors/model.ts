@@ -7,9 +7,11 @@ import { GgufFile, safeText, TYPE_INFO, type GgufHeader, type GgufTensorInfo } f
 import { FAMILIES } from "../models/registry.ts";
 import type { ModelFamily } from "../models/types.ts";
 import { JsonConfig, KvMap } from "./config.ts";
-import { derive, ggmlTypeOf, stack, writeDerived, type Derived } from "./derive.ts";
+import { derive, DerivedWriter, ggmlTypeOf, stack, type Derived } from "./derive.ts";
 import { isSafetensorsFolder, SafetensorsFolder } from "./folder.ts";
+import { quantConfigOf, quantTensor } from "./quant-load.ts";
 import { readSafetensorsHeader, SafetensorsError } from "./reader.ts";
+import { generationKv } from "./generation.ts";
 import { tokenizerKv } from "./tokenizer.ts";
 
 /** The family a config.json names, or a clear refusal listing those that read folders. */
@@ -27,6 +29,8 @@ export function hfFamilyFor(file: string, cfg: JsonConfig): ModelFamily {
 /** How a folder is opened: `copies: false` gives the tensors' types and shapes alone (a plan, --dry-run), making none of the load-time copies (their tensors then name no readable file). */
 export interface HfOpenOptions {
   copies?: boolean;
+  /** where load notes go (a quantized tensor dequantized at load, ...): stderr unless given */
+  note?: (line: string) => void;
 }
 
 /** Open a checkpoint folder as the GGUF-shaped model the engine runs. */
@@ -43,36 +47,54 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
   kv.str("general.architecture", fam.archs[0]);
   kv.str("general.name", dir.split("/").filter(Boolean).pop() ?? "model");
   hf.config(cfg, kv);
+  generationKv(folder.json("generation_config.json"), kv);
   const specs = hf.tensors(cfg);
   const mapped: GgufTensorInfo[] = [];
-  const derived: { name: string; d: Derived }[] = [];
-  for (const s of specs) {
-    if (Array.isArray(s.hf)) {
-      derived.push({ name: s.name, d: stack(s, s.hf.map((n) => folder.require(n)), shapeOnly) });
-      continue;
+  // tensors made at load: written to one file as each is made (shape only for a plan)
+  const derived: { name: string; type: number; ne: number[]; offset: number }[] = [];
+  const writer = new DerivedWriter();
+  const put = (name: string, d: Derived) => derived.push({ name, type: d.type, ne: d.ne, offset: shapeOnly ? 0 : writer.append(d.data) });
+  const qc = quantConfigOf(cfgFile, raw);
+  const note = o.note ?? ((l: string) => process.stderr.write(`${l}\n`));
+  try {
+    for (const s0 of specs) {
+      const s = Array.isArray(s0.hf) && s0.stacked && !folder.tensors.has(s0.hf[0]) && folder.tensors.has(s0.stacked) ? { ...s0, hf: s0.stacked } : s0;
+      const q = quantTensor(folder, s, qc, shapeOnly, note);
+      if (q) {
+        put(s.name, q);
+        continue;
+      }
+      if (Array.isArray(s.hf)) {
+        put(s.name, stack(s, s.hf.map((n) => folder.require(n)), shapeOnly));
+        continue;
+      }
+      const st = folder.require(s.hf);
+      if (s.transpose || s.parity !== undefined || s.view || s.rows || s.gather || s.gatherLast || s.add !== undefined || s.negExp || (s.f32 && st.dtype !== "F32")) {
+        put(s.name, derive(s, st, shapeOnly));
+        continue;
+      }
+      const type = ggmlTypeOf(st.dtype);
+      mapped.push({ name: s.name, type, ne: [...st.shape].reverse(), offset: st.fileOffset, nbytes: st.nbytes, fileOffset: st.fileOffset, file: st.file });
     }
-    const st = folder.require(s.hf);
-    if (s.transpose || s.parity !== undefined || s.view || s.rows || (s.f32 && st.dtype !== "F32")) {
-      derived.push({ name: s.name, d: derive(s, st, shapeOnly) });
-      continue;
-    }
-    const type = ggmlTypeOf(st.dtype);
-    mapped.push({ name: s.name, type, ne: [...st.shape].reverse(), offset: st.fileOffset, nbytes: st.nbytes, fileOffset: st.fileOffset, file: st.file });
+  } catch (e) {
+    writer.fail();
+    throw e;
   }
-  const emb = mapped.find((t) => t.name === "token_embd.weight") ?? derived.find((t) => t.name === "token_embd.weight")?.d;
+  const emb = mapped.find((t) => t.name === "token_embd.weight") ?? derived.find((t) => t.name === "token_embd.weight");
   tokenizerKv(dir, kv, emb ? emb.ne[1] : cfg.int("vocab_size"), raw);
   const headers: GgufHeader[] = folder.headers.map((h, i) => ({
     path: h.path, version: 3, fileSize: h.fileSize, alignment: 1, dataOffset: h.dataOffset,
     kv: i === 0 ? kv.kv : new Map(), tensors: mapped.filter((t) => t.file === h.path),
   }));
   if (derived.length) {
-    const w = shapeOnly ? { path: `${dir} (tensors copied at load)`, offsets: derived.map(() => 0), size: 0 } : writeDerived(derived.map((x) => x.d));
-    const tensors = derived.map((x, i) => {
-      const info = TYPE_INFO[x.d.type];
-      const nbytes = (x.d.ne.reduce((a, b) => a * b, 1) / info.blockElems) * info.blockBytes;
-      return { name: x.name, type: x.d.type, ne: x.d.ne, offset: w.offsets[i], nbytes, fileOffset: w.offsets[i], file: w.path };
+    const w = shapeOnly ? undefined : writer.finish();
+    const path = w?.path ?? `${dir} (tensors copied at load)`;
+    const tensors = derived.map((x) => {
+      const info = TYPE_INFO[x.type];
+      const nbytes = (x.ne.reduce((a, b) => a * b, 1) / info.blockElems) * info.blockBytes;
+      return { name: x.name, type: x.type, ne: x.ne, offset: x.offset, nbytes, fileOffset: x.offset, file: path };
     });
-    if (!shapeOnly) headers.push({ path: w.path, version: 3, fileSize: w.size, alignment: 64, dataOffset: 0, kv: new Map(), tensors });
+    if (w) headers.push({ path: w.path, version: 3, fileSize: w.size, alignment: 64, dataOffset: 0, kv: new Map(), tensors });
     else for (const t of tensors) headers[0].tensors.push(t);
   }
   return GgufFile.fromParts(headers);

@@ -30,7 +30,8 @@ const DTYPE_WORDS: Readonly<Record<string, string>> = {
 /** Why a tensor of this dtype cannot be served yet, or undefined when it can. */
 export function dtypeRefusal(dtype: string): string | undefined {
   if (SERVED_DTYPES.includes(dtype)) return undefined;
-  return `${DTYPE_WORDS[dtype] ?? dtype} weights are not implemented yet (served as stored today: ${SERVED_DTYPES.join(", ")})`;
+  return `${DTYPE_WORDS[dtype] ?? dtype} weights are not implemented yet (served as stored today: ${SERVED_DTYPES.join(", ")}, and the quantized forms ` +
+    "MXFP4 as *_blocks + *_scales, FP8 E4M3 with its weight_scale_inv blocks, NVFP4 with weight_scale + weight_scale_2, MLX 4-bit with scales + biases)";
 }
 
 export interface SafetensorsTensor {

@@ -45,6 +45,8 @@ export function timingsJson(d: DoneEvent): Record<string, number> {
     predicted_ms: t.predicted_ms,
     predicted_per_token_ms: t.predicted_per_token_ms,
     predicted_per_second: t.predicted_per_second,
+    // llama-server's, only when the request drafted (speculative decoding)
+    ...(t.draft_n ? { draft_n: t.draft_n, draft_n_accepted: t.draft_n_accepted ?? 0 } : {}),
   };
 }
 
@@ -52,7 +54,8 @@ export function timingsJson(d: DoneEvent): Record<string, number> {
 export function sumTimings(ds: DoneEvent[]): DoneEvent {
   if (ds.length === 1) return ds[0];
   const t = ds.map((d) => d.timings);
-  const s = (k: keyof DoneEvent["timings"]) => t.reduce((a, x) => a + x[k], 0);
+  const s = (k: keyof DoneEvent["timings"]) => t.reduce((a, x) => a + (x[k] ?? 0), 0);
+  const drafted = s("draft_n");
   const promptN = s("prompt_n"), promptMs = s("prompt_ms"), predN = s("predicted_n"), predMs = s("predicted_ms");
   return {
     ...ds[0],
@@ -69,6 +72,7 @@ export function sumTimings(ds: DoneEvent[]): DoneEvent {
       predicted_ms: predMs,
       predicted_per_token_ms: predN ? predMs / predN : 0,
       predicted_per_second: predMs ? (predN * 1000) / predMs : 0,
+      ...(drafted ? { draft_n: drafted, draft_n_accepted: s("draft_n_accepted") } : {}),
     },
   };
 }

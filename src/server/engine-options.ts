@@ -163,6 +163,10 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       device,
       batchInvariant: o.batchInvariant,
       promoteSlots: promoteSlotsFor(o, explicit, nGpuLayers, expertFlags),
+      spec: {
+        type: o.specType, sizeN: o.specNgramSimpleSizeN, sizeM: o.specNgramSimpleSizeM,
+        draftModel: o.specDraftModel, draftNgl: o.specDraftNgl === "auto" ? undefined : o.specDraftNgl, nMax: o.specDraftNMax, nMin: o.specDraftNMin, pMin: o.specDraftPMin,
+      },
       placement: {
         nGpuLayers, cpuMoe: o.cpuMoe, nCpuMoe: o.nCpuMoe, overrides: o.overrideTensor.map((t) => ({ pattern: t.pattern, buffer: t.buffer })),
         hostBudgetBytes: o.hostBudgetMiB > 0 ? o.hostBudgetMiB * 1024 * 1024 : undefined,

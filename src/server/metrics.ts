@@ -45,10 +45,10 @@ export class Metrics {
       ["n_decode_total", "Total number of forward passes (llama_decode() calls in llama-server)", st.nDecode],
       ["n_tokens_max", "Largest observed sequence length (prompt + generation)", this.nTokensMax],
       ["requests_total", "Number of generating requests received", this.requests],
-      // llama-server's speculative decoding counters: bloomery has no draft model yet, so they stay 0
-      ["spec_decode_num_draft_tokens_total", "Number of draft tokens proposed by speculative decoding", 0],
-      ["spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted by speculative decoding", 0],
-      ["spec_decode_num_drafts_total", "Number of drafts proposed by speculative decoding", 0],
+      // llama-server's speculative decoding counters (--spec-type ngram-simple drafts)
+      ["spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", st.specDrafted],
+      ["spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model", st.specAccepted],
+      ["spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", st.specSteps],
     ];
     const gauges: [string, string, number][] = [
       ["prompt_tokens_seconds", "Average prompt throughput in tokens/s", rate(this.bucketPromptTokens, this.bucketPromptMs)],

@@ -2,6 +2,7 @@
 // "Loading model" until ready), load the model into the engine worker, serve until SIGINT/SIGTERM.
 // Agent mode (src/cli/agent-*.ts, docs/agents.md): --recommend, --dry-run, -m NAME, JSON events
 // on stdout with --json, and a named exit code with the command to run next for every refusal.
+import { modelSamplingDefaults } from "../sampling/model-defaults.ts";
 import { mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
@@ -242,6 +243,9 @@ async function serve(
     const geometry = openGeometry(modelPath);
     const gguf = geometry.gguf as GgufFile;
     const vocab = vocabFromMetadata((k) => gguf.raw(k));
+    const md = modelSamplingDefaults((k) => gguf.raw(k), explicit);
+    ctx.modelDefaults = md.defaults;
+    if (md.line) log(`srv  load_model: ${md.line}`);
     ctx.tokenizer = Tokenizer.fromVocab(vocab);
     ctx.body.setTokenizer(ctx.tokenizer, vocab);
     const plan = planStart({ o, explicit, argv, source: src, machine: machineFor(o, probe()), dryRun: false, geometry, path: modelPath });

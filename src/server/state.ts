@@ -43,6 +43,9 @@ export class ServerContext {
   /** request bodies and prompt texts are parsed and tokenized here, large ones off the serving thread */
   readonly body = new BodyWorker();
 
+  /** the model's own sampling defaults (general.sampling.*) of the options no flag set: src/sampling/model-defaults.ts */
+  modelDefaults: Partial<ServerOptions> = {};
+
   constructor(
     readonly opts: ServerOptions,
     readonly apiKeys: readonly string[],
@@ -114,7 +117,7 @@ export class ServerContext {
   paramContext(): ParamContext {
     const tok = this.tokenizer;
     return {
-      opts: this.opts,
+      opts: { ...this.opts, ...this.modelDefaults },
       nVocab: tok.nVocab,
       nSlots: this.nSlots,
       encode: (t) => tok.encode(t, { addSpecial: false, parseSpecial: false }),

@@ -2,7 +2,9 @@
 // with the thresholds every backend is held to, declared once. test/families-cpu.test.ts runs it on
 // each CPU path, test/cuda-families.test.ts on the card.
 import { join } from "node:path";
+import { existsSync } from "node:fs";
 import { FIXTURES } from "../paths.ts";
+import { exactHybridGguf } from "./qwen-hybrid-exact.ts";
 
 export interface FamilyRef { prompt: number[]; greedy: number[]; margins: number[]; last_logits: number[] }
 
@@ -34,6 +36,12 @@ export interface FamilyCase {
 const FIX = process.env.BLOOMERY_FIXTURES ?? FIXTURES;
 const tiny = join(FIX, "tiny-qwen3moe"), fam = join(FIX, "families");
 
+/** The Qwen hybrids' file with transformers' values (qwen-hybrid-exact.ts), or the converter's when the hf/ folder is absent. */
+function hybrid(name: string, tiled: boolean): string {
+  const dir = join(fam, name);
+  return existsSync(join(dir, "hf", "model.safetensors")) ? exactHybridGguf(dir, tiled) : join(dir, `${name}.gguf`);
+}
+
 export const FAMILY_CASES: FamilyCase[] = [
   { name: "qwen3moe F16", gguf: join(tiny, "tiny.gguf"), ref: join(tiny, "ref.json"), exactTol: 5e-3, ggmlTol: 2e-2, cudaTol: 2e-2, clear: 0.02, agree: 0.85 },
   { name: "qwen3moe Q8_0", gguf: join(tiny, "tiny-q8_0.gguf"), ref: join(tiny, "ref-q8_0.json"), exactTol: 5e-3, ggmlTol: 0.5, cudaTol: 0.5, clear: 0.02, agree: 0.85 },
@@ -57,6 +65,21 @@ export const FAMILY_CASES: FamilyCase[] = [
     name: "deepseek2 F16", gguf: join(fam, "deepseek_v3", "deepseek_v3.gguf"), ref: join(fam, "deepseek_v3", "ref.json"), exactTol: 5e-3, ggmlTol: 1e-2,
     cudaTol: 2e-2, clear: 0.02, agree: 0.9, cudaRefusal: /multi-head latent attention is not implemented on the card yet/,
     llamacpp: join(fam, "deepseek_v3", "llamacpp-ref.json"), llamaTol: 1e-2,
+  },
+  // the Qwen hybrids (3 gated delta-net layers, 1 gated attention layer) on their file with ssm_a and the (1 + w) norm
+  // weights as transformers computes them (qwen-hybrid-exact.ts; the converter's f16 rounding of those alone puts
+  // llama.cpp 1e-2 to 5e-2 from transformers): the exact path within 1e-3 of transformers, greedy equal on all four
+  // prompts; the ggml paths (f16 activations into the F16 products, the delta rule in f32 as ggml's) 2.5e-2 for
+  // qwen35moe, and for qwen3next 2.7e-2 but 8.1e-2 on the 120-id prompt (the recurrence carries the rounding: llama.cpp's
+  // own answer on the converter's file is 4.6e-2 from transformers' there); the converter's own file against llama.cpp's
+  // answer: test/qwen-hybrid.test.ts
+  {
+    name: "qwen35moe F16", gguf: hybrid("qwen3_5_moe", true), ref: join(fam, "qwen3_5_moe", "ref.json"), exactTol: 2e-3, ggmlTol: 4e-2, cudaTol: 5e-2,
+    clear: 0.02, agree: 0.9, cudaRefusal: /the gated delta-net layer is not implemented on the card yet/,
+  },
+  {
+    name: "qwen3next F16", gguf: hybrid("qwen3_next", false), ref: join(fam, "qwen3_next", "ref.json"), exactTol: 2e-3, ggmlTol: 0.1, cudaTol: 0.1,
+    clear: 0.02, agree: 0.9, cudaRefusal: /the gated delta-net layer is not implemented on the card yet/,
   },
 ];
 
