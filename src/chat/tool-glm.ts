@@ -2,8 +2,8 @@
 // (`<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>`, with or without
 // newlines between the tags as GLM-4.5/4.6 write them) from streamed text into OpenAI arguments
 // JSON, each value converted by the tool's JSON schema (strings raw, others parsed as JSON).
-import { type CallMachine, type CallSink, type CallStep, escapeFragment, partialMarker, skipWs } from "./tool-call-machine.ts";
-import { convertParamValue, schemaTypes } from "./tool-xml.ts";
+import { type CallMachine, type CallSink, type CallStep, partialMarker, skipWs } from "./tool-call-machine.ts";
+import { ParamArgs } from "./tool-xml.ts";
 import type { ToolDef } from "./types.ts";
 
 const KEY_OPEN = "<arg_key>";
@@ -24,18 +24,15 @@ export class GlmCall implements CallMachine {
   private st: St = "name";
   private opened = false;
   private closed = false;
-  private nArgs = 0;
   private nameOfCall = "";
-  private pName = "";
-  private pTypes: Set<string> | "any" = "any";
-  private pStream = false;
-  private acc = "";
-  private heldSurrogate = "";
+  private readonly args: ParamArgs;
 
   constructor(
     private readonly sink: CallSink,
     private readonly tools: Map<string, ToolDef>,
-  ) {}
+  ) {
+    this.args = new ParamArgs(sink, tools);
+  }
 
   feed(chunk: string, final: boolean): CallStep {
     this.text = this.text.slice(this.pos) + chunk;
@@ -56,10 +53,10 @@ export class GlmCall implements CallMachine {
   private endAt(at: number): CallStep {
     if (!this.opened) return { status: "fail" };
     if (this.st === "value") {
-      this.closeArg(this.text.slice(this.pos));
+      this.args.close(this.text.slice(this.pos));
       at = this.text.length;
     } else if (this.st === "vopen") {
-      this.closeArg("");
+      this.args.close("");
     }
     this.closeArgs();
     return { status: "done", rest: this.text.slice(at) };
@@ -79,39 +76,6 @@ export class GlmCall implements CallMachine {
       return "ok";
     }
     return marker.startsWith(tail) ? "more" : "fail";
-  }
-
-  private openArg(name: string): void {
-    const schema = this.tools.get(this.nameOfCall)?.function.parameters?.properties?.[name];
-    this.pName = name;
-    this.pTypes = schemaTypes(schema);
-    this.pStream = this.pTypes !== "any" && this.pTypes.size === 1 && this.pTypes.has("string");
-    this.acc = "";
-    this.heldSurrogate = "";
-    if (this.pStream) this.sink.args(`${this.nArgs > 0 ? "," : ""}${JSON.stringify(name)}:"`);
-  }
-
-  private takeValue(text: string): void {
-    if (text === "") return;
-    if (!this.pStream) {
-      this.acc += text;
-      return;
-    }
-    const { escaped, held } = escapeFragment(this.heldSurrogate + text, false);
-    if (escaped !== "") this.sink.args(escaped);
-    this.heldSurrogate = held;
-  }
-
-  private closeArg(last: string): void {
-    if (this.pStream) {
-      const { escaped } = escapeFragment(this.heldSurrogate + last, true);
-      this.sink.args(`${escaped}"`);
-    } else {
-      const value = this.acc + last;
-      this.sink.args(`${this.nArgs > 0 ? "," : ""}${JSON.stringify(this.pName)}:${convertParamValue(value, this.pTypes)}`);
-    }
-    this.acc = "";
-    this.nArgs++;
   }
 
   private step(final: boolean): "again" | "more" | "fail" | CallStep {
@@ -153,7 +117,7 @@ export class GlmCall implements CallMachine {
         if (settled.includes("<") || body.length > MAX_NAME) return "fail";
         if (close < 0) return "more";
         this.pos = close + KEY_CLOSE.length;
-        this.openArg(body.trim());
+        this.args.open(this.nameOfCall, body.trim());
         this.st = "vopen";
         return "again";
       }
@@ -162,7 +126,7 @@ export class GlmCall implements CallMachine {
         if (this.pos >= this.text.length) return "more";
         const v = this.expect(VALUE_OPEN);
         if (v !== "ok") {
-          if (v === "fail") this.closeArg("");
+          if (v === "fail") this.args.close("");
           return v;
         }
         this.st = "value";
@@ -171,7 +135,7 @@ export class GlmCall implements CallMachine {
       case "value": {
         const close = this.text.indexOf(VALUE_CLOSE, this.pos);
         if (close >= 0) {
-          this.closeArg(this.text.slice(this.pos, close));
+          this.args.close(this.text.slice(this.pos, close));
           this.pos = close + VALUE_CLOSE.length;
           this.st = "between";
           return "again";
@@ -179,7 +143,7 @@ export class GlmCall implements CallMachine {
         if (!final) {
           const safe = this.text.length - partialMarker(this.text, VALUE_CLOSE);
           if (safe > this.pos) {
-            this.takeValue(this.text.slice(this.pos, safe));
+            this.args.take(this.text.slice(this.pos, safe));
             this.pos = safe;
           }
         }

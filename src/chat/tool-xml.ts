@@ -68,6 +68,56 @@ export function convertParamValue(raw: string, types: Set<string> | "any"): stri
   return JSON.stringify(raw);
 }
 
+/**
+ * A call's arguments object written parameter by parameter (the XML and GLM call formats): a
+ * parameter whose schema says string is streamed as its value arrives (escaped, a split surrogate
+ * held back), any other is kept and converted by its schema at its end.
+ */
+export class ParamArgs {
+  private n = 0;
+  private name = "";
+  private types: Set<string> | "any" = "any";
+  private stream = false;
+  private acc = "";
+  private heldSurrogate = "";
+
+  constructor(private readonly sink: CallSink, private readonly tools: Map<string, ToolDef>) {}
+
+  /** Starts parameter `name` of tool `call`. */
+  open(call: string, name: string): void {
+    this.name = name;
+    this.types = schemaTypes(this.tools.get(call)?.function.parameters?.properties?.[name]);
+    this.stream = this.types !== "any" && this.types.size === 1 && this.types.has("string");
+    this.acc = "";
+    this.heldSurrogate = "";
+    if (this.stream) this.sink.args(`${this.n > 0 ? "," : ""}${JSON.stringify(name)}:"`);
+  }
+
+  /** Value text that cannot be part of the closing tag: streamed out, or kept. */
+  take(text: string): void {
+    if (text === "") return;
+    if (!this.stream) {
+      this.acc += text;
+      return;
+    }
+    const { escaped, held } = escapeFragment(this.heldSurrogate + text, false);
+    if (escaped !== "") this.sink.args(escaped);
+    this.heldSurrogate = held;
+  }
+
+  /** Ends the parameter with the value's rest `last`. */
+  close(last: string): void {
+    if (this.stream) {
+      const { escaped } = escapeFragment(this.heldSurrogate + last, true);
+      this.sink.args(`${escaped}"`);
+    } else {
+      this.sink.args(`${this.n > 0 ? "," : ""}${JSON.stringify(this.name)}:${convertParamValue(this.acc + last, this.types)}`);
+    }
+    this.acc = "";
+    this.n++;
+  }
+}
+
 type St = "pre" | "name" | "between" | "pname" | "pstart" | "pvalue" | "end";
 
 /** Longest function or parameter name accepted before its `>`. */
@@ -75,7 +125,7 @@ const MAX_NAME = 256;
 
 /**
  * One XML call. `text` holds only what is not consumed yet (a parameter value is streamed out
- * or moved to `acc` as it arrives), so long values cost linear time.
+ * or kept by its ParamArgs as it arrives), so long values cost linear time.
  */
 export class XmlCall implements CallMachine {
   private text = "";
@@ -83,14 +133,8 @@ export class XmlCall implements CallMachine {
   private st: St;
   private opened = false;
   private closed = false;
-  private nParams = 0;
-  private pName = "";
-  private pTypes: Set<string> | "any" = "any";
-  private pStream = false;
-  /** A non-streamed value so far. */
-  private acc = "";
-  private heldSurrogate = "";
   private nameOfCall = "";
+  private readonly params: ParamArgs;
 
   constructor(
     private readonly sink: CallSink,
@@ -99,6 +143,7 @@ export class XmlCall implements CallMachine {
     wrapped: boolean,
   ) {
     this.st = wrapped ? "pre" : "name";
+    this.params = new ParamArgs(sink, tools);
   }
 
   feed(chunk: string, final: boolean): CallStep {
@@ -135,41 +180,9 @@ export class XmlCall implements CallMachine {
     }
   }
 
-  private openParam(name: string): void {
-    const schema = this.tools.get(this.nameOfCall)?.function.parameters?.properties?.[name];
-    this.pName = name;
-    this.pTypes = schemaTypes(schema);
-    this.pStream = this.pTypes !== "any" && this.pTypes.size === 1 && this.pTypes.has("string");
-    this.acc = "";
-    this.heldSurrogate = "";
-    if (this.pStream) this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(name)}:"`);
-  }
-
-  /** Takes value text that cannot be part of the closing tag: streamed out, or kept in acc. */
-  private takeValue(text: string): void {
-    if (text === "") return;
-    if (!this.pStream) {
-      this.acc += text;
-      return;
-    }
-    const { escaped, held } = escapeFragment(this.heldSurrogate + text, false);
-    if (escaped !== "") this.sink.args(escaped);
-    this.heldSurrogate = held;
-  }
-
   /** Ends the current parameter; `last` is the value's rest (its trailing "\n" is dropped). */
   private closeParam(last: string, cutOff: boolean): void {
-    let rest = last;
-    if (!cutOff && rest.endsWith("\n")) rest = rest.slice(0, -1);
-    if (this.pStream) {
-      const { escaped } = escapeFragment(this.heldSurrogate + rest, true);
-      this.sink.args(`${escaped}"`);
-    } else {
-      const value = this.acc + rest;
-      this.sink.args(`${this.nParams > 0 ? "," : ""}${JSON.stringify(this.pName)}:${convertParamValue(value, this.pTypes)}`);
-    }
-    this.acc = "";
-    this.nParams++;
+    this.params.close(!cutOff && last.endsWith("\n") ? last.slice(0, -1) : last);
   }
 
   /** Expects `marker` at pos: "ok" (consumed), "more" (a prefix so far) or "fail". */
@@ -245,7 +258,7 @@ export class XmlCall implements CallMachine {
           this.pos -= PARAM_OPEN.length;
           return "fail";
         }
-        this.openParam(name);
+        this.params.open(this.nameOfCall, name);
         this.st = "pstart";
         return "again";
       }
@@ -268,7 +281,7 @@ export class XmlCall implements CallMachine {
           let safe = this.text.length - partialMarker(this.text, PARAM_CLOSE);
           if (safe > this.pos && this.text[safe - 1] === "\n") safe--;
           if (safe > this.pos) {
-            this.takeValue(this.text.slice(this.pos, safe));
+            this.params.take(this.text.slice(this.pos, safe));
             this.pos = safe;
           }
         }

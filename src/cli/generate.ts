@@ -12,7 +12,7 @@ import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { familyFor } from "../models/registry.ts";
 import { Scheduler } from "../engine/scheduler.ts";
 import type { SpecConfig } from "../engine/spec-ngram.ts";
-import { checkDraftVocab, DraftModel } from "../engine/spec-draft.ts";
+import { loadDraft, type DraftModel } from "../engine/spec-draft.ts";
 import { makeSampler } from "../engine/sampler-bridge.ts";
 import type { DoneEvent, TokenEvent } from "../engine/protocol.ts";
 
@@ -75,9 +75,7 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
     const kind = v.draftModel ? "draft-simple" : (String(v.specType) as SpecConfig["type"]);
     if (kind === "draft-simple") {
       if (!v.draftModel) throw new Error("generate: --spec-type draft-simple needs a draft model (-md FNAME)");
-      const d = Model.load(String(v.draftModel), { nCtx, nThreads: v.threads as number | undefined });
-      drafter = new DraftModel(d, Number(v.nMax), 0, 0);
-      checkDraftVocab(model, d);
+      drafter = loadDraft(model, String(v.draftModel), { nCtx, nThreads: v.threads as number | undefined }, Number(v.nMax), 0, 0);
     }
     const spec: SpecConfig = { type: kind, sizeN: Number(v.sizeN), sizeM: Number(v.sizeM), nMax: Number(v.nMax) };
     return generateWith(model, prompt, v, spec, drafter);

@@ -4,7 +4,7 @@
 // it lacks fed as one chunk; what differs from what it held is overwritten in place); then every
 // drafting slot takes up to n_max greedy tokens, one batched forward pass of the draft model a
 // token, stopping a slot where its best token is less likely than p_min.
-import type { Model } from "./model.ts";
+import { Model, type LoadOptions } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import { commonPrefix } from "./prompt-cache.ts";
 
@@ -29,6 +29,22 @@ export function checkDraftVocab(target: Model, draft: Model): void {
   if (a.eos !== b.eos) throw new Error(`the draft model's end-of-stream token ${b.eos} differs from the target's ${a.eos}`);
 }
 
+/**
+ * Loads a draft model for `target` (a slot a target slot, `o`'s context and threads) and checks its
+ * vocabulary; an error names the file and closes what was loaded.
+ */
+export function loadDraft(target: Model, path: string, o: LoadOptions, nMax: number, nMin: number, pMin: number): DraftModel {
+  let d: Model | undefined;
+  try {
+    d = Model.load(path, o);
+    checkDraftVocab(target, d);
+  } catch (e) {
+    d?.close();
+    throw new Error(`the draft model (-md ${path}): ${e instanceof Error ? e.message : String(e)}`);
+  }
+  return new DraftModel(d, nMax, nMin, pMin);
+}
+
 export class DraftModel {
   /** per slot: the tokens whose KV the draft model holds */
   private held: number[][];
@@ -44,7 +60,7 @@ export class DraftModel {
     const out = new Map<number, number[]>();
     const live = asks.filter((a) => Math.min(a.limit, this.nMax) > 0 && a.slot < this.held.length);
     if (!live.length) return out;
-    const be = this.model.backend, V = this.model.hp.nVocab;
+    const be = this.model.backend;
     // catch up: each slot's missing tokens (the sequence and the last sampled), in passes of at most maxTokens
     const todo = live.map((a) => {
       const seq = [...a.tokens, a.last];
@@ -65,7 +81,7 @@ export class DraftModel {
         }
       }
       this.forward(tokens, pos, seq, outRows);
-      rowSlot.forEach((s, i) => this.keep(s, i)); // the logits after each finished slot's last token
+      rowSlot.forEach((s, i) => this.keep(s, i)); // the best token after each finished slot's last
     }
     // greedy drafting, all live slots a step
     const drafts = new Map<number, number[]>(live.map((a) => [a.slot, []]));
@@ -74,8 +90,7 @@ export class DraftModel {
     for (;;) {
       const go: number[] = [];
       for (const s of active) {
-        const row = this.kept.get(s)!;
-        const { id, p } = best(row, V);
+        const { id, p } = this.kept.get(s)!;
         if (p < this.pMin) continue;
         const d = drafts.get(s)!;
         d.push(id);
@@ -92,11 +107,12 @@ export class DraftModel {
     return out;
   }
 
-  private kept = new Map<number, Float32Array>();
+  /** each slot's best next token after its last forward, and its probability */
+  private kept = new Map<number, { id: number; p: number }>();
 
   private keep(slot: number, row: number): void {
     const V = this.model.hp.nVocab;
-    this.kept.set(slot, this.logits.slice(row * V, (row + 1) * V));
+    this.kept.set(slot, best(this.logits.subarray(row * V, (row + 1) * V), V));
   }
 
   private forward(tokens: number[], pos: number[], seq: number[], outRows: number[]): void {

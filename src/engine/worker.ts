@@ -8,7 +8,7 @@ import { makeSampler } from "./sampler-bridge.ts";
 import { modelInfo } from "./info.ts";
 import { checkForward } from "./model-check.ts";
 import { ExpertHeat, placementState } from "./placement-view.ts";
-import { checkDraftVocab, DraftModel } from "./spec-draft.ts";
+import { loadDraft, type DraftModel } from "./spec-draft.ts";
 
 let model: Model | undefined;
 let drafter: DraftModel | undefined;
@@ -38,18 +38,14 @@ function load(path: string, o: EngineOptions): void {
     }
     if (o.spec?.type === "draft-simple" && o.spec.draftModel) {
       // the draft model: a slot a target slot, the target's context, its own -ngl (default the target's)
-      let d: Model | undefined;
       try {
-        d = Model.load(o.spec.draftModel, {
+        drafter = loadDraft(m, o.spec.draftModel, {
           nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, nGpuLayers: o.spec.draftNgl ?? o.nGpuLayers, device: o.device,
-        });
-        checkDraftVocab(m, d);
+        }, o.spec.nMax ?? 3, o.spec.nMin ?? 0, o.spec.pMin ?? 0);
       } catch (e) {
-        d?.close();
         m.close();
-        throw new Error(`the draft model (-md ${o.spec.draftModel}): ${e instanceof Error ? e.message : String(e)}`);
+        throw e;
       }
-      drafter = new DraftModel(d, o.spec.nMax ?? 3, o.spec.nMin ?? 0, o.spec.pMin ?? 0);
     }
     model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
