@@ -15,12 +15,17 @@ import { chooseBackend, PlacementError } from "../src/engine/placement.ts";
 import { synth } from "../src/cli/synth.ts";
 import { FIXTURES } from "./paths.ts";
 import { maxAbs, std } from "./logit-math.ts";
+import { teacherForcedSteps } from "./model-fixtures.ts";
 import { abStep, caseName, expectExact, expectReordered, rotatingSteps, withAbModel } from "./cuda-fast-ab.ts";
 
 const st = cudaStatus();
 if (!st.ok) console.log(`cuda-model: GPU tests skipped (${st.reason})`);
 const gpu = st.ok ? describe : describe.skip;
 const FIX = process.env.BLOOMERY_FIXTURES ?? FIXTURES;
+// Every one-token product on f32 activations: the kernels' own error, apart from ggml's int8
+// rounding of the activations (which flips the tiny fixture's near-tied routing; its int8 path is
+// held by teacher-forced picks against transformers instead)
+const F32 = CudaFast.default & ~CudaFast.int8;
 const tinyDir = join(FIX, "tiny-qwen3moe");
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-cuda-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -73,15 +78,26 @@ gpu("tiny-qwen3moe on the card against transformers", () => {
       const m = Model.load(path, { nCtx: 128, nGpuLayers: "all" });
       try {
         expect(m.backend.name).toBe("CUDA");
+        const be = m.backend as CudaBackend;
+        let clear = 0, agree = 0;
         for (const r of refs) {
+          // the default (quantized rows' one-token products on int8 activations, ggml's numerics):
+          // teacher-forced top-1 at clear margins, as the CPU's ggml paths are held
+          const tf = teacherForcedSteps(m, r);
+          clear += tf.clear;
+          agree += tf.agree;
+          // f32 activations: the kernels against transformers' logits and greedy tokens
+          be.setOption(CudaOption.fast, F32);
           const d = maxAbs(m.evalSequence(r.prompt, 0), r.last_logits);
           const ours = greedy(m, r.prompt, r.greedy.length);
+          be.setOption(CudaOption.fast, CudaFast.default);
           let i = 0;
           while (i < ours.length && ours[i] === r.greedy[i]) i++;
-          console.log(`${gguf} prompt ${r.prompt.length}: max |dlogit| ${d.toExponential(2)}, greedy ${i}/${r.greedy.length}${i < r.greedy.length ? ` (margin ${r.margins[i].toFixed(4)} at the first difference)` : ""}`);
+          console.log(`${gguf} prompt ${r.prompt.length}: max |dlogit| ${d.toExponential(2)}, greedy ${i}/${r.greedy.length}${i < r.greedy.length ? ` (margin ${r.margins[i].toFixed(4)} at the first difference)` : ""} (f32 one-token products); teacher-forced top-1 ${tf.agree}/${tf.clear} (int8)`);
           expect(d).toBeLessThan(bound);
           if (i < r.greedy.length) expect(r.margins[i]).toBeLessThan(0.05);
         }
+        expect(agree / clear).toBeGreaterThanOrEqual(0.85);
       } finally {
         m.close();
       }
@@ -144,6 +160,7 @@ gpu("CUDA backend behaviour", () => {
     const m = Model.load(path, { nCtx: 64, nSlots: 3, maxTokens: 64, nGpuLayers: "all" });
     try {
       const be = m.backend as CudaBackend;
+      be.setOption(CudaOption.fast, F32);
       const V = m.hp.nVocab;
       const prompt = Array.from({ length: 30 }, (_, i) => (i * 31 + 7) % V);
       const whole = m.evalSequence(prompt, 0, 0, true);
@@ -167,7 +184,7 @@ gpu("CUDA backend behaviour", () => {
       const F = CudaFast;
       let worstBits = 0;
       for (const bits of [F.products, F.experts, F.attention, 7, 15, F.experts | F.fusedRouter, F.headGroups, F.attention | F.headGroups,
-        F.experts | F.fusedRouter | F.headGroups, F.all & ~F.int8, F.all]) {
+        F.experts | F.fusedRouter | F.headGroups, F.all & ~F.int8]) {
         be.setOption(CudaOption.fast, bits);
         const f = new Float32Array(V);
         be.forward(one(11, 30, 1, f));
@@ -197,6 +214,7 @@ gpu("CUDA backend behaviour", () => {
     const m = Model.load(path, { nCtx: 512, nGpuLayers: "all" });
     try {
       const be = m.backend as CudaBackend;
+      be.setOption(CudaOption.fast, F32); // the attention's own error: f32 one-token products
       const V = m.hp.nVocab;
       const prompt = Array.from({ length: 300 }, (_, i) => (i * 131 + 17) % V);
       const a = cpuM.evalSequence(prompt, 0, 0, true), b = m.evalSequence(prompt, 0, 0, true);
@@ -223,6 +241,7 @@ gpu("CUDA backend behaviour", () => {
     const m = Model.load(path, { nCtx: 1280, nGpuLayers: "all" });
     try {
       const be = m.backend as CudaBackend;
+      be.setOption(CudaOption.fast, F32); // the attention's own error: f32 one-token products
       const V = m.hp.nVocab;
       const prompt = Array.from({ length: 1100 }, (_, i) => (i * 197 + 5) % V);
       cpuM.evalSequence(prompt, 0);
@@ -232,9 +251,9 @@ gpu("CUDA backend behaviour", () => {
         const p = prompt.length + i;
         const ref = cpuM.evalSequence([t], p);
         const y = m.evalSequence([t], p); // head groups, split and merged (the default)
-        be.setOption(CudaOption.fast, CudaFast.all & ~CudaFast.headGroups);
+        be.setOption(CudaOption.fast, F32 & ~CudaFast.headGroups);
         const old = m.evalSequence([t], p); // attn1.cu
-        be.setOption(CudaOption.fast, CudaFast.default);
+        be.setOption(CudaOption.fast, F32);
         be.setOption(CudaOption.maxSplits, 1);
         const whole = m.evalSequence([t], p); // head groups, one slice
         be.setOption(CudaOption.maxSplits, 32);

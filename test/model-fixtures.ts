@@ -48,3 +48,21 @@ export function onPath<T>(path: string, f: () => T): T {
     setCpuPath(was);
   }
 }
+
+/**
+ * Teacher-forced top-1 picks of one-token steps: the prompt, then the reference's own tokens one at
+ * a time (so every step after the prompt is a decode step); of the steps whose reference margin is
+ * at least `minMargin`, how many pick the reference's token.
+ */
+export function teacherForcedSteps(m: Model, ref: { prompt: number[]; greedy: number[]; margins: number[] }, minMargin = 0.1): { clear: number; agree: number } {
+  let lg = m.evalSequence(ref.prompt, 0);
+  let clear = 0, agree = 0;
+  for (let s = 0; s < ref.greedy.length; s++) {
+    if (ref.margins[s] >= minMargin) {
+      clear++;
+      if (argmax(lg) === ref.greedy[s]) agree++;
+    }
+    if (s + 1 < ref.greedy.length) lg = m.evalSequence([ref.greedy[s]], ref.prompt.length + s);
+  }
+  return { clear, agree };
+}
