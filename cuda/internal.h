@@ -298,6 +298,8 @@ struct fo_args {
   unsigned long long *acc; // or null (FAST_FOACC): X accumulators FO_ACC_STRIDE apart, zero between launches
   int *ovf;                // with acc: raised by a partial the accumulators cannot take; zero between launches
   float acc_lim;           // with acc: the magnitude from which a partial raises it (FO_ACC_LIM at most)
+  const float *ob;         // or null: the output product's bias (E floats; gpt-oss)
+  const float *rb;         // or null: the router's bias (X floats; gpt-oss), added to the scaled logits
 };
 bool cu_fo_fits(const fo_args &a, int smem_limit);
 int64_t cu_fo(cudaStream_t st, fo_args a, int smem_limit);

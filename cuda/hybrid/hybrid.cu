@@ -124,9 +124,33 @@ __global__ void k_add_rows(float *x, const float *y, int n) {
 // whole block): one a batch size with callbacks, one for every size with the mailbox (the size is posted).
 static cu_host_call *host_call(cu_ctx *c, const cu_blk &b, int ntok, int k = 0) { return cu_host_call_for(c, b, ntok, k, 0); }
 
+// The card's share of a split block's picks: the one-token expert kernels reading the experts in
+// host memory (b.hxd), on the picks from k_off (null pointers: the plan only), with a block's biases
+// and activation (gpt-oss); false when those kernels do not take the block.
+static bool card_share_args(const cu_ctx *c, const cu_blk &b, int k_off, int k, fmoe_args &fm) {
+  if (!cu_routed_experts(c, b, fm)) return false;
+  fm.gate.d = b.hxd[0];
+  fm.up.d = b.hxd[1];
+  fm.down.d = b.hxd[2];
+  fm.sel = c->sel + k_off;
+  fm.selw = c->selw + k_off;
+  fm.k = k;
+  if (b.general) cu_expert_options(fm, b);
+  return cu_fmoe_fits(fm, c->smem_limit);
+}
+
 bool cu_host_split(const cu_ctx *c, const cu_blk &b, int ntok, bool big) {
-  // (a block on the general kernels, gpt-oss's: the one-token expert kernels the split takes lack its options)
-  if (!b.host || b.general || cu_host_on_disk(b) || ntok != 1 || big || !c->hy->expert_fn) return false;
+  if (!b.host || cu_host_on_disk(b) || ntok != 1 || big || !c->hy->expert_fn) return false;
+  if (b.general) {
+    // a block with biases or the clamped activation (gpt-oss): its router runs first on the card
+    // (cu_one_token_router), then the card's share and the CPU's as for any block. Promotion's
+    // slots are not taken (the kernels would index the biases by slot, not by expert).
+    if (c->hy->promote_slots > 0 || !cu_one_token_router_fits(c, b)) return false;
+    if (c->hy->card_share <= 0) return true; // every pick on the CPU (bl_cpu_expert_rows)
+    fmoe_args fm;
+    const int K = b.n_used, ck = c->hy->card_share < K ? c->hy->card_share : K;
+    return b.hxd[0] && b.hxd[1] && b.hxd[2] && card_share_args(c, b, K - ck, ck, fm);
+  }
   return c->hy->promote_slots > 0 || (c->hy->card_share > 0 && b.hxd[0] && b.hxd[1] && b.hxd[2]);
 }
 
@@ -369,15 +393,7 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
   const int K = b.n_used, ck = c->hy->card_share < K ? c->hy->card_share : K, hk = K - ck;
   cu_mark(c, S_EXPERTS);
   fmoe_args fm;
-  if (ck > 0) {
-    if (!cu_routed_experts(c, b, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the card's share");
-    fm.gate.d = b.hxd[0];
-    fm.up.d = b.hxd[1];
-    fm.down.d = b.hxd[2];
-    fm.sel = c->sel + hk;
-    fm.selw = c->selw + hk;
-    fm.k = ck;
-  }
+  if (ck > 0 && !card_share_args(c, b, hk, ck, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the card's share");
   return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk, true);
 }
 
@@ -401,6 +417,12 @@ static int64_t host_rows(cu_ctx *c, const cu_blk &b, int ntok) {
 int64_t cu_host_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
   if (routed) {
     if (!cu_host_split(c, b, ntok, big)) return cu_fail(BL_E_INVAL, "internal: a routed host block that does not split");
+    return split_block(c, b);
+  }
+  if (b.general && !c->hy->upload_step && cu_host_split(c, b, ntok, big)) {
+    // one token of a block no fused router takes (gpt-oss's router bias): its picks made here, then split
+    cu_mark(c, S_ROUTER);
+    CU_OK(cu_one_token_router(c, b));
     return split_block(c, b);
   }
   if (c->hy->upload_step) {

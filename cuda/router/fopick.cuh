@@ -45,11 +45,11 @@ __device__ __forceinline__ float fo_sum_part(const float *part, int ldp, int nb,
 }
 
 // The X logits into slg (shared memory) from thread e's sum t (fo_sum_part), scaled by sc (1/rms of
-// the new x); written to out too when set. Ends with a barrier.
-__device__ __forceinline__ void fo_logits(float t, int X, float sc, float *slg, float *out) {
+// the new x), plus the router's bias rb when set; written to out too when set. Ends with a barrier.
+__device__ __forceinline__ void fo_logits(float t, int X, float sc, const float *rb, float *slg, float *out) {
   const int tid = threadIdx.x;
   if (tid < X) {
-    slg[tid] = t * sc;
+    slg[tid] = rb ? t * sc + __ldg(rb + tid) : t * sc;
     if (out) out[tid] = slg[tid];
   }
   __syncthreads();

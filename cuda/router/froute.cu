@@ -31,7 +31,7 @@ __host__ __device__ inline size_t fo_head_bytes(int n, bool q8, int cap) {
 // the logits, the picks. Not inlined: the kernel's main phase is compiled without it (tg128 430.9 /
 // 425.3 inlined, 440.5 / 439.7 not, call 109).
 __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const float *x, int E, int X, int K, int norm_topk, float w_scale,
-                                     float eps, float *logits, int32_t *sel, float *selw, unsigned long long *acc, int *ovf) {
+                                     float eps, const float *rb, float *logits, int32_t *sel, float *selw, unsigned long long *acc, int *ovf) {
   __shared__ float red[32];
   __shared__ float slg[256];
   __shared__ __align__(16) float sbuf[4 * FO_WARPS * 32]; // float4 stores (fo_sum_part)
@@ -44,7 +44,7 @@ __device__ __noinline__ void fo_tail(const float *part, int ldp, int nb, const f
   const float lsum = acc ? fo_acc_sum(acc, ovf, part, ldp, nb, X, sbuf) : fo_sum_part(part, ldp, nb, X, sbuf);
   // the norm of the new x, formed as the expert kernels' staging forms it
   const float sc = xrow_rms_scale(rx, E, eps, red);
-  fo_logits(lsum, X, sc, slg, logits); // ends with a barrier: every thread has read the flag
+  fo_logits(lsum, X, sc, rb, slg, logits); // ends with a barrier: every thread has read the flag
   if (acc) fo_acc_reset(acc, ovf, X);
   if (X <= 128) route_block<4>(slg, X, K, norm_topk, w_scale, ssel, sw, smx, skey);
   else route_block<8>(slg, X, K, norm_topk, w_scale, ssel, sw, smx, skey);
@@ -103,11 +103,11 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   if (lane == 0) {
     float x0 = 0.0f, x1 = 0.0f;
     if (p0) {
-      x0 = __ldcg(a.x + r0) + v0;
+      x0 = __ldcg(a.x + r0) + (a.ob ? v0 + __ldg(a.ob + r0) : v0);
       a.x[r0] = x0;
     }
     if (p1) {
-      x1 = __ldcg(a.x + r1) + v1;
+      x1 = __ldcg(a.x + r1) + (a.ob ? v1 + __ldg(a.ob + r1) : v1);
       a.x[r1] = x1;
     }
     sxn[warp] = x0;
@@ -130,19 +130,26 @@ __global__ void __launch_bounds__(FO_WARPS * 32, 2) k_fo(fo_args a) {
   const bool last = last_arrival(a.counter, (int)gridDim.x);
   BL_TR_MARK(3);
   if (!last) return;
-  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.logits, a.sel, a.selw, a.acc, a.ovf);
+  fo_tail(a.part, a.ldp, gridDim.x, a.x, E, X, a.K, a.norm_topk, a.w_scale, a.eps, a.rb, a.logits, a.sel, a.selw, a.acc, a.ovf);
   if (tid == 0) *a.counter = 0;
 }
 
 // ---- host side ----
 
-static bool fo_q8(int t) { return t == T_Q4_K || t == T_Q6_K; }
+// the types whose rows the kernel dots with int8 activations (dot8.cuh: Q4_K, Q6_K, and the
+// 32-element blocks Q8_0 and MXFP4, gpt-oss's attention output)
+#define FO_Q8_CASES(X) X(T_Q4_K) X(T_Q6_K) X(T_Q8_0) X(T_MXFP4)
+static bool fo_q8(int t) { return d8_one(t) && (t == T_Q4_K || t == T_Q6_K || t == T_Q8_0 || t == T_MXFP4); }
 
 static void (*fo_kernel(int t, bool q8))(fo_args) {
   if (q8) {
-    if (t == T_Q4_K) return k_fo<T_Q4_K, true>;
-    if (t == T_Q6_K) return k_fo<T_Q6_K, true>;
-    return nullptr;
+    switch (t) {
+#define C(T) \
+  case T: return k_fo<T, true>;
+      FO_Q8_CASES(C)
+#undef C
+      default: return nullptr;
+    }
   }
   switch (t) {
 #define C(T) \
@@ -194,7 +201,8 @@ int64_t cu_fo_init(int smem_optin) {
 #define S(T) CU_OK(cu_allow_smem(k_fo<T, false>, smem_optin, w));
   CU_TYPE_CASES(S)
 #undef S
-  CU_OK(cu_allow_smem(k_fo<T_Q4_K, true>, smem_optin, w));
-  CU_OK(cu_allow_smem(k_fo<T_Q6_K, true>, smem_optin, w));
+#define S(T) CU_OK(cu_allow_smem(k_fo<T, true>, smem_optin, w));
+  FO_Q8_CASES(S)
+#undef S
   return BL_OK;
 }

@@ -428,6 +428,12 @@ extern "C" int64_t bl_cuda_share_decide(int64_t K, int64_t share, double card_us
 
 // forward.cu
 bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm); // the one-token experts on the fused router's picks
+// A block with biases or the clamped activation (gpt-oss, b.general): its one-token router (the
+// normalised row into h, the product with its bias, the picks into sel / selw), and the block's
+// expert options (biases, activation) into the one-token expert kernels' arguments.
+bool cu_one_token_router_fits(const cu_ctx *c, const cu_blk &b);
+int64_t cu_one_token_router(cu_ctx *c, const cu_blk &b);
+void cu_expert_options(fmoe_args &fm, const cu_blk &b);
 int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed);
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles);
 void cu_drop_graphs(cu_ctx *c);

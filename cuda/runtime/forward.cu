@@ -249,7 +249,9 @@ static bool card_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
 // false when that path does not take them (then the output product and the router run apart).
 static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
   memset(&f, 0, sizeof f);
-  if (a.general || m.general) return false; // an output bias, a router bias: the general kernels
+  // gpt-oss's blocks (general): the output product's bias and the router's are this kernel's (ob,
+  // rb); its sinks and sliding window are the attention kernel's, before it; the experts take their
+  // biases and activation from the block (cu_expert_options)
   const dmat &r = m.t[CU_MOE_GATE_INP];
   if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
   f.o = a.t[CU_ATTN_O];
@@ -272,8 +274,26 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   f.sel = c->sel;
   f.selw = c->selw;
   f.q8 = 1;
+  f.ob = a.vec[CU_ATTN_BO];
+  f.rb = m.vec[CU_MOE_RBIAS];
   fmoe_args fm;
-  return f.X <= c->dm.X && cu_fo_fits(f, c->smem_limit) && cu_routed_experts(c, m, fm);
+  if (f.X > c->dm.X || !cu_fo_fits(f, c->smem_limit) || !cu_routed_experts(c, m, fm)) return false;
+  if (!m.general) return true;
+  cu_expert_options(fm, m);
+  return cu_fmoe_fits(fm, c->smem_limit);
+}
+
+// The fused attention output + router (froute.cu) on f; its picks are the next MoE block's (*routed).
+static int64_t fused_out_router(cu_ctx *c, fo_args &f, bool *routed) {
+  *routed = true;
+  // FAST_FOACC: the partials summed as integers on arrival (the flag is cnt_fo's fourth int)
+  if (cu_fast & FAST_FOACC) {
+    f.acc = c->fo_acc;
+    f.ovf = c->cnt_fo + 3;
+    f.acc_lim = c->foacc_lim;
+    c->n_foacc++;
+  }
+  return cu_fo(c->st, f, c->smem_limit);
 }
 
 // One token's slot's cached keys and values (the rows before its position) as an L2 prefetch (FAST_L2KV).
@@ -446,17 +466,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     if (a2) CU_OK(attn2(c, a1, hd));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
-    if (fused) {
-      *routed = true;
-      // FAST_FOACC: the partials summed as integers on arrival (the flag is cnt_fo's fourth int)
-      if (cu_fast & FAST_FOACC) {
-        f.acc = c->fo_acc;
-        f.ovf = c->cnt_fo + 3;
-        f.acc_lim = c->foacc_lim;
-        c->n_foacc++;
-      }
-      return cu_fo(c->st, f, c->smem_limit);
-    }
+    if (fused) return fused_out_router(c, f, routed);
     return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   if (plain && !big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
@@ -541,6 +551,12 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     }
   }
   cu_mark(c, S_O);
+  if (moe && ntok == 1 && !big) {
+    // one token of a block on the general attention (gpt-oss's sinks and windows): its output
+    // product still takes the next MoE block's router
+    fo_args f;
+    if (fused_router(c, b, *moe, f)) return fused_out_router(c, f, routed);
+  }
   return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
@@ -607,6 +623,8 @@ static void expert_options(A &m, const cu_blk &b) {
   m.limit = b.limit;
 }
 
+void cu_expert_options(fmoe_args &fm, const cu_blk &b) { expert_options(fm, b); }
+
 // The one-token expert kernels' arguments (fastdec.cu) both one-token paths share: the weights,
 // the normalised row in h, the act scratch, the residual; the picks are each path's own.
 static fmoe_args one_token_experts(const cu_ctx *c, const cu_blk &b, const dmat &gate, const dmat &up, const dmat &down, int k) {
@@ -628,12 +646,12 @@ static fmoe_args one_token_experts(const cu_ctx *c, const cu_blk &b, const dmat 
 // One token's router on a block with a router bias (gpt-oss), whose fused routers do not take it:
 // the normalised row into h, the router's product (its bias in the epilogue) by cu_matvec, then the
 // picks into c->sel / c->selw (measured tg128 207.1 -> 210.3 t/s against k_router on gpt-oss-20b).
-static bool one_token_router_fits(const cu_ctx *c, const cu_blk &b) {
+bool cu_one_token_router_fits(const cu_ctx *c, const cu_blk &b) {
   const dmat &rw = b.t[CU_MOE_GATE_INP];
   return b.kind == CU_BLOCK_MOE && rw.d && rw.type == T_F32 && rw.ne0 == (int)c->dm.E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, b.n_used);
 }
 
-static int64_t one_token_router(cu_ctx *c, const cu_blk &b) {
+int64_t cu_one_token_router(cu_ctx *c, const cu_blk &b) {
   const int E = (int)c->dm.E;
   CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MOE_NORM], b.eps, c->h, E, 1));
   mv_args a;
@@ -653,6 +671,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     // the picks were selected by the fused attention output + router (froute.cu)
     fmoe_args fm;
     if (!moe || ntok != 1 || big || !card_experts(c, b, fm)) return cu_fail(BL_E_INVAL, "experts: the fused router's picks without a one-token MoE step");
+    if (b.general) cu_expert_options(fm, b); // gpt-oss's biases and clamped activation
     cu_mark(c, S_EXPERTS);
     bool done = false, flat = false, act8 = false, tma = false;
     CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat, &act8, &tma));
@@ -668,9 +687,9 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
   const float *selw = c->dense_w;
-  if (ntok == 1 && !big && b.general && moe && one_token_router_fits(c, b)) {
+  if (ntok == 1 && !big && b.general && moe && cu_one_token_router_fits(c, b)) {
     // one token of a block with biases or the clamped activation (gpt-oss): the picks made first
-    // (one_token_router), then the one-token expert kernels (fastdec.cu) on those picks, the
+    // (cu_one_token_router), then the one-token expert kernels (fastdec.cu) on those picks, the
     // biases and the activation in their epilogues
     fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.sel = c->sel;
@@ -679,7 +698,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     expert_options(fm, b);
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
-      CU_OK(one_token_router(c, b));
+      CU_OK(cu_one_token_router(c, b));
       cu_mark(c, S_EXPERTS);
       bool done = false, flat = false;
       CU_OK(cu_fmoe(c->st, fm, c->smem_limit, &done, &flat));
@@ -754,8 +773,8 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       selw = c->selw;
     }
   }
-  if (moe && !picked && ntok == 1 && b.general && one_token_router_fits(c, b)) {
-    CU_OK(one_token_router(c, b));
+  if (moe && !picked && ntok == 1 && b.general && cu_one_token_router_fits(c, b)) {
+    CU_OK(cu_one_token_router(c, b));
     picked = true;
     sel = c->sel;
     selw = c->selw;

@@ -179,7 +179,7 @@ const profiling = (): boolean => {
 export function runBatched(runner: BenchRunner, t: BatchedTest, reps: number, warmup: boolean, separate: boolean): BatchedSamples {
   if (!Number.isInteger(t.nPl) || t.nPl < 1) throw new BatchedBenchError(`a batched test needs 1 or more sequences (got ${t.nPl})`);
   if (t.nGen < 1) throw new BatchedBenchError(`a batched test needs decode steps (-n ${t.nGen})`);
-  const m: Model = runner.modelFor(t);
+  const m: Model = runner.modelFor(t, { nSlots: t.nPl, nCtx: t.nDepth + t.nPrompt + t.nGen, maxTokens: Math.min(t.nUbatch, t.nBatch) });
   const be = runner.backendFor(m, t, t.nPl, t.nDepth + t.nPrompt + t.nGen);
   const backend = be.name;
   try {

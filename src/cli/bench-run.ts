@@ -144,17 +144,20 @@ export class BenchRunner {
    * context kept minimal). On a card, --cpu-moe / -ncmoe / -ot keep routed experts in host memory
    * (plan.ts; the card's program marks them), so each placement is its own load.
    */
-  modelFor(inst: Pick<BenchInstance, "model" | "nGpuLayers" | "nCpuMoe" | "overrideList">): Model {
+  modelFor(inst: Pick<BenchInstance, "model" | "nGpuLayers" | "nCpuMoe" | "overrideList">, ctx?: { nSlots: number; nCtx: number; maxTokens: number }): Model {
     const hybrid = inst.nGpuLayers !== 0 && (inst.nCpuMoe !== 0 || (inst.overrideList?.length ?? 0) > 0);
-    const key = JSON.stringify([inst.model, hybrid ? [inst.nGpuLayers, inst.nCpuMoe, inst.overrideList] : null]);
+    const budget = this.budget && inst.nGpuLayers !== 0 ? this.budget : undefined;
+    // under a --card-budget the plan counts the test's own context (its KV cache and buffers), so
+    // each context size is its own load
+    const planned = budget && ctx ? ctx : { nSlots: 1, nCtx: 1, maxTokens: 1 };
+    const key = JSON.stringify([inst.model, hybrid ? [inst.nGpuLayers, inst.nCpuMoe, inst.overrideList] : null, budget ? planned : null]);
     if (this.model && this.modelKey === key) return this.model;
     this.model?.close();
     this.model = undefined;
     const flags = hybrid ? { cpuMoe: inst.nCpuMoe < 0, nCpuMoe: Math.max(0, inst.nCpuMoe), overrides: inst.overrideList, nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers } : undefined;
-    const budget = this.budget && inst.nGpuLayers !== 0 ? this.budget : undefined;
     const placement = budget ? { ...(flags ?? { nGpuLayers: inst.nGpuLayers < 0 ? "auto" as const : inst.nGpuLayers }), cardBudgetBytes: budget.cardBudgetBytes } : flags;
     this.model = Model.load(inst.model, {
-      nCtx: 1, maxTokens: 1, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid || budget ? inst.nGpuLayers : undefined, placement,
+      nCtx: planned.nCtx, nSlots: planned.nSlots, maxTokens: planned.maxTokens, nThreads: 1, expertRamBytes: this.expertRamBytes, nGpuLayers: hybrid || budget ? inst.nGpuLayers : undefined, placement,
       promoteSlots: budget && !hybrid ? budget.promoteSlots : undefined,
     });
     this.modelKey = key;
@@ -174,15 +177,16 @@ export class BenchRunner {
       maxTokens: Math.min(inst.nUbatch, inst.nBatch),
       nThreads: inst.nThreads,
       nThreadsBatch: inst.nThreads,
-    }, { nGpuLayers: inst.nGpuLayers, hostSpareCores: BENCH_SPARE_CORES });
+    }, { nGpuLayers: inst.nGpuLayers, hostSpareCores: BENCH_SPARE_CORES, cardBudgetBytes: inst.nGpuLayers !== 0 ? this.budget?.cardBudgetBytes : undefined });
     this.lastBackend = be.name;
     return be;
   }
 
   /** Runs one test `reps` times; the wall time of each run in nanoseconds. */
   run(inst: BenchInstance, reps: number, warmup: boolean): number[] {
-    const m = this.modelFor(inst);
-    const be = this.backendFor(m, inst, 1, Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth));
+    const nCtx = Math.max(1, inst.nPrompt + inst.nGen + inst.nDepth);
+    const m = this.modelFor(inst, { nSlots: 1, nCtx, maxTokens: Math.min(inst.nUbatch, inst.nBatch) });
+    const be = this.backendFor(m, inst, 1, nCtx);
     try {
       const ctx = new TestContext(be, m.hp.nVocab, inst.nBatch, inst.nUbatch);
       if (warmup) {
