@@ -183,7 +183,7 @@ gpu("CUDA backend behaviour", () => {
       // general ones, each part alone and all together
       const F = CudaFast;
       let worstBits = 0;
-      for (const bits of [F.products, F.experts, F.attention, 7, 15, F.experts | F.fusedRouter, F.headGroups, F.attention | F.headGroups,
+      for (const bits of [F.products, F.experts, F.attention, 7, F.experts | F.fusedRouter, F.headGroups, F.attention | F.headGroups,
         F.experts | F.fusedRouter | F.headGroups, F.all & ~F.int8]) {
         be.setOption(CudaOption.fast, bits);
         const f = new Float32Array(V);
