@@ -511,8 +511,9 @@ const char *bl_cuda_last_error(void);
 int64_t bl_cuda_probe(int64_t *n_devices, int64_t *driver_version);
 int64_t bl_cuda_device_info(int64_t dev, bl_cuda_device *out);
 /* Bytes the program's weights take on the card (each distinct tensor once) and the bytes a context
- * of these parameters adds (KV cache, work buffers); validates the program, needs no device. */
-int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *ctx_bytes);
+ * of these parameters and options (null: the defaults; hybrid_lead sizes the host experts' staging)
+ * adds (KV cache, work buffers); validates the program, needs no device. */
+int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, const bl_cuda_options *o, int64_t *weight_bytes, int64_t *ctx_bytes);
 /* The program's tensors uploaded to device dev (BL_E_NOMEM naming the sizes when they do not fit
  * its free memory). Contexts made from the weights share them; free the weights after them. */
 int64_t bl_cuda_weights_new(int64_t dev, const bl_program *prog, const bl_cuda_options *o, uint64_t *out_weights);

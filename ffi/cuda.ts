@@ -14,7 +14,7 @@ export const cudaSymbols = {
   bl_cuda_last_error: { args: [], returns: p },
   bl_cuda_probe: { args: [p, p], returns: i64 },
   bl_cuda_device_info: { args: [i64, p], returns: i64 },
-  bl_cuda_plan_bytes: { args: [p, p, p, p], returns: i64 },
+  bl_cuda_plan_bytes: { args: [p, p, p, p, p], returns: i64 },
   bl_cuda_weights_new: { args: [i64, p, p, p], returns: i64 },
   bl_cuda_check: { args: [p, p], returns: i64 },
   bl_cuda_weights_free: { args: [u64], returns: i64 },

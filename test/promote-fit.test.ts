@@ -14,7 +14,7 @@ import { encodeProgram, markHostExperts } from "../src/engine/program.ts";
 import { MappedWeights } from "../src/engine/weights.ts";
 import { BackendFactory } from "../src/engine/placement.ts";
 import { CudaBackend, cudaPlanBytes } from "../src/engine/cuda-backend.ts";
-import { cudaStatus } from "../ffi/cuda.ts";
+import { cudaLib, cudaStatus } from "../ffi/cuda.ts";
 import { FIXTURES } from "./paths.ts";
 
 const MiB = 1024 ** 2;
@@ -195,6 +195,31 @@ describe("--promote-slots auto on a card (the backend factory)", () => {
       console.log(lines.filter((l) => l.includes("--promote-slots")).join("\n"));
     } finally {
       fac.close();
+      w.close();
+    }
+  });
+});
+
+describe("the host experts' staging on the card (cudaPlanBytes: the CUDA library, no device)", () => {
+  test.skipIf(cudaLib() === null)("lead staging slots follow the options, a layer's host experts each, at most the host layers but one", () => {
+    const f = GgufFile.open(DEMO);
+    const fam = familyFor(f);
+    const hp = fam.hparams(f);
+    const w = new MappedWeights(f, false);
+    try {
+      const prog = encodeProgram(fam.program(f, hp), (n) => w.tensor(n), hp.nEmbd, hp.nVocab);
+      expect(markHostExperts(prog, (n) => /_exps\./.test(n))).toBe(hp.nLayer);
+      const ctx = { nSlots: 1, nCtxSlot: 256, maxTokens: 64 };
+      const at = (lead: number) => cudaPlanBytes(hp, prog, ctx, { hybrid_lead: lead });
+      const n0 = at(0), n1 = at(1), n2 = at(2), n5 = at(5);
+      const { expertBytes, hostLayers } = hostExpertBytes(prog);
+      const layer = n1.context - n0.context;
+      expect(layer).toBeGreaterThanOrEqual(hp.nExpert * expertBytes);
+      expect(layer).toBeLessThanOrEqual(hp.nExpert * expertBytes + SLACK);
+      expect(n2.context - n1.context).toBe(layer);
+      expect(n5.context - n0.context).toBe(Math.min(5, hostLayers - 1) * layer);
+      expect(n5.weights).toBe(n0.weights);
+    } finally {
       w.close();
     }
   });

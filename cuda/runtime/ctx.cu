@@ -239,6 +239,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
   c->hy->n_lead = d.n_host > 0 && d.host_layer_bytes > 0 ? (lead >= 0 ? (int)std::min<int64_t>(lead, HYB_LEAD_MAX) : (int)(HYB_LEAD_BYTES / d.host_layer_bytes)) : 0;
   if (c->hy->n_lead < 0) c->hy->n_lead = 0;
   if (c->hy->n_lead > HYB_LEAD_MAX) c->hy->n_lead = HYB_LEAD_MAX;
+  if (c->hy->n_lead > d.n_host - 1) c->hy->n_lead = d.n_host > 1 ? (int)d.n_host - 1 : 0; // a step leads at most its uploads but one (hybrid.cu)
   const size_t T = (size_t)d.maxT, F = sizeof(float), I = sizeof(int32_t);
   const size_t pairs = T * d.K;
   c->max_tiles = (int)((pairs + 31) / 32 + d.X + 1);
@@ -318,7 +319,7 @@ int64_t cu_check_plan(const bl_program *prog, const std::vector<cu_fblock> &bloc
   return make_plan(prog, blocks, pl);
 }
 
-extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, int64_t *weight_bytes, int64_t *context_bytes) {
+extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *prog, const bl_cuda_options *o, int64_t *weight_bytes, int64_t *context_bytes) {
   std::vector<cu_fblock> bl;
   CU_OK(fuse_program(prog, bl));
   cu_plan pl;
@@ -326,7 +327,7 @@ extern "C" int64_t bl_cuda_plan_bytes(const bl_ctx_params *p, const bl_program *
   cu_ctx c = cu_ctx();
   cu_hybrid hy{};
   c.hy = &hy;
-  c.o = cu_options_default();
+  c.o = o ? *o : cu_options_default();
   CU_OK(ctx_dims(pl.dm, p, c.dm));
   c.p = *p;
   c.max_splits = 32;

@@ -199,9 +199,11 @@ export function cudaUnsupported(prog: EncodedProgram): string | undefined {
 }
 
 /** Bytes the weights and a context of these options take on the card (no device needed). */
-export function cudaPlanBytes(hp: HParams, prog: EncodedProgram, o: { nSlots: number; nCtxSlot: number; maxTokens: number }): { weights: number; context: number } {
+export function cudaPlanBytes(hp: HParams, prog: EncodedProgram, o: { nSlots: number; nCtxSlot: number; maxTokens: number }, options?: Partial<CudaOptions>): { weights: number; context: number } {
   const out = new BigInt64Array(2);
-  checkCuda(cuda().bl_cuda_plan_bytes(ptr(ctxParams(hp, o).i), ptr(prog.program.i), ptr(out), ptr(out, 8)), "sizing the model for the card");
+  const { slots, keep } = cudaOptionSlots(backendCudaOptions({ cuda: options }));
+  checkCuda(cuda().bl_cuda_plan_bytes(ptr(ctxParams(hp, o).i), ptr(prog.program.i), ptr(slots.i), ptr(out), ptr(out, 8)), "sizing the model for the card");
+  void keep;
   return { weights: Number(out[0]), context: Number(out[1]) };
 }
 

@@ -103,6 +103,23 @@ export class BackendFactory {
     private readonly prog: EncodedProgram,
   ) {}
 
+  /**
+   * The card bytes of the weights and of a context of ctxOpts. Where they do not fit (weights and
+   * context within weightsRoom, the context within ctxRoom), the host experts' lead staging slots,
+   * a speed-up of sparse uploads (cuda/runtime/ctx.cu), are cut to what fits, none at the least:
+   * lead is then the slots the context takes (undefined: the library's default).
+   */
+  private contextNeed(ctxOpts: { nSlots: number; nCtxSlot: number; maxTokens: number }, weightsRoom: number, ctxRoom = Infinity): { weights: number; context: number; lead?: number } {
+    const fits = (n: { weights: number; context: number }) => n.weights + n.context <= weightsRoom && n.context <= ctxRoom;
+    const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
+    if (fits(need) || hostExpertOps(this.prog) === 0) return need;
+    for (let lead = 4; lead > 0; lead--) {
+      const n = cudaPlanBytes(this.hp, this.prog, ctxOpts, { hybrid_lead: lead });
+      if (fits(n)) return { ...n, lead };
+    }
+    return { ...cudaPlanBytes(this.hp, this.prog, ctxOpts, { hybrid_lead: 0 }), lead: 0 };
+  }
+
   create(cpu: CpuBackendOptions, o: PlacementOptions = {}): Backend {
     const out = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
     const log = (l: string) => {
@@ -124,10 +141,10 @@ export class BackendFactory {
         log(`placement: ${msg.replace(/; use -ngl 0.*$/, "")}; every layer runs on the CPU`);
         return new CpuBackend(this.hp, this.prog, cpu);
       }
-      const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
       const info = cudaDeviceInfo(dev);
       const margin = 512 * 1024 ** 2;
       const free = Math.min(info.freeBytes, o.cardBudgetBytes ?? Infinity);
+      const need = this.contextNeed(ctxOpts, free - margin);
       const budget = free < info.freeBytes ? `the --card-budget of ${gib(free)} (${gib(info.freeBytes)} free of ${gib(info.totalBytes)})` : `the ${gib(info.freeBytes)} free of ${gib(info.totalBytes)}`;
       if (need.weights + need.context + margin > free) {
         const msg = `the model does not fit ${info.name}: weights ${gib(need.weights)} + KV cache and buffers ${gib(need.context)} ` +
@@ -141,8 +158,15 @@ export class BackendFactory {
       this.weights = new CudaWeights(this.prog, dev);
       log(`placement: ${this.hp.nLayer} layers on ${info.name} (CUDA device ${dev}): weights ${gib(need.weights)}, KV cache and buffers ${gib(need.context)}`);
     }
+    // the weights already on the card (an earlier context made them): this context against the
+    // budget beside them and against what the card has left
+    const room = Math.min(cudaDeviceInfo(dev).freeBytes, (o.cardBudgetBytes ?? Infinity) - cudaPlanBytes(this.hp, this.prog, ctxOpts).weights) - 512 * 1024 ** 2;
+    const need = this.contextNeed(ctxOpts, Infinity, room);
+    if (need.context > room && o.cardBudgetBytes !== undefined)
+      throw new PlacementError(`this context does not fit beside the weights within the --card-budget of ${gib(o.cardBudgetBytes)}: KV cache and buffers ${gib(need.context)} ` +
+        `(${cpu.nSlots} slot(s) of ${cpu.nCtxSlot} positions) > the ${gib(Math.max(0, room))} left; give a smaller context (-c) or a larger --card-budget`);
     const hostThreads = hostExpertThreads(cpu.nThreads, usableCores(), hostSpareCores(o.hostSpareCores ?? HOST_SPARE_CORES));
-    const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads });
+    const be = new CudaBackend(this.hp, this.weights, { ...ctxOpts, graphs: o.graphs, batchInvariant: o.batchInvariant, hostThreads, cuda: need.lead !== undefined ? { hybrid_lead: need.lead } : undefined });
     let hs = be.hostStats();
     let slots = o.promoteSlots ?? hs?.promoteSlots ?? 0; // unset: what BLOOMERY_PROMOTE_SLOTS gave the context
     if (slots === PROMOTE_AUTO) {
