@@ -12,7 +12,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check, cpu } from "../ffi/cpu.ts";
 import { cpuPaths } from "../ffi/cpu-kernels.ts";
+import { folderTypeRefusal } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
+import { encodeProgram } from "../src/engine/program.ts";
+import { MappedWeights } from "../src/engine/weights.ts";
+import { familyFor } from "../src/models/registry.ts";
 import { GgmlType, GgufFile, TYPE_INFO } from "../src/gguf/index.ts";
 import { openHfFolder } from "../src/safetensors/model.ts";
 import { greedy, maxAbsDiff, onPath } from "./model-fixtures.ts";
@@ -142,6 +146,18 @@ for (const S of SOURCES) for (const R of RECIPES.filter((r) => !r.fams || r.fams
       n++;
     }
     expect(n).toBeGreaterThan(10);
+  });
+
+  test("the card refuses the MLX rows by name at load (no library or card needed)", () => {
+    const f = openHfFolder(q);
+    const fam = familyFor(f), hp = fam.hparams(f);
+    const w = new MappedWeights(f, false);
+    try {
+      const why = folderTypeRefusal(encodeProgram(fam.program(f, hp), (n) => w.tensor(n), hp.nEmbd, hp.nVocab));
+      expect(why).toMatch(/: MLX affine [48]-bit weights are not implemented on the card yet$/);
+    } finally {
+      w.close();
+    }
   });
 
   test("exact path: the folder's logits equal the twin's bit for bit", () => {
