@@ -47,10 +47,10 @@ int64_t bl_dequantize(int64_t type, const void *src, float *dst, int64_t n);
 /* Reference quantization of n floats into type (for the GGUF writer and activations). */
 int64_t bl_quantize(int64_t type, const float *src, void *dst, int64_t n);
 /* A checkpoint folder's quantized tensor as the engine's rows of `type` (MXFP4, or bloomery's FP8 / NVFP4_MO /
- * MLX4: ffi/cpu/quants_fp.c), bytes moved, never requantized: out row i from stored row sel[i] (of C values).
+ * MLX4 / MLX8: ffi/cpu/quants_fp.c), bytes moved, never requantized: out row i from stored row sel[i] (of C values).
  * w: the stored values (MXFP4's blocks, the E4M3 bytes, NVFP4's pairs, MLX's words); s: MXFP4's E8M0 bytes or
- * NVFP4's E4M3 group scales; f: FP8's F32 block scales ([ceil(rows / bm), ceil(C / bn)]) or MLX's scales;
- * f2: MLX's biases; g: NVFP4's global scale. */
+ * NVFP4's E4M3 group scales; f: FP8's F32 block scales ([ceil(rows / bm), ceil(C / bn)]) or MLX's scales
+ * ([rows, C / bn]: bn is MLX's group size, a multiple of 64); f2: MLX's biases; g: NVFP4's global scale. */
 int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float *f, const float *f2, double g, int64_t C,
                   int64_t bm, int64_t bn, const int32_t *sel, int64_t n, uint8_t *out);
 /* Dot products of `rows` rows of a weight matrix (type, row length n, row stride in bytes)

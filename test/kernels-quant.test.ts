@@ -7,7 +7,7 @@ import { cpuPaths, kernelMatmul, kernelQuantize } from "../ffi/cpu-kernels.ts";
 
 const T = {
   F32: 0, F16: 1, Q4_0: 2, Q5_0: 6, Q8_0: 8, Q2_K: 10, Q3_K: 11, Q4_K: 12, Q5_K: 13, Q6_K: 14, Q8_K: 15,
-  IQ4_NL: 20, IQ4_XS: 23, BF16: 30, MXFP4: 39, FP8_E4M3: 64, NVFP4_MO: 65, MLX_Q4: 66,
+  IQ4_NL: 20, IQ4_XS: 23, BF16: 30, MXFP4: 39, FP8_E4M3: 64, NVFP4_MO: 65, MLX_Q4: 66, MLX_Q8: 67,
   IQ2_XXS: 16, IQ2_XS: 17, IQ2_S: 22, IQ3_XXS: 18, IQ3_S: 21, IQ1_S: 19, IQ1_M: 29,
 } as const;
 type WType = Exclude<keyof typeof T, "Q8_K">;
@@ -27,6 +27,7 @@ const SHAPE: Record<WType, { be: number; bb: number; act: keyof typeof T; f16At:
   FP8_E4M3: { be: 32, bb: 36, act: "F32", f16At: [], f32At: [0] },
   NVFP4_MO: { be: 64, bb: 40, act: "F32", f16At: [], f32At: [0] },
   MLX_Q4: { be: 64, bb: 40, act: "F32", f16At: [], f32At: [0, 4] },
+  MLX_Q8: { be: 64, bb: 72, act: "F32", f16At: [], f32At: [0, 4] },
   Q2_K: { be: 256, bb: 84, act: "Q8_K", f16At: [80, 82] },
   Q3_K: { be: 256, bb: 110, act: "Q8_K", f16At: [108] },
   Q4_K: { be: 256, bb: 144, act: "Q8_K", f16At: [0, 2] },

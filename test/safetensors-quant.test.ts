@@ -113,7 +113,7 @@ describe("the engine's rows against the reference dequantizers of the published 
     expect(Array.from(nativeValues(GgmlType.MLX4, mx.data, 64))).toEqual(Array.from(codes, (c) => 0.5 * c - 1));
   });
 
-  test("a malformed quantized form is refused by name (missing scales, shapes that disagree, MLX 8-bit)", () => {
+  test("a malformed quantized form is refused by name (missing scales, shapes that disagree, MLX bit widths not stored)", () => {
     const open = (parts: StPart[], name: string, q = QC) => {
       const d = join(dir, `bad-${seq++}`);
       mkdirSync(d);
@@ -126,11 +126,13 @@ describe("the engine's rows against the reference dequantizers of the published 
     const fp8: StPart = { name: "m.weight", dtype: "F8_E4M3", shape: [4, 64], data: new Uint8Array(256) };
     expect(open([fp8, f32p("m.weight_scale_inv", [2, 1], new Float32Array(2))], "m.weight")).toThrow(/expects \[1, 1\]/);
     const mlx: StPart[] = [{ name: "m.weight", dtype: "U32", shape: [1, 8], data: new Uint8Array(32) }, f16p("m.scales", [1, 1], new Float32Array(1)), f16p("m.biases", [1, 1], new Float32Array(1))];
-    expect(open(mlx, "m.weight", { ...QC, mlxBits: 8 })).toThrow(/tensor 'm\.weight': MLX 8-bit weights are not implemented yet/);
-    // a mixed recipe's module of 8 bits is refused by name, the 4-bit rest read
-    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["m", { group: 64, bits: 8 }]]) })).toThrow(/MLX 8-bit weights are not implemented yet/);
-    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["other", { group: 64, bits: 8 }]]) })()!.kind).toBe("mlx4");
-  });
+    // the words and scales of a 4-bit row named 8-bit by the config: refused, the fitting width named
+    expect(open(mlx, "m.weight", { ...QC, mlxBits: 8 })).toThrow(/tensor 'm\.weight' \(mlx module 'm': affine, 8-bit, groups of 64\): 8 words and 1 scales a row do not make groups of 64 8-bit values \(they fit 4-bit/);
+    expect(open(mlx, "m.weight", { ...QC, mlxBits: 6 })).toThrow(/MLX 6-bit weights are not implemented yet \(affine 4- and 8-bit/);
+    // a recipe's module entry wins over the folder's default; others' entries do not touch it
+    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["m", { group: 64, bits: 3, mode: "affine" }]]) })).toThrow(/mlx module 'm': affine, 3-bit, groups of 64\): MLX 3-bit weights are not implemented yet/);
+    expect(open(mlx, "m.weight", { ...QC, mlxModules: new Map([["other", { group: 64, bits: 8, mode: "affine" }]]) })()!.kind).toBe("mlx4");
+    });
 
   const R = 40, C = 256;
   const cases: [QuantFormat, () => { parts: StPart[]; name: string; want: Float32Array; type: number }][] = [

@@ -1,11 +1,15 @@
 // bloomery-serve -m <checkpoint folder>: the real executable serves the gpt-oss fixture's hf/ folder
-// (greedy completions and tokenization equal to its GGUF twin's), and refuses folders it cannot serve
+// (greedy completions and tokenization equal to its GGUF twin's) and an mlx-community 8-bit folder (greedy
+// completions equal to its dequantized twin's), and refuses folders it cannot serve
 // clearly with exit 6 (no safetensors inside, a bad header, no config.json), never EISDIR or "bad magic".
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { EXE } from "./exe.ts";
+import { GgufFile } from "../src/gguf/index.ts";
+import { mlxFolders } from "./mlx-fixtures.ts";
+import { exportFolder } from "./qwen3moe-folder.ts";
 import { ensureBuilt, post, startServer } from "./server-helpers.ts";
 import { FIXTURES, hasFixtures, ROOT } from "./paths.ts";
 
@@ -50,6 +54,25 @@ describe.skipIf(!hasFixtures)("bloomery-serve -m <safetensors folder>", () => {
       expect(ta.json.tokens).toEqual(tb.json.tokens);
       const props = await fetch(`${a.url}/props`).then((r) => r.json());
       expect(JSON.stringify(props)).toContain("hf");
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 120000);
+
+  test("an mlx-community 8-bit folder of qwen3moe (router 8-bit, experts as switch_mlp) answers as its dequantized twin does", async () => {
+    const src = join(dir, "qwen3moe-hf");
+    exportFolder(GgufFile.open(join(FIXTURES, "tiny-qwen3moe", "tiny.gguf")), src);
+    const { q, twin } = mlxFolders(src, "qwen3_moe", { bits: 8, group: 64 }, join(dir, "qwen3moe-mlx8"));
+    const a = await startServer(["-m", q, "-np", "1", "-c", "512"]);
+    const b = await startServer(["-m", twin, "-np", "1", "-c", "512"]);
+    try {
+      const req = { prompt: "Hello world, the quick brown fox", n_predict: 12, temperature: 0, cache_prompt: false, return_tokens: true };
+      const ra = await post(`${a.url}/completion`, req), rb = await post(`${b.url}/completion`, req);
+      expect(ra.status).toBe(200);
+      expect(ra.json.tokens_predicted).toBe(12);
+      expect(ra.json.tokens).toEqual(rb.json.tokens);
+      expect(ra.json.content).toBe(rb.json.content);
     } finally {
       await a.stop();
       await b.stop();

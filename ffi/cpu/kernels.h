@@ -93,7 +93,7 @@ void bl_avx2_fill_k(bl_kernels *k);
 void bl_avx2_fill_q(bl_kernels *k);
 void bl_avx2_fill_f(bl_kernels *k);
 void bl_avx2_fill_iq(bl_kernels *k);
-/* FP8, NVFP4, MLX4 (simd_avx2_fp.c, simd_avx512_fp.c) */
+/* FP8, NVFP4, MLX4, MLX8 (simd_avx2_fp.c, simd_avx512_fp.c) */
 void bl_avx2_fill_fp(bl_kernels *k);
 void bl_avx512_fill_fp(bl_kernels *k);
 void bl_avx512_fill_k(bl_kernels *k);

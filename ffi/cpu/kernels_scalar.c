@@ -37,6 +37,7 @@ REF_TILE(BL_MXFP4, mxfp4)
 REF_TILE(BL_FP8, fp8)
 REF_TILE(BL_NVFP4_MO, nvfp4)
 REF_TILE(BL_MLX4, mlx4)
+REF_TILE(BL_MLX8, mlx8)
 REF_TILE(BL_IQ2_XXS, iq2_xxs)
 REF_TILE(BL_IQ2_XS, iq2_xs)
 REF_TILE(BL_IQ2_S, iq2_s)
@@ -146,7 +147,7 @@ const bl_kernels bl_kernels_scalar = {
             [BL_Q4_1] = tile_q4_1, [BL_Q5_0] = tile_q5_0, [BL_Q5_1] = tile_q5_1, [BL_Q8_0] = tile_q8_0,
             [BL_Q2_K] = tile_q2_K, [BL_Q3_K] = tile_q3_K, [BL_Q4_K] = tile_q4_K, [BL_Q5_K] = tile_q5_K,
             [BL_Q6_K] = tile_q6_K, [BL_IQ4_NL] = tile_iq4_nl, [BL_IQ4_XS] = tile_iq4_xs, [BL_MXFP4] = tile_mxfp4,
-            [BL_FP8] = tile_fp8, [BL_NVFP4_MO] = tile_nvfp4, [BL_MLX4] = tile_mlx4,
+            [BL_FP8] = tile_fp8, [BL_NVFP4_MO] = tile_nvfp4, [BL_MLX4] = tile_mlx4, [BL_MLX8] = tile_mlx8,
             [BL_IQ2_XXS] = tile_iq2_xxs, [BL_IQ2_XS] = tile_iq2_xs, [BL_IQ2_S] = tile_iq2_s, [BL_IQ3_XXS] = tile_iq3_xxs,
             [BL_IQ3_S] = tile_iq3_s, [BL_IQ1_S] = tile_iq1_s, [BL_IQ1_M] = tile_iq1_m,
         },

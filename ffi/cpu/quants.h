@@ -12,8 +12,8 @@ enum bl_type {
   BL_Q6_K = 14, BL_Q8_K = 15, BL_IQ2_XXS = 16, BL_IQ2_XS = 17, BL_IQ3_XXS = 18, BL_IQ1_S = 19,
   BL_IQ4_NL = 20, BL_IQ3_S = 21, BL_IQ2_S = 22, BL_IQ4_XS = 23, BL_IQ1_M = 29, BL_BF16 = 30, BL_MXFP4 = 39,
   /* bloomery's own ids (quants_fp.c): checkpoint folders' float-coded weights repacked at load, never in a GGUF */
-  BL_FP8 = 64, BL_NVFP4_MO = 65, BL_MLX4 = 66,
-  BL_TYPE_COUNT = 67
+  BL_FP8 = 64, BL_NVFP4_MO = 65, BL_MLX4 = 66, BL_MLX8 = 67,
+  BL_TYPE_COUNT = 68
 };
 
 #define BL_QK_K 256

@@ -36,6 +36,7 @@ static const bl_type_traits traits[BL_TYPE_COUNT] = {
     T(BL_FP8, "FP8_E4M3", 32, 36, BL_F32, fp8, bl_vec_dot_fp8_f32),
     T(BL_NVFP4_MO, "NVFP4_MO", 64, 40, BL_F32, nvfp4, bl_vec_dot_nvfp4_f32),
     T(BL_MLX4, "MLX_Q4", 64, 40, BL_F32, mlx4, bl_vec_dot_mlx4_f32),
+    T(BL_MLX8, "MLX_Q8", 64, 72, BL_F32, mlx8, bl_vec_dot_mlx8_f32),
     R(BL_IQ2_XXS, "IQ2_XXS", 66, iq2_xxs),
     R(BL_IQ2_XS, "IQ2_XS", 74, iq2_xs),
     R(BL_IQ2_S, "IQ2_S", 82, iq2_s),

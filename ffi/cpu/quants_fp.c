@@ -1,9 +1,9 @@
 /* bloomery CPU library: the float-coded weight types of Hugging Face checkpoint folders, bloomery's own
- * ids (64..66, never read from a GGUF file), each a byte repack of the stored values with their
+ * ids (64..67, never read from a GGUF file), each a byte repack of the stored values with their
  * scales beside them (lossless): FP8 (32 E4M3 values and the F32 scale of the 128x128 block they
  * belong to, DeepSeek V3's weight_scale_inv), NVFP4 (64 E2M1 values, an E4M3 scale per 16 and the
- * tensor's F32 global scale weight_scale_2, NVIDIA ModelOpt) and MLX4 (64 4-bit values, their F32
- * scale and bias, mlx's affine quantization). Reference dequantizers (from the published layouts:
+ * tensor's F32 global scale weight_scale_2, NVIDIA ModelOpt), MLX4 and MLX8 (64 4-bit or 8-bit values,
+ * their F32 scale and bias, mlx's affine quantization: a group of 128 is two blocks of the same scale). Reference dequantizers (from the published layouts:
  * the OCP MX / OFP8 spec for E4M3 and E2M1), quantizers for tests, and products against F32
  * activation rows. */
 #include "quants_impl.h"
@@ -178,6 +178,42 @@ void bl_vec_dot_mlx4_f32(int64_t n, float *s, const void *vx, const void *vy) {
   *s = sum;
 }
 
+/* ---- MLX8: 64 unsigned 8-bit values, y = d * q + m; byte e is element e (a little-endian word: 4 values,
+ * low byte first) ---- */
+void bl_to_float_mlx8(const void *src, float *y, int64_t n) {
+  const bl_block_mlx8 *b = src;
+  for (int64_t i = 0; i < n / 64; i++, b++)
+    for (int e = 0; e < 64; e++) y[i * 64 + e] = b->d * (float)b->q[e] + b->m;
+}
+
+void bl_from_float_mlx8(const float *x, void *dst, int64_t n) {
+  bl_block_mlx8 *b = dst;
+  for (int64_t i = 0; i < n / 64; i++, b++, x += 64) {
+    float lo = x[0], hi = x[0];
+    for (int e = 1; e < 64; e++) lo = fminf(lo, x[e]), hi = fmaxf(hi, x[e]);
+    b->d = (hi - lo) / 255.0f;
+    b->m = lo;
+    for (int e = 0; e < 64; e++) {
+      int q = b->d > 0 ? (int)lrintf((x[e] - lo) / b->d) : 0;
+      b->q[e] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+    }
+  }
+}
+
+/* each value decoded, then the product (as the SIMD paths do): factoring the bias out, d * sum(q y) + m * sum(y),
+ * would cancel two sums 255 steps wide */
+void bl_vec_dot_mlx8_f32(int64_t n, float *s, const void *vx, const void *vy) {
+  const bl_block_mlx8 *x = vx;
+  const float *y = vy;
+  float sum = 0;
+  for (int64_t i = 0; i < n / 64; i++, y += 64) {
+    float t = 0;
+    for (int e = 0; e < 64; e++) t += (x[i].d * (float)x[i].q[e] + x[i].m) * y[e];
+    sum += t;
+  }
+  *s = sum;
+}
+
 /* ---- the repack of a checkpoint folder's stored tensor into the engine's rows (ffi/bloomery.h) ---- */
 int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float *f, const float *f2, double g, int64_t C,
                   int64_t bm, int64_t bn, const int32_t *sel, int64_t n, uint8_t *out) {
@@ -226,16 +262,21 @@ int64_t bl_repack(int64_t type, const uint8_t *w, const uint8_t *s, const float 
       }
       return BL_OK;
     }
-    case BL_MLX4: { /* the scale and bias as F32, 32 bytes of pairs (a little-endian word: 8 values, low nibble first) */
-      if (!f || !f2 || C % 64) return bl_fail(BL_E_INVAL, "bl_repack: MLX rows of %lld", (long long)C);
-      const int64_t nb = C / 64;
+    case BL_MLX4:
+    case BL_MLX8: { /* the scale and bias of the block's group as F32, then its 64 values' bytes as stored (a
+                     * little-endian word: 8 nibbles low first, or 4 bytes); bn: mlx's group_size (64, 128, ...) */
+      const int bits = type == BL_MLX4 ? 4 : 8, bb = type == BL_MLX4 ? 40 : 72;
+      if (!f || !f2 || C % 64 || bn < 64 || bn % 64 || C % bn)
+        return bl_fail(BL_E_INVAL, "bl_repack: MLX rows of %lld in groups of %lld", (long long)C, (long long)bn);
+      const int64_t nb = C / 64, ng = C / bn, qb = 64 * bits / 8;
       for (int64_t i = 0; i < n; i++) {
         const int64_t r = sel[i];
         for (int64_t b = 0; b < nb; b++) {
-          bl_block_mlx4 *o = (bl_block_mlx4 *)(out + (i * nb + b) * 40);
-          o->d = f[r * nb + b];
-          o->m = f2[r * nb + b];
-          memcpy(o->qs, w + r * (C / 2) + b * 32, 32);
+          uint8_t *o = out + (i * nb + b) * bb;
+          const float d = f[r * ng + (b * 64) / bn], m = f2[r * ng + (b * 64) / bn];
+          memcpy(o, &d, 4);
+          memcpy(o + 4, &m, 4);
+          memcpy(o + 8, w + r * (C * bits / 8) + b * qb, (size_t)qb);
         }
       }
       return BL_OK;

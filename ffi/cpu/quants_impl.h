@@ -29,6 +29,7 @@ typedef struct BL_PACKED { uint8_t e; uint8_t qs[16]; } bl_block_mxfp4;         
 typedef struct BL_PACKED { float d; uint8_t q[32]; } bl_block_fp8;                     /* 36: 32 E4M3 */
 typedef struct BL_PACKED { float g; uint8_t s[4]; uint8_t qs[32]; } bl_block_nvfp4;    /* 40: 64 E2M1 */
 typedef struct BL_PACKED { float d, m; uint8_t qs[32]; } bl_block_mlx4;                /* 40: 64 x 4 bits */
+typedef struct BL_PACKED { float d, m; uint8_t q[64]; } bl_block_mlx8;                 /* 72: 64 x 8 bits */
 
 /* 256-element super-blocks */
 typedef struct BL_PACKED {
@@ -120,7 +121,8 @@ _Static_assert(sizeof(bl_block_q8_0) == 34, "q8_0");
 _Static_assert(sizeof(bl_block_q8_1) == 36, "q8_1");
 _Static_assert(sizeof(bl_block_iq4_nl) == 18, "iq4_nl");
 _Static_assert(sizeof(bl_block_mxfp4) == 17, "mxfp4");
-_Static_assert(sizeof(bl_block_fp8) == 36 && sizeof(bl_block_nvfp4) == 40 && sizeof(bl_block_mlx4) == 40, "fp");
+_Static_assert(sizeof(bl_block_fp8) == 36 && sizeof(bl_block_nvfp4) == 40 && sizeof(bl_block_mlx4) == 40 &&
+                   sizeof(bl_block_mlx8) == 72, "fp");
 _Static_assert(sizeof(bl_block_q2_K) == 84, "q2_K");
 _Static_assert(sizeof(bl_block_q3_K) == 110, "q3_K");
 _Static_assert(sizeof(bl_block_q4_K) == 144, "q4_K");
@@ -245,6 +247,7 @@ BL_DECL_TYPE(mxfp4)
 BL_DECL_TYPE(fp8)
 BL_DECL_TYPE(nvfp4)
 BL_DECL_TYPE(mlx4)
+BL_DECL_TYPE(mlx8)
 #undef BL_DECL_TYPE
 /* The grid types: read, not written (no from_float). */
 #define BL_DECL_READ(t) void bl_to_float_##t(const void *src, float *dst, int64_t n);
@@ -276,6 +279,7 @@ void bl_vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_fp8_f32(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_nvfp4_f32(int64_t n, float *s, const void *x, const void *y);
 void bl_vec_dot_mlx4_f32(int64_t n, float *s, const void *x, const void *y);
+void bl_vec_dot_mlx8_f32(int64_t n, float *s, const void *x, const void *y);
 /* E4M3 and E2M1 (quants_fp.c) */
 float bl_e4m3_to_f32(uint8_t x);
 extern float bl_e4m3_table[256]; /* bl_e4m3_to_f32 of every code, filled when the library loads */

@@ -1,5 +1,5 @@
 /* bloomery CPU library: AVX2 products of the checkpoint folders' float-coded weight rows (FP8, NVFP4,
- * MLX4 of quants_fp.c) against F32 activation rows: each block decoded once into floats (E4M3 through
+ * MLX4, MLX8 of quants_fp.c) against F32 activation rows: each block decoded once into floats (E4M3 through
  * F16C, E2M1 through a byte shuffle), then a fused multiply-add per activation row. */
 #if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
@@ -85,6 +85,15 @@ INLINE void dec_mlx4(const uint8_t *p, __m256 *v) {
   }
 }
 
+INLINE void dec_mlx8(const uint8_t *p, __m256 *v) {
+  const bl_block_mlx8 *b = (const bl_block_mlx8 *)p;
+  const __m256 d = _mm256_set1_ps(b->d), m = _mm256_set1_ps(b->m);
+  for (int k = 0; k < 8; k++) {
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->q + 8 * k))));
+    v[k] = _mm256_fmadd_ps(x, d, m);
+  }
+}
+
 #define FTILE(name, dec, BE, BB)                                                                                 \
   static void name(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,             \
                    float *const *y) {                                                                            \
@@ -134,10 +143,12 @@ INLINE void dec_mlx4(const uint8_t *p, __m256 *v) {
 FTILE(tile_fp8, dec_fp8, 32, 36)
 FTILE(tile_nvfp4, dec_nvfp4, 64, 40)
 FTILE(tile_mlx4, dec_mlx4, 64, 40)
+FTILE(tile_mlx8, dec_mlx8, 64, 72)
 
 void bl_avx2_fill_fp(bl_kernels *k) {
   k->tile[BL_FP8] = tile_fp8;
   k->tile[BL_NVFP4_MO] = tile_nvfp4;
   k->tile[BL_MLX4] = tile_mlx4;
+  k->tile[BL_MLX8] = tile_mlx8;
 }
 #endif /* __x86_64__ */

@@ -1,5 +1,5 @@
 /* bloomery CPU library: AVX-512 products of the checkpoint folders' float-coded weight rows (FP8, NVFP4,
- * MLX4 of quants_fp.c) against F32 activation rows: as simd_avx2_fp.c, 16 floats a vector (E4M3 through
+ * MLX4, MLX8 of quants_fp.c) against F32 activation rows: as simd_avx2_fp.c, 16 floats a vector (E4M3 through
  * F16C's 16-wide conversion, E2M1 through a byte shuffle). */
 #if defined(__x86_64__) /* the whole file: x86-64 only */
 #include "kernels.h"
@@ -56,6 +56,15 @@ INLINE void dec_mlx4(const uint8_t *p, __m512 *v) {
   }
 }
 
+INLINE void dec_mlx8(const uint8_t *p, __m512 *v) {
+  const bl_block_mlx8 *b = (const bl_block_mlx8 *)p;
+  const __m512 d = _mm512_set1_ps(b->d), m = _mm512_set1_ps(b->m);
+  for (int k = 0; k < 4; k++) {
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->q + 16 * k))));
+    v[k] = _mm512_fmadd_ps(x, d, m);
+  }
+}
+
 #define FTILE(name, dec, BE, BB)                                                                                 \
   static void name(int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,             \
                    float *const *y) {                                                                            \
@@ -105,10 +114,12 @@ INLINE void dec_mlx4(const uint8_t *p, __m512 *v) {
 FTILE(tile_fp8, dec_fp8, 32, 36)
 FTILE(tile_nvfp4, dec_nvfp4, 64, 40)
 FTILE(tile_mlx4, dec_mlx4, 64, 40)
+FTILE(tile_mlx8, dec_mlx8, 64, 72)
 
 void bl_avx512_fill_fp(bl_kernels *k) {
   k->tile[BL_FP8] = tile_fp8;
   k->tile[BL_NVFP4_MO] = tile_nvfp4;
   k->tile[BL_MLX4] = tile_mlx4;
+  k->tile[BL_MLX8] = tile_mlx8;
 }
 #endif /* __x86_64__ */

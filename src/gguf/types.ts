@@ -8,7 +8,7 @@ export enum GgmlType {
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
   /** bloomery's own (ffi/cpu/quants_fp.c): checkpoint folders' weights repacked at load, never in a GGUF file */
-  FP8 = 64, NVFP4_MO = 65, MLX4 = 66,
+  FP8 = 64, NVFP4_MO = 65, MLX4 = 66, MLX8 = 67,
 }
 
 export interface TypeInfo {
@@ -54,14 +54,15 @@ export const TYPE_INFO: Readonly<Record<number, TypeInfo>> = {
   [GgmlType.FP8]: { name: "FP8_E4M3", blockElems: 32, blockBytes: 36 },
   [GgmlType.NVFP4_MO]: { name: "NVFP4_MO", blockElems: 64, blockBytes: 40 },
   [GgmlType.MLX4]: { name: "MLX_Q4", blockElems: 64, blockBytes: 40 },
+  [GgmlType.MLX8]: { name: "MLX_Q8", blockElems: 64, blockBytes: 72 },
 };
 
 /** bloomery's own types: made at load from a checkpoint folder, refused in a GGUF file. */
-export const FOLDER_ONLY_TYPES: ReadonlySet<number> = new Set([GgmlType.FP8, GgmlType.NVFP4_MO, GgmlType.MLX4]);
+export const FOLDER_ONLY_TYPES: ReadonlySet<number> = new Set([GgmlType.FP8, GgmlType.NVFP4_MO, GgmlType.MLX4, GgmlType.MLX8]);
 
 /** How each of bloomery's own types is named to a user (refusals). */
 export const FOLDER_TYPE_WORDS: Readonly<Record<number, string>> = {
-  [GgmlType.FP8]: "FP8 block-scaled", [GgmlType.NVFP4_MO]: "NVFP4 (ModelOpt)", [GgmlType.MLX4]: "MLX affine 4-bit",
+  [GgmlType.FP8]: "FP8 block-scaled", [GgmlType.NVFP4_MO]: "NVFP4 (ModelOpt)", [GgmlType.MLX4]: "MLX affine 4-bit", [GgmlType.MLX8]: "MLX affine 8-bit",
 };
 
 export function typeName(t: number): string {

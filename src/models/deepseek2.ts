@@ -281,9 +281,11 @@ const hf: HfFamily = {
       } else t("attn_q.weight", "q_proj.weight");
       t("attn_kv_a_mqa.weight", "kv_a_proj_with_mqa.weight");
       t("attn_kv_a_norm.weight", "kv_a_layernorm.weight", { f32: true });
-      // kv_b_proj holds each head's K (nope) rows then its V rows: split per head (a copy), K transposed
-      t("attn_k_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [0, nope], transpose: true });
-      t("attn_v_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [nope, v] });
+      // kv_b_proj holds each head's K (nope) rows then its V rows: split per head (a copy), K transposed;
+      // mlx-lm's folders hold the split already (models/deepseek_v3.py sanitize: embed_q [heads, kv_lora,
+      // nope], unembed_out [heads, v, kv_lora], MultiLinear's [heads, out, in]): the engine's rows as stored
+      t("attn_k_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [0, nope], transpose: true, alt: { hf: `${h}embed_q.weight` } });
+      t("attn_v_b.weight", "kv_b_proj.weight", { view: [H, nope + v, kvLora], rows: [nope, v], alt: { hf: `${h}unembed_out.weight` } });
       t("attn_output.weight", "o_proj.weight");
       out.push(...hfFfnHalf(c, i, "ffn_norm"));
     }

@@ -181,13 +181,16 @@ const hf: HfFamily = {
       t("ffn_gate_inp.bias", "mlp.router.bias", { f32: true });
       // the experts are stored input-major ([experts, in, out], x @ W), gate and up interleaved in one
       // gate_up_proj: the engine's rows are output-major, so they are transposed (a copy at load); the MXFP4
-      // form (gate_up_proj_blocks / _scales, as openai ships it) is stored output-major: its rows as they are
-      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 0 });
-      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 1 });
-      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true, quantTranspose: false });
-      t("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 0, f32: true });
-      t("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 1, f32: true });
-      t("ffn_down_exps.bias", "mlp.experts.down_proj_bias", { f32: true });
+      // form (gate_up_proj_blocks / _scales, as openai ships it) is stored output-major: its rows as they are.
+      // mlx-lm's folders (models/gpt_oss.py sanitize) hold gate and up apart, output-major as SwitchLinear's
+      // [experts, out, in] (mlp.experts.{gate,up,down}_proj.weight, quantized or not) with their biases beside
+      const x = (g: string, o: Partial<HfTensor> = {}) => ({ alt: { hf: `${h}mlp.experts.${g}`, ...o } });
+      t("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 0, ...x("gate_proj.weight") });
+      t("ffn_up_exps.weight", "mlp.experts.gate_up_proj", { transpose: true, quantTranspose: false, parity: 1, ...x("up_proj.weight") });
+      t("ffn_down_exps.weight", "mlp.experts.down_proj", { transpose: true, quantTranspose: false, ...x("down_proj.weight") });
+      t("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 0, f32: true, ...x("gate_proj.bias", { f32: true }) });
+      t("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", { parity: 1, f32: true, ...x("up_proj.bias", { f32: true }) });
+      t("ffn_down_exps.bias", "mlp.experts.down_proj_bias", { f32: true, ...x("down_proj.bias", { f32: true }) });
     }
     out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
     if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });

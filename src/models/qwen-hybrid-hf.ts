@@ -25,6 +25,10 @@ export function hybridHf(form: HybridForm, architectures: string[], modelTypes: 
   return {
     architectures,
     modelTypes,
+    // mlx-lm's sanitize of these models (mlx_lm/models/qwen3_next.py) stores the (1 + w) norms as 1 + w,
+    // moves conv1d's axes and stacks the experts: a mapping of its own, not written yet (read as this
+    // family's would be, its norms would be off by one): refused by name
+    mlxRefusal: `a ${modelTypes[0]} folder written by mlx-lm (its norm weights stored as 1 + w, conv1d moved, the experts as switch_mlp) is not implemented yet; serve the Hugging Face folder or a GGUF`,
     config(c: HfConfig, put: HfKvSink): void {
       const n = c.int("num_hidden_layers");
       put.u32(`${A}.block_count`, n);

@@ -134,8 +134,11 @@ const hf: HfFamily = {
       t("attn_k_norm.weight", `${h}self_attn.k_norm.weight`, { f32: true });
       t("ffn_norm.weight", `${h}post_attention_layernorm.weight`, { f32: true });
       t("ffn_gate_inp.weight", `${h}mlp.gate.weight`, { f32: true });
-      // stored one tensor per expert: stacked into the engine's [experts, rows, cols] tensor (a copy)
-      for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`));
+      // stored one tensor per expert: stacked into the engine's [experts, rows, cols] tensor (a copy); mlx-lm's
+      // folders hold the stack (models/qwen3_moe.py sanitize: mlp.switch_mlp.{gate,up,down}_proj, [experts, out, in])
+      for (const g of ["gate", "up", "down"]) {
+        t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`), { alt: { hf: `${h}mlp.switch_mlp.${g}_proj.weight` } });
+      }
     }
     out.push({ name: "output_norm.weight", hf: "model.norm.weight", f32: true });
     if (!c.bool("tie_word_embeddings", false)) out.push({ name: "output.weight", hf: "lm_head.weight" });

@@ -158,7 +158,7 @@ export function hfFfnHalf(c: HfConfig, i: number, normName: string): HfTensor[] 
   t("exp_probs_b.bias", `${h}mlp.gate.e_score_correction_bias`, { f32: true });
   // stored one tensor per expert: the engine's experts are one [experts, rows, cols] tensor, so stacked
   // (mlx's folders hold them stacked already, as mlp.switch_mlp.*)
-  for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`), { stacked: `${h}mlp.switch_mlp.${g}_proj.weight` });
+  for (const g of ["gate", "up", "down"]) t(`ffn_${g}_exps.weight`, Array.from({ length: X }, (_, e) => `${h}mlp.experts.${e}.${g}_proj.weight`), { alt: { hf: `${h}mlp.switch_mlp.${g}_proj.weight` } });
   if (c.int("n_shared_experts", 0) > 0) for (const g of ["gate", "up", "down"]) t(`ffn_${g}_shexp.weight`, `${h}mlp.shared_experts.${g}_proj.weight`);
   return out;
 }

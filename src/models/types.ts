@@ -96,8 +96,12 @@ export interface HfTensor {
   name: string;
   /** the HF tensor, or the per-expert tensors stacked (in order) into one [experts, ...] tensor by a copy */
   hf: string | string[];
-  /** for per-expert `hf`: the one [experts, rows, cols] tensor some folders hold instead (mlx's `switch_mlp`) */
-  stacked?: string;
+  /**
+   * The same tensor as another writer lays it out, read instead when the folder holds `alt.hf` and not
+   * `hf` (mlx-lm's sanitized names: the experts stacked as `switch_mlp`, gpt-oss's gate_up split and
+   * output-major, DeepSeek's kv_b_proj as embed_q / unembed_out); its own options, none taken from here.
+   */
+  alt?: Omit<HfTensor, "name" | "alt">;
   transpose?: boolean;
   /** whether a quantized form of the tensor (gpt-oss's MXFP4 `_blocks`, stored output-major) is transposed; default: as `transpose` */
   quantTranspose?: boolean;
@@ -124,4 +128,6 @@ export interface HfFamily {
   modelTypes: string[];
   config(c: HfConfig, put: HfKvSink): void;
   tensors(c: HfConfig): HfTensor[];
+  /** why a folder mlx-lm wrote (safetensors metadata format "mlx", or config.json's `quantization`) is refused; absent: `tensors` (with `alt`) reads it */
+  mlxRefusal?: string;
 }

@@ -55,10 +55,15 @@ export function openHfFolder(dir: string, o: HfOpenOptions = {}): GgufFile {
   const writer = new DerivedWriter();
   const put = (name: string, d: Derived) => derived.push({ name, type: d.type, ne: d.ne, offset: shapeOnly ? 0 : writer.append(d.data) });
   const qc = quantConfigOf(cfgFile, raw);
+  // whether the folder holds an HF name (a stack by its first tensor; gpt-oss's MXFP4 as name_blocks)
+  const holds = (n: string | string[]) => (Array.isArray(n) ? folder.tensors.has(n[0]) : folder.tensors.has(n) || folder.tensors.has(`${n}_blocks`));
+  if (hf.mlxRefusal && (folder.headers.some((h) => h.metadata.get("format") === "mlx") || (typeof raw.quantization === "object" && raw.quantization !== null))) {
+    throw new SafetensorsError(dir, hf.mlxRefusal);
+  }
   const note = o.note ?? ((l: string) => process.stderr.write(`${l}\n`));
   try {
     for (const s0 of specs) {
-      const s = Array.isArray(s0.hf) && s0.stacked && !folder.tensors.has(s0.hf[0]) && folder.tensors.has(s0.stacked) ? { ...s0, hf: s0.stacked } : s0;
+      const s = s0.alt && !holds(s0.hf) && holds(s0.alt.hf) ? { name: s0.name, ...s0.alt } : s0;
       const q = quantTensor(folder, s, qc, shapeOnly, note);
       if (q) {
         put(s.name, q);

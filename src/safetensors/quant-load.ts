@@ -7,6 +7,7 @@ import type { HfTensor } from "../models/types.ts";
 import { derive, type Derived } from "./derive.ts";
 import type { SafetensorsFolder } from "./folder.ts";
 import { deriveQuant, dequant, quantSourceOf, quantWords, rowsCanTake, type QuantConfig, type QuantSource } from "./quant.ts";
+import type { MlxQuant } from "./quant-mlx.ts";
 import { SafetensorsError } from "./reader.ts";
 
 type Json = Record<string, unknown>;
@@ -18,7 +19,7 @@ export function quantConfigOf(file: string, config: Json): QuantConfig {
   const method = typeof qc.quant_method === "string" ? qc.quant_method : undefined;
   // mlx writes `quantization` (and, lately, the same as a quantization_config with no quant_method)
   const mlx = obj(config.quantization) ?? (method === undefined ? qc : {});
-  const modules = new Map<string, { group: number; bits: number }>();
+  const modules = new Map<string, MlxQuant | false>();
   const q: QuantConfig = { fp8Block: [128, 128], mlxGroup: 64, mlxBits: 4, mlxModules: modules };
   if (method === "fp8") {
     const b = qc.weight_block_size;
@@ -33,14 +34,32 @@ export function quantConfigOf(file: string, config: Json): QuantConfig {
   if (method === "modelopt" && typeof qc.quant_algo === "string" && qc.quant_algo !== "NVFP4") {
     throw new SafetensorsError(file, `quantization_config.quant_algo '${safeText(qc.quant_algo)}': ModelOpt ${safeText(qc.quant_algo)} weights are not implemented yet (NVFP4 are)`);
   }
-  if (typeof mlx.group_size === "number") q.mlxGroup = mlx.group_size;
-  if (typeof mlx.bits === "number") q.mlxBits = mlx.bits;
-  // mixed recipes name modules quantized otherwise: {"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}}
+  // mlx's own config (mlx_lm/utils.py): the folder's group_size / bits / mode, then the modules a recipe
+  // quantized otherwise ({"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}}, as nn.quantize hands them
+  // to to_quantized, whose defaults are the mode's: affine 64 x 4, mxfp4 32 x 4), or left in floats (false)
+  const def = mlxQuantOf(file, "quantization", mlx);
+  [q.mlxGroup, q.mlxBits, q.mlxMode] = [def.group, def.bits, def.mode];
   for (const [k, v] of Object.entries(mlx)) {
-    const m = obj(v);
-    if (m) modules.set(k, { group: typeof m.group_size === "number" ? m.group_size : q.mlxGroup, bits: typeof m.bits === "number" ? m.bits : q.mlxBits });
+    if (v === false) modules.set(k, false);
+    else if (obj(v)) modules.set(k, mlxQuantOf(file, `quantization.${k}`, obj(v)!));
   }
   return q;
+}
+
+/** mlx's group size and bits of each mode when a config leaves them out (mlx_lm's defaults_for_mode) */
+const MLX_DEFAULTS: Record<string, [number, number]> = { affine: [64, 4], mxfp4: [32, 4], nvfp4: [16, 4], mxfp8: [32, 8] };
+
+/** One mlx quantization entry ({group_size, bits, mode}), checked: whole positive numbers, a string mode. */
+function mlxQuantOf(file: string, where: string, m: Json): MlxQuant {
+  const mode = m.mode ?? "affine";
+  if (typeof mode !== "string") throw new SafetensorsError(file, `${safeText(where)}.mode is ${safeText(JSON.stringify(mode), 40)}, not a string`);
+  const [g0, b0] = MLX_DEFAULTS[mode] ?? [64, 4];
+  const int = (key: string, d: number): number => {
+    const v = m[key] ?? d;
+    if (!Number.isSafeInteger(v) || (v as number) <= 0) throw new SafetensorsError(file, `${safeText(where)}.${key} is ${safeText(JSON.stringify(v), 40)}, not a positive whole number`);
+    return v as number;
+  };
+  return { group: int("group_size", g0), bits: int("bits", b0), mode };
 }
 
 /** `spec` made from the folder's quantized form of its tensor(s), or undefined where they are stored as floats. */
@@ -71,7 +90,9 @@ export function quantTensor(folder: SafetensorsFolder, spec: HfTensor, q: QuantC
   // the fallback: the reference dequantizer's F32 values, then the float copy the spec asks
   const fake = { name: src.name, dtype: "F32", shape: src.shape, nbytes: src.shape.reduce((a, b) => a * b, 4), fileOffset: 0, file: src.parts[0].file };
   const fspec: HfTensor = { ...spec, transpose: spec.quantTranspose ?? spec.transpose };
-  if (!shapeOnly) note(`hf folder: '${src.name}' (${quantWords(src.kind)}) dequantized to F32 at load for '${spec.name}' (${describe(spec)} of its rows is not implemented on the quantized rows)`);
+  // (a tensor the family keeps in F32 anyway, a router read as a norm is, is widened without a word: nothing is lost)
+  const widenedOnly = spec.f32 && !fspec.transpose;
+  if (!shapeOnly && !widenedOnly) note(`hf folder: '${src.name}' (${quantWords(src.kind)}) dequantized to F32 at load for '${spec.name}' (${describe(spec)} of its rows is not implemented on the quantized rows)`);
   return derive(fspec, fake, shapeOnly, shapeOnly ? undefined : new Uint8Array(dequant(src, q).buffer));
 }
 

@@ -2,10 +2,10 @@
 // folders ship, written from their published layouts (not from the engine's repacked rows): MXFP4 as
 // gpt-oss stores it (OCP MX: E8M0 scale per 32, E2M1 pairs low nibble first), FP8 E4M3 with DeepSeek V3's
 // 128x128 block scales (weight_scale_inv, F32), NVFP4 as NVIDIA ModelOpt stores it (E2M1 pairs low
-// nibble first, an E4M3 scale per 16, the F32 global weight_scale_2) and MLX's affine 4-bit (uint32
-// words of 8 values, low nibble first, a scale and a bias per group of 64). Each dequantizer rounds as
-// the engine's float reference does (each multiply and add once to F32, in the order written), so a
-// tensor's values equal the engine's bit for bit. Matrices are row-major [rows, cols] (cols: the input).
+// nibble first, an E4M3 scale per 16, the F32 global weight_scale_2) and MLX's affine 4- and 8-bit
+// (uint32 words of 8 or 4 values, the first in the lowest bits, a scale and a bias per group of 64 or
+// more). Each dequantizer rounds as the engine's float reference does (each multiply and add once to F32,
+// in the order written), so a tensor's values equal the engine's bit for bit. Matrices are row-major [rows, cols] (cols: the input).
 
 const F = Math.fround;
 
@@ -130,13 +130,18 @@ export function quantNvfp4(x: Float32Array, rows: number, cols: number): { w: Ui
   return { w, scale, scale2 };
 }
 
-/** MLX affine 4-bit: weight uint32 [rows, cols/8] (little-endian words, value k of a word in bits 4k..4k+3), scales and biases [rows, cols/group]: w = scale * q + bias. */
-export function dequantMlx4(w: Uint8Array, scales: Float32Array, biases: Float32Array, rows: number, cols: number, group = 64): Float32Array {
-  const out = new Float32Array(rows * cols), ng = cols / group;
+/**
+ * MLX affine (mlx's quantize, mode "affine"): weight uint32 [rows, cols * bits / 32] (little-endian words of
+ * 32 / bits values, value k of a word in bits k*bits.. k*bits + bits - 1), scales and biases [rows,
+ * cols / group]: w = scale * q + bias. 4- and 8-bit (whose values never straddle a word).
+ */
+export function dequantMlx(w: Uint8Array, scales: Float32Array, biases: Float32Array, rows: number, cols: number, group = 64, bits = 4): Float32Array {
+  const out = new Float32Array(rows * cols), ng = cols / group, per = 32 / bits, mask = (1 << bits) - 1;
+  const words = new DataView(w.buffer, w.byteOffset, w.byteLength);
   for (let r = 0; r < rows; r++) {
     for (let c = 0; c < cols; c++) {
-      const word = r * (cols / 8) + (c >> 3), k = c & 7;
-      const q = (w[word * 4 + (k >> 1)] >> (4 * (k & 1))) & 15;
+      const word = words.getUint32((r * (cols / per) + Math.floor(c / per)) * 4, true);
+      const q = (word >>> (bits * (c % per))) & mask;
       const g = r * ng + Math.floor(c / group);
       out[r * cols + c] = F(F(scales[g] * q) + biases[g]);
     }
@@ -144,7 +149,45 @@ export function dequantMlx4(w: Uint8Array, scales: Float32Array, biases: Float32
   return out;
 }
 
-/** mlx's quantizer: per group, scale = (max - min) / 15, bias = min (both rounded by `round`, e.g. to F16). */
+export function dequantMlx4(w: Uint8Array, scales: Float32Array, biases: Float32Array, rows: number, cols: number, group = 64): Float32Array {
+  return dequantMlx(w, scales, biases, rows, cols, group, 4);
+}
+
+/**
+ * mlx's affine quantizer as its ops.cpp writes it (mode "affine"), per group: the edge is the end of larger
+ * magnitude (min, with a positive scale, or max, with a negative one), scale = (max - min) / (2^bits - 1)
+ * nudged so that the edge is a whole number of steps from 0 (zero stays exact), bias = the edge; q =
+ * round((w - bias) / scale) clipped to [0, 2^bits - 1]; scale and bias stored rounded by `round` (to the
+ * model's F16 or BF16). For tests: the layout, not this rounding, is what a folder is read by.
+ */
+export function quantMlx(x: Float32Array, rows: number, cols: number, group = 64, bits = 4, round: (v: number) => number = F): { w: Uint8Array; scales: Float32Array; biases: Float32Array } {
+  const ng = cols / group, per = 32 / bits, bins = (1 << bits) - 1;
+  const w = new Uint8Array((rows * cols * bits) / 8), dv = new DataView(w.buffer);
+  const scales = new Float32Array(rows * ng), biases = new Float32Array(rows * ng);
+  for (let r = 0; r < rows; r++) {
+    for (let g = 0; g < ng; g++) {
+      const at = r * cols + g * group;
+      let lo = Infinity, hi = -Infinity;
+      for (let e = 0; e < group; e++) [lo, hi] = [Math.min(lo, x[at + e]), Math.max(hi, x[at + e])];
+      const useMin = Math.abs(lo) > Math.abs(hi);
+      let s = Math.max(F((hi - lo) / bins), 1e-7);
+      if (!useMin) s = -s;
+      const edge = useMin ? lo : hi, q0 = Math.round(edge / s);
+      if (q0 !== 0) s = F(edge / q0);
+      const sr = round(s), br = round(q0 === 0 ? 0 : edge);
+      scales[r * ng + g] = sr;
+      biases[r * ng + g] = br;
+      for (let e = 0; e < group; e++) {
+        const q = Math.max(0, Math.min(bins, Math.round((x[at + e] - br) / sr)));
+        const c = g * group + e, o = (r * (cols / per) + Math.floor(c / per)) * 4;
+        dv.setUint32(o, (dv.getUint32(o, true) | (q << (bits * (c % per)))) >>> 0, true);
+      }
+    }
+  }
+  return { w, scales, biases };
+}
+
+/** A plain min-max 4-bit quantizer in MLX's layout: per group, scale = (max - min) / 15, bias = min (both rounded by `round`, e.g. to F16); quantMlx is mlx's own. */
 export function quantMlx4(x: Float32Array, rows: number, cols: number, group = 64, round: (v: number) => number = F): { w: Uint8Array; scales: Float32Array; biases: Float32Array } {
   const ng = cols / group, w = new Uint8Array(rows * cols / 2), scales = new Float32Array(rows * ng), biases = new Float32Array(rows * ng);
   for (let r = 0; r < rows; r++) {

@@ -1,8 +1,9 @@
 // bloomery safetensors: quantized weights as checkpoint folders store them (gpt-oss MXFP4 `*_blocks` /
 // `*_scales`, DeepSeek FP8 `weight` + `weight_scale_inv`, ModelOpt NVFP4 `weight` + `weight_scale` +
-// `weight_scale_2`, MLX 4-bit `weight` + `scales` + `biases`) found beside a family's HF name, and repacked
-// byte for byte into the engine's rows of one type (MXFP4 into GGUF's MXFP4 blocks; the others into
-// bloomery's own FP8 / NVFP4_MO / MLX4 rows, ffi/cpu/quants_fp.c): no value changes, no requantization.
+// `weight_scale_2`, MLX's `weight` + `scales` (+ `biases`): quant-mlx.ts) found beside a family's HF name, and
+// repacked byte for byte into the engine's rows of one type (MXFP4 and mlx's mxfp4 into GGUF's MXFP4 blocks;
+// the others into bloomery's own FP8 / NVFP4_MO / MLX_Q4 / MLX_Q8 rows, ffi/cpu/quants_fp.c): no value
+// changes, no requantization.
 // A transform the rows cannot take (a transposed copy, a norm read as F32) dequantizes that tensor to F32
 // by the reference dequantizer instead, and says so.
 import { ptr, type Pointer } from "bun:ffi";
@@ -11,20 +12,22 @@ import { GgmlType } from "../gguf/index.ts";
 import { safeText } from "../gguf/errors.ts";
 import type { HfTensor } from "../models/types.ts";
 import type { Derived } from "./derive.ts";
-import { dequantFp8, dequantMlx4, dequantMxfp4, dequantNvfp4 } from "./quant-ref.ts";
+import { dequantFp8, dequantMlx, dequantMxfp4, dequantNvfp4 } from "./quant-ref.ts";
+import { mlxSourceOf, type MlxQuant } from "./quant-mlx.ts";
 import { readTensorBytes } from "./derive.ts";
 import { SafetensorsError, type SafetensorsTensor } from "./reader.ts";
 
-export type QuantKind = "mxfp4" | "fp8" | "nvfp4" | "mlx4";
+export type QuantKind = "mxfp4" | "fp8" | "nvfp4" | "mlx4" | "mlx8";
 
 /** What the folder's config says of its quantization (config.json's quantization_config / quantization). */
 export interface QuantConfig {
   /** FP8's weight_block_size [rows, cols] */
   fp8Block: [number, number];
-  /** MLX's group_size and bits, and those of the modules a mixed recipe quantizes otherwise */
+  /** MLX's group_size, bits and mode (default "affine"), and the modules a recipe quantizes otherwise (false: left in floats) */
   mlxGroup: number;
   mlxBits: number;
-  mlxModules?: ReadonlyMap<string, { group: number; bits: number }>;
+  mlxMode?: string;
+  mlxModules?: ReadonlyMap<string, MlxQuant | false>;
 }
 
 /** A quantized tensor's stored parts and its logical shape (outermost first; the last: a row's elements). */
@@ -33,9 +36,11 @@ export interface QuantSource {
   name: string;
   shape: number[];
   parts: SafetensorsTensor[];
+  /** MLX's group size (values a scale and a bias cover along the row) */
+  group?: number;
 }
 
-const WORDS: Record<QuantKind, string> = { mxfp4: "MXFP4", fp8: "FP8 block-scaled", nvfp4: "NVFP4 (ModelOpt)", mlx4: "MLX affine 4-bit" };
+const WORDS: Record<QuantKind, string> = { mxfp4: "MXFP4", fp8: "FP8 block-scaled", nvfp4: "NVFP4 (ModelOpt)", mlx4: "MLX affine 4-bit", mlx8: "MLX affine 8-bit" };
 export const quantWords = (k: QuantKind): string => WORDS[k];
 
 function want(t: SafetensorsTensor | undefined, name: string, dtypes: string[], owner: SafetensorsTensor, kind: QuantKind): SafetensorsTensor {
@@ -63,7 +68,6 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
   }
   const w = tensors.get(name);
   if (!w || !name.endsWith(".weight")) return undefined;
-  const base = name.slice(0, -"weight".length);
   if (w.dtype === "F8_E4M3" && tensors.has(`${name}_scale_inv`)) {
     const s = want(tensors.get(`${name}_scale_inv`), `${name}_scale_inv`, ["F32", "BF16", "F16"], w, "fp8");
     if (w.shape.length !== 2) throw new SafetensorsError(w.file, `FP8 tensor '${safeText(name)}' has ${w.shape.length} dimensions (block scales are read for matrices)`);
@@ -83,20 +87,7 @@ export function quantSourceOf(tensors: ReadonlyMap<string, SafetensorsTensor>, n
     if (C % 64) throw new SafetensorsError(w.file, `NVFP4 tensor '${safeText(name)}': rows of ${C} values are not whole 64-value rows of the engine's NVFP4`);
     return { kind: "nvfp4", name, shape: [R, C], parts: [w, s, g] };
   }
-  if (w.dtype === "U32" && tensors.has(`${base}scales`)) {
-    const mod = q.mlxModules?.get(base.slice(0, -1));
-    const bits = mod?.bits ?? q.mlxBits, G = mod?.group ?? q.mlxGroup;
-    if (bits !== 4) throw new SafetensorsError(w.file, `tensor '${safeText(name)}': MLX ${bits}-bit weights are not implemented yet (4-bit are)`);
-    const s = want(tensors.get(`${base}scales`), `${base}scales`, ["F16", "BF16", "F32"], w, "mlx4");
-    const b = want(tensors.get(`${base}biases`), `${base}biases`, ["F16", "BF16", "F32"], w, "mlx4");
-    if (w.shape.length < 2) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}' has ${w.shape.length} dimension (a matrix, or a stack of them, is expected)`);
-    const lead = w.shape.slice(0, -1), C = w.shape[w.shape.length - 1] * 8;
-    if (G !== 64 || C % G) throw new SafetensorsError(w.file, `MLX tensor '${safeText(name)}': groups of ${G} over rows of ${C} values are not implemented (groups of 64 are)`);
-    shapeIs(s, [...lead, C / G], `MLX 4-bit (a scale per ${G} values)`);
-    shapeIs(b, [...lead, C / G], `MLX 4-bit (a bias per ${G} values)`);
-    return { kind: "mlx4", name, shape: [...lead, C], parts: [w, s, b] };
-  }
-  return undefined;
+  return mlxSourceOf(tensors, name, q);
 }
 
 const f16 = (h: number): number => {
@@ -115,8 +106,8 @@ function floats(t: SafetensorsTensor): Float32Array {
   return new Float32Array(Uint32Array.from(h, (x) => x << 16).buffer);
 }
 
-const TYPE: Record<QuantKind, GgmlType> = { mxfp4: GgmlType.MXFP4, fp8: GgmlType.FP8, nvfp4: GgmlType.NVFP4_MO, mlx4: GgmlType.MLX4 };
-const BLOCK: Record<QuantKind, [number, number]> = { mxfp4: [32, 17], fp8: [32, 36], nvfp4: [64, 40], mlx4: [64, 40] };
+const TYPE: Record<QuantKind, GgmlType> = { mxfp4: GgmlType.MXFP4, fp8: GgmlType.FP8, nvfp4: GgmlType.NVFP4_MO, mlx4: GgmlType.MLX4, mlx8: GgmlType.MLX8 };
+const BLOCK: Record<QuantKind, [number, number]> = { mxfp4: [32, 17], fp8: [32, 36], nvfp4: [64, 40], mlx4: [64, 40], mlx8: [64, 72] };
 
 /** `f` given the address of a stored tensor's first byte in its file, mapped read-only for the call. */
 function withMapped<T>(t: SafetensorsTensor, f: (addr: Pointer) => T): T {
@@ -152,7 +143,7 @@ export function repack(src: QuantSource, q: QuantConfig, sel?: Int32Array): { ty
   }
   // the stored values read in place from the mapped file (not copied into JavaScript first)
   if (rows.length > 0) {
-    withMapped(src.parts[0], (w) => check(cpu().bl_repack(TYPE[src.kind], w, ptr(s), ptr(f), ptr(f2), g, C, q.fp8Block[0], q.fp8Block[1], ptr(rows), rows.length, ptr(out)), `repacking '${src.name}'`));
+    withMapped(src.parts[0], (w) => check(cpu().bl_repack(TYPE[src.kind], w, ptr(s), ptr(f), ptr(f2), g, C, q.fp8Block[0], src.group ?? q.fp8Block[1], ptr(rows), rows.length, ptr(out)), `repacking '${src.name}'`));
   }
   return { type: TYPE[src.kind], rowBytes, data: out.subarray(0, rows.length * rowBytes) };
 }
@@ -205,15 +196,17 @@ export function repackRef(src: QuantSource, q: QuantConfig, sel?: ArrayLike<numb
       }
     }
   } else {
-    // the scale and the bias (as F32: exact) and 32 bytes of pairs: a little-endian uint32 holds 8 values low nibble first
+    // the scale and the bias of the block's group (as F32: exact), then its 64 values' bytes as stored: a
+    // little-endian uint32 holds 8 nibbles (4-bit) or 4 bytes (8-bit), the first value in its lowest bits
     const s = floats(src.parts[1]), bi = floats(src.parts[2]);
+    const G = src.group ?? 64, ng = C / G, qb = src.kind === "mlx4" ? 32 : 64;
     for (let i = 0; i < n; i++) {
       const r = pick(i);
       for (let b = 0; b < nb; b++) {
-        const o = i * rowBytes + b * 40, at = r * (C / 2) + b * 32;
-        dv.setFloat32(o, s[r * nb + b], true);
-        dv.setFloat32(o + 4, bi[r * nb + b], true);
-        for (let k = 0; k < 32; k++) out[o + 8 + k] = p0[at + k];
+        const o = i * rowBytes + b * bb, at = r * nb * qb + b * qb, g = r * ng + Math.floor((b * 64) / G);
+        dv.setFloat32(o, s[g], true);
+        dv.setFloat32(o + 4, bi[g], true);
+        for (let k = 0; k < qb; k++) out[o + 8 + k] = p0[at + k];
       }
     }
   }
@@ -227,7 +220,7 @@ export function dequant(src: QuantSource, q: QuantConfig): Float32Array {
   if (src.kind === "mxfp4") return dequantMxfp4(p0, p1, R, C);
   if (src.kind === "fp8") return dequantFp8(p0, floats(src.parts[1]), R, C, q.fp8Block[0], q.fp8Block[1]);
   if (src.kind === "nvfp4") return dequantNvfp4(p0, p1, new DataView(p2.buffer, p2.byteOffset, 4).getFloat32(0, true), R, C);
-  return dequantMlx4(p0, floats(src.parts[1]), floats(src.parts[2]), R, C, 64);
+  return dequantMlx(p0, floats(src.parts[1]), floats(src.parts[2]), R, C, src.group ?? 64, src.kind === "mlx4" ? 4 : 8);
 }
 
 /** Whether the rows can take what `spec` asks (row selections; no transposition, no F32 widening). */

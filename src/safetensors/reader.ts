@@ -31,7 +31,7 @@ const DTYPE_WORDS: Readonly<Record<string, string>> = {
 export function dtypeRefusal(dtype: string): string | undefined {
   if (SERVED_DTYPES.includes(dtype)) return undefined;
   return `${DTYPE_WORDS[dtype] ?? dtype} weights are not implemented yet (served as stored today: ${SERVED_DTYPES.join(", ")}, and the quantized forms ` +
-    "MXFP4 as *_blocks + *_scales, FP8 E4M3 with its weight_scale_inv blocks, NVFP4 with weight_scale + weight_scale_2, MLX 4-bit with scales + biases)";
+    "MXFP4 as *_blocks + *_scales, FP8 E4M3 with its weight_scale_inv blocks, NVFP4 with weight_scale + weight_scale_2, MLX affine 4- and 8-bit with scales + biases, mlx's mxfp4 with scales)";
 }
 
 export interface SafetensorsTensor {
