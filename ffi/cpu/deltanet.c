@@ -337,6 +337,8 @@ int64_t bl_cpu_rs_snap_reserve(uint64_t h) {
     c->rs_snap_ok = NULL;
     return bl_fail(BL_E_NOMEM, "rs_snap: cannot allocate %zu MiB for the slots' recurrent state snapshots", n * sizeof(float) >> 20);
   }
+  /* its pages touched now, not by a step's first snapshot (a copy: malloc and a zero memset would make a lazy calloc) */
+  memcpy(c->rs_snap, c->rs, n * sizeof(float));
   return BL_OK;
 }
 
