@@ -1,7 +1,7 @@
 // Speculative decoding on the recurrent fixtures (qwen35moe, qwen3next: gated delta-net layers, a recurrent state
 // a slot) on the CPU: the native snapshot of a slot's state; greedy output with drafts (ngram-simple, the fixture
 // drafting for itself, a noisy copy of it that agrees only in part) token for token the output without them, four
-// slots at once, and after the run every slot's state the one its tokens give; a recurrent draft model's drafts
+// slots at once, and after the run every slot's state the one its tokens give (requests ending mid-draft too); a recurrent draft model's drafts
 // the ones a fresh one makes; a request cancelled mid-run leaves its slot's state right; `generate` and the real
 // server (two slots at once, a stream cut mid-way) give the tokens they give without speculation.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
@@ -54,17 +54,17 @@ function load(path: string, nSlots = 4): Model {
   return m;
 }
 
-interface Run { tokens: number[]; done?: DoneEvent }
+interface Run { tokens: number[]; text: string[]; done?: DoneEvent }
 function scheduler(model: Model, runs: Run[], spec?: SpecConfig, drafter?: DraftModel): Scheduler {
   return new Scheduler(model, {
-    tokens: (evs: TokenEvent[]) => { for (const e of evs) runs[e.id].tokens.push(e.token); },
+    tokens: (evs: TokenEvent[]) => { for (const e of evs) { runs[e.id].tokens.push(e.token); runs[e.id].text.push(e.text); } },
     done: (d: DoneEvent) => { runs[d.id].done = d; },
   }, makeSampler, 64, 0, spec, drafter);
 }
-function run(model: Model, prompts: number[][], nPredict: number, spec?: SpecConfig, drafter?: DraftModel): { runs: Run[]; sched: Scheduler } {
-  const runs: Run[] = prompts.map(() => ({ tokens: [] }));
+function run(model: Model, prompts: number[][], nPredict: number, spec?: SpecConfig, drafter?: DraftModel, stop: string[] = []): { runs: Run[]; sched: Scheduler } {
+  const runs: Run[] = prompts.map(() => ({ tokens: [], text: [] }));
   const sched = scheduler(model, runs, spec, drafter);
-  prompts.forEach((prompt, id) => sched.submit({ id, prompt, nPredict, stop: [], ignoreEos: true, nProbs: 0, idSlot: -1, cachePrompt: false, params: { temperature: 0 } }));
+  prompts.forEach((prompt, id) => sched.submit({ id, prompt, nPredict, stop, ignoreEos: true, nProbs: 0, idSlot: -1, cachePrompt: false, params: { temperature: 0 } }));
   while (sched.step()) { /* run */ }
   return { runs, sched };
 }
@@ -178,6 +178,23 @@ for (const dir of FIXTURE_DIRS) {
       expectStatesRight(m, ref, got.sched, prompts, got.runs);
     });
 
+    test("requests ending mid-draft (a stop word): the tokens without drafts, the slots cut to the states they kept", () => {
+      // a piece of text the first request generates late that it did not generate before
+      const r0 = plain.runs[0], before = (i: number) => r0.text.slice(0, i).join("");
+      const at = r0.text.findIndex((p, i) => i >= 16 && p.trim().length >= 2 && !before(i).includes(p.trim()));
+      expect(at).toBeGreaterThan(0);
+      const stop = [r0.text[at].trim()];
+      const want = run(m, prompts, N, undefined, undefined, stop);
+      const got = run(m, prompts, N, { type: "draft-simple", sizeN: 12, sizeM: 48, nMax: 4 }, new DraftModel(load(noisyCopy(dir)), 4, 0, 0), stop);
+      expect(want.runs[0].done!.stopType).toBe("word");
+      for (const [i, r] of got.runs.entries()) {
+        expect(r.tokens).toEqual(want.runs[i].tokens);
+        expect(r.done!.stopType).toBe(want.runs[i].done!.stopType);
+      }
+      expect(got.sched.stats().specRollbacks).toBeGreaterThan(0);
+      expectStatesRight(m, ref, got.sched, prompts, got.runs);
+    });
+
     test("a recurrent draft model's drafts, step after step with the target taking part of each, are a fresh one's", () => {
       const noisy = noisyCopy(dir);
       const d = new DraftModel(load(noisy, 1), 4, 0, 0);
@@ -199,7 +216,7 @@ for (const dir of FIXTURE_DIRS) {
     });
 
     test("a request cancelled mid-run: its slot's state is its tokens'; the other finishes as without drafts; the next request on the slot reuses it and answers as fresh", () => {
-      const runs: Run[] = [{ tokens: [] }, { tokens: [] }, { tokens: [] }];
+      const runs: Run[] = [0, 1, 2].map(() => ({ tokens: [], text: [] }));
       const sched = scheduler(m, runs, { type: "draft-simple", sizeN: 12, sizeM: 48, nMax: 4 }, new DraftModel(load(noisyCopy(dir)), 4, 0, 0));
       const submit = (id: number, prompt: number[], idSlot = -1, cachePrompt = false) =>
         sched.submit({ id, prompt, nPredict: N, stop: [], ignoreEos: true, nProbs: 0, idSlot, cachePrompt, params: { temperature: 0 } });
