@@ -407,6 +407,13 @@ int64_t bl_cpu_rs_save(uint64_t ctx, int64_t slot, void *dst);
 int64_t bl_cpu_rs_load(uint64_t ctx, int64_t slot, const void *src);
 int64_t bl_cpu_rs_copy(uint64_t ctx, int64_t src, int64_t dst);
 int64_t bl_cpu_rs_clear(uint64_t ctx, int64_t slot);
+/* A snapshot of a slot's recurrent state kept in the context (speculative decoding: taken before a pass that
+ * verifies a draft, put back when the draft is rejected): reserve makes room for every slot's once (call it
+ * at load; later calls keep it), take copies the slot's live state into its snapshot, back copies the
+ * snapshot over the live state (BL_E_INVAL where the slot never took one). */
+int64_t bl_cpu_rs_snap_reserve(uint64_t ctx);
+int64_t bl_cpu_rs_snap_take(uint64_t ctx, int64_t slot);
+int64_t bl_cpu_rs_snap_back(uint64_t ctx, int64_t slot);
 /* RoPE of these settings on n_heads vectors of hd floats at position pos (for tests). */
 int64_t bl_rope_apply_params(const bl_rope_params *r, float *v, int64_t n_heads, int64_t hd, int64_t pos);
 

@@ -11,9 +11,6 @@ import { checkDraftVocab, DraftModel } from "../src/engine/spec-draft.ts";
 import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
 import { parseArgs } from "../src/cli/flags.ts";
 import { DEMO_MODEL, TINY_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { FIXTURES } from "./paths.ts";
 
 describe("ngram-simple drafts", () => {
   test("the tokens after the key's latest earlier occurrence, at least size_n of them, at most size_m and the limit", () => {
@@ -168,19 +165,5 @@ describe("the server with --spec-type ngram-simple", () => {
     expect(val("spec_decode_num_drafts_total")).toBeGreaterThan(0);
     const slots = (await (await fetch(`${srv.url}/slots`)).json()) as { speculative: boolean }[];
     expect(slots[0].speculative).toBe(true);
-  });
-});
-
-describe("a model with recurrent layers", () => {
-  const q35 = join(FIXTURES, "families", "qwen3_5_moe", "qwen3_5_moe.gguf");
-  test.skipIf(!existsSync(q35))("speculative decoding is refused at start, naming why (a rejected draft would need the state rolled back)", async () => {
-    let err = "";
-    try {
-      const srv = await startServer(["-m", q35, "-np", "1", "-c", "256", "--spec-type", "ngram-simple"]);
-      await srv.stop();
-    } catch (e) {
-      err = e instanceof Error ? e.message : String(e);
-    }
-    expect(err).toContain("speculative decoding is not supported yet for models with recurrent layers");
   });
 });

@@ -27,6 +27,8 @@ typedef struct bl_cpu_ctx {
   float *scores;       /* per worker: kv_ctx floats */
   uint16_t *kc, *vc;   /* f16 [layer][slot][pos][kv_k_dim], [layer][slot][pos][kv_v_dim] */
   float *rs;           /* recurrent state: [slot][rs_layers][rs_dim] (deltanet.c) */
+  float *rs_snap;      /* a snapshot of each slot's recurrent state, as rs (bl_cpu_rs_snap_*; NULL until reserved) */
+  uint8_t *rs_snap_ok; /* per slot: its snapshot was taken */
   float *dn;           /* the delta-net's work rows (grown on use) */
   size_t dn_cap;       /* floats dn holds */
   int64_t n_workers;

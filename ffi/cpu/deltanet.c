@@ -321,3 +321,51 @@ int64_t bl_cpu_rs_clear(uint64_t h, int64_t slot) {
   if (rs_slot_floats(c)) memset(c->rs + (size_t)slot * rs_slot_floats(c), 0, rs_slot_floats(c) * sizeof(float));
   return BL_OK;
 }
+
+/* ---- a slot's snapshot (bloomery.h's bl_cpu_rs_snap_*: speculative decoding's rollback) ---- */
+int64_t bl_cpu_rs_snap_reserve(uint64_t h) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  if (!c) return bl_fail(BL_E_INVAL, "rs_snap: null context");
+  if (c->rs_snap || !rs_slot_floats(c)) return BL_OK;
+  const size_t n = (size_t)c->p.kv_slots * rs_slot_floats(c);
+  c->rs_snap = malloc(n * sizeof(float));
+  c->rs_snap_ok = calloc((size_t)c->p.kv_slots, 1);
+  if (!c->rs_snap || !c->rs_snap_ok) {
+    free(c->rs_snap);
+    free(c->rs_snap_ok);
+    c->rs_snap = NULL;
+    c->rs_snap_ok = NULL;
+    return bl_fail(BL_E_NOMEM, "rs_snap: cannot allocate %zu MiB for the slots' recurrent state snapshots", n * sizeof(float) >> 20);
+  }
+  /* its pages touched now, not by a step's first snapshot (a copy: malloc and a zero memset would make a lazy calloc) */
+  memcpy(c->rs_snap, c->rs, n * sizeof(float));
+  return BL_OK;
+}
+
+static int64_t snap_slot(const bl_cpu_ctx *c, int64_t slot) {
+  int64_t s = rs_slot(c, slot);
+  if (s) return s;
+  if (!rs_slot_floats(c)) return bl_fail(BL_E_INVAL, "rs_snap: this model keeps no recurrent state");
+  if (!c->rs_snap) return bl_fail(BL_E_INVAL, "rs_snap: no room reserved (bl_cpu_rs_snap_reserve)");
+  return BL_OK;
+}
+
+int64_t bl_cpu_rs_snap_take(uint64_t h, int64_t slot) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = snap_slot(c, slot);
+  if (s) return s;
+  const size_t n = rs_slot_floats(c);
+  memcpy(c->rs_snap + (size_t)slot * n, c->rs + (size_t)slot * n, n * sizeof(float));
+  c->rs_snap_ok[slot] = 1;
+  return BL_OK;
+}
+
+int64_t bl_cpu_rs_snap_back(uint64_t h, int64_t slot) {
+  bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
+  int64_t s = snap_slot(c, slot);
+  if (s) return s;
+  if (!c->rs_snap_ok[slot]) return bl_fail(BL_E_INVAL, "rs_snap_back: slot %lld took no snapshot", (long long)slot);
+  const size_t n = rs_slot_floats(c);
+  memcpy(c->rs + (size_t)slot * n, c->rs_snap + (size_t)slot * n, n * sizeof(float));
+  return BL_OK;
+}

@@ -21,7 +21,7 @@ int64_t bl_cpu_ctx_free(uint64_t h) {
   bl_cpu_ext_free(c);
   if (c->pool) bl_pool_free(c->pool);
   void *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->ff_a, c->ff_b, c->moe_out, c->router, c->router_sc, c->picks, c->sel,
-                  c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp, c->rs, c->dn};
+                  c->selw, c->tok_list, c->slot_list, c->qact, c->scores, c->kc, c->vc, c->logits_tmp, c->rs, c->rs_snap, c->rs_snap_ok, c->dn};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(c);
   return BL_OK;

@@ -43,6 +43,14 @@ export interface Backend {
   rsBytes?(): number;
   rsSave?(slot: number, dst: Uint8Array): void;
   rsLoad?(slot: number, src: Uint8Array): void;
+  /**
+   * A snapshot of a slot's recurrent state kept in the backend's own memory (speculative decoding: taken
+   * before a pass that verifies a draft, put back where the target rejected part of it). rsSnapReserve
+   * makes room for every slot's once, at load; absent: speculation is refused for a recurrent model.
+   */
+  rsSnapReserve?(): void;
+  rsSnapTake?(slot: number): void;
+  rsSnapBack?(slot: number): void;
   /** what the routed experts kept in host RAM beside a card did (undefined: none are) */
   hostStats?(): HostExpertStats | undefined;
   /**

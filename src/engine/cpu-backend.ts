@@ -130,6 +130,18 @@ export class CpuBackend implements Backend {
     check(cpu().bl_cpu_rs_load(this.ctx, slot, ptr(src)), "loading the recurrent state");
   }
 
+  rsSnapReserve(): void {
+    check(cpu().bl_cpu_rs_snap_reserve(this.ctx), "reserving the recurrent state snapshots");
+  }
+
+  rsSnapTake(slot: number): void {
+    check(cpu().bl_cpu_rs_snap_take(this.ctx, slot), "taking a recurrent state snapshot");
+  }
+
+  rsSnapBack(slot: number): void {
+    check(cpu().bl_cpu_rs_snap_back(this.ctx, slot), "putting a recurrent state snapshot back");
+  }
+
   close(): void {
     if (this.ctx) cpu().bl_cpu_ctx_free(this.ctx);
     this.ctx = 0n;

@@ -137,6 +137,13 @@ export interface EngineStats {
   specDrafted: number;
   specAccepted: number;
   specSteps: number;
+  /** a recurrent model's speculation: slot states put back to the snapshot before a verification (part of a
+   * draft rejected), the accepted tokens taken again after them, and those passes' milliseconds */
+  specRollbacks?: number;
+  specRetaken?: number;
+  specRetakeMs?: number;
+  /** the milliseconds spent taking snapshots and putting them back */
+  specSnapMs?: number;
   /** the routed experts' RAM cache (the disk tier), when the model has one */
   experts?: ExpertStats;
   /** the routed experts kept in host RAM beside a card, when some are */

@@ -1,7 +1,9 @@
 // bloomery engine: a recurrent model's slot states beside the KV (the gated delta-net layers' conv inputs and
 // delta-rule states, bl_cpu_rs_*): the live state a slot holds after its tokens, the checkpoints it keeps of
 // it at shorter prefixes, the prefixes they make restorable, and the prompt cache's saved states that carry
-// them (a saved state restores only at a prefix where it kept a recurrent state).
+// them (a saved state restores only at a prefix where it kept a recurrent state); and speculative decoding's
+// rollback: a snapshot of a slot's state in the backend's memory before a pass that verifies a draft, put
+// back when the target rejects part of the draft (the accepted tokens are then taken again from it).
 import type { Backend, SavedKv } from "./backend.ts";
 
 /** A recurrent state after the first n tokens of a slot (or of a prompt cache entry). */
@@ -57,6 +59,30 @@ export class RecurrentStates {
     s.rsAt = keep;
     s.tokens.length = keep;
     s.checkpoints = s.checkpoints.filter((c) => c.n <= keep);
+  }
+
+  /**
+   * Speculative decoding on this model: room for every slot's snapshot in the backend (taken once, at load);
+   * a backend that cannot keep one is refused by name.
+   */
+  reserveSnapshots(): void {
+    const be = this.be;
+    if (!be.rsSnapReserve || !be.rsSnapTake || !be.rsSnapBack) {
+      throw new Error(`speculative decoding with recurrent layers needs a slot's recurrent state kept and put back around a verification, which the ${be.name} backend does not do yet`);
+    }
+    be.rsSnapReserve();
+  }
+
+  /** Before a pass that verifies a draft after the slot's tokens: its live state (at its tokens) kept in the backend. */
+  snapshot(s: RecurrentSlot): void {
+    if (s.rsAt !== s.tokens.length) throw new Error(`internal: slot ${s.id}'s recurrent state is at ${s.rsAt} of its ${s.tokens.length} tokens before a verification`);
+    this.be.rsSnapTake!(s.id);
+  }
+
+  /** After it, part of the draft rejected: the live state back to the snapshot, taken before the slot's first `at` tokens' successors. */
+  rollback(s: RecurrentSlot, at: number): void {
+    this.be.rsSnapBack!(s.id);
+    s.rsAt = at;
   }
 
   /** Keep the slot's live state as a checkpoint at its tokens. */

@@ -4,6 +4,10 @@
 // A model with recurrent layers (the gated delta-net's) keeps, beside each slot's KV, the recurrent state after
 // the slot's tokens and checkpoints of it (the one before a prompt's last token): a request reuses a prefix
 // only where such a state was kept (the slot's own, or a prompt cache entry's), else it starts from position 0.
+// Speculative decoding on such a model keeps a slot's state (a snapshot in the backend) before the pass that
+// verifies its draft; where part of the draft is rejected the state goes back to the snapshot and the accepted
+// tokens are taken again in one pass after the step (no output rows), so after every step a slot's state is
+// the one after its tokens, as without speculation.
 import type { Model } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import type { DoneEvent, EngineStats, GenerateRequest, SlotInfo, StopType, TokenEvent } from "./protocol.ts";
@@ -68,6 +72,7 @@ export class Scheduler {
     this.slots = Array.from({ length: b.nSlots }, (_, id) => ({ id, tokens: [], lastUsed: 0, rsAt: 0, checkpoints: [] }));
     const rsBytes = b.rsBytes?.() ?? 0;
     this.rs = rsBytes > 0 ? new RecurrentStates(b, rsBytes) : undefined;
+    if (this.rs && spec.type !== "none") this.rs.reserveSnapshots();
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
@@ -91,6 +96,7 @@ export class Scheduler {
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded, topKSteps: this.nTopSteps,
       specDrafted: this.specDrafted, specAccepted: this.specAccepted, specSteps: this.specSteps,
+      ...(this.rs && this.spec.type !== "none" ? { specRollbacks: this.specRollbacks, specRetaken: this.specRetaken, specRetakeMs: this.specRetakeMs, specSnapMs: this.specSnapMs } : {}),
       experts: this.model.expertStats(),
       hostExperts: this.model.backend.hostStats?.(),
     };
@@ -100,6 +106,10 @@ export class Scheduler {
   private specDrafted = 0;
   private specAccepted = 0;
   private specSteps = 0;
+  private specRollbacks = 0;
+  private specRetaken = 0;
+  private specRetakeMs = 0;
+  private specSnapMs = 0;
   private busySlotsDecoded = 0;
   /** forwards that returned the rows' best candidates instead of the rows (forwardTopK) */
   private nTopSteps = 0;
@@ -315,8 +325,7 @@ export class Scheduler {
    */
   private draftsFor(gen: readonly Slot[]): Map<Slot, number[]> {
     const out = new Map<Slot, number[]>();
-    // a recurrent model's state cannot be rolled back past a rejected draft yet (the worker refuses the pair)
-    if (this.spec.type === "none" || this.rs) return out;
+    if (this.spec.type === "none") return out;
     let spare = this.ubatch - gen.length;
     const asks: DraftAsk[] = [];
     for (const s of gen) {
@@ -392,6 +401,11 @@ export class Scheduler {
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
     const topK = drafts.size ? 0 : this.candidatesFor(outSlots);
+    if (this.rs && drafts.size) {
+      const ts = performance.now();
+      for (const s of drafts.keys()) this.rs.snapshot(s);
+      this.specSnapMs += performance.now() - ts;
+    }
     const t0 = performance.now();
     this.nDecode++;
     this.busySlotsDecoded += new Set(seq).size;
@@ -401,14 +415,7 @@ export class Scheduler {
         this.nTopSteps++;
       } else this.model.backend.forward(batch);
     } catch (e) {
-      const msg = e instanceof Error ? e.message : String(e);
-      for (const s of active) {
-        const t = s.task!;
-        s.task = undefined;
-        s.tokens.length = 0;
-        this.rs?.reset(s);
-        this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
-      }
+      this.failPass(active, e);
       return true;
     }
     const ms = performance.now() - t0;
@@ -420,10 +427,13 @@ export class Scheduler {
       t.promptMs += ms;
     }
     if (this.rs) {
-      for (const s of active) s.rsAt = s.tokens.length;
+      // a drafting slot's state took its draft too (acceptance below puts it back where part was rejected)
+      for (const s of active) s.rsAt = s.tokens.length + (drafts.get(s)?.length ?? 0);
       for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.rs.checkpoint(c.slot);
     }
     const events: TokenEvent[] = [];
+    /** a recurrent model's slots whose state went back to its snapshot: their accepted tokens are taken again */
+    const retake: Slot[] = [];
     let row = 0;
     outSlots.forEach((s, i) => {
       const t = s.task!;
@@ -432,13 +442,13 @@ export class Scheduler {
       const r0 = row;
       row += 1 + d.length;
       let res: ReturnType<Task["next"]>;
+      let acc = 0;
       try {
         if (topK > 0) {
           res = t.nextTop(this.topIds.subarray(i * topK, (i + 1) * topK), this.topVals.subarray(i * topK, (i + 1) * topK), s.tokens.length, this.model.backend.nCtxSlot);
         } else {
           // each sampled token that equals the draft's next keeps that draft token's KV row, and the
           // row after it gives the next pick; the first that differs ends the step (its pick stands)
-          let acc = 0;
           for (;;) {
             res = t.next(this.logits.subarray((r0 + acc) * V, (r0 + acc + 1) * V), s.tokens.length, this.model.backend.nCtxSlot);
             if (res.stop || acc >= d.length || t.lastToken !== d[acc]) break;
@@ -456,6 +466,7 @@ export class Scheduler {
         }
       } catch (e) {
         // a sampling failure (e.g. every token banned) ends this request, never the engine
+        this.settleDraft(s, d.length, acc, true, retake);
         s.task = undefined;
         s.lastUsed = ++this.clock;
         const msg = e instanceof Error ? e.message : String(e);
@@ -464,6 +475,7 @@ export class Scheduler {
         this.hooks.done(t.finish("none", s.id, "", { message: `sampling failed: ${msg}${theirs ? " (the request's logit_bias and grammar leave no token)" : ""}`, type: theirs ? "invalid_request_error" : "server_error", code: theirs ? 400 : 500 }));
         return;
       }
+      this.settleDraft(s, d.length, acc, !!res.stop, retake);
       if (res.event) events.push(res.event);
       if (res.stop) {
         if (events.length) { this.hooks.tokens(events.splice(0)); }
@@ -471,6 +483,63 @@ export class Scheduler {
       }
     });
     if (events.length) this.hooks.tokens(events);
+    if (retake.length) this.retake(retake);
     return true;
+  }
+
+  /** A forward pass failed: every task in it ends with the error, its slot emptied. */
+  private failPass(slots: readonly Slot[], e: unknown): void {
+    const msg = e instanceof Error ? e.message : String(e);
+    for (const s of slots) {
+      const t = s.task!;
+      s.task = undefined;
+      s.tokens.length = 0;
+      this.rs?.reset(s);
+      this.hooks.done(t.finish("none", s.id, "", { message: `forward pass failed: ${msg}`, type: "server_error", code: 500 }));
+    }
+  }
+
+  /**
+   * A recurrent model's slot after the verification of its draft of n tokens, acc of them accepted (the slot's
+   * tokens hold them): where some were rejected its state goes back to the snapshot taken before the pass, and
+   * the tokens the pass added are taken again after the step (retake), or cut off when the request ends.
+   */
+  private settleDraft(s: Slot, n: number, acc: number, ends: boolean, retake: Slot[]): void {
+    if (!this.rs || n === 0 || acc === n) return;
+    const ts = performance.now();
+    this.rs.rollback(s, s.tokens.length - 1 - acc);
+    this.specSnapMs += performance.now() - ts;
+    this.specRollbacks++;
+    if (ends) s.tokens.length = s.rsAt;
+    else retake.push(s);
+  }
+
+  /** One pass (no output rows) over the slots' tokens their recurrent state has not taken: after it, it has. */
+  private retake(slots: readonly Slot[]): void {
+    const tokens: number[] = [], pos: number[] = [], seq: number[] = [];
+    for (const s of slots) {
+      for (let p = s.rsAt; p < s.tokens.length; p++) {
+        tokens.push(s.tokens[p]);
+        pos.push(p);
+        seq.push(s.id);
+      }
+    }
+    const t0 = performance.now();
+    this.nDecode++;
+    this.busySlotsDecoded += slots.length;
+    try {
+      this.model.backend.forward({ tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq), outRows: new Int32Array(0), logits: this.logits.subarray(0, 0) });
+    } catch (e) {
+      this.failPass(slots, e);
+      return;
+    }
+    const ms = performance.now() - t0;
+    this.steps.record(tokens.length, 0, slots.length, ms);
+    this.specRetaken += tokens.length;
+    this.specRetakeMs += ms;
+    for (const s of slots) {
+      s.rsAt = s.tokens.length;
+      s.task!.genMs += ms;
+    }
   }
 }

@@ -3,7 +3,10 @@
 // per target slot. Before drafting, each slot's sequence is brought up to the target's (the tokens
 // it lacks fed as one chunk; what differs from what it held is overwritten in place); then every
 // drafting slot takes up to n_max greedy tokens, one batched forward pass of the draft model a
-// token, stopping a slot where its best token is less likely than p_min.
+// token, stopping a slot where its best token is less likely than p_min. A draft model with recurrent
+// layers cannot overwrite a state in place: its slot's state is kept (a snapshot in the backend) after the
+// catch-up, and the next catch-up goes back to it when the target took only part of the draft (or starts
+// the slot over where even that prefix differs).
 import { Model, type LoadOptions } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import { commonPrefix } from "./prompt-cache.ts";
@@ -49,10 +52,30 @@ export class DraftModel {
   /** per slot: the tokens whose KV the draft model holds */
   private held: number[][];
   private logits: Float32Array;
+  /** a recurrent draft model: per slot, the tokens its snapshot is after (-1: none) */
+  private readonly snapAt: number[] | undefined;
 
   constructor(readonly model: Model, private readonly nMax: number, private readonly nMin: number, private readonly pMin: number) {
-    this.held = Array.from({ length: model.backend.nSlots }, () => []);
-    this.logits = new Float32Array(model.backend.nSlots * model.hp.nVocab);
+    const be = model.backend;
+    this.held = Array.from({ length: be.nSlots }, () => []);
+    this.logits = new Float32Array(be.nSlots * model.hp.nVocab);
+    if ((be.rsBytes?.() ?? 0) > 0) {
+      if (!be.rsSnapReserve || !be.rsSnapTake || !be.rsSnapBack) throw new Error(`a draft model with recurrent layers needs its slots' states kept and put back, which the ${be.name} backend does not do yet`);
+      be.rsSnapReserve();
+      this.snapAt = Array.from({ length: be.nSlots }, () => -1);
+    }
+  }
+
+  /** The tokens of seq a slot's sequence keeps before its catch-up (at most seq.length - 1: one is fed for its row). */
+  private keepFor(slot: number, seq: readonly number[]): number {
+    const held = this.held[slot];
+    const keep = Math.min(commonPrefix(held, seq), seq.length - 1);
+    if (!this.snapAt || keep === held.length) return keep;
+    // a recurrent state is the one after all it held: back to the snapshot where that is a prefix, else anew
+    const at = this.snapAt[slot];
+    if (at < 0 || at > keep) return 0;
+    this.model.backend.rsSnapBack!(slot);
+    return at;
   }
 
   /** The drafts of the asking slots (an empty one where nothing was worth drafting). */
@@ -64,7 +87,7 @@ export class DraftModel {
     // catch up: each slot's missing tokens (the sequence and the last sampled), in passes of at most maxTokens
     const todo = live.map((a) => {
       const seq = [...a.tokens, a.last];
-      const keep = Math.min(commonPrefix(this.held[a.slot], seq), seq.length - 1);
+      const keep = this.keepFor(a.slot, seq);
       this.held[a.slot].length = keep;
       return { a, seq, at: keep };
     });
@@ -82,6 +105,12 @@ export class DraftModel {
       }
       this.forward(tokens, pos, seq, outRows);
       rowSlot.forEach((s, i) => this.keep(s, i)); // the best token after each finished slot's last
+    }
+    if (this.snapAt) {
+      for (const a of live) {
+        this.model.backend.rsSnapTake!(a.slot);
+        this.snapAt[a.slot] = this.held[a.slot].length;
+      }
     }
     // greedy drafting, all live slots a step
     const drafts = new Map<number, number[]>(live.map((a) => [a.slot, []]));

@@ -32,10 +32,6 @@ function load(path: string, o: EngineOptions): void {
       m.close();
       throw e;
     }
-    if (o.spec && o.spec.type !== "none" && (m.backend.rsBytes?.() ?? 0) > 0) {
-      m.close();
-      throw new Error(`--spec-type ${o.spec.type} with ${m.hp.arch}: speculative decoding is not supported yet for models with recurrent layers (a rejected draft would need the state rolled back)`);
-    }
     if (o.spec?.type === "draft-simple" && o.spec.draftModel) {
       // the draft model: a slot a target slot, the target's context, its own -ngl (default the target's)
       try {
@@ -47,9 +43,17 @@ function load(path: string, o: EngineOptions): void {
         throw e;
       }
     }
-    model = m;
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
-    sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, o.spec, drafter);
+    try {
+      // a recurrent model's speculation keeps a snapshot of each slot's state (refused where the backend cannot)
+      sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, o.spec, drafter);
+    } catch (e) {
+      drafter?.close();
+      drafter = undefined;
+      m.close();
+      throw e;
+    }
+    model = m;
     post({ type: "loaded", info: modelInfo(m, path) });
   } catch (e) {
     post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
