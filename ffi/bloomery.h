@@ -323,6 +323,11 @@ int64_t bl_kernel_quantize(const char *path, int64_t act_type, const float *x, v
 int64_t bl_kernel_matmul(const char *path, int64_t type, const void *w, int64_t row_stride, int64_t rows,
                          const float *x, int64_t n_x, int64_t n, float *y);
 int64_t bl_kernel_float(const char *path, int64_t op, float a, const void *x, void *y, int64_t n, double *r);
+/* One head's gated delta rule (the DELTANET op's core) on one path, for tests: form 0 the recurrent form (a
+ * token at a time), 1 the chunked one (chunks of 64), 2 the one the op picks for a run of n tokens. q, k: n rows
+ * of hk floats; v, o: n rows of hv; g (log decays), beta: n each; S: hv rows of hk, the state, in and out. */
+int64_t bl_kernel_delta_rule(const char *path, int64_t form, int64_t n, int64_t hk, int64_t hv, const float *q, const float *k,
+                             const float *v, const float *g, const float *beta, float *S, float *o);
 /* A path's tile on `rows` weight rows against na (1..8) activation rows, on n_threads pinned
  * threads taking tile_rows rows at a time: the best of `reps` passes in ns (microbenchmarks). */
 int64_t bl_kernel_bench(const char *path, int64_t type, const void *w, int64_t ws, int64_t rows, int64_t n, int64_t na,

@@ -17,6 +17,7 @@ export const kernelSymbols = {
   bl_kernel_quantize: { args: [cstring, i64, p, p, i64], returns: i64 },
   bl_kernel_matmul: { args: [cstring, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_kernel_float: { args: [cstring, i64, f32, p, p, i64, p], returns: i64 },
+  bl_kernel_delta_rule: { args: [cstring, i64, i64, i64, i64, p, p, p, p, p, p, p], returns: i64 },
   bl_membw: { args: [i64, i64, i64, p], returns: i64 },
   bl_prefault: { args: [u64, u64], returns: i64 },
   bl_kernel_bench: { args: [cstring, i64, p, i64, i64, i64, i64, i64, i64, i64, p], returns: i64 },
@@ -105,6 +106,34 @@ export function kernelFloat(path: string, op: number, a: number, x: FloatBuf, y:
   const r = new Float64Array(1);
   check(kernels().bl_kernel_float(cs(path), op, a, ptr(x), ptr(y), n, ptr(r)), `kernel float op ${op} (${path})`);
   return r[0];
+}
+
+/** The forms of the gated delta rule (bl_kernel_delta_rule): a token at a time, in chunks of 64, or the one the op picks for the run. */
+export const DeltaForm = { recurrent: 0, chunked: 1, auto: 2 } as const;
+
+/** One head's inputs to the gated delta rule over n tokens: q, k n rows of hk; v n rows of hv; g (log decays) and beta n each. */
+export interface DeltaInputs {
+  n: number;
+  hk: number;
+  hv: number;
+  q: Float32Array;
+  k: Float32Array;
+  v: Float32Array;
+  g: Float32Array;
+  beta: Float32Array;
+}
+
+/** One head's gated delta rule on one path: the state (hv rows of hk) taken through the tokens in place, and the outputs (n rows of hv). */
+export function kernelDeltaRule(path: string, form: number, x: DeltaInputs, state: Float32Array): Float32Array {
+  const { n, hk, hv } = x;
+  if (x.q.length < n * hk || x.k.length < n * hk || x.v.length < n * hv || x.g.length < n || x.beta.length < n || state.length < hk * hv)
+    throw new RangeError("kernelDeltaRule: a buffer is shorter than its shape");
+  const o = new Float32Array(Math.max(1, n * hv));
+  const one = new Float32Array(1);
+  const at = (a: Float32Array) => ptr(a.length ? a : one);
+  check(kernels().bl_kernel_delta_rule(cs(path), form, n, hk, hv, at(x.q), at(x.k), at(x.v), at(x.g), at(x.beta), ptr(state), ptr(o)),
+    `kernel delta rule (${path}, form ${form})`);
+  return o.subarray(0, n * hv);
 }
 
 /** Best wall time in ns of one pass of a path's tile over `rows` rows against nA activation rows on `threads` threads. */

@@ -30,7 +30,7 @@ const ci = !!process.env.CI && process.env.CI !== "false";
 const jobs = argv.includes("--jobs") ? Number(argv[argv.indexOf("--jobs") + 1]) : 2;
 
 /**
- * The runs: the kernel suite (every weight type's products, the float kernels, the quantizers,
+ * The runs: the kernel suite (every weight type's products, the float kernels and the gated delta rule's two forms, the quantizers,
  * whole forward passes on every path against the scalar path, llama.cpp's greedy text on every
  * path), tiny-qwen3moe against transformers (the family table's qwen3moe Q8_0 rows: its F16 rows
  * take three more minutes under qemu and add no kernel the others miss) and the demo model against
@@ -41,7 +41,7 @@ const GROUPS: { name: string; runs: string[][] }[] = [
   {
     name: "kernels+models",
     runs: [
-      ["test/kernels-quant.test.ts", "test/kernels-float.test.ts", "test/quants.test.ts", "test/model.test.ts"],
+      ["test/kernels-quant.test.ts", "test/kernels-float.test.ts", "test/delta-rule.test.ts", "test/quants.test.ts", "test/model.test.ts"],
       ["test/families-cpu.test.ts", "-t", "qwen3moe Q8_0"],
     ],
   },

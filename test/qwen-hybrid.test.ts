@@ -1,7 +1,7 @@
 // The Qwen hybrids (qwen35moe, qwen3next: gated delta-net layers with a recurrent state per slot) on the CPU,
 // beyond the conformance table: the converter's own fixture file against llama.cpp's answer on it; the hf/
 // folder (transformers' values: bit for bit the conformance row's file); a prompt
-// whole, in chunks and token by token giving the same greedy text; two sequences batched in one forward each
+// whole (the chunked delta rule), in batches and token by token giving the same greedy text; two sequences batched in one forward each
 // as alone (their states apart); a slot's recurrent state saved and loaded back; a sequence started again at
 // position 0 from a slot another sequence used; the refusals of a file the family cannot run.
 import { afterAll, describe, expect, test } from "bun:test";
@@ -25,7 +25,7 @@ import { familyRefs, FAMILY_CASES, llamaRefs, type FamilyCase } from "./conforma
 
 const FAM = join(FIXTURES, "families");
 const FAMILIES = [
-  // llama.cpp's last logits on the converter's file: ours within 6.6e-3 (qwen35moe) and 5.7e-3 (qwen3next)
+  // llama.cpp's last logits on the converter's file: ours within 7.1e-3 (qwen35moe) and 5.2e-3 (qwen3next)
   { dir: "qwen3_5_moe", row: "qwen35moe", llamaTol: 1e-2 },
   { dir: "qwen3_next", row: "qwen3next", llamaTol: 1e-2 },
 ].filter((f) => existsSync(join(FAM, f.dir, `${f.dir}.gguf`)));
@@ -88,25 +88,37 @@ describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
       }
     });
 
-    test(`${F.row}: a prompt whole, in chunks of 7 and token by token: the same greedy text`, async () => {
-      const r = (await familyRefs(c))[2]; // 40 ids
-      const whole = load(c.gguf), chunks = load(c.gguf, { maxTokens: 7 });
-      const a = greedy(whole, r.prompt, 16), b = greedy(chunks, r.prompt, 16);
-      // token by token: each prompt token its own forward
-      let lg: Float32Array = new Float32Array(0);
-      for (let i = 0; i < r.prompt.length; i++) lg = whole.evalSequence([r.prompt[i]], i);
-      const d = maxAbsDiff(lg, whole.evalSequence(r.prompt, 0));
-      const seq: number[] = [];
-      for (let s = 0, pos = r.prompt.length; s < 16; s++) {
-        const t = argmax(lg);
-        seq.push(t);
-        lg = whole.evalSequence([t], pos++);
-      }
-      console.log(`${F.row}: whole against token by token, last logits ${d.toExponential(2)} apart`);
-      expect(b).toEqual(a);
-      expect(seq).toEqual(a);
-      expect(d).toBeLessThan(1e-3);
-    });
+    // The delta rule takes a sequence's run of 8 or more tokens in a batch in its chunked form (chunks of 64),
+    // shorter runs a token at a time: the forms add in different orders. On the exact path the logits of a prompt
+    // whole, in batches of 24, of 7 and token by token are within 2e-4 of each other (the whole prompt's the
+    // closer to transformers'); on the ggml paths the f16 activations round those differences up to 5.6e-3 (the
+    // family's bounds from transformers' are 4e-2 and 0.1, from llama.cpp's 1e-2).
+    for (const exact of [false, true]) {
+      const tol = exact ? 5e-4 : 1e-2;
+      test(`${F.row}${exact ? ", exact path" : ""}: a prompt whole (the chunked rule), in batches of 24 (chunks cut elsewhere), of 7 (a token at a time) and token by token: the same greedy text, the last logits within ${tol}`, async () => {
+        const refs = await familyRefs(c);
+        for (const r of [refs[2], refs[3]]) { // 40 and 120 ids
+          const whole = load(c.gguf, { exact }), by24 = load(c.gguf, { exact, maxTokens: 24 }), by7 = load(c.gguf, { exact, maxTokens: 7 });
+          const a = greedy(whole, r.prompt, 16);
+          expect(greedy(by24, r.prompt, 16)).toEqual(a);
+          expect(greedy(by7, r.prompt, 16)).toEqual(a);
+          const last = whole.evalSequence(r.prompt, 0);
+          // token by token: each prompt token its own forward
+          let lg: Float32Array = new Float32Array(0);
+          for (let i = 0; i < r.prompt.length; i++) lg = whole.evalSequence([r.prompt[i]], i);
+          const d = [maxAbsDiff(by24.evalSequence(r.prompt, 0), last), maxAbsDiff(by7.evalSequence(r.prompt, 0), last), maxAbsDiff(lg, last)];
+          const seq: number[] = [];
+          for (let s = 0, pos = r.prompt.length; s < 16; s++) {
+            const t = argmax(lg);
+            seq.push(t);
+            lg = whole.evalSequence([t], pos++);
+          }
+          console.log(`${F.row}${exact ? " exact" : ""} prompt ${r.prompt.length}: whole against batches of 24, of 7, token by token: last logits ${d.map((x) => x.toExponential(2)).join(", ")} apart`);
+          expect(seq).toEqual(a);
+          for (const x of d) expect(x).toBeLessThan(tol);
+        }
+      });
+    }
 
     test(`${F.row}: two sequences in one batch each as alone (slot states apart), a slot reused from position 0 as fresh`, async () => {
       const refs = await familyRefs(c);

@@ -1,13 +1,15 @@
 /* bloomery CPU library: the DELTANET op (bloomery.h's bl_deltanet_params: Qwen3-Next's and Qwen3.5's gated
  * delta-net linear attention) with a NORM fused in: the in-projections (qkv, z, beta / alpha), the causal
  * conv1d over each sequence's conv state, the q / k L2 norms, the gated delta rule over each sequence's
- * recurrent state, a token at a time in the batch's order (the recurrent form, for prompts as for decode:
- * tokens of one sequence come in position order), the gated RMSNorm and the out projection, residual added.
- * The conv runs over channel ranges and the rule over v heads on the pool's workers (the path's float
- * kernels for the state's rows); a head's tokens are taken in batch order by one worker, so results never
- * depend on the batch split or the threads. */
+ * recurrent state (delta_rule.c: a sequence's run of BL_DR_CHUNK_MIN or more tokens in the batch, a prompt,
+ * in the chunked form; shorter runs, decode, a token at a time; tokens of one sequence come in position
+ * order), the gated RMSNorm and the out projection, residual added. The conv runs over channel ranges and
+ * the rule over v heads on the pool's workers; a head's tokens of one sequence are taken by one worker, so
+ * results never depend on the threads, nor on the other sequences in the batch (only on how a sequence's
+ * tokens are split into batches, which moves the chunks' edges). */
 #include "ctx.h"
 #include "common.h"
+#include "delta_rule.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,10 @@ typedef struct {
   const float *convw, *dt, *a, *normw;
   float eps;
   int64_t layer_off; /* floats into a slot's state where this layer's starts */
+  const int32_t *grp_rows, *grp_off; /* the batch's tokens by sequence (batch order within one): group i's are rows [off[i], off[i+1]) */
+  int64_t n_grp;
+  float *work;      /* a worker's work space: work + ith * work_per */
+  size_t work_per;
   bl_counter c_conv, c_l2, c_head;
 } dn_job;
 
@@ -57,37 +63,41 @@ static void l2norm(float *x, int64_t n, float eps, float scale) {
   for (int64_t i = 0; i < n; i++) x[i] *= r;
 }
 
-/* The delta rule of v head h over every token in batch order, then its gated output norm. */
-static void head_rule(const dn_job *j, int64_t h) {
+/* The delta rule of v head h over each sequence's tokens in the batch, then its gated output norm. */
+static void head_rule(const dn_job *j, int64_t h, float *w) {
   const int64_t hk = j->hk, hv = j->hv, nv = j->nv, nk = j->nk, r = nv / nk;
   const int64_t kh = j->grouped ? h / r : h % nk;
   const int64_t conv_floats = (j->K - 1) * j->C;
+  float *g = w, *beta = g + j->n_tok, *cw = w + ((2 * j->n_tok + 15) & ~(int64_t)15);
+  for (int64_t gi = 0; gi < j->n_grp; gi++) {
+    const int32_t *rows = j->grp_rows + j->grp_off[gi];
+    const int64_t n = j->grp_off[gi + 1] - j->grp_off[gi];
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t t = rows[i];
+      float b, al;
+      if (j->ba) {
+        const float *row = j->ba + t * 2 * nv + (h / r) * 2 * r;
+        b = row[h % r];
+        al = row[r + h % r];
+      } else {
+        b = j->beta[t * nv + h];
+        al = j->alpha[t * nv + h];
+      }
+      beta[i] = 1.0f / (1.0f + expf(-b));
+      g[i] = j->a[h] * softplus(al + j->dt[h]);
+    }
+    const bl_dr_in in = {
+        .n = n, .hk = hk, .hv = hv, .rows = rows,
+        .q = j->qkv + kh * hk, .k = j->qkv + j->qk + kh * hk, .v = j->qkv + 2 * j->qk + h * hv, .qk_stride = j->C, .v_stride = j->C,
+        .g = g, .beta = beta, .o = j->o + h * hv, .o_stride = j->vd,
+    };
+    float *S = slot_state(j, j->seq[rows[0]]) + conv_floats + h * hv * hk;
+    if (n >= BL_DR_CHUNK_MIN) bl_delta_rule_chunked(j->c->kern, S, &in, cw);
+    else bl_delta_rule_recurrent(j->c->kern, S, &in);
+  }
+  /* o = rmsnorm(o) * norm * silu(z) */
   for (int64_t t = 0; t < j->n_tok; t++) {
-    float *S = slot_state(j, j->seq[t]) + conv_floats + h * hv * hk;
-    const float *x = j->qkv + t * j->C;
-    const float *q = x + kh * hk, *k = x + j->qk + kh * hk, *v = x + 2 * j->qk + h * hv;
-    float b, al;
-    if (j->ba) {
-      const float *row = j->ba + t * 2 * nv + (h / r) * 2 * r;
-      b = row[h % r];
-      al = row[r + h % r];
-    } else {
-      b = j->beta[t * nv + h];
-      al = j->alpha[t * nv + h];
-    }
-    const float beta = 1.0f / (1.0f + expf(-b));
-    const float decay = expf(j->a[h] * softplus(al + j->dt[h]));
     float *o = j->o + t * j->vd + h * hv;
-    /* a row of S at a time: decayed, its delta from v along k, then its product with q (the path's float kernels) */
-    const bl_kernels *kn = j->c->kern;
-    for (int64_t i = 0; i < hv; i++) {
-      float *row = S + i * hk;
-      kn->scale_f32(decay, row, hk);
-      const float d = beta * (v[i] - kn->dot_f32(row, k, hk));
-      kn->axpy_f32(d, k, row, hk);
-      o[i] = kn->dot_f32(row, q, hk);
-    }
-    /* o = rmsnorm(o) * norm * silu(z) */
     const float *z = j->z + t * j->vd + h * hv;
     double ss = 0;
     for (int64_t i = 0; i < hv; i++) ss += (double)o[i] * o[i];
@@ -111,7 +121,7 @@ static void dn_task(void *arg, int ith, int nth) {
     }
   }
   bl_pool_barrier_ith(j->c->pool, ith);
-  for (int64_t h; (h = bl_claim(&j->c_head, 1)) < j->nv;) head_rule(j, h);
+  for (int64_t h; (h = bl_claim(&j->c_head, 1)) < j->nv;) head_rule(j, h, j->work + (size_t)ith * j->work_per);
 }
 
 static int64_t vec_of(const bl_tensor *t, int64_t n, const char *what) {
@@ -201,17 +211,24 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
     if (j.seq[t] < 0 || j.seq[t] >= c->p.kv_slots) return bl_fail(BL_E_INVAL, "delta-net: sequence %d outside %lld slots", j.seq[t], (long long)c->p.kv_slots);
   const int ba = bl_op_t(op, BL_DN_BA)->data != 0;
   const int qkvz = bl_op_t(op, BL_DN_QKVZ)->data != 0;
-  /* the work buffers: qkv, z, beta + alpha (or ba), o, y (with qkvz: its rows, as wide as qkv and z); then the vectors */
+  /* the work buffers: each worker's (the rule's g and beta, its chunks' space), qkv, z, beta + alpha (or ba), o,
+   * y (with qkvz: its rows, as wide as qkv and z); then the vectors; then the groups (int32) */
   const int64_t yw = qkvz && j.C + j.vd > E ? j.C + j.vd : E;
-  const size_t need = (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(j.K * j.C + 2 * j.nv + j.hv);
+  const int nth = bl_pool_size(c->pool);
+  j.work_per = (size_t)((2 * n + 15) & ~(int64_t)15) + bl_delta_rule_work(j.hk, j.hv);
+  const size_t groups = (size_t)(2 * n + 1 + c->p.kv_slots);
+  const size_t need = (size_t)nth * j.work_per + (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(j.K * j.C + 2 * j.nv + j.hv) + groups;
   if (need > c->dn_cap) {
     free(c->dn);
     c->dn_cap = 0;
-    c->dn = malloc(need * sizeof(float));
-    if (!c->dn) return bl_fail(BL_E_NOMEM, "delta-net: cannot allocate %zu MiB of work space", need * 4 >> 20);
+    if (posix_memalign((void **)&c->dn, 64, need * sizeof(float)) != 0) {
+      c->dn = NULL;
+      return bl_fail(BL_E_NOMEM, "delta-net: cannot allocate %zu MiB of work space", need * 4 >> 20);
+    }
     c->dn_cap = need;
   }
   float *p = c->dn;
+  j.work = p, p += (size_t)nth * j.work_per;
   j.qkv = p, p += n * j.C;
   j.z = p, p += n * j.vd;
   float *bb = p;
@@ -220,6 +237,20 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   float *y = p;
   p += n * yw;
   float *convw = p, *dt = convw + j.K * j.C, *a = dt + j.nv, *nw = a + j.nv;
+  /* the groups: a sequence's tokens in batch order, sequences in the order they first come */
+  int32_t *gof = (int32_t *)(void *)(nw + j.hv), *grows = gof + n + 1, *gslot = grows + n;
+  for (int64_t s2 = 0; s2 < c->p.kv_slots; s2++) gslot[s2] = -1;
+  j.n_grp = 0;
+  for (int64_t t = 0; t < n; t++)
+    if (gslot[j.seq[t]] < 0) gslot[j.seq[t]] = (int32_t)j.n_grp++;
+  for (int64_t i = 0; i <= j.n_grp; i++) gof[i] = 0;
+  for (int64_t t = 0; t < n; t++) gof[gslot[j.seq[t]] + 1]++;
+  for (int64_t i = 0; i < j.n_grp; i++) gof[i + 1] += gof[i];
+  for (int64_t t = 0; t < n; t++) grows[gof[gslot[j.seq[t]]]++] = (int32_t)t;
+  for (int64_t i = j.n_grp; i > 0; i--) gof[i] = gof[i - 1];
+  gof[0] = 0;
+  j.grp_off = gof;
+  j.grp_rows = grows;
   if ((s = floats_of(bl_op_t(op, BL_DN_CONV), convw, j.K * j.C)) || (s = floats_of(bl_op_t(op, BL_DN_DT), dt, j.nv)) ||
       (s = floats_of(bl_op_t(op, BL_DN_A), a, j.nv)) || (s = floats_of(bl_op_t(op, BL_DN_NORM), nw, j.hv)))
     return s;

@@ -62,6 +62,10 @@ typedef struct bl_kernels {
   void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
   /* y[i] *= a */
   void (*scale_f32)(float a, float *y, int64_t n);
+  /* C[m][n] = cs * C[m][n] + the sum over k of A[m * sam + k * sak] * B[k * ldb + n], for m < M, n < N, k < K,
+   * the products added in k order; cs == 0: C is written, never read (the delta rule's chunks, delta_rule.c) */
+  void (*gemm_f32)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                   float cs, float *C, int64_t ldc);
   /* Attention over a sub-tile of up to 64 positions of one KV head. attn_prep converts positions
    * [0, nb) of k and v (the first position's f16 rows, kd halves apart) into work
    * (bl_attn_work(hd) floats); attn_heads then takes the first nb' <= nb of them for the G query
@@ -122,6 +126,8 @@ void bl_to_f16_ref(const float *x, uint16_t *h, int64_t n);
 void bl_round_f16_ref(float *x, int64_t n);
 void bl_swiglu_ref(float *g, const float *u, int64_t n);
 double bl_exp_sum_ref(float *x, float m, int64_t n);
+void bl_gemm_f32_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                     float cs, float *C, int64_t ldc);
 /* The scalar tile: every (row, activation) pair through the type's reference vec_dot. */
 void bl_tile_ref(int32_t type, int64_t n, const uint8_t *w, int64_t ws, int nw, const uint8_t *const *a, int na,
                  float *const *y);

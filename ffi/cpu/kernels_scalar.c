@@ -105,6 +105,18 @@ REF_ACT(BL_Q8_1, q8_1)
 REF_ACT(BL_Q8_K, q8_K)
 #undef REF_ACT
 
+void bl_gemm_f32_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                     float cs, float *C, int64_t ldc) {
+  for (int64_t m = 0; m < M; m++) {
+    float *c = C + m * ldc;
+    for (int64_t n = 0; n < N; n++) c[n] = cs == 0.0f ? 0.0f : cs * c[n];
+    for (int64_t k = 0; k < K; k++) {
+      const float a = A[m * sam + k * sak], *b = B + k * ldb;
+      for (int64_t n = 0; n < N; n++) c[n] += a * b[n];
+    }
+  }
+}
+
 void bl_attn_sub_generic(const bl_kernels *k, const float *q0, int64_t qstride, int G, const uint16_t *kr,
                          const uint16_t *vr, int64_t kd, int nb, int hd, float scale, float *st, float *work) {
   float *s = work;
@@ -165,6 +177,7 @@ const bl_kernels bl_kernels_scalar = {
     .exp_sum = bl_exp_sum_ref,
     .axpy_f32 = axpy_f32_ref,
     .scale_f32 = scale_f32_ref,
+    .gemm_f32 = bl_gemm_f32_ref,
     .attn_prep = attn_prep_ref,
     .attn_heads = attn_heads_ref,
 };

@@ -251,6 +251,53 @@ static double exp_sum(float *x, float m, int64_t n) {
   return s;
 }
 
+/* ---- gemm_f32: blocks of mr rows by nv vectors of 8 columns held in registers (8 accumulators), the tail
+ * columns masked ---- */
+INLINE __m256i cols_mask(int64_t rest) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(rest < 8 ? (rest < 0 ? 0 : rest) : 8)), idx);
+}
+
+INLINE void gemm_blk(const int mr, const int nv, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B,
+                     int64_t ldb, float cs, float *C, int64_t ldc) {
+  const __m256 vcs = _mm256_set1_ps(cs);
+  for (int64_t n = 0; n < N; n += 8 * nv) {
+    __m256i mk[8];
+    __m256 c[4][8];
+    const int full = N - n >= 8 * nv;
+#pragma GCC unroll 8
+    for (int v = 0; v < nv; v++) mk[v] = cols_mask(N - n - 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++)
+        c[r][v] = cs == 0.0f ? _mm256_setzero_ps() : _mm256_mul_ps(vcs, _mm256_maskload_ps(C + r * ldc + n + 8 * v, mk[v]));
+    const float *b = B + n, *a = A;
+    for (int64_t k = 0; k < K; k++, b += ldb, a += sak) {
+      __m256 bv[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) bv[v] = full ? _mm256_loadu_ps(b + 8 * v) : _mm256_maskload_ps(b + 8 * v, mk[v]);
+#pragma GCC unroll 4
+      for (int r = 0; r < mr; r++) {
+        const __m256 av = _mm256_broadcast_ss(a + r * sam);
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) c[r][v] = _mm256_fmadd_ps(av, bv[v], c[r][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) _mm256_maskstore_ps(C + r * ldc + n + 8 * v, mk[v], c[r][v]);
+  }
+}
+
+static void gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                     float cs, float *C, int64_t ldc) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) gemm_blk(4, 2, N, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+  for (; m < M; m++) gemm_blk(1, 8, N, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+}
+
 void bl_avx2_fill_f(bl_kernels *k) {
   k->act[BL_Q8_K] = act_q8_K;
   k->act[BL_Q8_0] = act_q8_0;
@@ -265,6 +312,7 @@ void bl_avx2_fill_f(bl_kernels *k) {
   k->exp_sum = exp_sum;
   k->axpy_f32 = axpy_f32;
   k->scale_f32 = scale_f32;
+  k->gemm_f32 = gemm_f32;
 }
 
 void bl_kernels_init_avx2(bl_kernels *k) {

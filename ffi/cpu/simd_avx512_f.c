@@ -219,6 +219,49 @@ static double exp_sum(float *x, float m, int64_t n) {
   return s;
 }
 
+/* ---- gemm_f32: blocks of mr rows by nv vectors of 16 columns held in registers (16 accumulators), the tail
+ * columns masked ---- */
+INLINE __mmask16 cols_mask(int64_t rest) { return rest >= 16 ? (__mmask16)0xffff : rest <= 0 ? 0 : (__mmask16)((1u << rest) - 1); }
+
+INLINE void gemm_blk(const int mr, const int nv, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B,
+                     int64_t ldb, float cs, float *C, int64_t ldc) {
+  const __m512 vcs = _mm512_set1_ps(cs);
+  for (int64_t n = 0; n < N; n += 16 * nv) {
+    __mmask16 mk[8];
+    __m512 c[8][8];
+#pragma GCC unroll 8
+    for (int v = 0; v < nv; v++) mk[v] = cols_mask(N - n - 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++)
+        c[r][v] = cs == 0.0f ? _mm512_setzero_ps() : _mm512_mul_ps(vcs, _mm512_maskz_loadu_ps(mk[v], C + r * ldc + n + 16 * v));
+    const float *b = B + n, *a = A;
+    for (int64_t k = 0; k < K; k++, b += ldb, a += sak) {
+      __m512 bv[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(mk[v], b + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) {
+        const __m512 av = _mm512_set1_ps(a[r * sam]);
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) c[r][v] = _mm512_fmadd_ps(av, bv[v], c[r][v]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(C + r * ldc + n + 16 * v, mk[v], c[r][v]);
+  }
+}
+
+static void gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                     float cs, float *C, int64_t ldc) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) gemm_blk(4, 4, N, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+  for (; m < M; m++) gemm_blk(1, 8, N, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+}
+
 void bl_avx512_fill_f(bl_kernels *k) {
   k->act[BL_Q8_K] = act_q8_K;
   k->act[BL_Q8_0] = act_q8_0;
@@ -233,6 +276,7 @@ void bl_avx512_fill_f(bl_kernels *k) {
   k->exp_sum = exp_sum;
   k->axpy_f32 = axpy_f32;
   k->scale_f32 = scale_f32;
+  k->gemm_f32 = gemm_f32;
 }
 
 void bl_kernels_init_avx512(bl_kernels *k) {

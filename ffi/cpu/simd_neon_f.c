@@ -209,6 +209,50 @@ static double exp_sum(float *x, float m, int64_t n) {
   return s;
 }
 
+/* ---- gemm_f32: blocks of mr rows by nv vectors of 4 columns held in registers (4 x 4 or 1 x 8 accumulators);
+ * the columns past the last whole vector by the reference's sums ---- */
+INLINE void gemm_blk(const int mr, const int nv, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B,
+                     int64_t ldb, float cs, float *C, int64_t ldc) {
+  for (int64_t n = 0; n + 4 * nv <= N; n += 4 * nv) {
+    float32x4_t c[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) c[r][v] = cs == 0.0f ? vdupq_n_f32(0.0f) : vmulq_n_f32(vld1q_f32(C + r * ldc + n + 4 * v), cs);
+    const float *b = B + n, *a = A;
+    for (int64_t k = 0; k < K; k++, b += ldb, a += sak) {
+      float32x4_t bv[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) bv[v] = vld1q_f32(b + 4 * v);
+#pragma GCC unroll 4
+      for (int r = 0; r < mr; r++) {
+        const float av = a[r * sam];
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) c[r][v] = vfmaq_n_f32(c[r][v], bv[v], av);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++) vst1q_f32(C + r * ldc + n + 4 * v, c[r][v]);
+  }
+}
+
+static void gemm_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                     float cs, float *C, int64_t ldc) {
+  const int64_t n16 = N / 16 * 16, n32 = N / 32 * 32, n4 = N / 4 * 4;
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) { /* four rows: 16 columns at a time, then 4 */
+    gemm_blk(4, 4, n16, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+    gemm_blk(4, 1, n4 - n16, K, A + m * sam, sam, sak, B + n16, ldb, cs, C + m * ldc + n16, ldc);
+  }
+  for (; m < M; m++) { /* a row: 32 columns at a time, then 4 */
+    gemm_blk(1, 8, n32, K, A + m * sam, sam, sak, B, ldb, cs, C + m * ldc, ldc);
+    gemm_blk(1, 1, n4 - n32, K, A + m * sam, sam, sak, B + n32, ldb, cs, C + m * ldc + n32, ldc);
+  }
+  if (n4 < N) bl_gemm_f32_ref(M, N - n4, K, A, sam, sak, B + n4, ldb, cs, C + n4, ldc);
+}
+
 void bl_neon_fill_f(bl_kernels *k) {
   k->act[BL_Q8_K] = act_q8_K;
   k->act[BL_Q8_0] = act_q8_0;
@@ -223,6 +267,7 @@ void bl_neon_fill_f(bl_kernels *k) {
   k->exp_sum = exp_sum;
   k->axpy_f32 = axpy_f32;
   k->scale_f32 = scale_f32;
+  k->gemm_f32 = gemm_f32;
 }
 
 void bl_kernels_init_neon(bl_kernels *k, bl_path p) {

@@ -65,6 +65,8 @@ export interface PlanEvent {
     where: "card" | "host";
     weights_bytes: number;
     kv_bytes: number | null;
+    /** a recurrent model's slot states, with the checkpoints kept of them on the host (0 for other models) */
+    recurrent_bytes: number | null;
     work_bytes: number | null;
     total_bytes: number | null;
     available_bytes: number;
@@ -146,7 +148,8 @@ function fittingAlternative(inp: PlanInput, ep: EnginePlan): string | undefined 
 }
 
 function describeNeed(n: MemoryNeed, s: ContextSettings): string {
-  return `weights ${gib(n.weights)} + KV cache ${gib(n.kv)} + buffers ${gib(n.work)} (${s.nSlots} slot(s) of ${s.nCtxSlot} positions)`;
+  const state = n.state > 0 ? ` + recurrent state ${gib(n.state)}` : "";
+  return `weights ${gib(n.weights)} + KV cache ${gib(n.kv)}${state} + buffers ${gib(n.work)} (${s.nSlots} slot(s) of ${s.nCtxSlot} positions)`;
 }
 
 function modelPart(inp: PlanInput, g: Geometry | undefined): PlanEvent["model"] {
@@ -218,7 +221,7 @@ export function planStart(inp: PlanInput): StartPlan {
       backend: { kind: choice.kind, device: card ? card.index : null, device_name: card?.name ?? "CPU", reason: choice.note },
       context: { ...knownSlots(o), fitted: false, n_ubatch: Math.min(o.ubatchSize, o.batchSize), n_threads: o.threads > 0 ? o.threads : machine.cpu.cores },
       memory: {
-        where: card ? "card" : "host", weights_bytes: inp.hfPlan?.bytesTotal ?? 0, kv_bytes: null, work_bytes: null, total_bytes: null,
+        where: card ? "card" : "host", weights_bytes: inp.hfPlan?.bytesTotal ?? 0, kv_bytes: null, recurrent_bytes: null, work_bytes: null, total_bytes: null,
         available_bytes: card ? card.free_bytes : machine.ram.usable_bytes, margin_bytes: card ? CARD_MARGIN : HOST_MARGIN, fits: null, exact: false,
       },
     };
@@ -349,7 +352,7 @@ export function planStart(inp: PlanInput): StartPlan {
     backend: { kind: choice.kind, device, device_name: deviceName, reason },
     context: { n_ctx: ep.engine.nCtx * ep.engine.nSlots, n_slots: ep.engine.nSlots, n_ctx_slot: ep.engine.nCtx, fitted, n_ubatch: ep.engine.ubatchSize, n_threads: ep.engine.nThreads },
     memory: {
-      where, weights_bytes: n.weights, kv_bytes: n.kv, work_bytes: n.work, total_bytes: n.total, available_bytes: available,
+      where, weights_bytes: n.weights, kv_bytes: n.kv, recurrent_bytes: n.state, work_bytes: n.work, total_bytes: n.total, available_bytes: available,
       margin_bytes: where === "card" ? CARD_MARGIN : HOST_MARGIN, fits: refusal === undefined, exact: n.exact,
     },
   };
@@ -367,7 +370,7 @@ export function planText(p: PlanEvent): string {
     c.n_ctx === null ? "context: decided after the download" : `context: ${c.n_ctx} tokens, ${c.n_slots} slot(s) of ${c.n_ctx_slot}${c.fitted ? " (fitted)" : ""}`,
     mem.total_bytes === null
       ? `memory:  weights ${gib(mem.weights_bytes)}; the rest is known after the download`
-      : `memory:  ${gib(mem.total_bytes)} (weights ${gib(mem.weights_bytes)}, KV ${gib(mem.kv_bytes ?? 0)}, buffers ${gib(mem.work_bytes ?? 0)}) of ${gib(mem.available_bytes)} ${mem.where === "card" ? "free on the card" : "usable RAM"}: ${mem.fits ? "fits" : "does not fit"}`,
+      : `memory:  ${gib(mem.total_bytes)} (weights ${gib(mem.weights_bytes)}, KV ${gib(mem.kv_bytes ?? 0)}${mem.recurrent_bytes ? `, recurrent state ${gib(mem.recurrent_bytes)}` : ""}, buffers ${gib(mem.work_bytes ?? 0)}) of ${gib(mem.available_bytes)} ${mem.where === "card" ? "free on the card" : "usable RAM"}: ${mem.fits ? "fits" : "does not fit"}`,
     ...p.notes.map((n) => `note:    ${n}`),
     `start:   ${p.command}`,
   ];

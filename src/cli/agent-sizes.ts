@@ -1,6 +1,6 @@
 // bloomery CLI: how much memory a model needs where it runs: its geometry (hyper-parameters and
 // weight bytes, read from a GGUF or computed for a known model before any download), the KV cache
-// and work buffers for a context, whether that fits a card or the host, and the largest context
+// and work buffers for a context (and a recurrent model's state a slot), whether that fits a card or the host, and the largest context
 // that does. On a card with the file at hand the sizes are the CUDA library's own
 // (cudaPlanBytes); otherwise the work buffers are estimated the way cuda/runtime/ctx.cu and
 // ffi/cpu/forward.c lay them out. On a card, routed experts the plan keeps in host memory
@@ -14,6 +14,7 @@ import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram, markHostExperts } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
 import { cpuContextBytes, PlanError } from "../engine/plan.ts";
+import { recurrentSlotBytes, rsStateBytes } from "../engine/recurrent-state.ts";
 import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, sharedLayout, type SharedFit, type SlotFit } from "../engine/slot-fit.ts";
 import type { CardShare, CardSplit } from "./agent-card-share.ts";
 import { expertBytes, knownShape, tokenEmbdBytes, shapeHParams, type KnownModel, type KnownQuant } from "./known-models.ts";
@@ -91,6 +92,11 @@ export interface MemoryNeed {
   weights: number;
   /** the f16 K and V caches of every slot */
   kv: number;
+  /**
+   * a recurrent model's state of every slot (the Qwen hybrids' conv inputs and delta-rule states): on the host with
+   * the checkpoints each slot keeps of it (recurrentSlotBytes), on a card the live state alone; 0 for other models
+   */
+  state: number;
   /** activations, routing and attention scratch */
   work: number;
   total: number;
@@ -131,8 +137,9 @@ export function cpuWorkBytes(hp: HParams, s: ContextSettings): number {
 /** What the model needs in host memory when it runs on the CPU. */
 export function hostNeed(g: Geometry, s: ContextSettings): MemoryNeed {
   const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot);
+  const state = s.nSlots * recurrentSlotBytes(g.hp);
   const work = cpuWorkBytes(g.hp, s);
-  return { weights: g.weightBytes, kv, work, total: g.weightBytes + kv + work, exact: false };
+  return { weights: g.weightBytes, kv, state, work, total: g.weightBytes + kv + state + work, exact: false };
 }
 
 /**
@@ -142,9 +149,11 @@ export function hostNeed(g: Geometry, s: ContextSettings): MemoryNeed {
  */
 export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean, share?: CardShare): MemoryNeed {
   const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot);
+  // the live states would be in the card's context (the card refuses the delta-net layer today); their checkpoints in host RAM
+  const state = s.nSlots * rsStateBytes(g.hp);
   const work = cudaWorkBytes(g.hp, s.maxTokens) + (share ? 2 * share.stageBytes : 0);
   const weights = share ? share.cardWeightBytes : g.cardWeightBytes;
-  const estimate: MemoryNeed = { weights, kv, work, total: weights + kv + work, exact: false };
+  const estimate: MemoryNeed = { weights, kv, state, work, total: weights + kv + state + work, exact: false };
   if (exact && g.gguf) {
     const w = new MappedWeights(g.gguf, false);
     try {
@@ -153,7 +162,7 @@ export function cardNeed(g: Geometry, s: ContextSettings, exact: boolean, share?
       const prog = encodeProgram(specs, (n) => w.tensor(n), g.hp.nEmbd, g.hp.nVocab);
       if (share) markHostExperts(prog, (n) => share.host.has(n));
       const got = cudaPlanBytes(g.hp, prog, { nSlots: s.nSlots, nCtxSlot: s.nCtxSlot, maxTokens: s.maxTokens });
-      return { weights: got.weights, kv, work: got.context - kv, total: got.weights + got.context, exact: true };
+      return { weights: got.weights, kv, state: 0, work: got.context - kv, total: got.weights + got.context, exact: true };
     } catch (e) {
       if (!(e instanceof NativeError)) throw e;
       return { ...estimate, refused: e.message };
@@ -265,9 +274,10 @@ export function autoSlotFit(g: Geometry, where: "card" | "host", ask: number | S
   const one = where === "card" ? cardNeed(g, s, o.exact, split.share) : hostNeed(g, { ...s, nCtxSlot: shared ? ask.nCtxTotal : least });
   // under a --host-budget the plan at load (src/engine/plan.ts) is the judge, with its own estimate
   // of the buffers: the larger one, so the load does not refuse a count chosen here
-  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - kvBytes(g.hp, 1, least)) : one.work;
+  const slotState = where === "host" ? recurrentSlotBytes(g.hp) : rsStateBytes(g.hp);
+  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - kvBytes(g.hp, 1, least) - slotState) : one.work;
   const base = {
-    kvBytesPerToken: kvBytesPerToken(g.hp), weightBytes: one.weights, workBytes: work,
+    kvBytesPerToken: kvBytesPerToken(g.hp), stateBytesPerSlot: slotState, weightBytes: one.weights, workBytes: work,
     cacheBytes: where === "host" ? Math.max(0, room.cacheBytes ?? 0) : 0,
     availableBytes: room.available, marginBytes: room.margin ?? (where === "card" ? CARD_MARGIN : HOST_MARGIN),
     where: room.where ?? (where === "card" ? "the card" : "host RAM"), availableText: room.availableText ?? (where === "card" ? "free" : "usable"),

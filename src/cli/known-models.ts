@@ -4,6 +4,7 @@
 // exact, metadata within a few MB of the published file; test/agent-models.test.ts checks every
 // number against synthWriter(...).writer.fileBytes().
 import { GgmlType, TYPE_INFO } from "../gguf/index.ts";
+import { deltanetStateFloats } from "../models/ops.ts";
 import type { HParams } from "../models/types.ts";
 import { MIXES, SHAPES, type Shape } from "./synth-shapes.ts";
 
@@ -180,6 +181,7 @@ export function closeKnownNames(text: string, max = 3): string[] {
 
 /** The hyper-parameters of a known shape (what the model family reads from the GGUF). */
 export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
+  const h = shape.hybrid;
   return {
     arch: shape.arch,
     nVocab: shape.nVocab,
@@ -193,8 +195,12 @@ export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
     nExpert: shape.nExpert,
     nExpertUsed: shape.nExpertUsed,
     eps: Math.fround(shape.eps), // the GGUF stores it as f32
-    // the Qwen hybrids keep a KV cache in their full-attention layers only (every interval-th)
-    kvLayers: shape.hybrid ? Math.floor(shape.nLayer / shape.hybrid.interval) : shape.nLayer,
+    // the Qwen hybrids keep a KV cache in their full-attention layers only (every interval-th), a recurrent state in the others
+    kvLayers: h ? Math.floor(shape.nLayer / h.interval) : shape.nLayer,
+    ...(h ? {
+      rsLayers: shape.nLayer - Math.floor(shape.nLayer / h.interval),
+      rsDim: deltanetStateFloats({ nKHeads: h.nKHeads, nVHeads: h.nVHeads, headK: h.headK, headV: h.headK, convKernel: h.conv }),
+    } : {}),
   };
 }
 

@@ -4,6 +4,7 @@
 // available RAM, or budgets that plan as if the machine were smaller. One line states the plan;
 // a plan that cannot run is refused before anything is loaded, naming every term of its sum.
 import { kvBytesPerPos, type HParams } from "../models/types.ts";
+import { recurrentSlotBytes } from "./recurrent-state.ts";
 
 export type Tier = "card" | "host" | "disk";
 export type GpuLayersSetting = number | "auto" | "all";
@@ -90,9 +91,12 @@ function layerOf(name: string): number | null {
   return m ? Number(m[1]) : null;
 }
 
-/** The host bytes of the CPU backend's context: the f16 KV cache and the recurrent state of every slot, its workspace (an estimate). */
+/**
+ * The host bytes of the CPU backend's context: the f16 KV cache of every slot and its recurrent state with the
+ * checkpoints the scheduler keeps of it (recurrentSlotBytes), its workspace (an estimate).
+ */
 export function cpuContextBytes(hp: HParams, c: PlanContext): number {
-  const kv = c.nSlots * (c.nCtxSlot * kvBytesPerPos(hp) + (hp.rsLayers ?? 0) * (hp.rsDim ?? 0) * 4); // K and V, f16; the state f32
+  const kv = c.nSlots * (c.nCtxSlot * kvBytesPerPos(hp) + recurrentSlotBytes(hp)); // K and V, f16; the states f32
   const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
   return kv + c.maxTokens * perTok + 64 * MiB;
 }

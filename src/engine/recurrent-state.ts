@@ -4,6 +4,7 @@
 // them (a saved state restores only at a prefix where it kept a recurrent state); and speculative decoding's
 // rollback: a snapshot of a slot's state in the backend's memory before a pass that verifies a draft, put
 // back when the target rejects part of the draft (the accepted tokens are then taken again from it).
+import type { HParams } from "../models/types.ts";
 import type { Backend, SavedKv } from "./backend.ts";
 
 /** A recurrent state after the first n tokens of a slot (or of a prompt cache entry). */
@@ -23,7 +24,21 @@ export interface RecurrentSlot {
 }
 
 /** The checkpoints a slot keeps besides its live state (the newest: a state is rs_bytes, 63 MiB a slot for Qwen3.6-35B-A3B). */
-const MAX_CHECKPOINTS = 1;
+export const MAX_CHECKPOINTS = 1;
+
+/** Bytes of one slot's recurrent state (bl_cpu_rs_bytes: every linear-attention layer's conv inputs and delta-rule state, f32); 0: none. */
+export function rsStateBytes(hp: HParams): number {
+  return (hp.rsLayers ?? 0) * (hp.rsDim ?? 0) * 4;
+}
+
+/**
+ * Host bytes a slot's recurrent state takes: the live state in the context and the checkpoints the slot keeps
+ * of it (MAX_CHECKPOINTS, the prefixes the prompt cache can restore it at). The prompt cache's own saved states
+ * count in its budget (--cache-ram), as its KV does.
+ */
+export function recurrentSlotBytes(hp: HParams): number {
+  return rsStateBytes(hp) * (1 + MAX_CHECKPOINTS);
+}
 
 export class RecurrentStates {
   /** bytes: a slot's state (Backend.rsBytes, > 0) */

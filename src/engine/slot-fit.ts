@@ -1,5 +1,6 @@
 // bloomery engine: -np auto's slot count. With a per-slot context (--slot-ctx, -c N): the most slots
-// (up to 8) whose f16 KV cache fits beside the model's resident weights and work buffers in the
+// (up to 8) whose f16 KV cache (and a recurrent model's state a slot, with the checkpoints kept of it)
+// fits beside the model's resident weights and work buffers in the
 // memory the engine will use (a card's free memory, or the host's usable RAM; there also the host
 // prompt cache's --cache-ram), less the margin kept free. With the context left to the model (-c 0):
 // the training context (or what fits, whichever is smaller), in slots that each hold a coding
@@ -46,6 +47,12 @@ export function kvBytesPerToken(s: KvShape): number {
 export interface SlotRoomInput {
   /** kvBytesPerToken of the model */
   kvBytesPerToken: number;
+  /**
+   * bytes a slot holds beside its KV cache that do not grow with its context: a recurrent model's state (every
+   * linear-attention layer's conv inputs and delta-rule state) and the checkpoints the slot keeps of it for the
+   * prompt cache (recurrent-state.ts's recurrentSlotBytes); 0 or absent: none
+   */
+  stateBytesPerSlot?: number;
   /** the model's weights resident where it runs */
   weightBytes: number;
   /** the context's buffers other than the KV cache (they do not grow with the slot count) */
@@ -83,6 +90,8 @@ export interface SlotFit {
   kvSlotBytes: number;
   /** KV bytes of the chosen slots */
   kvBytes: number;
+  /** the chosen slots' recurrent states (stateBytesPerSlot each) */
+  stateBytes: number;
   /** what is left for the KV cache after the weights, buffers, prompt cache and margin (can be negative) */
   roomBytes: number;
   /** the prompt cache does not fit beside even one slot: it gets what is left */
@@ -123,7 +132,7 @@ function positiveInt(what: string, v: number): void {
 
 function checkRoom(i: SlotRoomInput): void {
   const bad = (what: string, v: number) => new SlotFitError(`slot fit: ${what} must be a non-negative finite number, got ${v}`);
-  for (const [what, v] of [["kvBytesPerToken", i.kvBytesPerToken], ["weightBytes", i.weightBytes], ["workBytes", i.workBytes],
+  for (const [what, v] of [["kvBytesPerToken", i.kvBytesPerToken], ["stateBytesPerSlot", i.stateBytesPerSlot ?? 0], ["weightBytes", i.weightBytes], ["workBytes", i.workBytes],
     ["cacheBytes", i.cacheBytes ?? 0], ["availableBytes", i.availableBytes], ["marginBytes", i.marginBytes]] as const)
     if (!Number.isFinite(v) || v < 0) throw bad(what, v);
   positiveInt("the most slots", i.maxSlots ?? MAX_AUTO_SLOTS);
@@ -142,18 +151,23 @@ function roomOf(i: SlotRoomInput): { max: number; cache: number; room: number; a
   };
 }
 
-/** "KV X of Y left on WHERE after ..., of Z": with the prompt cache squeezed, the room before it. */
-function roomText(i: SlotRoomInput, kv: number, room: number, cache: number, squeezed: boolean, r: ReturnType<typeof roomOf>): string {
+/**
+ * "KV X of Y left on WHERE after ..., of Z" (a recurrent model's: "KV and recurrent states X (K + S) of Y ..."):
+ * with the prompt cache squeezed, the room before it.
+ */
+function roomText(i: SlotRoomInput, kv: number, states: number, room: number, cache: number, squeezed: boolean, r: ReturnType<typeof roomOf>): string {
   const left = squeezed ? room : room - cache;
-  return `KV ${gib(kv)} of ${gib(Math.max(0, left))} left on ${i.where} after ${r.terms(!squeezed)}, of ${r.avail}`;
+  const what = states > 0 ? `KV and recurrent states ${gib(kv + states)} (${gib(kv)} + ${gib(states)})` : `KV ${gib(kv)}`;
+  return `${what} of ${gib(Math.max(0, left))} left on ${i.where} after ${r.terms(!squeezed)}, of ${r.avail}`;
 }
 
 /** The refusal when one slot of `nCtxSlot` tokens does not fit even without the prompt cache. */
 function refusalOf(i: SlotRoomInput, nCtxSlot: number, kvSlot: number, avail: string, fix: string): string {
-  const total = i.weightBytes + i.workBytes + kvSlot + i.marginBytes;
+  const state = i.stateBytesPerSlot ?? 0;
+  const total = i.weightBytes + i.workBytes + kvSlot + state + i.marginBytes;
   return `-np auto: the model does not fit ${i.where} with even 1 slot of ${nCtxSlot} tokens: weights ${gib(i.weightBytes)} + KV cache ${gib(kvSlot)} ` +
-    `(${nCtxSlot} positions of ${i.kvBytesPerToken} bytes) + buffers ${gib(i.workBytes)} + ${gib(i.marginBytes)} kept free = ${gib(total)} ` +
-    `> ${avail}; ${fix}`;
+    `(${nCtxSlot} positions of ${i.kvBytesPerToken} bytes)${state > 0 ? ` + recurrent state ${gib(state)} (a slot's, with the checkpoints it keeps)` : ""} ` +
+    `+ buffers ${gib(i.workBytes)} + ${gib(i.marginBytes)} kept free = ${gib(total)} > ${avail}; ${fix}`;
 }
 
 const SQUEEZED = (cache: number) => `the prompt cache's ${gib(cache)} (--cache-ram) does not fit beside even 1 slot and gets what is left; lower --cache-ram`;
@@ -168,25 +182,25 @@ export function fitSlots(i: SlotFitInput): SlotFit {
   checkRoom(i);
   const r = roomOf(i);
   const { max, cache, room, avail } = r;
-  const kvSlot = i.kvBytesPerToken * i.nCtxSlot;
+  const kvSlot = i.kvBytesPerToken * i.nCtxSlot, state = i.stateBytesPerSlot ?? 0, slot = kvSlot + state;
   const kvRoom = room - cache;
-  const byMemory = kvSlot > 0 ? Math.floor(kvRoom / kvSlot) : max;
+  const byMemory = slot > 0 ? Math.floor(kvRoom / slot) : max;
   let nSlots = Math.max(0, Math.min(max, byMemory));
-  const cacheSqueezed = nSlots === 0 && cache > 0 && room >= kvSlot;
+  const cacheSqueezed = nSlots === 0 && cache > 0 && room >= slot;
   if (cacheSqueezed) nSlots = 1;
   if (nSlots === 0) {
     const line = `-np auto: the model does not fit ${i.where} with even 1 slot of ${i.nCtxSlot} tokens`;
     return {
-      nSlots: 0, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: 0, roomBytes: kvRoom, cacheSqueezed: false, line,
+      nSlots: 0, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: 0, stateBytes: 0, roomBytes: kvRoom, cacheSqueezed: false, line,
       refusal: refusalOf(i, i.nCtxSlot, kvSlot, avail, "give a smaller context (--slot-ctx or -c)"),
     };
   }
   const why = cacheSqueezed ? SQUEEZED(cache)
     : nSlots === max ? (i.maxSlotsText ?? `${max} is the most -np auto gives`)
-    : `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * kvSlot - kvRoom)} more`;
+    : `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * slot - kvRoom)} more`;
   return {
-    nSlots, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: kvRoom, cacheSqueezed,
-    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${i.nCtxSlot} tokens (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ${why})`,
+    nSlots, nCtxSlot: i.nCtxSlot, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, stateBytes: nSlots * state, roomBytes: kvRoom, cacheSqueezed,
+    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${i.nCtxSlot} tokens (${roomText(i, nSlots * kvSlot, nSlots * state, room, cache, cacheSqueezed, r)}; ${why})`,
   };
 }
 
@@ -246,31 +260,52 @@ export function fitSharedContext(i: SharedFitInput): SharedFit {
   checkRoom(i);
   const r = roomOf(i);
   const { max, cache, room, avail } = r;
-  const kvTok = i.kvBytesPerToken;
+  const kvTok = i.kvBytesPerToken, state = i.stateBytesPerSlot ?? 0;
   const tokensIn = (bytes: number) => (kvTok > 0 ? Math.floor(Math.max(0, bytes) / kvTok) : Number.MAX_SAFE_INTEGER);
   const cap = Math.min(i.nCtxTotal, i.capTokens ?? i.nCtxTotal);
   const kvRoom = room - cache;
-  let total = Math.min(cap, tokensIn(kvRoom));
-  let cacheSqueezed = false;
   // the prompt cache yields to one slot of the least a request needs (or the whole context, without --fit)
   const least = i.shrink ? i.minSlotCtx : cap;
-  if (total < least && cache > 0 && tokensIn(room) >= least) {
+  const fail = (nCtx: number, fix: string, shrunk: boolean): SharedFit => ({
+    nSlots: 0, nCtxSlot: nCtx, nCtxTotal: 0, shrunk, kvSlotBytes: nCtx * kvTok, kvBytes: 0, stateBytes: 0, roomBytes: kvRoom, cacheSqueezed: false,
+    line: `-np auto: the model does not fit ${i.where} with even 1 slot of ${nCtx} tokens`,
+    refusal: refusalOf(i, nCtx, nCtx * kvTok, avail, fix),
+  });
+  // the bytes a total of t tokens takes: their KV and the states of the slots it is laid out in (one, when they
+  // each hold all of it: how many such slots fit is counted below); it grows with t
+  const bytesAt = (t: number) => {
+    const l = sharedLayout(t, t, i.minSlotCtx, max);
+    return t * kvTok + (l.whole ? 1 : l.nSlots) * state;
+  };
+  /** the largest total in [lo, hi] whose bytes fit `bytes` (lo's do) */
+  const largestFitting = (lo: number, hi: number, bytes: number) => {
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (bytesAt(mid) <= bytes) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  // the largest total that fits (with no state: the room's positions); below the least, the prompt cache yields
+  // to one slot of the least
+  const lo = Math.min(least, cap);
+  let total = state === 0 ? Math.min(cap, tokensIn(kvRoom)) : bytesAt(lo) <= kvRoom ? largestFitting(lo, cap, kvRoom) : lo - 1;
+  let cacheSqueezed = false;
+  if (total < least && cache > 0 && least * kvTok + state <= room) {
     total = least;
     cacheSqueezed = true;
   }
   const shrunk = total < i.nCtxTotal;
-  const fail = (nCtx: number, fix: string): SharedFit => ({
-    nSlots: 0, nCtxSlot: nCtx, nCtxTotal: 0, shrunk, kvSlotBytes: nCtx * kvTok, kvBytes: 0, roomBytes: kvRoom, cacheSqueezed: false,
-    line: `-np auto: the model does not fit ${i.where} with even 1 slot of ${nCtx} tokens`,
-    refusal: refusalOf(i, nCtx, nCtx * kvTok, avail, fix),
-  });
   if (total < least)
-    return i.shrink ? fail(i.minSlotCtx, "give a smaller context (-c or --slot-ctx)") : fail(cap, "give a smaller context (-c), or leave -fit on");
+    return i.shrink ? fail(i.minSlotCtx, "give a smaller context (-c or --slot-ctx)", shrunk) : fail(cap, "give a smaller context (-c), or leave -fit on", shrunk);
   if (shrunk && !cacheSqueezed) {
     const aligned = Math.floor(total / SHARED_CTX_ALIGN) * SHARED_CTX_ALIGN;
     if (aligned >= i.minSlotCtx) total = aligned;
   }
-  const roomTokens = Math.min(tokensIn(kvRoom), i.capTokens ?? Number.MAX_SAFE_INTEGER);
+  // slots that each hold the whole total: as many as the room has for their KV and states (in positions of the total)
+  const perWhole = total * kvTok + state;
+  const wholeSlots = perWhole > 0 ? Math.floor(Math.max(0, kvRoom) / perWhole) : Number.MAX_SAFE_INTEGER;
+  const roomTokens = Math.min(state > 0 ? Math.min(wholeSlots * total, Number.MAX_SAFE_INTEGER) : tokensIn(kvRoom), i.capTokens ?? Number.MAX_SAFE_INTEGER);
   const lay = sharedLayout(total, roomTokens, i.minSlotCtx, max, shrunk && !cacheSqueezed);
   const { nSlots, nCtxSlot, whole } = lay;
   const kvSlot = nCtxSlot * kvTok;
@@ -279,16 +314,16 @@ export function fitSharedContext(i: SharedFitInput): SharedFit {
     : nSlots === max ? (i.maxSlotsText ?? `${max} is the most -np auto gives`)
     : whole && nSlots === AUTO_MIN_SLOTS ? `${AUTO_MIN_SLOTS} is the most -np auto gives a context this short`
     : whole && i.capTokens !== undefined && (nSlots + 1) * nCtxSlot > i.capTokens ? `${aNth(nSlots + 1)} would pass that cap`
-    : whole ? `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * kvSlot - kvRoom)} more`
+    : whole ? `${aNth(nSlots + 1)} would need ${gib((nSlots + 1) * (kvSlot + state) - kvRoom)} more`
     : `${aNth(nSlots + 1)} would leave a slot under ${lay.target} tokens`;
-  const capped = cap < i.nCtxTotal && cap <= tokensIn(kvRoom) && !cacheSqueezed;
+  const capped = cap < i.nCtxTotal && bytesAt(cap) <= kvRoom && !cacheSqueezed;
   const less = capped ? `the training context of ${i.nCtxTotal} is capped: ${capText}` : `the training context of ${i.nCtxTotal} does not fit`;
   const shareText = whole
     ? `${nSlots === 1 ? "holding" : "each holding"} ${shrunk ? `${nCtxSlot} (${less})` : "the whole training context"}`
     : !shrunk ? `share the training context of ${i.nCtxTotal}` : `share ${nSlots * nCtxSlot} (${less})`;
   return {
-    nSlots, nCtxSlot, nCtxTotal: nSlots * nCtxSlot, shrunk, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, roomBytes: kvRoom, cacheSqueezed,
-    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${nCtxSlot} tokens ${shareText} (${roomText(i, nSlots * kvSlot, room, cache, cacheSqueezed, r)}; ` +
+    nSlots, nCtxSlot, nCtxTotal: nSlots * nCtxSlot, shrunk, kvSlotBytes: kvSlot, kvBytes: nSlots * kvSlot, stateBytes: nSlots * state, roomBytes: kvRoom, cacheSqueezed,
+    line: `-np auto: ${nSlots} slot${nSlots === 1 ? "" : "s"} of ${nCtxSlot} tokens ${shareText} (${roomText(i, nSlots * kvSlot, nSlots * state, room, cache, cacheSqueezed, r)}; ` +
       `${whole ? "" : `each slot holds at least ${lay.target}; `}${why})`,
   };
 }
