@@ -20,7 +20,7 @@ typedef struct {
   int grouped;
   const int32_t *pos, *seq;
   float *qkv, *z, *beta, *alpha, *ba, *o;
-  const float *convw, *dt, *a, *normw;
+  const float *convt, *dt, *a, *normw; /* convt: the conv's weights tap-major, [K][C] */
   float eps;
   int64_t layer_off; /* floats into a slot's state where this layer's starts */
   const int32_t *grp_rows, *grp_off; /* the batch's tokens by sequence (batch order within one): group i's are rows [off[i], off[i+1]) */
@@ -35,25 +35,33 @@ static inline float *slot_state(const dn_job *j, int64_t slot) {
   return c->rs + (size_t)slot * (size_t)(c->p.rs_layers * c->p.rs_dim) + (size_t)j->layer_off;
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* The conv of channels [c0, c1) over every token in batch order, its SiLU in place of the input. */
-static void conv_channels(const dn_job *j, int64_t c0, int64_t c1) {
+/* The conv of channels [c0, c0 + w) (w <= 64) over every token in batch order, its SiLU in place of the input:
+ * the taps across the channels (the weights transposed, tap-major), each channel's products added in tap order. */
+static inline __attribute__((always_inline)) void conv_block(const dn_job *j, int64_t c0, const int64_t w) {
   const int64_t K = j->K, C = j->C;
+  float acc[64], ones[64];
+  for (int64_t e = 0; e < w; e++) ones[e] = 1.0f;
+  const float *wl = j->convt + (K - 1) * C + c0;
   for (int64_t t = 0; t < j->n_tok; t++) {
-    float *cs = slot_state(j, j->seq[t]); /* [K - 1][C]: the previous inputs, oldest first */
-    float *x = j->qkv + t * C;
-    for (int64_t ch = c0; ch < c1; ch++) {
-      const float *w = j->convw + ch * K;
-      const float in = x[ch];
-      float acc = in * w[K - 1];
-      for (int64_t i = 0; i < K - 1; i++) acc += cs[i * C + ch] * w[i];
-      for (int64_t i = 0; i + 1 < K - 1; i++) cs[i * C + ch] = cs[(i + 1) * C + ch];
-      if (K > 1) cs[(K - 2) * C + ch] = in;
-      x[ch] = silu(acc);
+    float *cs = slot_state(j, j->seq[t]) + c0; /* [K - 1][C]: the previous inputs, oldest first */
+    float *x = j->qkv + t * C + c0;
+    for (int64_t e = 0; e < w; e++) acc[e] = x[e] * wl[e];
+    for (int64_t i = 0; i < K - 1; i++) {
+      const float *si = cs + i * C, *wi = j->convt + i * C + c0;
+      for (int64_t e = 0; e < w; e++) acc[e] += si[e] * wi[e];
     }
+    for (int64_t i = 0; i + 1 < K - 1; i++) memcpy(cs + i * C, cs + (i + 1) * C, sizeof(float) * (size_t)w);
+    if (K > 1) memcpy(cs + (K - 2) * C, x, sizeof(float) * (size_t)w);
+    j->c->kern->swiglu(acc, ones, w); /* silu(acc) * 1 */
+    memcpy(x, acc, sizeof(float) * (size_t)w);
   }
+}
+
+static void conv_channels(const dn_job *j, int64_t c0, int64_t c1) {
+  if (c1 - c0 == 64) conv_block(j, c0, 64);
+  else conv_block(j, c0, c1 - c0);
 }
 
 static void l2norm(float *x, int64_t n, float eps, float scale) {
@@ -95,14 +103,15 @@ static void head_rule(const dn_job *j, int64_t h, float *w) {
     if (n >= BL_DR_CHUNK_MIN) bl_delta_rule_chunked(j->c->kern, S, &in, cw);
     else bl_delta_rule_recurrent(j->c->kern, S, &in);
   }
-  /* o = rmsnorm(o) * norm * silu(z) */
+  /* o = rmsnorm(o) * norm * silu(z) (the SiLU by the path's swiglu, into z: this head's alone) */
   for (int64_t t = 0; t < j->n_tok; t++) {
-    float *o = j->o + t * j->vd + h * hv;
-    const float *z = j->z + t * j->vd + h * hv;
+    float *o = j->o + t * j->vd + h * hv, *z = j->z + t * j->vd + h * hv;
     double ss = 0;
     for (int64_t i = 0; i < hv; i++) ss += (double)o[i] * o[i];
     const float sc = 1.0f / sqrtf((float)(ss / hv) + j->eps);
-    for (int64_t i = 0; i < hv; i++) o[i] = o[i] * sc * j->normw[i] * silu(z[i]);
+    for (int64_t i = 0; i < hv; i++) o[i] = o[i] * sc * j->normw[i];
+    j->c->kern->swiglu(z, o, hv);
+    memcpy(o, z, sizeof(float) * (size_t)hv);
   }
 }
 
@@ -212,12 +221,13 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   const int ba = bl_op_t(op, BL_DN_BA)->data != 0;
   const int qkvz = bl_op_t(op, BL_DN_QKVZ)->data != 0;
   /* the work buffers: each worker's (the rule's g and beta, its chunks' space), qkv, z, beta + alpha (or ba), o,
-   * y (with qkvz: its rows, as wide as qkv and z); then the vectors; then the groups (int32) */
+   * y (with qkvz: its rows, as wide as qkv and z); then the vectors (the conv's weights twice: as stored, and
+   * tap-major); then the groups (int32) */
   const int64_t yw = qkvz && j.C + j.vd > E ? j.C + j.vd : E;
   const int nth = bl_pool_size(c->pool);
   j.work_per = (size_t)((2 * n + 15) & ~(int64_t)15) + bl_delta_rule_work(j.hk, j.hv);
   const size_t groups = (size_t)(2 * n + 1 + c->p.kv_slots);
-  const size_t need = (size_t)nth * j.work_per + (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(j.K * j.C + 2 * j.nv + j.hv) + groups;
+  const size_t need = (size_t)nth * j.work_per + (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(2 * j.K * j.C + 2 * j.nv + j.hv) + groups;
   if (need > c->dn_cap) {
     free(c->dn);
     c->dn_cap = 0;
@@ -236,7 +246,7 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   j.o = p, p += n * j.vd;
   float *y = p;
   p += n * yw;
-  float *convw = p, *dt = convw + j.K * j.C, *a = dt + j.nv, *nw = a + j.nv;
+  float *convw = p, *convt = convw + j.K * j.C, *dt = convt + j.K * j.C, *a = dt + j.nv, *nw = a + j.nv;
   /* the groups: a sequence's tokens in batch order, sequences in the order they first come */
   int32_t *gof = (int32_t *)(void *)(nw + j.hv), *grows = gof + n + 1, *gslot = grows + n;
   for (int64_t s2 = 0; s2 < c->p.kv_slots; s2++) gslot[s2] = -1;
@@ -254,7 +264,9 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   if ((s = floats_of(bl_op_t(op, BL_DN_CONV), convw, j.K * j.C)) || (s = floats_of(bl_op_t(op, BL_DN_DT), dt, j.nv)) ||
       (s = floats_of(bl_op_t(op, BL_DN_A), a, j.nv)) || (s = floats_of(bl_op_t(op, BL_DN_NORM), nw, j.hv)))
     return s;
-  j.convw = convw;
+  for (int64_t ch = 0; ch < j.C; ch++)
+    for (int64_t i = 0; i < j.K; i++) convt[i * j.C + ch] = convw[ch * j.K + i];
+  j.convt = convt;
   j.dt = dt;
   j.a = a;
   j.normw = nw;
