@@ -109,9 +109,8 @@ export class BackendFactory {
    * a speed-up of sparse uploads (cuda/runtime/ctx.cu), are cut to what fits, none at the least:
    * lead is then the slots the context takes (undefined: the library's default).
    */
-  private contextNeed(ctxOpts: { nSlots: number; nCtxSlot: number; maxTokens: number }, weightsRoom: number, ctxRoom = Infinity): { weights: number; context: number; lead?: number } {
+  private contextNeed(ctxOpts: { nSlots: number; nCtxSlot: number; maxTokens: number }, need: { weights: number; context: number }, weightsRoom: number, ctxRoom = Infinity): { weights: number; context: number; lead?: number } {
     const fits = (n: { weights: number; context: number }) => n.weights + n.context <= weightsRoom && n.context <= ctxRoom;
-    const need = cudaPlanBytes(this.hp, this.prog, ctxOpts);
     if (fits(need) || hostExpertOps(this.prog) === 0) return need;
     for (let lead = 4; lead > 0; lead--) {
       const n = cudaPlanBytes(this.hp, this.prog, ctxOpts, { hybrid_lead: lead });
@@ -132,6 +131,7 @@ export class BackendFactory {
     if (choice.kind === "cpu") return new CpuBackend(this.hp, this.prog, cpu);
     const dev = o.device ?? 0;
     const ctxOpts = { nSlots: cpu.nSlots, nCtxSlot: cpu.nCtxSlot, maxTokens: cpu.maxTokens };
+    let sized: { weights: number; context: number } | undefined; // the library's default sizes, once a create
     if (!this.weights || this.weights.device !== dev) {
       // an op the card's kernels do not run is refused by name (auto falls back to the CPU, saying why)
       const unsupported = cudaUnsupported(this.prog);
@@ -144,7 +144,8 @@ export class BackendFactory {
       const info = cudaDeviceInfo(dev);
       const margin = 512 * 1024 ** 2;
       const free = Math.min(info.freeBytes, o.cardBudgetBytes ?? Infinity);
-      const need = this.contextNeed(ctxOpts, free - margin);
+      sized = cudaPlanBytes(this.hp, this.prog, ctxOpts);
+      const need = this.contextNeed(ctxOpts, sized, free - margin);
       const budget = free < info.freeBytes ? `the --card-budget of ${gib(free)} (${gib(info.freeBytes)} free of ${gib(info.totalBytes)})` : `the ${gib(info.freeBytes)} free of ${gib(info.totalBytes)}`;
       if (need.weights + need.context + margin > free) {
         const msg = `the model does not fit ${info.name}: weights ${gib(need.weights)} + KV cache and buffers ${gib(need.context)} ` +
@@ -160,8 +161,9 @@ export class BackendFactory {
     }
     // the weights already on the card (an earlier context made them): this context against the
     // budget beside them and against what the card has left
-    const room = Math.min(cudaDeviceInfo(dev).freeBytes, (o.cardBudgetBytes ?? Infinity) - cudaPlanBytes(this.hp, this.prog, ctxOpts).weights) - 512 * 1024 ** 2;
-    const need = this.contextNeed(ctxOpts, Infinity, room);
+    sized ??= cudaPlanBytes(this.hp, this.prog, ctxOpts);
+    const room = Math.min(cudaDeviceInfo(dev).freeBytes, (o.cardBudgetBytes ?? Infinity) - sized.weights) - 512 * 1024 ** 2;
+    const need = this.contextNeed(ctxOpts, sized, Infinity, room);
     if (need.context > room && o.cardBudgetBytes !== undefined)
       throw new PlacementError(`this context does not fit beside the weights within the --card-budget of ${gib(o.cardBudgetBytes)}: KV cache and buffers ${gib(need.context)} ` +
         `(${cpu.nSlots} slot(s) of ${cpu.nCtxSlot} positions) > the ${gib(Math.max(0, room))} left; give a smaller context (-c) or a larger --card-budget`);
