@@ -219,6 +219,7 @@ struct l2_pf {
   int64_t slot_stride;   // halves between slots
   int kd;                // halves a position
   const int32_t *pos, *seq; // the step's token (one token)
+  int window;               // the attention's sliding window (0: every position)
 };
 #define FAST_CAP_MAX 8224 // bytes of a warp's weight buffer (a 2048-float F32 row at any alignment)
 struct fmv_job {
@@ -390,6 +391,11 @@ struct attn1_args {
   uint8_t *x8;    // attn2.cu decode batches (FAST_ATTX8), or null: each token's output row also
                   // quantized into the slot x8 + t * x8_bytes(nh * hd) exactly as k_x8_rows<false>
   int sep_merge;  // attn2.cu, set by cu_attn2: the slices are merged by k_a2merge (FAST_A2MERGE)
+  // attn2.cu only (attn1.cu takes neither: its callers leave them 0 / null): a sliding window (> 0:
+  // a query at position p sees p - window + 1 .. p) and a sink logit per query head joining every
+  // softmax's denominator (gpt-oss), as cu_attn_decode takes them
+  int window;
+  const float *sinks;
 };
 // One token's attention with its Q/K norm, RoPE and cache write fused in; false: not this shape.
 bool cu_attn1_supported(int hd, int G, int n_rot);

@@ -12,6 +12,10 @@
 // With a.x8 (FAST_ATTX8, decode batches) the block that writes a head group's output also
 // quantizes it into the token's x8 slot exactly as k_x8_rows<false> would (q8_group on the same
 // floats), so the output product needs no quantization launch.
+// gpt-oss's blocks: a sliding window (a.window: the slices cover the last window positions alone,
+// their count from those) and a sink logit per head (a.sinks: a term exp(sink - M) of the
+// denominator, M the larger of the scores' maximum and the sink, in the one-slice division and in
+// the merge), as attn.cu's general kernel forms them.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +82,9 @@ __device__ __forceinline__ void a2_x8(const float *ys, uint8_t *dst, int n, int 
 // max, its sum, then its weighted values, sts floats apart) scaled by exp(max - M) over the
 // slices' maximum M (a slice with no weight counts for nothing); sf[s] = the factor, *sL = the
 // factors' weighted sum (the softmax denominator).
-__device__ __forceinline__ void a2_factors(const float *ph, int sts, int splits, float *sf, float *sL) {
+// sink: the head's sink logit (gpt-oss; -INFINITY: none), a term exp(sink - M) of the denominator,
+// M then the larger of the slices' maximum and the sink (without one: the same bits as before).
+__device__ __forceinline__ void a2_factors(const float *ph, int sts, int splits, float *sf, float *sL, float sink = -INFINITY) {
   const int lane = threadIdx.x & 31;
   float mv[2] = {-INFINITY, -INFINITY}, lv[2] = {0.0f, 0.0f}; // slices lane and lane + 32
 #pragma unroll
@@ -90,12 +96,24 @@ __device__ __forceinline__ void a2_factors(const float *ph, int sts, int splits,
       if (!(lv[j] > 0.0f)) mv[j] = -INFINITY;
     }
   }
-  const float M = warp_max(fmaxf(mv[0], mv[1]));
+  const float M = fmaxf(warp_max(fmaxf(mv[0], mv[1])), sink);
   const float f0 = lv[0] > 0.0f ? expf(mv[0] - M) : 0.0f, f1 = lv[1] > 0.0f ? expf(mv[1] - M) : 0.0f;
-  const float L = warp_sum(f0 * lv[0] + f1 * lv[1]); // up to 32 slices: f1 * lv[1] adds an exact 0
+  float L = warp_sum(f0 * lv[0] + f1 * lv[1]); // up to 32 slices: f1 * lv[1] adds an exact 0
+  if (sink > -INFINITY) L += expf(sink - M);
   if (lane < splits) sf[lane] = f0;
   if (lane + 32 < splits) sf[lane + 32] = f1;
   if (lane == 0) *sL = L;
+}
+
+// The first position a query at n - 1 sees (a sliding window of w positions; 0: every one).
+__device__ __forceinline__ int a2_first(int n, int w) { return w > 0 && n > w ? n - w : 0; }
+
+// One head's output value: o / l, with a sink logit the denominator's extra term exp(sink - m')
+// over m' = max(m, sink) (m the positions' maximum score; as attn.cu's with_sink).
+__device__ __forceinline__ float a2_out(float o, float l, float m, const float *sinks, int head) {
+  if (!sinks) return l > 0.0f ? o / l : 0.0f;
+  const float sink = __ldg(sinks + head), M = fmaxf(m, sink), f = l > 0.0f ? expf(m - M) : 0.0f;
+  return o * f / (l * f + expf(sink - M));
 }
 
 // A token's slices at n positions: 64 positions a slice up to 32 slices; past that, with a window
@@ -142,10 +160,12 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   const int pos = a.pos[t], n = pos + 1, s0 = prepped ? pos - a.ntok + 1 : pos;
   // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to
   // a.long_chunk (128 by default), each one window copied before the wait, up to 64 of them
-  const int splits = a2_token_splits(n, A2_WP, a.long_chunk, (int)gridDim.y);
+  // (a sliding window: the slices cover its positions [lo, n) alone)
+  const int lo = a2_first(n, a.window), nv = n - lo;
+  const int splits = a2_token_splits(nv, A2_WP, a.long_chunk, (int)gridDim.y);
   if (si >= splits) return;
-  const int chunk = (n + splits - 1) / splits;
-  const int p0 = si * chunk, p1 = min(n, p0 + chunk);
+  const int chunk = (nv + splits - 1) / splits;
+  const int p0 = lo + si * chunk, p1 = min(n, p0 + chunk);
   const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
   const __half *kb = a.kc + base, *vb = a.vc + base;
   if (p0 < p1) a2_issue<HD, RS>(sK, sV, kb, vb, a.kd, p0, p0, min(p1, p0 + A2_WP), s0, pos);
@@ -382,8 +402,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       float o = 0.0f;
 #pragma unroll
       for (int q = 0; q < PGS; q++) o += scr[((size_t)q * GM + h) * HD + d];
-      const float lh = s_l[h];
-      const float y = lh > 0.0f ? o / lh : 0.0f;
+      const float y = a2_out(o, s_l[h], s_m[h], a.sinks, h0 + h);
       aout[(size_t)(h0 + h) * HD + d] = y;
       if (a.x8) sq[h][d] = y; // the scores are done with the queries
     }
@@ -406,7 +425,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   int *counter = a.counters + (size_t)t * a.nh + g * HS + hs;
   if (!last_arrival(counter, splits)) return;
   // the last slice's block merges its head group: the slices' factors (a warp a head)...
-  if (warp < GM) a2_factors(apart + (size_t)(h0 + warp) * A2_MAX_SPLITS * STS, STS, splits, s_f[warp], &s_L[warp]);
+  if (warp < GM) a2_factors(apart + (size_t)(h0 + warp) * A2_MAX_SPLITS * STS, STS, splits, s_f[warp], &s_L[warp], a.sinks ? __ldg(a.sinks + h0 + warp) : -INFINITY);
   __syncthreads();
   // ...then the weighted sums, a thread a (head, 4 dimensions), float4 loads in flight
   for (int i = tid; i < GM * HD / 4; i += A2_THREADS) {
@@ -446,7 +465,7 @@ __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) 
   __shared__ float s_f[A2_MAX_SPLITS], s_L;
   __shared__ float4 s_acc[NQ][C4];
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
-  const int splits = a2_token_splits(a.pos[t] + 1, wp, a.long_chunk, cap);
+  const int n = a.pos[t] + 1, splits = a2_token_splits(n - a2_first(n, a.window), wp, a.long_chunk, cap);
   if (splits <= 1) return; // the attention wrote this token's output
   cu_pdl_wait();
   const float *ph = a.part + ((size_t)t * a.nh + h) * A2_MAX_SPLITS * STS;
@@ -458,7 +477,7 @@ __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) 
     const int s2 = q + k * NQ;
     v[k] = s2 < splits ? __ldcg(reinterpret_cast<const float4 *>(pp + (size_t)s2 * STS)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  if (tid < 32) a2_factors(ph, STS, splits, s_f, &s_L);
+  if (tid < 32) a2_factors(ph, STS, splits, s_f, &s_L, a.sinks ? __ldg(a.sinks + h) : -INFINITY);
   __syncthreads();
   float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll

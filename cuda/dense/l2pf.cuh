@@ -32,13 +32,14 @@ __device__ __forceinline__ void l2pf_share(const void *p, size_t bytes, int part
   if (b1 > b0) l2pf_bytes(reinterpret_cast<const uint8_t *>(p) + b0, b1 - b0, threadIdx.x, blockDim.x);
 }
 
-// Block part of nparts asks for its share of the slot's cached keys and values (every thread
-// calls it). The cache rows' count comes from the step's position (read from memory the host
+// Block part of nparts asks for its share of the slot's cached keys and values the attention reads
+// (every thread calls it). The cache rows' count comes from the step's position (read from memory the host
 // filled before the step).
 __device__ __forceinline__ void l2pf_issue(const l2_pf &f, int part, int nparts) {
   if (f.kc) {
-    const int pos = __ldg(f.pos);
-    const size_t off = (size_t)__ldg(f.seq) * (size_t)f.slot_stride, bytes = (size_t)(pos > 0 ? pos : 0) * (size_t)f.kd * 2;
+    // (a sliding window of w positions: the w - 1 rows before the token's, which the attention reads)
+    const int pos = __ldg(f.pos), lo = f.window > 0 && pos + 1 > f.window ? pos + 1 - f.window : 0;
+    const size_t off = ((size_t)__ldg(f.seq) * (size_t)f.slot_stride) + (size_t)lo * f.kd, bytes = (size_t)(pos > lo ? pos - lo : 0) * (size_t)f.kd * 2;
     l2pf_share(f.kc + off, bytes, part, nparts);
     l2pf_share(f.vc + off, bytes, part, nparts);
   }

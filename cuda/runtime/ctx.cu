@@ -767,11 +767,11 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[24] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[25] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
                          c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_l2pf, c->n_attmma, c->n_foacc, c->n_a2merge, c->n_tmagu,
-                         c->n_mb_nomma};
-  for (int64_t i = 0; i < n && i < 24; i++) out[i] = v[i];
+                         c->n_mb_nomma, c->n_a2gen};
+  for (int64_t i = 0; i < n && i < 25; i++) out[i] = v[i];
   return BL_OK;
 }
 

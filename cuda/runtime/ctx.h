@@ -277,6 +277,7 @@ struct cu_ctx {
   int64_t n_gemm16, n_routebig, n_fa2, n_gemmb16, n_qktok;
   int64_t n_foacc;  // fused output + router launches adding their partials into the accumulators (FAST_FOACC)
   int64_t n_a2merge; // attention launches whose slices a kernel of its own merged (FAST_A2MERGE)
+  int64_t n_a2gen;   // head-group attention launches (attn2.cu) on a block with a sliding window or sinks (gpt-oss)
   int64_t n_tmagu;   // one-token gate/up launches whose rows came by bulk copies (FAST_TMAGU)
   int64_t n_attmma; // attention launches on the tensor-core window (FAST_ATTMMA)
   int64_t n_l2pf; // one-token launches fetching the slot's cached keys and values into L2 (FAST_L2KV)

@@ -297,7 +297,7 @@ static int64_t fused_out_router(cu_ctx *c, fo_args &f, bool *routed) {
 }
 
 // One token's slot's cached keys and values (the rows before its position) as an L2 prefetch (FAST_L2KV).
-static l2_pf cache_prefetch(const qk_args &q) {
+static l2_pf cache_prefetch(const qk_args &q, int window) {
   l2_pf f;
   memset(&f, 0, sizeof f);
   f.kc = q.kc;
@@ -306,6 +306,7 @@ static l2_pf cache_prefetch(const qk_args &q) {
   f.kd = q.kd;
   f.pos = q.pos;
   f.seq = q.seq;
+  f.window = window;
   return f;
 }
 
@@ -345,6 +346,8 @@ static void one_token_attn(const cu_ctx *c, const cu_blk &b, const qk_args &qa, 
   a1.max_splits = c->max_splits;
   a1.min_chunk = c->min_chunk;
   a1.out = c->att;
+  a1.window = b.window;              // (attn2.cu alone takes these: attn1 runs plain blocks only)
+  a1.sinks = b.vec[CU_ATTN_SINKS];
 }
 
 // The attention's own Q/K norm, RoPE and cache write (one token, or a decode batch of distinct
@@ -391,6 +394,7 @@ static int64_t attn2(cu_ctx *c, const attn1_args &a1, int hd) {
   CU_OK(cu_attn2(c->st, a1, hd, c->acls & 3, &mma, &sep));
   c->n_attmma += mma;
   c->n_a2merge += sep;
+  c->n_a2gen += a1.window > 0 || a1.sinks;
   return BL_OK;
 }
 
@@ -432,7 +436,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     // one token: the slot's cached keys and values fetched into L2 for the attention (FAST_L2KV)
     l2_pf kv;
     if (ntok == 1 && (cu_fast & FAST_L2KV)) {
-      kv = cache_prefetch(qa);
+      kv = cache_prefetch(qa, b.window);
       a.pf = &kv;
       c->n_l2pf++;
     }
@@ -452,9 +456,11 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
   if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
-  // sinks, a sliding window (b.general): the general decode kernel (cu_attn_decode) for every batch
+  // sinks, a sliding window, an output bias (b.general, gpt-oss): the head-group kernel (attn2.cu,
+  // which takes the window and the sinks) or else the general decode kernel (cu_attn_decode)
   const bool plain = !b.general;
-  const bool a2 = plain && ntok == 1 && !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
+  const bool a2ok = !big && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot);
+  const bool a2 = ntok == 1 && a2ok;
   if (a2 || (plain && ntok == 1 && !big && nh % nkv == 0 && cu_attn1_supported(hd, nh / nkv, b.rope.n_rot))) {
     // one token: Q/K norm, RoPE, the cache write and attention in one kernel
     cu_mark(c, S_ATTN);
@@ -469,7 +475,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     if (fused) return fused_out_router(c, f, routed);
     return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
-  if (plain && !big && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA) && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+  if (a2ok && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA)) {
     // a decode batch of distinct slots: as one token's attention, a block column a token
     cu_mark(c, S_ATTN);
     attn1_args a1;
@@ -510,7 +516,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     bool fa2 = false;
     CU_OK(cu_flash_prefill(c->st, f, hd, n_fa_tiles, &fa2));
     if (fa2) c->n_fa2++;
-  } else if (plain && !big && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL && nh % nkv == 0 && cu_attn2_supported(hd, nh / nkv, b.rope.n_rot)) {
+  } else if (a2ok && ntok <= MV_MAX_NT && c->acls != ATTN_GENERAL) {
     // a decode batch (any slots, Q/K prepared above): the one-token kernel, a block column a token
     attn1_args a1;
     one_token_attn(c, b, qa, a1);

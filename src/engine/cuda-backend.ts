@@ -323,18 +323,19 @@ export class CudaBackend implements Backend {
    * blocks added their partial logits into the integer accumulators (foAcc); attention launches
    * whose slices a kernel of its own merged (a2Merge); one-token gate/up launches whose rows came by
    * bulk copies (tmaGu); decode batches' MoE layers put on the dp4a kernels because their experts got
-   * few pairs each in the last batches (mbNoMma; CudaOption.mmaPairs).
+   * few pairs each in the last batches (mbNoMma; CudaOption.mmaPairs); head-group attention launches
+   * (CudaFast.headGroups) on a block with a sliding window or sinks, gpt-oss's (a2Windowed).
    */
   stats(): {
     weightBytes: number; kvBytes: number; steps: number; graphSteps: number; graphs: number; smCount: number; fusedCombines: number; attnX8: number;
-    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; l2Prefetch: number; attnMma: number; foAcc: number; a2Merge: number; tmaGu: number; mbNoMma: number;
+    gemm16: number; routeBig: number; fa2: number; gemmB16: number; qkTok: number; downGroups: number; down1: number; guMma: number; downMma: number; act8: number; l2Prefetch: number; attnMma: number; foAcc: number; a2Merge: number; tmaGu: number; mbNoMma: number; a2Windowed: number;
   } {
-    const o = new BigInt64Array(24);
-    checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 24), "reading CUDA stats");
+    const o = new BigInt64Array(25);
+    checkCuda(cuda().bl_cuda_ctx_stats(this.ctx, ptr(o), 25), "reading CUDA stats");
     const n = (i: number) => Number(o[i]);
     return {
       weightBytes: n(0), kvBytes: n(1), steps: n(2), graphSteps: n(3), graphs: n(4), smCount: n(5), fusedCombines: n(6), attnX8: n(7),
-      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), l2Prefetch: n(18), attnMma: n(19), foAcc: n(20), a2Merge: n(21), tmaGu: n(22), mbNoMma: n(23),
+      gemm16: n(8), routeBig: n(9), fa2: n(10), gemmB16: n(11), qkTok: n(12), downGroups: n(13), down1: n(14), guMma: n(15), downMma: n(16), act8: n(17), l2Prefetch: n(18), attnMma: n(19), foAcc: n(20), a2Merge: n(21), tmaGu: n(22), mbNoMma: n(23), a2Windowed: n(24),
     };
   }
 
