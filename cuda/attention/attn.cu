@@ -10,6 +10,7 @@
 #include "common.cuh"
 #include "internal.h"
 #include "rope.cuh"
+#include "window.cuh"
 
 // grid: x over q heads then kv heads, y over tokens; block: hd / 2 threads (at least 32).
 __global__ void k_qk(qk_args a) {
@@ -130,13 +131,6 @@ int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok) {
 #define AD_WARPS 4
 #define AD_MAX_SPLITS 32
 
-// An output element from its weighted sum A, softmax sum L and running maximum M with a sink's logit
-// in the denominator (gpt-oss: the sink takes a share of the attention and gives no value), stable
-// whichever of M and the sink is larger.
-__device__ __forceinline__ float with_sink(float A, float L, float M, float sink) {
-  const float M2 = fmaxf(M, sink), f = L > 0.0f ? expf(M - M2) : 0.0f;
-  return A * f / (L * f + expf(sink - M2));
-}
 // grid: x over KV heads, y over slices (up to max_splits), z over tokens.
 template <int HD, int GM>
 __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
@@ -152,7 +146,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
   const int n = a.pos[t] + 1;
-  const int lo = a.window > 0 && n > a.window ? n - a.window : 0; // the first position the query sees
+  const int lo = attn_first(n, a.window); // the first position the query sees
   int splits = (n - lo + a.min_chunk - 1) / a.min_chunk;
   if (splits > a.max_splits) splits = a.max_splits;
   if (si >= splits) return;

@@ -26,6 +26,7 @@
 #include "rope.cuh"
 #include "stage.cuh"
 #include "attn2_mma.cuh"
+#include "window.cuh"
 
 #define A2_THREADS 256
 #define A2_CHUNK 64       // positions a slice takes at least
@@ -105,17 +106,6 @@ __device__ __forceinline__ void a2_factors(const float *ph, int sts, int splits,
   if (lane == 0) *sL = L;
 }
 
-// The first position a query at n - 1 sees (a sliding window of w positions; 0: every one).
-__device__ __forceinline__ int a2_first(int n, int w) { return w > 0 && n > w ? n - w : 0; }
-
-// One head's output value: o / l, with a sink logit the denominator's extra term exp(sink - m')
-// over m' = max(m, sink) (m the positions' maximum score; as attn.cu's with_sink).
-__device__ __forceinline__ float a2_out(float o, float l, float m, const float *sinks, int head) {
-  if (!sinks) return l > 0.0f ? o / l : 0.0f;
-  const float sink = __ldg(sinks + head), M = fmaxf(m, sink), f = l > 0.0f ? expf(m - M) : 0.0f;
-  return o * f / (l * f + expf(sink - M));
-}
-
 // A token's slices at n positions: 64 positions a slice up to 32 slices; past that, with a window
 // of 128 (wp), slices of up to long_chunk positions; at most cap (the launch's slice count).
 __device__ __forceinline__ int a2_token_splits(int n, int wp, int long_chunk, int cap) {
@@ -161,7 +151,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
   // slices of 64 positions up to 32 slices; past that (a window of 128) slices of up to
   // a.long_chunk (128 by default), each one window copied before the wait, up to 64 of them
   // (a sliding window: the slices cover its positions [lo, n) alone)
-  const int lo = a2_first(n, a.window), nv = n - lo;
+  const int lo = attn_first(n, a.window), nv = n - lo;
   const int splits = a2_token_splits(nv, A2_WP, a.long_chunk, (int)gridDim.y);
   if (si >= splits) return;
   const int chunk = (nv + splits - 1) / splits;
@@ -402,7 +392,7 @@ __global__ void __launch_bounds__(A2_THREADS, 2) k_attn2(attn1_args a) {
       float o = 0.0f;
 #pragma unroll
       for (int q = 0; q < PGS; q++) o += scr[((size_t)q * GM + h) * HD + d];
-      const float y = a2_out(o, s_l[h], s_m[h], a.sinks, h0 + h);
+      const float y = a.sinks ? with_sink(o, s_l[h], s_m[h], __ldg(a.sinks + h0 + h)) : s_l[h] > 0.0f ? o / s_l[h] : 0.0f;
       aout[(size_t)(h0 + h) * HD + d] = y;
       if (a.x8) sq[h][d] = y; // the scores are done with the queries
     }
@@ -465,7 +455,7 @@ __global__ void __launch_bounds__(128) k_a2merge(attn1_args a, int wp, int cap) 
   __shared__ float s_f[A2_MAX_SPLITS], s_L;
   __shared__ float4 s_acc[NQ][C4];
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
-  const int n = a.pos[t] + 1, splits = a2_token_splits(n - a2_first(n, a.window), wp, a.long_chunk, cap);
+  const int n = a.pos[t] + 1, splits = a2_token_splits(n - attn_first(n, a.window), wp, a.long_chunk, cap);
   if (splits <= 1) return; // the attention wrote this token's output
   cu_pdl_wait();
   const float *ph = a.part + ((size_t)t * a.nh + h) * A2_MAX_SPLITS * STS;

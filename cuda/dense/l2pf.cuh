@@ -8,6 +8,7 @@
 #pragma once
 #include "common.cuh"
 #include "internal.h"
+#include "window.cuh"
 
 #define L2PF_CHUNK 4096 // bytes one bulk prefetch asks for (sm_90 on)
 
@@ -38,7 +39,7 @@ __device__ __forceinline__ void l2pf_share(const void *p, size_t bytes, int part
 __device__ __forceinline__ void l2pf_issue(const l2_pf &f, int part, int nparts) {
   if (f.kc) {
     // (a sliding window of w positions: the w - 1 rows before the token's, which the attention reads)
-    const int pos = __ldg(f.pos), lo = f.window > 0 && pos + 1 > f.window ? pos + 1 - f.window : 0;
+    const int pos = __ldg(f.pos), lo = attn_first(pos + 1, f.window);
     const size_t off = ((size_t)__ldg(f.seq) * (size_t)f.slot_stride) + (size_t)lo * f.kd, bytes = (size_t)(pos > lo ? pos - lo : 0) * (size_t)f.kd * 2;
     l2pf_share(f.kc + off, bytes, part, nparts);
     l2pf_share(f.vc + off, bytes, part, nparts);
