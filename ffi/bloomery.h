@@ -403,6 +403,9 @@ int64_t bl_cpu_kv_copy(uint64_t ctx, int64_t src, int64_t dst, int64_t n);
  * save/restore of n positions. The saved layout is position-major (for each position, every layer's k row
  * then its v row), so the first m*pos_bytes bytes of a state are a state of m. */
 int64_t bl_cpu_kv_pos_bytes(uint64_t ctx);
+/* Bytes of the context's workspace now: the batch buffers sized at creation and the delta-net layers'
+ * work space, grown to the largest batch they took (what a memory estimate of the context must cover). */
+int64_t bl_cpu_work_bytes(uint64_t ctx);
 int64_t bl_cpu_kv_save(uint64_t ctx, int64_t slot, int64_t n, void *dst);
 int64_t bl_cpu_kv_load(uint64_t ctx, int64_t slot, int64_t n, const void *src);
 /* The recurrent state of a slot (every rs layer: rs_layers * rs_dim floats): its bytes, save / load / copy,

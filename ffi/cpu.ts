@@ -35,6 +35,7 @@ export const cpuSymbols = {
   bl_cpu_kv_clear: { args: [u64, i64, i64], returns: i64 },
   bl_cpu_kv_copy: { args: [u64, i64, i64, i64], returns: i64 },
   bl_cpu_kv_pos_bytes: { args: [u64], returns: i64 },
+  bl_cpu_work_bytes: { args: [u64], returns: i64 },
   bl_cpu_kv_save: { args: [u64, i64, i64, ptr], returns: i64 },
   bl_cpu_kv_load: { args: [u64, i64, i64, ptr], returns: i64 },
   bl_cpu_rs_bytes: { args: [u64], returns: i64 },

@@ -31,6 +31,7 @@ typedef struct bl_cpu_ctx {
   uint8_t *rs_snap_ok; /* per slot: its snapshot was taken */
   float *dn;           /* the delta-net's work rows (grown on use) */
   size_t dn_cap;       /* floats dn holds */
+  size_t work_bytes;   /* the workspace's bytes: the batch buffers (x .. scores) and dn (bl_cpu_work_bytes) */
   int64_t n_workers;
   /* ---- kept by bl_cpu_ext_init (matmul.c) ---- */
   int64_t n_threads, n_threads_batch; /* -t (one-token steps) and -tb (batches) */

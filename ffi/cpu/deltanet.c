@@ -230,12 +230,14 @@ int64_t bl_deltanet_op(bl_cpu_ctx *c, const bl_op *norm, const bl_op *op, const 
   const size_t need = (size_t)nth * j.work_per + (size_t)n * (size_t)(j.C + 2 * j.vd + 2 * j.nv + yw) + (size_t)(2 * j.K * j.C + 2 * j.nv + j.hv) + groups;
   if (need > c->dn_cap) {
     free(c->dn);
+    c->work_bytes -= c->dn_cap * sizeof(float);
     c->dn_cap = 0;
     if (posix_memalign((void **)&c->dn, 64, need * sizeof(float)) != 0) {
       c->dn = NULL;
       return bl_fail(BL_E_NOMEM, "delta-net: cannot allocate %zu MiB of work space", need * 4 >> 20);
     }
     c->dn_cap = need;
+    c->work_bytes += need * sizeof(float);
   }
   float *p = c->dn;
   j.work = p, p += (size_t)nth * j.work_per;

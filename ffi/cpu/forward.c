@@ -15,6 +15,12 @@ static void *zalloc(size_t n) {
   return p;
 }
 
+/* zalloc for the workspace, counted in work_bytes */
+static void *walloc(bl_cpu_ctx *c, size_t n) {
+  c->work_bytes += n;
+  return zalloc(n);
+}
+
 int64_t bl_cpu_ctx_free(uint64_t h) {
   bl_cpu_ctx *c = (bl_cpu_ctx *)(uintptr_t)h;
   if (!c) return BL_OK;
@@ -49,23 +55,23 @@ int64_t bl_cpu_ctx_new(const bl_ctx_params *p, const bl_cpu_options *o, uint64_t
   if ((size_t)p->max_q_dim > widest) widest = (size_t)p->max_q_dim;
   /* the widest converted row: f32 copies take 4 bytes an element; Q8_K 292 per 256 */
   c->qact_row = (int64_t)(widest * 4 + 512);
-  c->x = zalloc(T * E * F);
-  c->h = zalloc(T * E * F);
-  c->q = zalloc(T * (size_t)p->max_q_dim * F);
-  c->k = zalloc(T * (size_t)p->kv_k_dim * F);
-  c->v = zalloc(T * (size_t)p->kv_v_dim * F);
-  c->att = zalloc(T * (size_t)p->max_q_dim * F);
-  c->ff_a = zalloc(2 * T * (size_t)p->max_ff * F);
-  c->ff_b = zalloc(T * E * F);
-  c->moe_out = zalloc(T * E * F);
-  c->router = zalloc(T * ne * F);
-  c->router_sc = zalloc(T * ne * F);
-  c->sel = zalloc(T * ne * sizeof(int32_t));
-  c->selw = zalloc(T * ne * F);
-  c->tok_list = zalloc(T * ne * sizeof(int32_t));
-  c->slot_list = zalloc(T * ne * sizeof(int32_t));
-  c->qact = zalloc(2 * T * (size_t)c->qact_row);
-  c->scores = zalloc((size_t)nt * (size_t)p->kv_ctx * F);
+  c->x = walloc(c, T * E * F);
+  c->h = walloc(c, T * E * F);
+  c->q = walloc(c, T * (size_t)p->max_q_dim * F);
+  c->k = walloc(c, T * (size_t)p->kv_k_dim * F);
+  c->v = walloc(c, T * (size_t)p->kv_v_dim * F);
+  c->att = walloc(c, T * (size_t)p->max_q_dim * F);
+  c->ff_a = walloc(c, 2 * T * (size_t)p->max_ff * F);
+  c->ff_b = walloc(c, T * E * F);
+  c->moe_out = walloc(c, T * E * F);
+  c->router = walloc(c, T * ne * F);
+  c->router_sc = walloc(c, T * ne * F);
+  c->sel = walloc(c, T * ne * sizeof(int32_t));
+  c->selw = walloc(c, T * ne * F);
+  c->tok_list = walloc(c, T * ne * sizeof(int32_t));
+  c->slot_list = walloc(c, T * ne * sizeof(int32_t));
+  c->qact = walloc(c, 2 * T * (size_t)c->qact_row);
+  c->scores = walloc(c, (size_t)nt * (size_t)p->kv_ctx * F);
   const size_t kv_pos = (size_t)p->kv_layers * (size_t)p->kv_slots * (size_t)p->kv_ctx;
   const size_t kvn = kv_pos * (size_t)p->kv_k_dim, kvv = kv_pos * (size_t)p->kv_v_dim;
   c->kc = zalloc(kvn * 2);
@@ -292,6 +298,11 @@ int64_t bl_cpu_kv_clear(uint64_t h, int64_t slot, int64_t from) {
   /* Attention reads only positions <= the query's, and every position is written before it is
    * read, so clearing is bookkeeping for the caller; nothing to erase. */
   return kv_check((bl_cpu_ctx *)(uintptr_t)h, slot, from);
+}
+
+int64_t bl_cpu_work_bytes(uint64_t h) {
+  const bl_cpu_ctx *c = (const bl_cpu_ctx *)(uintptr_t)h;
+  return c ? (int64_t)c->work_bytes : bl_fail(BL_E_INVAL, "work_bytes: null context");
 }
 
 int64_t bl_cpu_kv_pos_bytes(uint64_t h) {

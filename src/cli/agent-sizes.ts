@@ -8,7 +8,8 @@
 import { checkModelFile } from "../engine/model-check.ts";
 import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
-import { kvBytesPerPos, type HParams } from "../models/types.ts";
+import { deltanetWorkFloats } from "../models/ops.ts";
+import { kvBytesPerPos, kvWidths, qWidth, type HParams } from "../models/types.ts";
 import { cudaPlanBytes } from "../engine/cuda-backend.ts";
 import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram, markHostExperts } from "../engine/program.ts";
@@ -126,12 +127,19 @@ export function cudaWorkBytes(hp: HParams, maxTokens: number): number {
   return bufs.reduce((s, b) => s + align256(b), 0) + MV * hp.nVocab * F;
 }
 
-/** The CPU context's workspace (ffi/cpu/forward.c bl_cpu_ctx_new, without the KV cache) and the logits rows. */
+/**
+ * The CPU context's workspace (ffi/cpu/forward.c bl_cpu_ctx_new: bl_cpu_work_bytes, without the KV
+ * cache; the widths ctxParams gives it), the logits rows, and a recurrent model's delta-net work
+ * space at the largest batch (ffi/cpu/deltanet.c).
+ */
 export function cpuWorkBytes(hp: HParams, s: ContextSettings): number {
-  const T = s.maxTokens, F = 4, E = hp.nEmbd, X = hp.nExpert;
-  const qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim;
-  const qrow = Math.max(E, hp.nFf, qd) * 2;
-  return T * E * F * 4 + T * qd * F * 2 + T * kd * F * 2 + 2 * T * hp.nFf * F + T * X * 20 + 2 * T * qrow + s.nThreads * s.nCtxSlot * F + T * hp.nVocab * F;
+  const T = s.maxTokens, F = 4, E = hp.nEmbd, X = Math.max(hp.nExpert, 1);
+  const qd = qWidth(hp), kv = kvWidths(hp);
+  const qrow = Math.max(E, hp.nFf, qd) * 4 + 512; // the widest converted row (ctx qact_row)
+  // x, h, ff_b, moe_out; q and att; k; v; ff_a (gate and up); six rows of the experts (router, scores, picks, weights, lists); qact; the threads' scores
+  const batch = T * E * F * 4 + T * qd * F * 2 + T * kv.k * F + T * kv.v * F + 2 * T * hp.nFf * F + T * X * 24 + 2 * T * qrow + s.nThreads * s.nCtxSlot * F;
+  const dn = hp.deltanet ? deltanetWorkFloats(hp.deltanet, T, E, s.nThreads, s.nSlots) * F : 0;
+  return batch + dn + T * hp.nVocab * F;
 }
 
 /** What the model needs in host memory when it runs on the CPU. */

@@ -4,7 +4,7 @@
 // exact, metadata within a few MB of the published file; test/agent-models.test.ts checks every
 // number against synthWriter(...).writer.fileBytes().
 import { GgmlType, TYPE_INFO } from "../gguf/index.ts";
-import { deltanetStateFloats } from "../models/ops.ts";
+import { deltanetStateFloats, type DeltaNetShape } from "../models/ops.ts";
 import type { HParams } from "../models/types.ts";
 import { MIXES, SHAPES, type Shape } from "./synth-shapes.ts";
 
@@ -179,6 +179,11 @@ export function closeKnownNames(text: string, max = 3): string[] {
   return scored.sort((a, b) => a.score - b.score).slice(0, max).map((s) => s.name);
 }
 
+/** A known hybrid's delta-net layer shape (its value heads as wide as its key heads). */
+function hybridShape(h: NonNullable<Shape["hybrid"]>): DeltaNetShape {
+  return { nKHeads: h.nKHeads, nVHeads: h.nVHeads, headK: h.headK, headV: h.headK, convKernel: h.conv };
+}
+
 /** The hyper-parameters of a known shape (what the model family reads from the GGUF). */
 export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
   const h = shape.hybrid;
@@ -199,7 +204,8 @@ export function shapeHParams(shape: Shape, nCtxTrain: number): HParams {
     kvLayers: h ? Math.floor(shape.nLayer / h.interval) : shape.nLayer,
     ...(h ? {
       rsLayers: shape.nLayer - Math.floor(shape.nLayer / h.interval),
-      rsDim: deltanetStateFloats({ nKHeads: h.nKHeads, nVHeads: h.nVHeads, headK: h.headK, headV: h.headK, convKernel: h.conv }),
+      rsDim: deltanetStateFloats(hybridShape(h)),
+      deltanet: hybridShape(h),
     } : {}),
   };
 }

@@ -116,6 +116,11 @@ export class CpuBackend implements Backend {
     check(cpu().bl_cpu_kv_copy(this.ctx, src, dst, n), "copying KV");
   }
 
+  /** The context's workspace bytes now (bl_cpu_work_bytes: the delta-net work space grows to the largest batch taken). */
+  workBytes(): number {
+    return Number(cpu().bl_cpu_work_bytes(this.ctx));
+  }
+
   rsBytes(): number {
     return Number(cpu().bl_cpu_rs_bytes(this.ctx));
   }

@@ -3,6 +3,7 @@
 // placement flags (-ngl, --cpu-moe, --n-cpu-moe, -ot), the card's free memory and the host's
 // available RAM, or budgets that plan as if the machine were smaller. One line states the plan;
 // a plan that cannot run is refused before anything is loaded, naming every term of its sum.
+import { deltanetWorkFloats } from "../models/ops.ts";
 import { kvBytesPerPos, type HParams } from "../models/types.ts";
 import { recurrentSlotBytes } from "./recurrent-state.ts";
 
@@ -93,12 +94,14 @@ function layerOf(name: string): number | null {
 
 /**
  * The host bytes of the CPU backend's context: the f16 KV cache of every slot and its recurrent state with the
- * checkpoints the scheduler keeps of it (recurrentSlotBytes), its workspace (an estimate).
+ * checkpoints the scheduler keeps of it (recurrentSlotBytes), its workspace (an estimate; with the delta-net
+ * layers' work space at the largest batch, its threads' share within the 64 MiB).
  */
 export function cpuContextBytes(hp: HParams, c: PlanContext): number {
   const kv = c.nSlots * (c.nCtxSlot * kvBytesPerPos(hp) + recurrentSlotBytes(hp)); // K and V, f16; the states f32
   const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
-  return kv + c.maxTokens * perTok + 64 * MiB;
+  const dn = hp.deltanet ? deltanetWorkFloats(hp.deltanet, c.maxTokens, hp.nEmbd, 1, c.nSlots) * 4 : 0;
+  return kv + c.maxTokens * perTok + dn + 64 * MiB;
 }
 
 /** The card's bytes beside the weights (an estimate of cuda/runtime/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */

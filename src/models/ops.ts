@@ -148,8 +148,25 @@ export function deltanetOp(o: DeltaNetOpts): OpSpec<OpKind.Deltanet> {
   return { kind: OpKind.Deltanet, layer: o.layer, params, tensors: o.tensors };
 }
 
+/** A delta-net layer's shape: what its state and its work space are sized by. */
+export type DeltaNetShape = Pick<DeltaNetOpts, "nKHeads" | "nVHeads" | "headK" | "headV" | "convKernel">;
+
+/**
+ * Floats the CPU's delta-net work space takes for a batch of n tokens (ffi/cpu/deltanet.c, grown to
+ * the largest batch and kept): each worker's chunk space (bl_delta_rule_work), the batch's qkv, z,
+ * beta and alpha, o and y rows (y as wide as qkv and z with a fused qkvz tensor: the wider of the
+ * two is counted), the conv's weights twice and the per-head vectors, the token groups.
+ */
+export function deltanetWorkFloats(o: DeltaNetShape, n: number, nEmbd: number, nThreads: number, nSlots: number): number {
+  const L = 64, r16 = (x: number) => (x + 15) & ~15; // BL_DR_CHUNK; the rule's buffers rounded to 16 floats
+  const hk = o.headK, hv = o.headV, nv = o.nVHeads, vd = nv * hv, C = 2 * o.nKHeads * hk + vd;
+  const rule = r16(hk * hv) + r16(2 * L * hk) + r16(L * hk) + r16(2 * L * hv) + r16(2 * L * L) + r16(L * hv) + r16(L * L) + r16(L) + r16(2 * L);
+  const yw = Math.max(nEmbd, C + vd);
+  return nThreads * (r16(2 * n) + rule) + n * (C + 2 * vd + 2 * nv + yw) + 2 * o.convKernel * C + 2 * nv + hv + 2 * n + 1 + nSlots;
+}
+
 /** Floats one slot's recurrent state takes in a delta-net layer: the conv's previous inputs, then the state of each v head. */
-export function deltanetStateFloats(o: Pick<DeltaNetOpts, "nKHeads" | "nVHeads" | "headK" | "headV" | "convKernel">): number {
+export function deltanetStateFloats(o: DeltaNetShape): number {
   const C = 2 * o.nKHeads * o.headK + o.nVHeads * o.headV;
   return (o.convKernel - 1) * C + o.nVHeads * o.headV * o.headK;
 }

@@ -11,7 +11,7 @@
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError, GgufValueType } from "../gguf/index.ts";
 import {
-  Act, attentionOp, deltanetOp, deltanetStateFloats, embedOp, expertsOp, ffnOp, Gating, HeadMap, normOp, outputOp, routerOp, ropeParams,
+  Act, attentionOp, deltanetOp, deltanetStateFloats, type DeltaNetShape, embedOp, expertsOp, ffnOp, Gating, HeadMap, normOp, outputOp, routerOp, ropeParams,
   RopeType, type OpSpec,
 } from "./ops.ts";
 import type { Shape, SynthTensors } from "./synth-types.ts";
@@ -85,6 +85,7 @@ export function hybridHparams(f: GgufFile, form: HybridForm): HParams {
   const emb = f.requireTensor("token_embd.weight");
   if (emb.ne[0] !== nEmbd) bad(`token_embd has rows of ${emb.ne[0]}, embedding_length is ${nEmbd}`);
   const nRs = s.recurrent.filter(Boolean).length;
+  const dn: DeltaNetShape = { nKHeads: s.nK, nVHeads: s.nV, headK: s.headK, headV: s.headV, convKernel: s.conv };
   const hp: HParams = {
     arch: A,
     nVocab: emb.ne[1],
@@ -103,7 +104,8 @@ export function hybridHparams(f: GgufFile, form: HybridForm): HParams {
     // the gated q rows (query and gate a head) and the delta-net's out rows
     qDim: Math.max(2 * nHead * headDim, s.nV * s.headV),
     rsLayers: nRs,
-    rsDim: nRs ? deltanetStateFloats({ nKHeads: s.nK, nVHeads: s.nV, headK: s.headK, headV: s.headV, convKernel: s.conv }) : 0,
+    rsDim: nRs ? deltanetStateFloats(dn) : 0,
+    ...(nRs ? { deltanet: dn } : {}),
   };
   if (hp.nExpert < 1 || hp.nExpertUsed < 1 || hp.nExpertUsed > hp.nExpert) bad(`expert_used_count ${hp.nExpertUsed} of ${hp.nExpert} experts`);
   if (hp.kvLayers < 1) bad("no full-attention layer");

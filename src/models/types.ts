@@ -1,7 +1,7 @@
 // bloomery models: what a model family file provides to the engine: hyper-parameters, the op list of
 // the forward pass, and the shapes `synth` writes for it (the real models' names, sizes and tensors).
 import type { GgufFile } from "../gguf/index.ts";
-import type { OpSpec } from "./ops.ts";
+import type { DeltaNetShape, OpSpec } from "./ops.ts";
 import type { SynthFamily } from "./synth-types.ts";
 
 /** Hyper-parameters the engine needs to size contexts and caches, common to all families. */
@@ -32,6 +32,8 @@ export interface HParams {
   /** layers with a recurrent state (the gated delta-net's), and the floats a slot's state takes in one; absent: none */
   rsLayers?: number;
   rsDim?: number;
+  /** the delta-net layers' shape (what their work space is sized by); absent: none */
+  deltanet?: DeltaNetShape;
 }
 
 /** The K and V widths of a position in one KV cache layer (f16 values). */
