@@ -3,8 +3,9 @@
 # sources (.device/peers/{llama,ik}.tar.xz: git archives without models/, docs/, media/) and run
 # with llama-bench on the same files as bloomery. Logs to $OUT/peers.log.
 # Usage: scripts/device-peers.sh VERB...  with VERB one of
-#   build          unpack into /tmp/peers/{llama,ik} and build llama-bench for sm_90 with GGML_NATIVE,
-#                  both at once in new sessions (setsid: they run on after the call returns)
+#   build[:NAMES]  unpack into /tmp/peers/{llama,ik} and build llama-bench for sm_90 with GGML_NATIVE,
+#                  in new sessions (setsid: they run on after the call returns); NAMES: llama, ik or
+#                  llama,ik (the default)
 #   wait:SECONDS   wait for both builds, at most SECONDS; print how each ended
 #   llama:ARGS     llama.cpp's llama-bench ARGS ('+' for spaces)
 #   ik:ARGS        ik_llama.cpp's llama-bench ARGS
@@ -17,15 +18,23 @@ for what in "$@"; do
   arg=${arg//+/ }
   case "$verb" in
     build)
-      for p in llama ik; do
+      names=llama,ik
+      [ "$arg" != build ] && names=$arg
+      for p in ${names//,/ }; do
         [ -d /tmp/peers/$p ] && continue
         mkdir -p /tmp/peers/$p && tar -xJf .device/peers/$p.tar.xz -C /tmp/peers/$p --strip-components=1
         ( cd /tmp/peers/$p && mkdir -p pocs examples && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
       done
       echo "== peers building in the background" ;;
     wait)
-      for ((s = 0; s < arg; s += 5)); do [ -f /tmp/peers/llama/done ] && [ -f /tmp/peers/ik/done ] && break; sleep 5; done
+      for ((s = 0; s < arg; s += 5)); do
+        left=0
+        for p in llama ik; do [ -d /tmp/peers/$p ] && [ ! -f /tmp/peers/$p/done ] && left=1; done
+        [ $left = 0 ] && break
+        sleep 5
+      done
       for p in llama ik; do
+        [ -d /tmp/peers/$p ] || continue
         echo "== $p: build rc $(cat /tmp/peers/$p/done 2>/dev/null || echo running) ($(ls /tmp/peers/$p/b/bin/llama-bench 2>/dev/null || echo no binary))" | tee -a "$OUT/peers.log"
         [ -f /tmp/peers/$p/done ] && [ "$(cat /tmp/peers/$p/done)" != 0 ] && tail -20 /tmp/peers/$p/build.log /tmp/peers/$p/cmake.log | tee -a "$OUT/peers.log"
       done ;;
