@@ -43,6 +43,7 @@ function load(path: string, o: EngineOptions): void {
         drafter = spec.type === "draft-mtp"
           ? loadMtpDraft(m, spec.draftModel ?? m.gguf, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0)
           : loadDraft(m, spec.draftModel!, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0);
+        if (spec.type === "draft-mtp") process.stderr.write(`speculative decoding: draft-mtp, the MTP layer of ${spec.draftModel ?? path} as the draft (at most ${spec.nMax ?? 3} tokens a step, its own KV cache layer a slot)\n`);
       } catch (e) {
         m.close();
         throw e;
