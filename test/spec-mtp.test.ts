@@ -6,7 +6,7 @@
 // refusals by name (no MTP layer, a family without one, a backend without hidden rows), the flags and the
 // default, and the real server.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { synth } from "../src/cli/synth.ts";
@@ -20,6 +20,8 @@ import type { SpecConfig } from "../src/engine/spec-ngram.ts";
 import type { Backend, Batch } from "../src/engine/backend.ts";
 import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
 import { editGguf } from "./gguf-edit.ts";
+import { withMtp } from "./mtp-edit.ts";
+import { FIXTURES } from "./paths.ts";
 import { Qwen35MtpRef } from "./qwen35-mtp-ref.ts";
 import { DEMO_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
 
@@ -215,6 +217,20 @@ describe("greedy output with draft-mtp is the output without speculation (CPU, f
     expect(tight.sched.stats().specDrafted).toBeLessThan(loose.sched.stats().specDrafted);
   });
 });
+
+// the family fixtures (transformers-made Qwen3.5 MoE and Qwen3-Next) with an MTP layer appended (mtp-edit.ts)
+const FAM = join(FIXTURES, "families");
+for (const [dir, arch] of [["qwen3_5_moe", "qwen35moe"], ["qwen3_next", "qwen3next"]] as const) {
+  const src = join(FAM, dir, `${dir}.gguf`);
+  test.skipIf(!existsSync(src))(`${dir} with an MTP layer appended: greedy output with draft-mtp is the output without it (four slots)`, async () => {
+    const out = withMtp(src, arch, join(tmp, `${dir}-mtp.gguf`));
+    const prompts = ((await Bun.file(join(FAM, dir, "ref.json")).json()).refs as { prompt: number[] }[]).map((r) => r.prompt).slice(0, 4);
+    const m = load(out, 4), d = mtpOf(m);
+    const plain = run(m, prompts, 24), got = run(m, prompts, 24, SPEC, d);
+    for (let i = 0; i < prompts.length; i++) expect(got.runs[i].tokens).toEqual(plain.runs[i].tokens);
+    expect(got.sched.stats().specDrafted).toBeGreaterThan(0);
+  });
+}
 
 describe("refusals by name", () => {
   test("a file without an MTP layer; a family without one; a backend that gives no hidden rows", () => {

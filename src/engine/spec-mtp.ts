@@ -33,7 +33,9 @@ export function loadMtpDraft(target: Model, src: string | GgufFile, o: LoadOptio
   if (!be.hiddenRows) throw new Error(`--spec-type draft-mtp: the ${be.name} backend does not give the target's hidden states yet (draft-mtp runs on the CPU backend: -ngl 0)`);
   let d: Model | undefined;
   try {
-    d = Model.load(src, { ...o, mtp: true, nSlots: be.nSlots, nCtx: be.nCtxSlot, maxTokens: be.maxTokens });
+    // beside a CPU target the MTP layer runs on the CPU too (the card runs neither its input op nor gated attention)
+    const ngl = be.name === "CPU" ? 0 : o.nGpuLayers;
+    d = Model.load(src, { ...o, mtp: true, nGpuLayers: ngl, nSlots: be.nSlots, nCtx: be.nCtxSlot, maxTokens: be.maxTokens });
     if (d.hp.nEmbd !== target.hp.nEmbd) throw new Error(`its MTP layer is ${d.hp.nEmbd} wide, the target ${target.hp.nEmbd}`);
     if (src !== target.gguf) checkDraftVocab(target, d);
     if (!d.backend.hiddenRows) throw new Error(`the ${d.backend.name} backend does not run the MTP layer yet (draft-mtp runs on the CPU backend: -ngl 0)`);
