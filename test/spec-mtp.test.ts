@@ -210,6 +210,34 @@ describe("greedy output with draft-mtp is the output without speculation (CPU, f
     });
   }
 
+  test("a second turn on the slot's kept prefix (cache_prompt) and a request cancelled mid-run: the tokens without speculation", () => {
+    const m = load(NEAR, 2);
+    const turns = (spec?: SpecConfig, d?: MtpDraft) => {
+      const out: number[][] = [];
+      const runs: Run[] = [{ tokens: [] }, { tokens: [] }, { tokens: [] }];
+      const sched = new Scheduler(m, {
+        tokens: (evs: TokenEvent[]) => { for (const e of evs) runs[e.id].tokens.push(e.token); },
+        done: (dn: DoneEvent) => { runs[dn.id].done = dn; },
+      }, makeSampler, 64, 0, spec, d);
+      const req = (id: number, prompt: number[], nPredict: number) => ({ id, prompt, nPredict, stop: [], ignoreEos: true, nProbs: 0, idSlot: 0, cachePrompt: true, params: { temperature: 0 } });
+      const p0 = [4, 8, 15, 16, 23, 42, 4, 8];
+      sched.submit(req(0, p0, 20));
+      while (sched.step()) { /* run */ }
+      out.push(runs[0].tokens);
+      // cancelled after a few steps
+      sched.submit(req(1, [...p0, ...runs[0].tokens, 77, 78], 30));
+      for (let i = 0; i < 4; i++) sched.step();
+      sched.cancel(1);
+      while (sched.step()) { /* run */ }
+      sched.submit(req(2, [...p0, ...runs[0].tokens, 77, 78, 79], 20));
+      while (sched.step()) { /* run */ }
+      out.push(runs[2].tokens);
+      expect(runs[2].done!.timings.cache_n).toBeGreaterThan(p0.length);
+      return out;
+    };
+    expect(turns(SPEC, mtpOf(m))).toEqual(turns());
+  });
+
   test("p_min stops a draft at an unlikely token (fewer drafted), output unchanged", () => {
     const m = load(NEAR, 4);
     const loose = run(m, prompts, 24, SPEC, mtpOf(m)), tight = run(m, prompts, 24, { ...SPEC, pMin: 0.999 }, mtpOf(m, { pMin: 0.999 }));

@@ -27,8 +27,8 @@ export interface Drafter {
   /** the drafter reads each target forward's hidden states (Batch.hiddenOut), given to observe after the pass */
   readonly wantsHidden?: boolean;
   observe?(b: Batch): void;
-  /** a new task starts in a slot */
-  begin?(slot: number): void;
+  /** a new task starts in a slot whose first `kept` positions are the ones the drafter saw there (0: none of them) */
+  begin?(slot: number, kept: number): void;
 }
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
@@ -312,8 +312,10 @@ export class Scheduler {
       }
       if (!slot) { i++; continue; }
       this.queue.splice(i, 1);
+      const restored = this.restored;
       const keep = this.prepareSlot(slot, t.req.prompt, t.req.cachePrompt);
-      this.drafter?.begin?.(slot.id);
+      // what the slot held stays the sequence's below keep, unless the prompt cache put another one there
+      this.drafter?.begin?.(slot.id, this.restored !== restored ? 0 : keep);
       t.start(slot.id, keep);
       slot.task = t;
     }

@@ -63,9 +63,16 @@ export class MtpDraft {
   /** The drafter wants each target forward's hidden states (Batch.hiddenOut) and observe after it. */
   readonly wantsHidden = true;
 
-  /** A new task in a slot: the states kept of its earlier sequence are not this one's. */
-  begin(slot: number): void {
-    if (slot < this.kept.length) this.kept[slot] = undefined;
+  /**
+   * A new task in a slot: of the states kept of its earlier sequence, those below `kept` (the prefix the slot
+   * keeps) are this one's too; the rest are not. The MTP layer's KV of a prefix the prompt cache restored
+   * (kept 0) is another sequence's: its drafts are worse there until the positions are written again.
+   */
+  begin(slot: number, kept: number): void {
+    const k = this.kept[slot];
+    if (!k) return;
+    const n = Math.min(k.rows.length / this.E, kept - k.p0);
+    this.kept[slot] = n > 0 ? { p0: k.p0, rows: k.rows.subarray(0, n * this.E) } : undefined;
   }
 
   /** The target state of a slot at position q, or undefined when no pass kept it. */
