@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define BL_ABI_VERSION 2
+#define BL_ABI_VERSION 3
 
 enum bl_status {
   BL_OK = 0,
@@ -94,9 +94,13 @@ enum bl_op_kind {
                       * (a dense FFN, or a shared expert with its optional scalar gate) */
   BL_OP_OUTPUT = 7,  /* logits[out rows] = head(norm(x))                           t: BL_OUTPUT_*  p: bl_norm_params */
   BL_OP_MLA = 8,     /* x += multi-head latent attention(h) over a latent KV layer t: BL_MLA_*     p: bl_mla_params */
-  BL_OP_DELTANET = 9 /* x += gated delta-net linear attention(h), recurrent state  t: BL_DN_*      p: bl_deltanet_params */
+  BL_OP_DELTANET = 9, /* x += gated delta-net linear attention(h), recurrent state t: BL_DN_*      p: bl_deltanet_params */
+  BL_OP_MTP_IN = 10   /* x = eh_proj [enorm(embed[tokens]); hnorm(batch hidden_in)] t: BL_MTP_*   p: bl_norm_params
+                       * (an MTP layer's input, llama.cpp's nextn: the embedding of each row's token and the
+                       * target's hidden state the batch gives for the row, each RMS-normalised, concatenated
+                       * embedding first, projected back to n_embd; the layer's block follows as plain ops) */
 };
-#define BL_OP_KINDS 10
+#define BL_OP_KINDS 11
 
 enum { BL_EMBED_TOKENS = 0, BL_EMBED_TENSORS };
 enum { BL_NORM_WEIGHT = 0, BL_NORM_TENSORS };
@@ -126,6 +130,10 @@ enum { BL_MLA_Q = 0, BL_MLA_Q_A = 1, BL_MLA_Q_A_NORM = 2, BL_MLA_Q_B = 3, BL_MLA
  * k head its q, k, then its v heads' v and z rows (given instead of qkv and gate). */
 enum { BL_DN_QKV = 0, BL_DN_GATE = 1, BL_DN_BETA = 2, BL_DN_ALPHA = 3, BL_DN_BA = 4, BL_DN_CONV = 5, BL_DN_DT = 6,
        BL_DN_A = 7, BL_DN_NORM = 8, BL_DN_OUT = 9, BL_DN_QKVZ = 10, BL_DN_TENSORS };
+/* The MTP input's tensors: embed [n_embd, n_vocab] (nextn.embed_tokens, or token_embd), enorm and hnorm
+ * [n_embd] (F32 / F16 / BF16), eh_proj [2 * n_embd, n_embd] (its input rows: the normalised embedding, then
+ * the normalised hidden state). */
+enum { BL_MTP_EMBED = 0, BL_MTP_ENORM = 1, BL_MTP_HNORM = 2, BL_MTP_EH_PROJ = 3, BL_MTP_TENSORS };
 #define BL_OP_MAX_TENSORS 11
 
 enum { BL_NORM_RMS = 0 };
@@ -247,13 +255,19 @@ typedef struct bl_program {
 } bl_program;
 
 /* A batch: token ids, positions and sequence (slot) of each token; rows whose logits are
- * wanted (indices into the batch) and where to write them (n_out * n_vocab floats). */
+ * wanted (indices into the batch) and where to write them (n_out * n_vocab floats).
+ * hidden_in: float[n_tokens * n_embd], the hidden state each row's MTP_IN op reads (0: none; a program
+ * with an MTP_IN op needs it). hidden_out: float[n_tokens * n_embd] (0: not wanted), written by the OUTPUT
+ * op with every row's normalised final state, the rows its head multiplies (speculative decoding's MTP
+ * draft reads the target's; a backend that cannot write them refuses a batch that asks, BL_E_UNSUPPORTED). */
 typedef struct bl_batch {
   int64_t n_tokens;
   uint64_t tokens, pos, seq; /* int32_t[n_tokens] each */
   int64_t n_out;
   uint64_t out_rows;         /* int32_t[n_out] */
   uint64_t logits;           /* float[n_out * n_vocab] */
+  uint64_t hidden_in;        /* float[n_tokens * n_embd] or 0 */
+  uint64_t hidden_out;       /* float[n_tokens * n_embd] or 0 */
 } bl_batch;
 
 typedef struct bl_ctx_params {

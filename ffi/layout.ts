@@ -5,11 +5,11 @@
 export const TENSOR_SLOTS = 8;
 export const OP_SLOTS = 4;
 export const PROGRAM_SLOTS = 4;
-export const BATCH_SLOTS = 7;
+export const BATCH_SLOTS = 9;
 export const CTX_PARAM_SLOTS = 15;
 
 /** bl_op_kind (bloomery.h). */
-export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7, Mla = 8, Deltanet = 9 }
+export enum OpKind { Embed = 1, Norm = 2, Attn = 3, Router = 4, Experts = 5, Ffn = 6, Output = 7, Mla = 8, Deltanet = 9, Mtp_in = 10 }
 
 /** A field of a parameter struct: its name and whether the slot holds an int64 or a double. */
 export type FieldKind = "i" | "f";
@@ -61,6 +61,7 @@ export const OP_PARAMS: Record<OpKind, Exclude<ParamStruct, "rope"> | undefined>
   [OpKind.Output]: "norm",
   [OpKind.Mla]: "mla",
   [OpKind.Deltanet]: "deltanet",
+  [OpKind.Mtp_in]: "norm",
 };
 
 /** Tensor roles by kind (bloomery.h BL_*_*), in role order. */
@@ -74,6 +75,7 @@ export const OP_ROLES = {
   [OpKind.Output]: ["norm", "head"],
   [OpKind.Mla]: ["q", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "k_b", "v_b", "o"],
   [OpKind.Deltanet]: ["qkv", "gate", "beta", "alpha", "ba", "conv", "dt", "a", "norm", "out", "qkvz"],
+  [OpKind.Mtp_in]: ["embed", "enorm", "hnorm", "eh_proj"],
 } as const satisfies Record<OpKind, readonly string[]>;
 
 export type Role<K extends OpKind> = (typeof OP_ROLES)[K][number];

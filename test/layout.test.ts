@@ -51,7 +51,7 @@ describe("ffi/layout.ts matches ffi/bloomery.h", () => {
   test("the op kinds", () => {
     const kinds = enumNames("BL_OP_EMBED").map((e) => e.replace(/^BL_OP_/, ""));
     const ours = Object.keys(OpKind).filter((k) => Number.isNaN(Number(k))).map((k) => k.toUpperCase());
-    expect(kinds).toEqual(["EMBED", "NORM", "ATTN", "ROUTER", "EXPERTS", "FFN", "OUTPUT", "MLA", "DELTANET"]);
+    expect(kinds).toEqual(["EMBED", "NORM", "ATTN", "ROUTER", "EXPERTS", "FFN", "OUTPUT", "MLA", "DELTANET", "MTP_IN"]);
     expect(ours).toEqual(kinds);
     for (const k of kinds) expect(header).toMatch(new RegExp(`BL_OP_${k} = ${OpKind[k.charAt(0) + k.slice(1).toLowerCase() as keyof typeof OpKind]}\\b`));
   });
@@ -60,7 +60,7 @@ describe("ffi/layout.ts matches ffi/bloomery.h", () => {
     const roleEnum: Record<number, string> = {
       [OpKind.Embed]: "BL_EMBED_TOKENS", [OpKind.Norm]: "BL_NORM_WEIGHT", [OpKind.Attn]: "BL_ATTN_Q", [OpKind.Router]: "BL_ROUTER_W",
       [OpKind.Experts]: "BL_EXPERTS_GATE", [OpKind.Ffn]: "BL_FFN_GATE", [OpKind.Output]: "BL_OUTPUT_NORM", [OpKind.Mla]: "BL_MLA_Q",
-      [OpKind.Deltanet]: "BL_DN_QKV",
+      [OpKind.Deltanet]: "BL_DN_QKV", [OpKind.Mtp_in]: "BL_MTP_EMBED",
     };
     for (const [kind, first] of Object.entries(roleEnum)) {
       const names = enumNames(first);

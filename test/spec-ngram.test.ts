@@ -126,9 +126,9 @@ describe("the flags", () => {
     expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-simple"], {})).toThrow(/-md/);
   });
 
-  test("--spec-type takes none and ngram-simple; the draft-model and MTP kinds are refused by name", () => {
+  test("--spec-type takes none and ngram-simple (draft-mtp: spec-mtp.test.ts); the EAGLE kind is refused by name", () => {
     expect(parseArgs(["-m", "x.gguf", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4"], {}).action).toBe("serve");
-    expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-mtp"], {})).toThrow(/draft-mtp/);
+    expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-eagle3"], {})).toThrow(/draft-eagle3/);
     expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "ngram-fast"], {})).toThrow(/ngram-fast/);
     expect(() => parseArgs(["-m", "x.gguf", "--spec-ngram-simple-min-hits", "2"], {})).toThrow(/min-hits/);
   });

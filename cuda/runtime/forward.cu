@@ -1079,6 +1079,8 @@ static int64_t forward(uint64_t h, const bl_batch *batch, int topk, int32_t *ids
   const int64_t n = batch->n_tokens, nout = batch->n_out;
   if (n <= 0 || n > c->dm.maxT) return cu_fail(BL_E_INVAL, "forward: batch of %lld tokens (the context takes 1..%lld)", (long long)n, (long long)c->dm.maxT);
   if (nout < 0 || nout > n) return cu_fail(BL_E_INVAL, "forward: %lld output rows", (long long)nout);
+  if (batch->hidden_in || batch->hidden_out)
+    return cu_fail(BL_E_UNSUPPORTED, "forward: hidden-state rows in or out of a batch (speculative decoding's draft-mtp) are not implemented on the card yet");
   const int32_t *tok = reinterpret_cast<const int32_t *>(batch->tokens), *pos = reinterpret_cast<const int32_t *>(batch->pos);
   const int32_t *seq = reinterpret_cast<const int32_t *>(batch->seq), *rows = reinterpret_cast<const int32_t *>(batch->out_rows);
   if (!tok || !pos || !seq || (nout > 0 && !rows)) return cu_fail(BL_E_INVAL, "forward: missing batch arrays");

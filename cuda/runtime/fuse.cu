@@ -30,6 +30,7 @@ static const char *op_name(int64_t k) {
     case BL_OP_OUTPUT: return "output";
     case BL_OP_MLA: return "mla";
     case BL_OP_DELTANET: return "gated delta-net";
+    case BL_OP_MTP_IN: return "mtp input";
     default: return "unknown op";
   }
 }
@@ -212,6 +213,7 @@ struct pass {
         }
         case BL_OP_MLA: return fail(i, "%s", MLA_NOT_YET);
         case BL_OP_DELTANET: return fail(i, "%s", DN_NOT_YET);
+        case BL_OP_MTP_IN: return fail(i, "an MTP layer's input (speculative decoding's draft-mtp) is not implemented on the card yet");
         case BL_OP_FFN:
           /* DeepSeek's and GLM's shared experts: an ffn on the h the experts' norm wrote */
           if (i > 0 && ops[i - 1].kind == BL_OP_EXPERTS) return fail(i, "a shared expert (an ffn after the experts, on their input norm) is not implemented on the card yet");

@@ -135,6 +135,9 @@ int64_t bl_experts_check(const bl_ctx_params *p, const bl_op *experts);
 int64_t bl_ffn_check(const bl_ctx_params *p, const bl_op *ffn);
 int64_t bl_mla_check(const bl_ctx_params *p, const bl_op *mla);
 int64_t bl_deltanet_check(const bl_ctx_params *p, const bl_op *dn);
+/* The MTP layer's input (mtp.c): x = eh_proj [enorm(embed[tokens]); hnorm(batch->hidden_in)]. */
+int64_t bl_mtp_in_op(bl_cpu_ctx *c, const bl_op *op, const bl_batch *batch);
+int64_t bl_mtp_in_check(const bl_ctx_params *p, const bl_op *op);
 /* The routed experts' picks of a layer counted for bl_cpu_expert_picks (n_expert counts). */
 void bl_count_picks(bl_cpu_ctx *c, int64_t layer, int64_t n_expert, const int32_t *start);
 

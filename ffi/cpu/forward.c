@@ -105,6 +105,7 @@ const char *bl_op_name(int64_t kind) {
     case BL_OP_OUTPUT: return "output";
     case BL_OP_MLA: return "latent attention";
     case BL_OP_DELTANET: return "gated delta-net";
+    case BL_OP_MTP_IN: return "mtp input";
     default: return "unknown op";
   }
 }
@@ -124,16 +125,19 @@ static int64_t output(bl_cpu_ctx *c, const bl_op *op, const bl_batch *batch) {
   const int64_t E = c->p.n_embd, V = c->p.n_vocab;
   const int32_t *rows = (const int32_t *)(uintptr_t)batch->out_rows;
   float *logits = (float *)(uintptr_t)batch->logits;
+  float *hid = (float *)(uintptr_t)batch->hidden_out;
+  const float eps = (float)BL_OP_PARAMS(op, bl_norm_params)->eps;
+  int64_t s;
+  /* every row's normalised state to hidden_out when asked (the same rows the head reads below) */
+  if (hid && (s = bl_rmsnorm_rows(c, c->x, E, hid, E, batch->n_tokens, E, bl_op_t(op, BL_OUTPUT_NORM), eps))) return s;
   if (batch->n_out == 0) return BL_OK;
   if (!rows || !logits) return bl_fail(BL_E_INVAL, "output: rows or logits missing");
-  /* gather the wanted rows into h, normalise in place */
+  /* gather the wanted rows into h, normalise in place (or take them normalised from hidden_out) */
   for (int64_t i = 0; i < batch->n_out; i++) {
     if (rows[i] < 0 || rows[i] >= batch->n_tokens) return bl_fail(BL_E_INVAL, "output: row %d outside the batch", rows[i]);
-    memcpy(c->h + i * E, c->x + (int64_t)rows[i] * E, sizeof(float) * E);
+    memcpy(c->h + i * E, (hid ? hid : c->x) + (int64_t)rows[i] * E, sizeof(float) * E);
   }
-  int64_t s;
-  const float eps = (float)BL_OP_PARAMS(op, bl_norm_params)->eps;
-  if ((s = bl_rmsnorm_rows(c, c->h, E, c->h, E, batch->n_out, E, bl_op_t(op, BL_OUTPUT_NORM), eps))) return s;
+  if (!hid && (s = bl_rmsnorm_rows(c, c->h, E, c->h, E, batch->n_out, E, bl_op_t(op, BL_OUTPUT_NORM), eps))) return s;
   return bl_matmul(c, bl_op_t(op, BL_OUTPUT_HEAD), 0, c->h, E, batch->n_out, logits, V);
 }
 
@@ -203,6 +207,7 @@ static int64_t op_check(const bl_ctx_params *p, const bl_op *op, int64_t n_vocab
     case BL_OP_FFN: return bl_ffn_check(p, op);
     case BL_OP_MLA: return bl_mla_check(p, op);
     case BL_OP_DELTANET: return bl_deltanet_check(p, op);
+    case BL_OP_MTP_IN: return bl_mtp_in_check(p, op);
     default: return bl_fail(BL_E_INVAL, "unknown kind %lld", (long long)op->kind);
   }
 }
@@ -237,6 +242,7 @@ static int64_t run_step(bl_cpu_ctx *c, const bl_op *ops, int64_t i, int64_t n, c
     case BL_OP_EXPERTS: return bl_moe_op(c, NULL, NULL, op, nt);
     case BL_OP_FFN: return bl_ffn_op(c, norm, op, nt);
     case BL_OP_OUTPUT: return output(c, op, batch);
+    case BL_OP_MTP_IN: return bl_mtp_in_op(c, op, batch);
     default: return bl_fail(BL_E_INVAL, "unknown op kind %lld", (long long)op->kind);
   }
 }
@@ -367,6 +373,6 @@ _Static_assert(sizeof(bl_experts_params) == 9 * 8, "bl_experts_params layout");
 _Static_assert(sizeof(bl_ffn_params) == 3 * 8, "bl_ffn_params layout");
 _Static_assert(sizeof(bl_mla_params) == 16 * 8, "bl_mla_params layout");
 _Static_assert(sizeof(bl_program) == 4 * 8, "bl_program layout");
-_Static_assert(sizeof(bl_batch) == 7 * 8, "bl_batch layout");
+_Static_assert(sizeof(bl_batch) == 9 * 8, "bl_batch layout");
 _Static_assert(sizeof(bl_deltanet_params) == 8 * 8, "bl_deltanet_params layout");
 _Static_assert(sizeof(bl_ctx_params) == 15 * 8, "bl_ctx_params layout");

@@ -1,6 +1,7 @@
 // llama-server's speculative-decoding flags (llama.cpp common/arg.cpp, "speculative params"):
-// `--spec-type ngram-simple` (drafts from the sequence itself) with its three settings; the draft
-// model and MTP kinds and their flags are recognised and refused by name.
+// `--spec-type ngram-simple` (drafts from the sequence itself) with its three settings, draft-simple (a
+// draft model, -md) and draft-mtp (the file's MTP layer: spec-mtp.ts); the other kinds and flags are
+// recognised and refused by name.
 
 import { refuse } from "./flag-define.ts";
 import type { FlagDef } from "./flag-types.ts";
@@ -15,14 +16,16 @@ function removed(use: string): string {
 const SPEC_KINDS = ["none", "ngram-simple", "draft-simple", "draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"];
 
 /** What is wrong with a --spec-type list, or undefined. */
+const RUN = ["none", "ngram-simple", "draft-simple", "draft-mtp"];
+
 function specTypeProblem(v: string): string | undefined {
   const kinds = v.split(",").map((k) => k.trim());
   for (const k of kinds) {
-    if (!SPEC_KINDS.includes(k)) return `one of none, ngram-simple, draft-simple (got '${k}')`;
-    if (k !== "none" && k !== "ngram-simple" && k !== "draft-simple") return `none, ngram-simple or draft-simple: '${k}' is not supported yet (MTP layers and EAGLE heads are not run by this engine)`;
+    if (!SPEC_KINDS.includes(k)) return `one of none, ngram-simple, draft-simple, draft-mtp (got '${k}')`;
+    if (!RUN.includes(k)) return `none, ngram-simple, draft-simple or draft-mtp: '${k}' is not supported yet (EAGLE heads and the other ngram kinds are not run by this engine)`;
   }
-  if (kinds.includes("none") && kinds.length > 1) return "'none' alone, or one of ngram-simple, draft-simple";
-  if (kinds.length > 1) return "one kind at a time (ngram-simple or draft-simple)";
+  if (kinds.includes("none") && kinds.length > 1) return "'none' alone, or one of ngram-simple, draft-simple, draft-mtp";
+  if (kinds.length > 1) return "one kind at a time (ngram-simple, draft-simple or draft-mtp)";
   return undefined;
 }
 
@@ -44,18 +47,18 @@ export const SPEC_FLAGS: readonly FlagDef[] = [
   refuse(G, ["--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"], SPEC, "keep the draft model's experts of the first N layers in host memory", { hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE" }),
   {
     names: ["--spec-draft-n-max"], hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MAX", key: "specDraftNMax", default: 3, value: { type: "int", min: 0, max: 256 },
-    help: "draft model: most tokens drafted a step", group: G, support: "supported",
+    help: "draft model or MTP layer: most tokens drafted a step", group: G, support: "supported",
   },
   {
     names: ["--spec-draft-n-min"], hint: "N", env: "LLAMA_ARG_SPEC_DRAFT_N_MIN", key: "specDraftNMin", default: 0, value: { type: "int", min: 0, max: 256 },
-    help: "draft model: fewest draft tokens worth verifying", group: G, support: "supported",
+    help: "draft model or MTP layer: fewest draft tokens worth verifying", group: G, support: "supported",
   },
   refuse(G, ["--spec-synth-len"], SPEC, "synthetic mean acceptance length (benchmarking)", { hint: "L", env: "LLAMA_ARG_SPEC_SYNTH_LEN" }),
   refuse(G, ["--spec-synth-rates"], SPEC, "synthetic per-position acceptance probabilities (benchmarking)", { hint: "P0,P1,...", env: "LLAMA_ARG_SPEC_SYNTH_RATES" }),
   refuse(G, ["--spec-draft-p-split", "--draft-p-split"], SPEC, "speculative split probability", { hint: "P", env: "LLAMA_ARG_SPEC_DRAFT_P_SPLIT", default: 0.1 }),
   {
     names: ["--spec-draft-p-min", "--draft-p-min"], hint: "P", env: "LLAMA_ARG_SPEC_DRAFT_P_MIN", key: "specDraftPMin", default: 0, value: { type: "float", min: 0, max: 1 },
-    help: "draft model: least probability of a drafted token", group: G, support: "supported",
+    help: "draft model or MTP layer: least probability of a drafted token", group: G, support: "supported",
   },
   refuse(G, ["--spec-draft-backend-sampling"], SPEC, "sample the draft on the backend", { neg: ["--no-spec-draft-backend-sampling"], env: "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING" }),
   refuse(G, ["--spec-draft-device", "-devd", "--device-draft"], SPEC, "devices for the draft model", { hint: "<dev1,dev2,..>" }),
@@ -72,7 +75,7 @@ export const SPEC_FLAGS: readonly FlagDef[] = [
   {
     names: ["--spec-type"], hint: "TYPES", env: "LLAMA_ARG_SPEC_TYPE", key: "specType", default: "none",
     value: { type: "string", nonEmpty: true },
-    help: "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md)",
+    help: "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md), draft-mtp (the file's MTP layer, or -md's)",
     group: G, support: "supported",
     check: (v) => specTypeProblem(String(v)),
   },

@@ -97,8 +97,8 @@ export interface ServerOptions {
   readonly chatTemplateFile: string | undefined;
   readonly chatTemplateKwargs: JsonObject;
   readonly reasoningFormat: "none" | "auto" | "deepseek" | "deepseek-legacy";
-  /** --spec-type: none, ngram-simple (its lookup and draft lengths) or draft-simple (-md, implied by -md alone) */
-  readonly specType: "none" | "ngram-simple" | "draft-simple";
+  /** --spec-type: none, ngram-simple (its lookup and draft lengths), draft-simple (-md, implied by -md alone) or draft-mtp */
+  readonly specType: "none" | "ngram-simple" | "draft-simple" | "draft-mtp";
   readonly specDraftModel: string | undefined;
   readonly specDraftNgl: number | "auto" | "all";
   readonly specDraftNMax: number;
@@ -263,6 +263,8 @@ function gpuLayers(v: FlagValue | undefined): number | "auto" | "all" {
 /** --spec-type's kind: -md alone means draft-simple (as llama-server infers it from the draft). */
 function specTypeOf(t: string, draft: string | undefined): ServerOptions["specType"] {
   if (t.includes("ngram-simple")) return "ngram-simple";
+  // the target's own MTP layer, or -md's
+  if (t.includes("draft-mtp")) return "draft-mtp";
   if (t.includes("draft-simple")) {
     if (!draft) throw new FlagError("--spec-type", "draft-simple needs a draft model (-md FNAME)");
     return "draft-simple";

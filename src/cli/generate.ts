@@ -10,9 +10,10 @@ import { checkForward } from "../engine/model-check.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import { Tokenizer, vocabFromMetadata } from "../tokenizer/index.ts";
 import { familyFor } from "../models/registry.ts";
-import { Scheduler } from "../engine/scheduler.ts";
+import { Scheduler, type Drafter } from "../engine/scheduler.ts";
 import type { SpecConfig } from "../engine/spec-ngram.ts";
-import { loadDraft, type DraftModel } from "../engine/spec-draft.ts";
+import { loadDraft } from "../engine/spec-draft.ts";
+import { loadMtpDraft } from "../engine/spec-mtp.ts";
 import { makeSampler } from "../engine/sampler-bridge.ts";
 import type { DoneEvent, TokenEvent } from "../engine/protocol.ts";
 
@@ -42,7 +43,7 @@ export const GENERATE_TABLE: FlagTable = {
     f(["--parse-special"], { type: "none" }, "parseSpecial", "match special tokens such as <|im_start|> in the prompt text", { default: false }),
     f(["--json"], { type: "none" }, "json", "print one JSON object (tokens, text, stop, timings) instead of streaming text", { default: false }),
     f(["--exact"], { type: "none" }, "exact", "slow reference path: f32 activations, dequantized weights", { default: false }),
-    f(["--spec-type"], { type: "enum", values: ["none", "ngram-simple", "draft-simple"] }, "specType", "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md)", { default: "none", hint: "TYPE" }),
+    f(["--spec-type"], { type: "enum", values: ["none", "ngram-simple", "draft-simple", "draft-mtp"] }, "specType", "speculative decoding: none, ngram-simple (drafts from the sequence), draft-simple (-md), draft-mtp (the file's MTP layer)", { default: "none", hint: "TYPE" }),
     f(["--spec-ngram-simple-size-n"], { type: "int", min: 1, max: 1024 }, "sizeN", "ngram-simple: lookup length", { default: 12, hint: "N" }),
     f(["--spec-ngram-simple-size-m"], { type: "int", min: 1, max: 1024 }, "sizeM", "ngram-simple: longest draft", { default: 48, hint: "N" }),
     f(["-md", "--spec-draft-model"], { type: "string", nonEmpty: true }, "draftModel", "draft model (the target's vocabulary); implies --spec-type draft-simple", { hint: "FNAME" }),
@@ -69,13 +70,16 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
   const nCtxTrain = familyFor(gguf).hparams(gguf).nCtxTrain;
   const nCtx = Number(v.ctx) || Math.min(nCtxTrain, Math.max(8192, prompt.length + Math.max(0, Number(v.nPredict)) + 1));
   const model = Model.load(gguf, { nCtx, nThreads: v.threads as number | undefined, exact: !!v.exact });
-  let drafter: DraftModel | undefined;
+  let drafter: (Drafter & { close(): void }) | undefined;
   try {
     checkForward(model); // a model whose logits are NaN is refused, not run
-    const kind = v.draftModel ? "draft-simple" : (String(v.specType) as SpecConfig["type"]);
+    const asked = String(v.specType) as SpecConfig["type"];
+    const kind = v.draftModel && asked !== "draft-mtp" ? "draft-simple" : asked;
     if (kind === "draft-simple") {
       if (!v.draftModel) throw new Error("generate: --spec-type draft-simple needs a draft model (-md FNAME)");
       drafter = loadDraft(model, String(v.draftModel), { nCtx, nThreads: v.threads as number | undefined }, Number(v.nMax), 0, 0);
+    } else if (kind === "draft-mtp") {
+      drafter = loadMtpDraft(model, v.draftModel ? String(v.draftModel) : model.gguf, { nThreads: v.threads as number | undefined, exact: !!v.exact }, Number(v.nMax), 0, 0);
     }
     const spec: SpecConfig = { type: kind, sizeN: Number(v.sizeN), sizeM: Number(v.sizeM), nMax: Number(v.nMax) };
     return generateWith(model, prompt, v, spec, drafter);
@@ -85,7 +89,7 @@ export async function runGenerate(argv: string[], env: Env): Promise<number> {
   }
 }
 
-function generateWith(model: Model, prompt: number[], v: Record<string, unknown>, spec: SpecConfig, drafter?: DraftModel): number {
+function generateWith(model: Model, prompt: number[], v: Record<string, unknown>, spec: SpecConfig, drafter?: Drafter): number {
   const events: TokenEvent[] = [];
   let done: DoneEvent | undefined;
   const sched = new Scheduler(model, {

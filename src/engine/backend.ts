@@ -12,6 +12,10 @@ export interface Batch {
   outRows: Int32Array;
   /** outRows.length * nVocab floats, written by forward */
   logits: Float32Array;
+  /** a program with an MTP input op (draft-mtp's drafter): tokens.length * nEmbd floats, each row's hidden state in */
+  hiddenIn?: Float32Array;
+  /** tokens.length * nEmbd floats: every row's normalised final state (the rows the output head reads); Backend.hiddenRows */
+  hiddenOut?: Float32Array;
 }
 
 export interface Backend {
@@ -21,6 +25,8 @@ export interface Backend {
   readonly nSlots: number;
   readonly nCtxSlot: number;
   forward(b: Batch): void;
+  /** whether forward takes Batch.hiddenIn and writes Batch.hiddenOut (absent: it refuses a batch that has them) */
+  readonly hiddenRows?: boolean;
   /**
    * Optional: a forward that returns each output row's k best logits (value desc, id asc) into
    * ids and vals (outRows.length * k entries) instead of the rows; k in 1..64.

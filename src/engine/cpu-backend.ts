@@ -26,6 +26,7 @@ export interface CpuBackendOptions {
 
 export class CpuBackend implements Backend {
   readonly name = "CPU";
+  readonly hiddenRows = true;
   private ctx: bigint;
   private batchSlots = new Slots(BATCH_SLOTS);
   readonly maxTokens: number;
@@ -68,6 +69,10 @@ export class CpuBackend implements Backend {
     s.setInt(4, b.outRows.length);
     s.setInt(5, b.outRows.length ? BigInt(ptr(b.outRows)) : 0n);
     s.setInt(6, b.outRows.length ? BigInt(ptr(b.logits)) : 0n);
+    const rows = n * this.hp.nEmbd;
+    if ((b.hiddenIn && b.hiddenIn.length < rows) || (b.hiddenOut && b.hiddenOut.length < rows)) throw new Error("forward: a hidden-state buffer is smaller than the batch's rows");
+    s.setInt(7, b.hiddenIn ? BigInt(ptr(b.hiddenIn)) : 0n);
+    s.setInt(8, b.hiddenOut ? BigInt(ptr(b.hiddenOut)) : 0n);
     check(cpu().bl_cpu_forward(this.ctx, ptr(this.prog.program.i), ptr(s.i)), "forward");
   }
 

@@ -255,6 +255,8 @@ export class CudaBackend implements Backend {
     const n = b.tokens.length;
     if (b.pos.length !== n || b.seq.length !== n) throw new Error("forward: tokens, pos and seq differ in length");
     if (withLogits && b.logits.length < b.outRows.length * this.hp.nVocab) throw new Error("forward: logits buffer too small");
+    // the card does not write (or read) a batch's hidden-state rows yet (bl_cuda_forward refuses them too)
+    if (b.hiddenIn || b.hiddenOut) throw new Error("forward: hidden-state rows (speculative decoding's draft-mtp) are not implemented on the CUDA backend yet; run draft-mtp on the CPU (-ngl 0)");
     const s = this.batchSlots;
     s.setInt(0, n);
     s.setInt(1, BigInt(ptr(b.tokens)));

@@ -47,6 +47,16 @@ export interface LoadOptions {
    * the plan's cache (its disk tier), else every tensor mapped and prefaulted.
    */
   expertRamBytes?: number;
+  /** load the file's MTP layer as the model (ModelFamily.mtp: speculative decoding's draft-mtp), not its forward pass */
+  mtp?: boolean;
+}
+
+/** The family's MTP layer of this file, or an error naming why there is none this engine runs. */
+export function mtpOf(family: ModelFamily, f: GgufFile): NonNullable<ModelFamily["mtp"]> {
+  const arch = f.str("general.architecture");
+  if (!family.mtp) throw new Error(`${f.path}: draft-mtp runs the MTP layer of qwen35moe and qwen3next files; the ${arch} family's is not implemented`);
+  if (!family.mtp.has(f)) throw new Error(`${f.path}: the ${arch} file has no MTP layer (nextn_predict_layers): draft-mtp needs one (use ngram-simple or a draft model, -md)`);
+  return family.mtp;
 }
 
 export class Model {
@@ -65,13 +75,17 @@ export class Model {
   private constructor(src: string | GgufFile, o: LoadOptions) {
     this.gguf = typeof src === "string" ? openModelPath(src) : src;
     this.family = familyFor(this.gguf);
-    this.hp = this.family.hparams(this.gguf);
+    // the file's MTP layer as the model (draft-mtp's drafter: the target's load checked the file and said its notes)
+    const mtp = o.mtp ? mtpOf(this.family, this.gguf) : undefined;
+    this.hp = mtp ? mtp.hparams(this.gguf) : this.family.hparams(this.gguf);
     const say = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
-    for (const note of checkModelFile(this.gguf, this.hp)) say(note); // refuses a broken file
-    for (const note of this.family.notes?.(this.gguf, this.hp) ?? []) say(note);
+    if (!mtp) {
+      for (const note of checkModelFile(this.gguf, this.hp)) say(note); // refuses a broken file
+      for (const note of this.family.notes?.(this.gguf, this.hp) ?? []) say(note);
+    }
     this.tokenizer = Tokenizer.fromVocab(vocabFromMetadata((k) => this.gguf.raw(k)));
     const nCtx = o.nCtx && o.nCtx > 0 ? o.nCtx : this.hp.nCtxTrain;
-    const specs = this.family.program(this.gguf, this.hp);
+    const specs = mtp ? mtp.program(this.gguf, this.hp) : this.family.program(this.gguf, this.hp);
     // the tensors the forward pass reads: the rest (an MTP layer's, llama.cpp's nextn.*) is neither
     // planned nor prefaulted
     const used = new Set(specs.flatMap((op) => Object.values(op.tensors as Record<string, string | undefined>).filter((n): n is string => !!n)));

@@ -21,9 +21,14 @@ import { RecurrentStates, type Checkpoint } from "./recurrent-state.ts";
 import { ngramDraft, SPEC_NONE, type SpecConfig } from "./spec-ngram.ts";
 import type { DraftAsk } from "./spec-draft.ts";
 
-/** What makes a draft model's drafts (spec-draft.ts's DraftModel). */
+/** What makes a draft model's drafts (spec-draft.ts's DraftModel, spec-mtp.ts's MtpDraft). */
 export interface Drafter {
   draft(asks: readonly DraftAsk[]): Map<number, number[]>;
+  /** the drafter reads each target forward's hidden states (Batch.hiddenOut), given to observe after the pass */
+  readonly wantsHidden?: boolean;
+  observe?(b: Batch): void;
+  /** a new task starts in a slot whose first `kept` positions are the ones the drafter saw there (0: none of them) */
+  begin?(slot: number, kept: number): void;
 }
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
@@ -102,6 +107,8 @@ export class Scheduler {
     };
   }
 
+  /** the target's hidden states of a pass, for a drafter that reads them (Drafter.wantsHidden) */
+  private hidden = new Float32Array(0);
   private nDecode = 0;
   private specDrafted = 0;
   private specAccepted = 0;
@@ -305,7 +312,10 @@ export class Scheduler {
       }
       if (!slot) { i++; continue; }
       this.queue.splice(i, 1);
+      const restored = this.restored;
       const keep = this.prepareSlot(slot, t.req.prompt, t.req.cachePrompt);
+      // what the slot held stays the sequence's below keep, unless the prompt cache put another one there
+      this.drafter?.begin?.(slot.id, this.restored !== restored ? 0 : keep);
       t.start(slot.id, keep);
       slot.task = t;
     }
@@ -400,7 +410,13 @@ export class Scheduler {
       tokens: Int32Array.from(tokens), pos: Int32Array.from(pos), seq: Int32Array.from(seq),
       outRows: Int32Array.from(outRows), logits: this.logits.subarray(0, outRows.length * V),
     };
-    const topK = drafts.size ? 0 : this.candidatesFor(outSlots);
+    const observe = this.drafter?.wantsHidden && this.drafter.observe ? this.drafter : undefined;
+    if (observe) {
+      const E = this.model.hp.nEmbd;
+      if (this.hidden.length < tokens.length * E) this.hidden = new Float32Array(tokens.length * E);
+      batch.hiddenOut = this.hidden.subarray(0, tokens.length * E);
+    }
+    const topK = drafts.size || observe ? 0 : this.candidatesFor(outSlots);
     if (this.rs && drafts.size) {
       const ts = performance.now();
       for (const s of drafts.keys()) this.rs.snapshot(s);
@@ -414,6 +430,8 @@ export class Scheduler {
         this.model.backend.forwardTopK!(batch, topK, this.topIds, this.topVals);
         this.nTopSteps++;
       } else this.model.backend.forward(batch);
+      // the MTP draft's layer takes the same tokens with the target's states (its KV follows the target's)
+      observe?.observe!(batch);
     } catch (e) {
       this.failPass(active, e);
       return true;

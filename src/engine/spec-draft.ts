@@ -160,7 +160,7 @@ export class DraftModel {
 }
 
 /** A row's best token (the lowest id among equal logits) and its softmax probability. */
-function best(row: Float32Array, V: number): { id: number; p: number } {
+export function best(row: Float32Array, V: number): { id: number; p: number } {
   let id = 0, m = row[0];
   for (let i = 1; i < V; i++) if (row[i] > m) { m = row[i]; id = i; }
   let z = 0;

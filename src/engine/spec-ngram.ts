@@ -5,13 +5,18 @@
 
 /** The speculative-decoding setting of an engine (none: every step one token a sequence). */
 export interface SpecConfig {
-  /** ngram-simple: drafts from the sequence itself; draft-simple: from a draft model (spec-draft.ts) */
-  type: "none" | "ngram-simple" | "draft-simple";
+  /** ngram-simple: drafts from the sequence itself; draft-simple: from a draft model (spec-draft.ts); draft-mtp: from the MTP layer (spec-mtp.ts) */
+  type: "none" | "ngram-simple" | "draft-simple" | "draft-mtp";
+  /**
+   * the kind was not asked for (--spec-type absent): -md alone means draft-simple, or draft-mtp where the draft
+   * file has an MTP layer (llama-server's common_speculative_types_from_gguf)
+   */
+  inferred?: boolean;
   /** ngram-simple: the lookup's length (the sampled token and the size_n - 1 before it) */
   sizeN: number;
   /** ngram-simple: the draft's longest length */
   sizeM: number;
-  /** draft-simple: the draft model's file, its -ngl, the most and fewest tokens a draft, the least probability of a drafted token */
+  /** draft-simple / draft-mtp: the draft model's file (draft-mtp: the MTP layer's, else the target's own), its -ngl, the most and fewest tokens a draft, the least probability of a drafted token */
   draftModel?: string;
   draftNgl?: number | "auto" | "all";
   nMax?: number;

@@ -8,10 +8,12 @@ import { makeSampler } from "./sampler-bridge.ts";
 import { modelInfo } from "./info.ts";
 import { checkForward } from "./model-check.ts";
 import { ExpertHeat, placementState } from "./placement-view.ts";
-import { loadDraft, type DraftModel } from "./spec-draft.ts";
+import { loadDraft } from "./spec-draft.ts";
+import { loadMtpDraft, specFor } from "./spec-mtp.ts";
+import type { Drafter } from "./scheduler.ts";
 
 let model: Model | undefined;
-let drafter: DraftModel | undefined;
+let drafter: (Drafter & { close(): void }) | undefined;
 let sched: Scheduler | undefined;
 let running = false;
 const heat = new ExpertHeat();
@@ -32,12 +34,16 @@ function load(path: string, o: EngineOptions): void {
       m.close();
       throw e;
     }
-    if (o.spec?.type === "draft-simple" && o.spec.draftModel) {
-      // the draft model: a slot a target slot, the target's context, its own -ngl (default the target's)
+    // -md alone names draft-mtp where its file has an MTP layer (as llama-server infers it)
+    const spec = o.spec ? specFor(o.spec, (l) => process.stderr.write(`${l}\n`)) : undefined;
+    if (spec && (spec.type === "draft-mtp" || (spec.type === "draft-simple" && spec.draftModel))) {
+      // the draft: a slot a target slot, the target's context, its own -ngl (default the target's)
       try {
-        drafter = loadDraft(m, o.spec.draftModel, {
-          nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, nGpuLayers: o.spec.draftNgl ?? o.nGpuLayers, device: o.device,
-        }, o.spec.nMax ?? 3, o.spec.nMin ?? 0, o.spec.pMin ?? 0);
+        const lo = { nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact, nGpuLayers: spec.draftNgl ?? o.nGpuLayers, device: o.device };
+        drafter = spec.type === "draft-mtp"
+          ? loadMtpDraft(m, spec.draftModel ?? m.gguf, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0)
+          : loadDraft(m, spec.draftModel!, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0);
+        if (spec.type === "draft-mtp") process.stderr.write(`speculative decoding: draft-mtp, the MTP layer of ${spec.draftModel ?? path} as the draft (at most ${spec.nMax ?? 3} tokens a step, its own KV cache layer a slot)\n`);
       } catch (e) {
         m.close();
         throw e;
@@ -46,7 +52,7 @@ function load(path: string, o: EngineOptions): void {
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
     try {
       // a recurrent model's speculation keeps a snapshot of each slot's state (refused where the backend cannot)
-      sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, o.spec, drafter);
+      sched = new Scheduler(m, { tokens: (events) => post({ type: "tokens", events }), done: (done) => post({ type: "done", done }) }, makeSampler, o.ubatchSize, cacheBytes, spec, drafter);
     } catch (e) {
       drafter?.close();
       drafter = undefined;

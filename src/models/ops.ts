@@ -57,6 +57,12 @@ export function embedOp(tokEmbd: string): OpSpec<OpKind.Embed> {
   return { kind: OpKind.Embed, layer: -1, params: {}, tensors: { tokens: tokEmbd } };
 }
 
+/** An MTP layer's input: x = eh_proj [rmsnorm(embed[tokens]) * enorm; rmsnorm(hidden_in) * hnorm] (bl_batch hidden_in). */
+export function mtpInputOp(layer: number, tensors: Partial<Record<Role<OpKind.Mtp_in>, string>>, eps: number): OpSpec<OpKind.Mtp_in> {
+  const params: Params<"norm"> = { kind: 0, eps };
+  return { kind: OpKind.Mtp_in, layer, params, tensors };
+}
+
 /** h = rmsnorm(x) * weight. */
 export function normOp(layer: number, weight: string, eps: number): OpSpec<OpKind.Norm> {
   const params: Params<"norm"> = { kind: 0, eps };

@@ -7,6 +7,7 @@
 // hybridFamily assembles a family file's ModelFamily from its form, synth shapes and these names.
 import { GgufError } from "../gguf/index.ts";
 import { hybridHparams, hybridNotes, hybridProgram, writeHybrid, type HybridForm } from "./qwen-hybrid.ts";
+import { hybridMtpHparams, hybridMtpProgram, mtpLayers } from "./qwen-hybrid-mtp.ts";
 import type { Shape, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, ModelFamily } from "./types.ts";
 
@@ -116,6 +117,7 @@ export function hybridFamily(form: HybridForm, shapes: Record<string, Shape>, hf
     hparams: (f) => hybridHparams(f, form),
     program: (f, hp) => hybridProgram(f, hp, form),
     notes: (f) => hybridNotes(f, form),
+    mtp: { has: (f) => mtpLayers(f, form) > 0, hparams: (f) => hybridMtpHparams(f, form), program: (f, hp) => hybridMtpProgram(f, hp, form) },
     synth: { shapes, write: (sh: Shape, t: SynthTensors) => writeHybrid(form, sh, t) },
     hf: hybridHf(form, hfArchs, hfTypes),
   };

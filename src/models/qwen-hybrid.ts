@@ -15,6 +15,7 @@ import {
   RopeType, type OpSpec,
 } from "./ops.ts";
 import type { Shape, SynthTensors } from "./synth-types.ts";
+import { writeHybridMtp } from "./qwen-hybrid-mtp.ts";
 import type { HParams } from "./types.ts";
 
 export interface HybridForm {
@@ -36,6 +37,8 @@ interface Ssm {
   recurrent: boolean[];
   nFfExp: number;
   nFfShexp: number;
+  /** MTP layers written after the main ones (nextn_predict_layers; 0 or absent: none) */
+  nextn?: number;
 }
 
 function ssmKeys(f: GgufFile, a: string, nLayer: number): Ssm {
@@ -112,10 +115,9 @@ export function hybridHparams(f: GgufFile, form: HybridForm): HParams {
   return hp;
 }
 
-export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpec[] {
-  const A = form.arch, s = ssmKeys(f, A, hp.nLayer);
-  const E = hp.nEmbd, qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim, X = hp.nExpert, F = s.nFfExp, S = s.nFfShexp;
-  const C = 2 * s.nK * s.headK + s.nV * s.headV, vd = s.nV * s.headV;
+/** The layout's RoPE (partial NEOX; Qwen3.5's interleaved M-RoPE sections checked to be text-only). */
+export function hybridRope(f: GgufFile, hp: HParams, form: HybridForm) {
+  const A = form.arch;
   const nRot = f.u32(`${A}.rope.dimension_count`, hp.headDim);
   if (nRot < 2 || nRot > hp.headDim || nRot % 2) throw new GgufError(f.path, `${A}: rope.dimension_count ${nRot} of a head of ${hp.headDim}`);
   if (form.mropeSections && f.has(`${A}.rope.dimension_sections`)) {
@@ -124,14 +126,65 @@ export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpe
     const sec = Array.from(f.raw(`${A}.rope.dimension_sections`) as ArrayLike<number>, Number);
     if ((sec[3] ?? 0) > 0) throw new GgufError(f.path, `${A}: a fourth M-RoPE section (${sec.join(", ")}) is not supported`);
   }
-  const rope = ropeParams(f, A, RopeType.Neox, nRot, hp.nCtxTrain);
+  return ropeParams(f, A, RopeType.Neox, nRot, hp.nCtxTrain);
+}
+
+type Need = (n: string, ne: number[]) => string;
+
+function needOf(f: GgufFile, i: number): Need {
+  const p = `blk.${i}.`;
+  return (n, ne) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
+}
+
+/** Layer i's gated full attention (its input norm, then the op), over KV cache layer kvLayer. */
+export function hybridAttnOps(f: GgufFile, hp: HParams, i: number, kvLayer: number, rope: ReturnType<typeof hybridRope>): OpSpec[] {
+  const need = needOf(f, i), E = hp.nEmbd, qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim;
+  return [
+    normOp(i, need("attn_norm.weight", [E]), hp.eps),
+    attentionOp({
+      layer: i, kvLayer, nHead: hp.nHead, nHeadKv: hp.nHeadKv, headDim: hp.headDim, eps: hp.eps, rope, gate: true,
+      tensors: {
+        q: need("attn_q.weight", [E, 2 * qd]), k: need("attn_k.weight", [E, kd]), v: need("attn_v.weight", [E, kd]), o: need("attn_output.weight", [qd, E]),
+        q_norm: need("attn_q_norm.weight", [hp.headDim]), k_norm: need("attn_k_norm.weight", [hp.headDim]),
+      },
+    }),
+  ];
+}
+
+/** Layer i's post-attention norm, routed experts and gated shared expert. */
+export function hybridMoeOps(f: GgufFile, hp: HParams, form: HybridForm, i: number): OpSpec[] {
+  const s = ssmKeys(f, form.arch, hp.nLayer), need = needOf(f, i);
+  const E = hp.nEmbd, X = hp.nExpert, F = s.nFfExp, S = s.nFfShexp;
+  if (f.tensor(`blk.${i}.ffn_gate_up_exps.weight`)) {
+    throw new GgufError(f.path, `blk.${i}.ffn_gate_up_exps.weight: merged gate and up experts are not supported yet (convert with separate ffn_gate_exps and ffn_up_exps)`);
+  }
+  return [
+    normOp(i, need("post_attention_norm.weight", [E]), hp.eps),
+    routerOp({ layer: i, nExpert: X, nUsed: hp.nExpertUsed, gating: Gating.Softmax, normTopk: true, tensors: { w: need("ffn_gate_inp.weight", [E, X]) } }),
+    expertsOp({
+      layer: i, nExpert: X, nUsed: hp.nExpertUsed, act: Act.Swiglu,
+      tensors: { gate: need("ffn_gate_exps.weight", [E, F, X]), up: need("ffn_up_exps.weight", [E, F, X]), down: need("ffn_down_exps.weight", [F, E, X]) },
+    }),
+    // the shared expert on the same normalised rows, under sigmoid(h . gate_inp_shexp)
+    ffnOp(i, {
+      gate: need("ffn_gate_shexp.weight", [E, S]), up: need("ffn_up_shexp.weight", [E, S]), down: need("ffn_down_shexp.weight", [S, E]),
+      gate_inp: need("ffn_gate_inp_shexp.weight", [E]),
+    }),
+  ];
+}
+
+export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpec[] {
+  const A = form.arch, s = ssmKeys(f, A, hp.nLayer);
+  const E = hp.nEmbd;
+  const C = 2 * s.nK * s.headK + s.nV * s.headV, vd = s.nV * s.headV;
+  const rope = hybridRope(f, hp, form);
   const ops: OpSpec[] = [embedOp("token_embd.weight")];
   let kvLayer = 0, rsLayer = 0;
   for (let i = 0; i < hp.nLayer; i++) {
     const p = `blk.${i}.`;
-    const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
-    ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
+    const need = needOf(f, i);
     if (s.recurrent[i]) {
+      ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
       // older Qwen3-Next files: q, k, v and z in one ssm_in, grouped by k head
       const legacy = form.fusedBa && !!f.tensor(`${p}ssm_in.weight`) && !f.tensor(`${p}attn_qkv.weight`);
       const proj = legacy ? { qkvz: need("ssm_in.weight", [E, C + vd]) } : { qkv: need("attn_qkv.weight", [E, C]), gate: need("attn_gate.weight", [E, vd]) };
@@ -144,28 +197,9 @@ export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpe
         },
       }));
     } else {
-      ops.push(attentionOp({
-        layer: i, kvLayer: kvLayer++, nHead: hp.nHead, nHeadKv: hp.nHeadKv, headDim: hp.headDim, eps: hp.eps, rope, gate: true,
-        tensors: {
-          q: need("attn_q.weight", [E, 2 * qd]), k: need("attn_k.weight", [E, kd]), v: need("attn_v.weight", [E, kd]), o: need("attn_output.weight", [qd, E]),
-          q_norm: need("attn_q_norm.weight", [hp.headDim]), k_norm: need("attn_k_norm.weight", [hp.headDim]),
-        },
-      }));
+      ops.push(...hybridAttnOps(f, hp, i, kvLayer++, rope));
     }
-    ops.push(normOp(i, need("post_attention_norm.weight", [E]), hp.eps));
-    if (f.tensor(`${p}ffn_gate_up_exps.weight`)) {
-      throw new GgufError(f.path, `${p}ffn_gate_up_exps.weight: merged gate and up experts are not supported yet (convert with separate ffn_gate_exps and ffn_up_exps)`);
-    }
-    ops.push(routerOp({ layer: i, nExpert: X, nUsed: hp.nExpertUsed, gating: Gating.Softmax, normTopk: true, tensors: { w: need("ffn_gate_inp.weight", [E, X]) } }));
-    ops.push(expertsOp({
-      layer: i, nExpert: X, nUsed: hp.nExpertUsed, act: Act.Swiglu,
-      tensors: { gate: need("ffn_gate_exps.weight", [E, F, X]), up: need("ffn_up_exps.weight", [E, F, X]), down: need("ffn_down_exps.weight", [F, E, X]) },
-    }));
-    // the shared expert on the same normalised rows, under sigmoid(h . gate_inp_shexp)
-    ops.push(ffnOp(i, {
-      gate: need("ffn_gate_shexp.weight", [E, S]), up: need("ffn_up_shexp.weight", [E, S]), down: need("ffn_down_shexp.weight", [S, E]),
-      gate_inp: need("ffn_gate_inp_shexp.weight", [E]),
-    }));
+    ops.push(...hybridMoeOps(f, hp, form, i));
   }
   f.requireTensor("output_norm.weight", [E]);
   if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
@@ -173,10 +207,10 @@ export function hybridProgram(f: GgufFile, hp: HParams, form: HybridForm): OpSpe
   return ops;
 }
 
-/** The load's line about an MTP layer the file appends (nextn_predict_layers): not run, not read. */
+/** The load's line about an MTP layer the file appends (nextn_predict_layers): a draft only with --spec-type draft-mtp. */
 export function hybridNotes(f: GgufFile, form: HybridForm): string[] {
   const n = f.u32(`${form.arch}.nextn_predict_layers`, 0);
-  return n > 0 ? [`${form.arch}: the file's ${n} MTP layer(s) (a draft for speculative decoding) are not run`] : [];
+  return n > 0 ? [`${form.arch}: the file's ${n} MTP layer(s) are not part of the forward pass; --spec-type draft-mtp runs them as a speculative draft (qwen-hybrid-mtp.ts)`] : [];
 }
 
 /** A synthetic model's sizes of the hybrid layout (Shape.hybrid). */
@@ -187,6 +221,8 @@ export interface HybridShape {
   conv: number;
   interval: number;
   nFfShexp: number;
+  /** MTP layers written after the main ones (nextn_predict_layers; 0 or absent: none) */
+  nextn?: number;
 }
 
 /** Writes a hybrid shape's metadata and tensors (synth), in the real files' names and layout. */
@@ -195,7 +231,9 @@ export function writeHybrid(form: HybridForm, sh: Shape, t: SynthTensors): void 
   const recurrent = Array.from({ length: n }, (_, i) => (i + 1) % hy.interval !== 0);
   // a cut (--layers) short of the first full-attention layer ends with one (every file has at least one)
   if (recurrent.every(Boolean)) recurrent[n - 1] = false;
-  w.u32(`${A}.block_count`, n);
+  const nextn = hy.nextn ?? 0;
+  w.u32(`${A}.block_count`, n + nextn);
+  if (nextn) w.u32(`${A}.nextn_predict_layers`, nextn);
   w.u32(`${A}.context_length`, sh.nCtxTrain);
   w.u32(`${A}.embedding_length`, sh.nEmbd);
   w.u32(`${A}.feed_forward_length`, sh.nFf);
@@ -214,7 +252,8 @@ export function writeHybrid(form: HybridForm, sh: Shape, t: SynthTensors): void 
   w.u32(`${A}.ssm.group_count`, hy.nKHeads);
   w.u32(`${A}.ssm.time_step_rank`, hy.nVHeads);
   w.u32(`${A}.ssm.inner_size`, hy.nVHeads * hy.headK);
-  w.setArray(`${A}.attention.recurrent_layers`, GgufValueType.BOOL, recurrent);
+  // llama.cpp's layer array covers the MTP layers too (dense attention: not recurrent)
+  w.setArray(`${A}.attention.recurrent_layers`, GgufValueType.BOOL, [...recurrent, ...Array<boolean>(nextn).fill(false)]);
   w.u32(`${A}.full_attention_interval`, hy.interval);
   w.u32(`${A}.rope.dimension_count`, sh.nRot ?? sh.headDim);
   if (form.mropeSections) w.setArray(`${A}.rope.dimension_sections`, GgufValueType.I32, [11, 11, 10, 0]);
@@ -255,6 +294,7 @@ export function writeHybrid(form: HybridForm, sh: Shape, t: SynthTensors): void 
     t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02 / Math.sqrt(n));
     t.small(`${p}ffn_gate_inp_shexp.weight`, [E], 0.05);
   }
+  if (nextn) writeHybridMtp(sh, t);
   t.ones("output_norm.weight", [E]);
   t.mat("output.weight", "output", -1, [E, sh.nVocab]);
 }

@@ -18,5 +18,7 @@ const shapes: Record<string, Shape> = {
   "test-qwen35moe": { ...base, name: "test-qwen35moe", nLayer: 4, nEmbd: 256, nHead: 4, headDim: 64, nRot: 16, nExpert: 8, nExpertUsed: 2,
     nFfExp: 256, nFf: 256, nVocab: 1024, nCtxTrain: 4096, hybrid: { nKHeads: 2, nVHeads: 4, headK: 64, conv: 4, interval: 4, nFfShexp: 256 } },
 };
+// the test shape with the MTP layer the real files append (nextn_predict_layers 1: speculative decoding's draft-mtp)
+shapes["test-qwen35moe-mtp"] = { ...shapes["test-qwen35moe"], name: "test-qwen35moe-mtp", hybrid: { ...shapes["test-qwen35moe"].hybrid!, nextn: 1 } };
 
 export const qwen35moe: ModelFamily = hybridFamily(FORM, shapes, ["Qwen3_5MoeForCausalLM"], ["qwen3_5_moe_text"]);

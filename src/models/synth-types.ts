@@ -34,7 +34,7 @@ export interface Shape {
   /** multi-head latent attention's sizes (deepseek2; nHeadKv 1 and headDim kvLora + rope, as its files say) */
   mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number };
   /** the Qwen hybrid layout's sizes (qwen3next, qwen35moe: qwen-hybrid.ts's HybridShape) */
-  hybrid?: { nKHeads: number; nVHeads: number; headK: number; conv: number; interval: number; nFfShexp: number };
+  hybrid?: { nKHeads: number; nVHeads: number; headK: number; conv: number; interval: number; nFfShexp: number; nextn?: number };
   /** YaRN context extension as the real model's config has it (factor over orig positions; DeepSeek's log multiplier) */
   yarn?: { factor: number; orig: number; logMul?: number; betaFast?: number; betaSlow?: number };
 }

@@ -59,6 +59,12 @@ export interface ModelFamily {
   hparams(f: GgufFile): HParams;
   /** The forward pass as a list of ops; throws a clear error when tensors are missing or misshapen. */
   program(f: GgufFile, hp: HParams): OpSpec[];
+  /**
+   * The file's MTP layer as a model of its own (speculative decoding's draft-mtp: mtp-draft.ts): its sizes
+   * and program (an MTP input op, the layer's block, the head; throws naming why a file has none it runs).
+   * Absent: the family has no MTP layer this engine runs. has: whether the file has one.
+   */
+  mtp?: { has(f: GgufFile): boolean; hparams(f: GgufFile): HParams; program(f: GgufFile, hp: HParams): OpSpec[] };
   /** What the load says once about the file (parts of it it does not run, and why). */
   notes?(f: GgufFile, hp: HParams): string[];
   /** The real models `synth` imitates and how their tensors are written (absent: synth does not know the family). */

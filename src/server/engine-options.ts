@@ -164,7 +164,7 @@ export function planEngine(o: ServerOptions, explicit: ReadonlySet<ServerOptionK
       batchInvariant: o.batchInvariant,
       promoteSlots: promoteSlotsFor(o, explicit, nGpuLayers, expertFlags),
       spec: {
-        type: o.specType, sizeN: o.specNgramSimpleSizeN, sizeM: o.specNgramSimpleSizeM,
+        type: o.specType, inferred: !explicit.has("specType"), sizeN: o.specNgramSimpleSizeN, sizeM: o.specNgramSimpleSizeM,
         draftModel: o.specDraftModel, draftNgl: o.specDraftNgl === "auto" ? undefined : o.specDraftNgl, nMax: o.specDraftNMax, nMin: o.specDraftNMin, pMin: o.specDraftPMin,
       },
       placement: {
