@@ -27,7 +27,7 @@ export function tensorF64(f: GgufFile, fd: number, name: string): Float64Array {
 }
 
 /** y = W x for a GGUF matrix of rows of `cols` (W's rows from `off`). */
-function matvec(w: Float64Array, x: ArrayLike<number>, rows: number, cols: number, off = 0): Float64Array {
+export function matvec(w: Float64Array, x: ArrayLike<number>, rows: number, cols: number, off = 0): Float64Array {
   const y = new Float64Array(rows);
   for (let r = 0; r < rows; r++) {
     let s = 0;
@@ -38,15 +38,16 @@ function matvec(w: Float64Array, x: ArrayLike<number>, rows: number, cols: numbe
   return y;
 }
 
-function rmsnorm(x: ArrayLike<number>, w: Float64Array, eps: number): Float64Array {
+/** RMSNorm of x times w, in float64. */
+export function rmsnorm(x: ArrayLike<number>, w: Float64Array, eps: number): Float64Array {
   let ss = 0;
   for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
   const sc = 1 / Math.sqrt(ss / x.length + eps);
   return Float64Array.from({ length: x.length }, (_, i) => x[i] * sc * w[i]);
 }
 
-const silu = (v: number) => v / (1 + Math.exp(-v));
-const sigmoid = (v: number) => 1 / (1 + Math.exp(-v));
+export const silu = (v: number) => v / (1 + Math.exp(-v));
+export const sigmoid = (v: number) => 1 / (1 + Math.exp(-v));
 
 /** Indices of the k largest (ties to the lower index, as torch.topk on CPU in practice). */
 function topk(v: ArrayLike<number>, k: number): number[] {

@@ -7,28 +7,8 @@
 // shared_head_norm (else output_norm) and the head (shared_head_head, else output). Float64; no batching.
 import { closeSync, openSync } from "node:fs";
 import { GgufFile } from "../src/gguf/index.ts";
-import { tensorF64 } from "./deepseek2-ref.ts";
+import { matvec, rmsnorm, sigmoid, silu, tensorF64 } from "./deepseek2-ref.ts";
 
-function matvec(w: Float64Array, x: ArrayLike<number>, rows: number, cols: number, off = 0): Float64Array {
-  const y = new Float64Array(rows);
-  for (let r = 0; r < rows; r++) {
-    let s = 0;
-    const b = off + r * cols;
-    for (let i = 0; i < cols; i++) s += w[b + i] * x[i];
-    y[r] = s;
-  }
-  return y;
-}
-
-function rmsnorm(x: ArrayLike<number>, w: Float64Array, eps: number): Float64Array {
-  let ss = 0;
-  for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
-  const sc = 1 / Math.sqrt(ss / x.length + eps);
-  return Float64Array.from({ length: x.length }, (_, i) => x[i] * sc * w[i]);
-}
-
-const silu = (v: number) => v / (1 + Math.exp(-v));
-const sigmoid = (v: number) => 1 / (1 + Math.exp(-v));
 const f16 = (v: number) => new Float16Array([v])[0];
 
 export interface MtpStep {
