@@ -36,9 +36,12 @@ gpu("gpt-oss's sliding window and sinks in the head-group attention give the gen
       const opts = { dir: tmp, tag: "attn-window", seed: 53, nCtx: 4400, maxTokens: 512, promptLength: (s: number) => LENGTHS[s] };
       await withAbModel(C, opts, (t) => {
         let worst = 0;
-        const off = CudaFast.default & ~CudaFast.headGroups;
+        // f32 one-token products: with int8 activations a reordering's last bit can move a row's
+        // quantization step, and on the 2-layer cut that flipped a near-tied routing at 1,100
+        // positions (2.54e-2, calls 197-199) - a routing flip, not the attention's error
+        const F32 = CudaFast.default & ~CudaFast.int8, off = F32 & ~CudaFast.headGroups;
         for (const seqs of [[0], [1], [2], [3], [4], [5], [7], [0, 2, 4, 7], [7, 3, 6, 0, 1], [2, 2, 5]])
-          worst = Math.max(worst, expectReordered(t, C, seqs, CudaFast.default, off, () => t.be.stats().a2Windowed, "windowed head-group attention"));
+          worst = Math.max(worst, expectReordered(t, C, seqs, F32, off, () => t.be.stats().a2Windowed, "windowed head-group attention"));
         console.log(`${caseName(C)}: worst max |dlogit| / std ${worst.toExponential(2)}`);
         expect(worst).toBeLessThan(2e-3);
       });

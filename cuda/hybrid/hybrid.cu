@@ -394,8 +394,8 @@ static int64_t split_block(cu_ctx *c, const cu_blk &b) {
   cu_mark(c, S_EXPERTS);
   fmoe_args fm;
   if (ck > 0 && !card_share_args(c, b, hk, ck, fm)) return cu_fail(BL_E_UNSUPPORTED, "host experts: the one-token kernels refuse the card's share");
-  // (a block with biases reads its share in place: the pulled copies' slots would index the biases)
-  return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk, !b.general);
+  // (a block with biases has its share's bias rows pulled into slots with the weights: pull.cu)
+  return split_run(c, b, ck > 0 ? &fm : nullptr, hk, c->sel, hk, c->selw, hk, true);
 }
 
 // The whole block on the CPU: the rows to the hook and back.

@@ -4,9 +4,12 @@
 // kernel that only copies - every thread with several 16-byte loads of the picked experts' gate,
 // up and down slabs in flight - keeps the link busy, then the same kernels read the copies from
 // card memory. The picks are read on the card (after the wait), so the copy sits inside the graph.
+// A block with biases (gpt-oss) has its picked experts' bias rows copied into bias slots with them
+// (card to card), since the kernels index the biases by the same picks as the weights.
 // BLOOMERY_HYBRID_PULL=0 reads the experts in place instead.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +28,9 @@ struct pull_args {
   const uint8_t *src[3]; // gate, up, down of expert 0 as the card addresses host memory
   uint8_t *dst[3];       // slot 0 of each role in card memory (slots bytes[r] apart)
   int chunks[3];         // 16-byte chunks of one expert's slab of each role
+  const float *bsrc[3];  // the experts' bias rows of each role in card memory (null: none), ld[r] floats apart
+  float *bdst[3];        // their slots (slot j at j * ld[r])
+  int ld[3], blen[3];    // floats apart, floats a row copies
 };
 
 __global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
@@ -63,6 +69,15 @@ __global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
     for (int u = 0; u < PULL_UNROLL; u++)
       if (to[u]) *to[u] = v[u];
   }
+  // the bias rows (card memory: a few KiB an expert)
+  for (int r = 0; r < 3; r++) {
+    if (!a.bsrc[r]) continue;
+    const int n = a.blen[r] * a.k;
+    for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += stride) {
+      const int j = i / a.blen[r], f = i - j * a.blen[r];
+      a.bdst[r][(size_t)j * a.ld[r] + f] = a.bsrc[r][(size_t)e[j] * a.ld[r] + f];
+    }
+  }
 }
 
 // Slots in card memory for the most picks a token of any host layer read in memory (not on disk),
@@ -71,7 +86,7 @@ __global__ void __launch_bounds__(PULL_THREADS) k_pull(pull_args a) {
 int64_t cu_pull_init(cu_ctx *c) {
   c->hy->pull_on = 0;
   if (c->o.pull == 0) return BL_OK;
-  size_t slab[3] = {0, 0, 0};
+  size_t slab[3] = {0, 0, 0}, bld[3] = {0, 0, 0};
   int K = 0;
   for (const cu_blk &b : c->w->blocks) {
     if (!b.host || cu_host_on_disk(b)) continue;
@@ -80,12 +95,14 @@ int64_t cu_pull_init(cu_ctx *c) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(b.hxd[k]);
       if (!b.hxd[k] || m.nb2 % 16 || at % 16) return BL_OK;
       slab[k] = std::max(slab[k], (size_t)m.nb2);
+      const dmat &bias = b.t[CU_MOE_BGATE + k];
+      if (b.general && bias.d) bld[k] = std::max(bld[k], (size_t)(bias.nb1 / 4));
     }
     K = std::max(K, b.n_used);
   }
   if (K == 0 || K > PULL_MAX_K) return BL_OK;
   size_t bytes = 0;
-  for (int k = 0; k < 3; k++) bytes += cu_align256(slab[k] * K);
+  for (int k = 0; k < 3; k++) bytes += cu_align256(slab[k] * K) + cu_align256(bld[k] * K * sizeof(float));
   // the plan does not count these slots: a card without room for them reads the share in place
   if (cudaMalloc(&c->hy->pull_buf, bytes) != cudaSuccess || cudaMalloc(&c->hy->pull_ids, PULL_MAX_K * sizeof(int32_t)) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -101,6 +118,11 @@ int64_t cu_pull_init(cu_ctx *c) {
     c->hy->pull_dst[k] = p;
     p += cu_align256(slab[k] * K);
   }
+  for (int k = 0; k < 3; k++) {
+    c->hy->pull_bias[k] = bld[k] ? reinterpret_cast<float *>(p) : nullptr;
+    c->hy->pull_bias_ld[k] = (int)bld[k];
+    p += cu_align256(bld[k] * K * sizeof(float));
+  }
   c->hy->pull_on = 1;
   return BL_OK;
 }
@@ -110,18 +132,30 @@ void cu_pull_free(cu_ctx *c) {
   if (c->hy->pull_ids) (void)cudaFree(c->hy->pull_ids);
   c->hy->pull_buf = nullptr;
   c->hy->pull_ids = nullptr;
-  for (int k = 0; k < 3; k++) c->hy->pull_dst[k] = nullptr;
+  for (int k = 0; k < 3; k++) {
+    c->hy->pull_dst[k] = nullptr;
+    c->hy->pull_bias[k] = nullptr;
+    c->hy->pull_bias_ld[k] = 0;
+  }
   c->hy->pull_on = 0;
   c->hy->cpu_fixed_us = c->hy->cpu_pick_us = c->hy->card_pick_us = 0;
 }
 
 // Copies the experts fm's k picks name (fm.sel) of block b from host memory into the slots, on the
-// step's stream, and points fm at the slots (picks 0..k-1 of the same strides). False: not pulled
-// (off, or more picks than slots) - fm is left reading host memory.
+// step's stream, and points fm at the slots (picks 0..k-1 of the same strides; its biases' rows
+// too). False: not pulled (off, more picks than slots, or biases wider than their slots) - fm is
+// left reading host memory.
 int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   *pulled = false;
   if (!c->hy->pull_on || fm.k > b.n_used || fm.k > PULL_MAX_K || fm.k <= 0) return BL_OK;
+  const float *bias[3] = {fm.bg, fm.bu, fm.bd};
+  const int bias_ld[3] = {fm.ldbg, fm.ldbu, fm.ldbd};
+  // a row's floats: gate/up's the experts' rows (gate.ne1), down's the output's (down.ne1)
+  const int blen[3] = {(int)fm.gate.ne1, (int)fm.up.ne1, (int)fm.down.ne1};
+  for (int k = 0; k < 3; k++)
+    if (bias[k] && (!c->hy->pull_bias[k] || bias_ld[k] != c->hy->pull_bias_ld[k] || blen[k] > bias_ld[k])) return BL_OK;
   pull_args a;
+  memset(&a, 0, sizeof a);
   a.sel = fm.sel;
   a.k = fm.k;
   a.n_expert = b.n_expert;
@@ -130,6 +164,12 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
     a.src[k] = m[k]->d;
     a.dst[k] = c->hy->pull_dst[k];
     a.chunks[k] = (int)(m[k]->nb2 / 16);
+    if (bias[k]) {
+      a.bsrc[k] = bias[k];
+      a.bdst[k] = c->hy->pull_bias[k];
+      a.ld[k] = bias_ld[k];
+      a.blen[k] = blen[k];
+    }
   }
   int blocks = 2 * c->sm_count;
   const int total = (a.chunks[0] + a.chunks[1] + a.chunks[2]) * a.k;
@@ -141,6 +181,9 @@ int64_t cu_pull(cu_ctx *c, const cu_blk &b, fmoe_args &fm, bool *pulled) {
   fm.up.d = c->hy->pull_dst[1];
   fm.down.d = c->hy->pull_dst[2];
   fm.sel = c->hy->pull_ids;
+  if (bias[0]) fm.bg = c->hy->pull_bias[0];
+  if (bias[1]) fm.bu = c->hy->pull_bias[1];
+  if (bias[2]) fm.bd = c->hy->pull_bias[2];
   *pulled = true;
   return BL_OK;
 }

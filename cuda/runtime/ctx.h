@@ -150,6 +150,8 @@ struct cu_hybrid {
   int pull_on;
   void *pull_buf;
   uint8_t *pull_dst[3];
+  float *pull_bias[3];   // gpt-oss: the pulled experts' gate, up and down bias rows by slot (null: no block has that bias)
+  int pull_bias_ld[3];   // floats a slot's bias row of each role holds
   int32_t *pull_ids;
   double cpu_fixed_us, cpu_pick_us, card_pick_us; // the sizing's measured microseconds: the CPU's call and a pick, the card's a pick (0: not measured)
   int32_t *hsel;
