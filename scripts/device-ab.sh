@@ -3,7 +3,8 @@
 # (BASE: another commit's sources and native libraries), both run from their sources by one Bun
 # runtime, interleaved in one lease. Expects .device/ (carried, git-ignored): bun.xz (the runtime),
 # node_modules.tar.xz, build.tar.xz (this tree's build/libbloomery_{cpu,cuda}.so), base.tar.xz (the
-# baseline's src/ ffi/ ... and build/ libraries), fixtures.tar.xz (BLOOMERY_FIXTURES). Logs to $OUT.
+# baseline's src/ ffi/ ... and build/ libraries; BASE_TAR and BASE_DIR name another), fixtures.tar.xz
+# (BLOOMERY_FIXTURES). Logs to $OUT.
 # Usage: scripts/device-ab.sh VERB...  with VERB one of
 #   tests:FILE,FILE   the GPU test files, one log each
 #   model             synth qwen3-30b-a3b:Q4_K_M (the benchmark file) into /tmp/bl/q.gguf, once
@@ -17,14 +18,15 @@ D=.device
 [ -x /tmp/bl/bun ] || { xz -dc $D/bun.xz > /tmp/bl/bun && chmod +x /tmp/bl/bun; }
 [ -d node_modules ] || tar -xJf $D/node_modules.tar.xz
 [ -f build/libbloomery_cuda.so ] || tar -xJf $D/build.tar.xz
-if [ ! -d /tmp/base/src ] && [ -f $D/base.tar.xz ]; then
-  mkdir -p /tmp/base && tar -xJf $D/base.tar.xz -C /tmp/base && ln -sfn "$PWD/node_modules" /tmp/base/node_modules
+BT=${BASE_TAR:-$D/base.tar.xz} BD=${BASE_DIR:-/tmp/base} # another baseline: BASE_TAR and BASE_DIR
+if [ ! -d $BD/src ] && [ -f $BT ]; then
+  mkdir -p $BD && tar -xJf $BT -C $BD && ln -sfn "$PWD/node_modules" $BD/node_modules
 fi
 if [ ! -d /tmp/fix ] && [ -f $D/fixtures.tar.xz ]; then mkdir -p /tmp/fix && tar -xJf $D/fixtures.tar.xz -C /tmp/fix; fi
 export BLOOMERY_FIXTURES=/tmp/fix
 BUN=/tmp/bl/bun
 NEW="$BUN $PWD/src/cli/main.ts"
-BASE="$BUN /tmp/base/src/cli/main.ts"
+BASE="$BUN $BD/src/cli/main.ts"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
 for what in "$@"; do
   verb=${what%%:*}
