@@ -35,6 +35,7 @@ export const cudaSymbols = {
   bl_cuda_set_host: { args: [u64, u64, u64, u64], returns: i64 },
   bl_cuda_host_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_share_decide: { args: [i64, i64, "f64", "f64", "f64", "f64", "f64"], returns: i64 },
+  bl_cuda_share_climb: { args: [i64, i64, "f64", p, p, i64], returns: i64 },
   bl_cuda_ctx_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_cuda_test_dequant: { args: [i64, i64, p, i64, p], returns: i64 },

@@ -55,7 +55,7 @@ for what in "$@"; do
       [ -f /tmp/bl/$name.gguf ] || ( time timeout 300 $NEW synth $arg -o /tmp/bl/$name.gguf ) 2>&1 | tail -4 | tee -a "$OUT/synth.log" ;;
     new)
       echo "== NEW: bench $arg" | tee -a "$OUT/new.log"
-      timeout ${AB_TIMEOUT:-300} $NEW bench $arg 2>&1 | grep -E "^\||error|t/s|placement" | tee -a "$OUT/new.log" ;;
+      timeout ${AB_TIMEOUT:-300} $NEW bench $arg 2>&1 | grep -E "^\||error|t/s|placement|host experts" | tee -a "$OUT/new.log" ;;
     *) echo "unknown verb $what" ;;
   esac
 done

@@ -834,11 +834,11 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   // from where the last context on these weights left it
   const int64_t opt = c->o.card_share; // bl_cuda_options.card_share: -2 sized ("auto"), -1 the default, else fixed
   const bool sized = opt == -2, fixed = opt >= 0;
-  c->hy->card_share = fixed ? (int)std::min<int64_t>(opt, 64) : c->hy->pull_on ? HYBRID_CARD_SHARE_PULL : c->hy->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
+  c->hy->card_share = fixed ? (int)std::min<int64_t>(opt, CU_SHARE_MAX) : c->hy->pull_on ? HYBRID_CARD_SHARE_PULL : c->hy->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->hy->card_share < 0) c->hy->card_share = 0;
   c->hy->share_auto = !fixed && c->hy->mb && c->hy->pull_on;
-  c->hy->tune_n = c->hy->n_share_moves = c->hy->n_share_samples = 0;
-  c->hy->tune_a = c->hy->tune_w = c->hy->tune_c = c->hy->tune_lat = 0.0;
+  c->hy->n_share_moves = c->hy->n_share_samples = 0;
+  cu_share_tune_reset(c->hy);
   if (c->hy->share_auto && !sized && c->w->share_hint > 0) c->hy->card_share = c->w->share_hint - 1;
   if (sized && c->hy->pull_on) CU_OK(cu_pull_size_share(c, &c->hy->card_share, &c->hy->cpu_fixed_us, &c->hy->cpu_pick_us, &c->hy->card_pick_us));
   if (c->o.promote_slots > 0) CU_OK(cu_set_promote_slots(c, c->o.promote_slots)); // card slots a host layer for promoted experts (0: off)

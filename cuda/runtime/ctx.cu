@@ -729,7 +729,7 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
       c->hy->upload_min = value <= 0 ? (1 << 30) : (int)(value < c->prefill_min ? c->prefill_min : (value > (1 << 30) ? (1 << 30) : value));
       return BL_OK;
     case CU_OPT_CARD_SHARE:
-      if (value < 0 || value > 64) return cu_fail(BL_E_INVAL, "set_option: card share %lld (0..64 picks)", (long long)value);
+      if (value < 0 || value > CU_SHARE_MAX) return cu_fail(BL_E_INVAL, "set_option: card share %lld (0..%d picks)", (long long)value, CU_SHARE_MAX);
       c->hy->card_share = (int)value;
       c->hy->share_auto = 0; // asked for: fixed
       cu_drop_graphs(c);

@@ -127,6 +127,9 @@ struct cu_lead_run {
   size_t bytes;
 };
 
+// the most picks of a token the card's share may take (bl_cuda_options.card_share is capped there)
+#define CU_SHARE_MAX 64
+
 // The host-expert scheduler's state (cuda/hybrid/: hybrid.cu, promote.cu, pull.cu, cpu_share.cu,
 // mailbox.cu, share_tune.cu), one a context (cu_ctx.hy): the hook, the upload plan, the staging and
 // lead slots, the CPU share, the mailbox and promotion.
@@ -146,6 +149,11 @@ struct cu_hybrid {
   int share_auto;
   int64_t tune_n, n_share_moves, n_share_samples;
   double tune_a, tune_w, tune_c, tune_lat;
+  // the climb (bl_cuda_share_climb): each share's last measured layer time (us; 0: not measured),
+  // and its state (windows at this share since its neighbours were measured, the windows before
+  // they are measured again)
+  double tune_t[CU_SHARE_MAX + 1];
+  int64_t tune_st[2];
   // pull.cu: the card's share copied into card memory first (pull_on), its slots per role, slot ids
   int pull_on;
   void *pull_buf;
@@ -428,6 +436,8 @@ int cu_mailbox_times(cu_ctx *c, double *a_us, double *w_us, double *c_us); // th
 // where the step's own timings say the slower side would gain; the rule itself (tests call it)
 int64_t cu_share_tune(cu_ctx *c);
 extern "C" int64_t bl_cuda_share_decide(int64_t K, int64_t share, double card_us, double wait_us, double cpu_us, double pick_us, double lat_us);
+extern "C" int64_t bl_cuda_share_climb(int64_t K, int64_t share, double layer_us, double *t_of, int64_t *st, int64_t hint);
+void cu_share_tune_reset(cu_hybrid *hy);
 
 // forward.cu
 bool cu_routed_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm); // the one-token experts on the fused router's picks
