@@ -152,6 +152,11 @@ export class MtpDraft {
     return out;
   }
 
+  /** Bytes the drafter holds in JavaScript now: the draft steps' logits and states, each slot's kept rows (mtp-memory.ts counts them). */
+  heldBytes(): number {
+    return this.logits.buffer.byteLength + this.hidden.buffer.byteLength + this.kept.reduce((a, k) => a + (k ? k.rows.buffer.byteLength : 0), 0);
+  }
+
   /** The MTP layer's logits and next-step states for the given rows (tests: the draft's own numbers). */
   forward(b: Batch): void {
     this.passes++;
