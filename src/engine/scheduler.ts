@@ -368,15 +368,19 @@ export class Scheduler {
     const asks: DraftAsk[] = [];
     for (const s of gen) {
       const t = s.task!;
-      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
+      // the request's speculative.n_max / n_min (llama-server's per-request fields) over the server's
+      const o = t.req.draft ?? {};
+      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1, o.nMax ?? Infinity);
       if (limit <= 0) continue;
       if (this.spec.type === "ngram-simple") {
         const d = ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
-        if (d.length) out.set(s, d);
-        spare -= d.length;
+        if (d.length && d.length >= (o.nMin ?? 0)) {
+          out.set(s, d);
+          spare -= d.length;
+        }
       } else if (this.drafter) {
-        const l = Math.min(limit, this.spec.nMax ?? 3);
-        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l });
+        const l = Math.min(limit, o.nMax ?? this.spec.nMax ?? 3);
+        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l, nMax: o.nMax, nMin: o.nMin, pMin: o.pMin });
         spare -= l;
       }
     }

@@ -225,15 +225,16 @@ export class MtpDraft {
   draft(asks: readonly DraftAsk[]): Map<number, number[]> {
     const out = new Map<number, number[]>();
     const E = this.E, V = this.model.hp.nVocab;
-    type Live = { slot: number; limit: number; pos: number; tok: number; h: Float32Array; d: number[] };
+    type Live = { slot: number; limit: number; pMin: number; pos: number; tok: number; h: Float32Array; d: number[] };
+    const nMin = new Map(asks.map((a) => [a.slot, a.nMin ?? this.nMin]));
     let live: Live[] = [];
     for (const a of asks) {
-      const limit = this.blind[a.slot] ? 0 : Math.min(a.limit, this.nMax);
+      const limit = this.blind[a.slot] ? 0 : Math.min(a.limit, a.nMax ?? this.nMax);
       const P = a.tokens.length;
       const h = P > 0 ? this.stateAt(a.slot, P - 1) : undefined;
       out.set(a.slot, []);
       if (limit <= 0 || !h) continue;
-      live.push({ slot: a.slot, limit, pos: P, tok: a.last, h: h.slice(), d: [] });
+      live.push({ slot: a.slot, limit, pMin: a.pMin ?? this.pMin, pos: P, tok: a.last, h: h.slice(), d: [] });
     }
     while (live.length) {
       const n = live.length;
@@ -248,7 +249,7 @@ export class MtpDraft {
       const next: Live[] = [];
       live.forEach((l, i) => {
         const { id, p } = best(this.logits.subarray(i * V, (i + 1) * V), V);
-        if (p < this.pMin) return;
+        if (p < l.pMin) return;
         l.d.push(id);
         if (l.d.length >= l.limit) return;
         next.push({ ...l, pos: l.pos + 1, tok: id, h: this.hidden.slice(i * E, (i + 1) * E) });
@@ -256,7 +257,7 @@ export class MtpDraft {
       for (const l of live) out.set(l.slot, l.d);
       live = next;
     }
-    for (const [s, d] of out) if (d.length < Math.max(1, this.nMin)) out.set(s, []);
+    for (const [s, d] of out) if (d.length < Math.max(1, nMin.get(s)!)) out.set(s, []);
     return out;
   }
 
