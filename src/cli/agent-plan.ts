@@ -193,8 +193,8 @@ function knownSlots(o: ServerOptions): { n_ctx: number | null; n_slots: number |
  */
 function mtpGeometry(g: Geometry, o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>): Geometry {
   const file = o.specDraftModel || undefined;
-  const inferred = o.specType === "draft-simple" && !explicit.has("specType") && !!file && hasMtpLayer(openModelPath(file));
   try {
+    const inferred = o.specType === "draft-simple" && !explicit.has("specType") && !!file && hasMtpLayer(openModelPath(file));
     return withMtp(g, o.specType === "draft-mtp" || inferred, file);
   } catch (e) {
     throw new AgentError("E_USAGE", `--spec-type draft-mtp: ${e instanceof Error ? e.message : String(e)}`, "bloomery-serve --help");

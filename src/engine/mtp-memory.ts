@@ -19,6 +19,8 @@ export interface MtpMemory {
 }
 
 const F = 4;
+/** The target states MtpDraft keeps of a slot's recurrent checkpoints (spec-mtp.ts's bound). */
+export const MAX_PINS = 4;
 
 function tensorsOf(specs: readonly OpSpec[]): Set<string> {
   return new Set(specs.flatMap((op) => Object.values(op.tensors as Record<string, string | undefined>).filter((n): n is string => !!n)));
@@ -46,11 +48,11 @@ export function mtpKvBytesPerPos(m: MtpMemory): number {
 
 /**
  * Bytes a slot adds beside its MTP KV cache: the target's rows of its last pass the drafter keeps (at most a
- * batch), and its draft steps' logits row, state row and input row.
+ * batch) and those of its recurrent checkpoints (MAX_PINS), and its draft steps' logits row, state row and input row.
  */
 export function mtpSlotStateBytes(m: MtpMemory, maxTokens: number): number {
   const E = m.hp.nEmbd;
-  return (maxTokens * E + m.hp.nVocab + 2 * E) * F;
+  return ((maxTokens + MAX_PINS) * E + m.hp.nVocab + 2 * E) * F;
 }
 
 /**

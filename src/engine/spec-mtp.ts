@@ -19,6 +19,8 @@ import { best, checkDraftVocab, type DraftAsk } from "./spec-draft.ts";
 import type { GgufFile } from "../gguf/index.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import type { SpecConfig } from "./spec-ngram.ts";
+// the target states kept of a slot's recurrent checkpoints (n: the state at n - 1), newest last: at most MAX_PINS
+import { MAX_PINS } from "./mtp-memory.ts";
 
 /** A slot's target states of the last pass it took part in: positions p0 .. p0 + n - 1. */
 interface Kept {
@@ -56,8 +58,6 @@ export interface DraftStash {
   restore(slot: number, m: number): void;
 }
 
-/** The target states the drafter keeps of a slot's recurrent checkpoints (n: the state at n - 1), newest last. */
-const MAX_PINS = 4;
 
 export class MtpDraft {
   /** the target's states of each slot's last pass */
