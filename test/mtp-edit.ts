@@ -1,7 +1,7 @@
 // Test helper: a family fixture with an MTP (next-token prediction) layer appended, as GLM-4.5's and
 // DeepSeek V3's files carry one: block_count one more, nextn_predict_layers 1, the last layer's tensors
 // again as blk.N and llama.cpp's nextn.* tensors beside them.
-import { GgufFile, GgufValueType } from "../src/gguf/index.ts";
+import { GgmlType, GgufFile, GgufValueType } from "../src/gguf/index.ts";
 import { editGguf, f32Fill, type TensorCopy } from "./gguf-edit.ts";
 
 /** The fixture with an MTP layer appended: the last layer's tensors again as blk.N, and nextn.* beside them. */
@@ -27,3 +27,24 @@ export function withMtp(src: string, arch: string, dst: string): string {
   });
 }
 
+
+/**
+ * A copy of a synthetic MTP file whose MTP layer passes the token's embedding through (eh_proj: identity on the
+ * embedding half, a little of the hidden half, seeded): its drafts agree with the target often, not always.
+ */
+export function nearCopyMtp(src: string, dst: string, nEmbd: number, seed = 99): string {
+  let s = seed;
+  const r = () => { s = (s * 1103515245 + 12345) & 0x7fffffff; return (s / 0x40000000) - 1; };
+  const E = nEmbd;
+  return editGguf(src, dst, {
+    tensor: (t) => {
+      if (!t.name.endsWith("nextn.eh_proj.weight")) return t;
+      const w = new Float32Array(2 * E * E);
+      for (let o = 0; o < E; o++) {
+        w[o * 2 * E + o] = 1;
+        for (let i = 0; i < E; i++) w[o * 2 * E + E + i] = 0.02 * r();
+      }
+      return { ...t, type: GgmlType.F32, data: new Uint8Array(w.buffer) };
+    },
+  });
+}

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { synth } from "../src/cli/synth.ts";
 import { parseArgs } from "../src/cli/flags.ts";
-import { GgmlType, GgufFile } from "../src/gguf/index.ts";
+import { GgufFile } from "../src/gguf/index.ts";
 import { Model } from "../src/engine/model.ts";
 import { Scheduler } from "../src/engine/scheduler.ts";
 import { makeSampler } from "../src/engine/sampler-bridge.ts";
@@ -19,8 +19,7 @@ import { hasMtpLayer, loadMtpDraft, MtpDraft, specFor } from "../src/engine/spec
 import type { SpecConfig } from "../src/engine/spec-ngram.ts";
 import type { Backend, Batch } from "../src/engine/backend.ts";
 import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
-import { editGguf } from "./gguf-edit.ts";
-import { withMtp } from "./mtp-edit.ts";
+import { nearCopyMtp, withMtp } from "./mtp-edit.ts";
 import { FIXTURES } from "./paths.ts";
 import { Qwen35MtpRef } from "./qwen35-mtp-ref.ts";
 import { DEMO_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
@@ -53,20 +52,8 @@ function rnd(seed: number): () => number {
 beforeAll(async () => {
   await synth({ model: "test-qwen35moe-mtp", quant: "Q8_0", out: MTP, centered: true, seed: 7 });
   await synth({ model: "test-qwen35moe", quant: "Q8_0", out: PLAIN, centered: true, seed: 7 });
-  // a copy whose MTP layer passes the token's embedding through (eh_proj: identity on the embedding half, a
-  // little of the hidden half): its drafts agree with the target often, not always
-  const r = rnd(99);
-  editGguf(MTP, NEAR, {
-    tensor: (t) => {
-      if (!t.name.endsWith("nextn.eh_proj.weight")) return t;
-      const w = new Float32Array(2 * E * E);
-      for (let o = 0; o < E; o++) {
-        w[o * 2 * E + o] = 1;
-        for (let i = 0; i < E; i++) w[o * 2 * E + E + i] = 0.02 * r();
-      }
-      return { ...t, type: GgmlType.F32, data: new Uint8Array(w.buffer) };
-    },
-  });
+  // a copy whose MTP layer passes the token's embedding through: its drafts agree with the target often, not always
+  nearCopyMtp(MTP, NEAR, E);
 });
 
 function maxAbs(a: ArrayLike<number>): number {

@@ -11,12 +11,14 @@ import { cudaStatus } from "../../ffi/cuda.ts";
 import { EngineOptionError, planEngine, type AutoSlots, type EnginePlan } from "../server/engine-options.ts";
 import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
 import { cardSplit, type CardSplit } from "./agent-card-share.ts";
+import { hasMtpLayer } from "../engine/spec-mtp.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
 import { PLACEMENT_NOT_IMPLEMENTED, recommend } from "./agent-recommend.ts";
 import type { ModelSource } from "./agent-resolve.ts";
 import {
-  autoSlotFit, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, needOn, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
+  autoSlotFit, fitContext, fitsIn, geometryFromKnown, gib, hostNeed, needAt, needOn, withMtp, CARD_MARGIN, HOST_MARGIN, MIN_FIT_CTX, type ContextSettings, type FitOptions, type FittedContext, type Geometry, type MemoryNeed,
 } from "./agent-sizes.ts";
 
 export interface PlanEvent {
@@ -185,9 +187,25 @@ function knownSlots(o: ServerOptions): { n_ctx: number | null; n_slots: number |
   return { n_ctx: n !== null && slot !== null ? n * slot : null, n_slots: n, n_ctx_slot: slot };
 }
 
+/**
+ * The geometry with draft-mtp's MTP layer when the start runs it: --spec-type draft-mtp (the MTP layer of -md,
+ * else of the model's file), or -md alone naming a file with one (as the engine infers it: spec-mtp.ts specFor).
+ */
+function mtpGeometry(g: Geometry, o: ServerOptions, explicit: ReadonlySet<ServerOptionKey>): Geometry {
+  const file = o.specDraftModel || undefined;
+  try {
+    const inferred = o.specType === "draft-simple" && !explicit.has("specType") && !!file && hasMtpLayer(openModelPath(file));
+    return withMtp(g, o.specType === "draft-mtp" || inferred, file);
+  } catch (e) {
+    throw new AgentError("E_USAGE", `--spec-type draft-mtp: ${e instanceof Error ? e.message : String(e)}`, "bloomery-serve --help");
+  }
+}
+
 /** The plan of a start with these options on this machine; a refusal when it would not run. */
 export function planStart(inp: PlanInput): StartPlan {
-  const { o, explicit, argv, machine, geometry: g } = inp;
+  const { o, explicit, argv, machine } = inp;
+  // draft-mtp's MTP layer runs beside a CPU target: the host's sums count it (agent-sizes.ts withMtp)
+  const g = inp.geometry && mtpGeometry(inp.geometry, o, explicit);
   const notes: string[] = [];
   const command = commandLine(withoutFlags(argv, { "--dry-run": false }));
   const base = (): Omit<PlanEvent, "backend" | "context" | "memory"> => ({

@@ -6,15 +6,17 @@
 // ffi/cpu/forward.c lay them out. On a card, routed experts the plan keeps in host memory
 // (agent-card-share.ts) count as the plan's card share, not the file's total.
 import { checkModelFile } from "../engine/model-check.ts";
+import { openModelPath } from "../safetensors/model.ts";
 import { GgufFile, type GgufTensorInfo } from "../gguf/index.ts";
 import { familyFor } from "../models/registry.ts";
-import { deltanetWorkFloats } from "../models/ops.ts";
-import { kvBytesPerPos, kvWidths, qWidth, type HParams } from "../models/types.ts";
+import { kvBytesPerPos, type HParams } from "../models/types.ts";
 import { cudaPlanBytes } from "../engine/cuda-backend.ts";
 import { NativeError } from "../../ffi/cpu.ts";
 import { encodeProgram, markHostExperts } from "../engine/program.ts";
 import { MappedWeights } from "../engine/weights.ts";
 import { cpuContextBytes, PlanError } from "../engine/plan.ts";
+import { cpuWorkBytes } from "../engine/cpu-memory.ts";
+import { mtpFixedBytes, mtpKvBytesPerPos, mtpMemoryOf, mtpSlotStateBytes, type MtpMemory } from "../engine/mtp-memory.ts";
 import { recurrentSlotBytes, rsStateBytes } from "../engine/recurrent-state.ts";
 import { fitSharedContext, fitSlots, kvBytesPerToken, MAX_AUTO_SLOTS, sharedLayout, type SharedFit, type SlotFit } from "../engine/slot-fit.ts";
 import type { CardShare, CardSplit } from "./agent-card-share.ts";
@@ -41,6 +43,11 @@ export interface Geometry {
   fromFile: boolean;
   /** the open file, when there is one (the card's exact sizes come from it) */
   gguf?: GgufFile;
+  /**
+   * speculative decoding's draft-mtp runs beside the model (withMtp): its MTP layer's KV cache, rows and buffers
+   * count on the host (its tensors are in weightBytes: the file's)
+   */
+  mtp?: MtpMemory;
 }
 
 const align256 = (n: number) => Math.ceil(n / 256) * 256;
@@ -60,6 +67,21 @@ export function geometryFromGguf(f: GgufFile): Geometry {
   }
   const embdBytes = f.tensor("token_embd.weight")?.nbytes ?? 0;
   return { hp, weightBytes: w, cardWeightBytes: card, expertBytes: ex, embdBytes, fromFile: true, gguf: f };
+}
+
+/**
+ * The geometry with draft-mtp's MTP layer beside the model (of `file`, -md's, else the model's own): undefined
+ * `file` and `on` false leave it as it is. A geometry without its file (a known shape) cannot say the layer's
+ * sizes: it stays as it is too (the load's plan counts them).
+ */
+export function withMtp(g: Geometry, on: boolean, file?: string): Geometry {
+  if (!on) return g;
+  if (file && file !== g.gguf?.path) {
+    // -md's file: its MTP layer's tensors are mapped beside the model's
+    const mtp = mtpMemoryOf(openModelPath(file), false);
+    return { ...g, weightBytes: g.weightBytes + mtp.weightBytes, mtp };
+  }
+  return g.gguf ? { ...g, mtp: mtpMemoryOf(g.gguf) } : g;
 }
 
 /** Geometry of a known model's quant from its shape (undefined for the demo or an unknown mix). */
@@ -127,26 +149,21 @@ export function cudaWorkBytes(hp: HParams, maxTokens: number): number {
   return bufs.reduce((s, b) => s + align256(b), 0) + MV * hp.nVocab * F;
 }
 
-/**
- * The CPU context's workspace (ffi/cpu/forward.c bl_cpu_ctx_new: bl_cpu_work_bytes, without the KV
- * cache; the widths ctxParams gives it), the logits rows, and a recurrent model's delta-net work
- * space at the largest batch (ffi/cpu/deltanet.c).
- */
-export function cpuWorkBytes(hp: HParams, s: ContextSettings): number {
-  const T = s.maxTokens, F = 4, E = hp.nEmbd, X = Math.max(hp.nExpert, 1);
-  const qd = qWidth(hp), kv = kvWidths(hp);
-  const qrow = Math.max(E, hp.nFf, qd) * 4 + 512; // the widest converted row (ctx qact_row)
-  // x, h, ff_b, moe_out; q and att; k; v; ff_a (gate and up); six rows of the experts (router, scores, picks, weights, lists); qact; the threads' scores
-  const batch = T * E * F * 4 + T * qd * F * 2 + T * kv.k * F + T * kv.v * F + 2 * T * hp.nFf * F + T * X * 24 + 2 * T * qrow + s.nThreads * s.nCtxSlot * F;
-  const dn = hp.deltanet ? deltanetWorkFloats(hp.deltanet, T, E, s.nThreads, s.nSlots) * F : 0;
-  return batch + dn + T * hp.nVocab * F;
+/** The CPU context's workspace (the engine's estimate, src/engine/cpu-memory.ts). */
+export { cpuWorkBytes };
+
+/** Bytes a slot holds on the host beside its KV cache: a recurrent model's states, draft-mtp's rows of the slot. */
+function hostSlotState(g: Geometry, maxTokens: number): number {
+  return recurrentSlotBytes(g.hp) + (g.mtp ? mtpSlotStateBytes(g.mtp, maxTokens) : 0);
 }
 
 /** What the model needs in host memory when it runs on the CPU. */
 export function hostNeed(g: Geometry, s: ContextSettings): MemoryNeed {
-  const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot);
-  const state = s.nSlots * recurrentSlotBytes(g.hp);
-  const work = cpuWorkBytes(g.hp, s);
+  // with draft-mtp: its MTP layer's KV cache, its rows a slot and its buffers (its tensors are in weightBytes)
+  const m = g.mtp;
+  const kv = kvBytes(g.hp, s.nSlots, s.nCtxSlot) + (m ? s.nSlots * s.nCtxSlot * mtpKvBytesPerPos(m) : 0);
+  const state = s.nSlots * hostSlotState(g, s.maxTokens);
+  const work = cpuWorkBytes(g.hp, s) + (m ? mtpFixedBytes(m, s, false) : 0);
   return { weights: g.weightBytes, kv, state, work, total: g.weightBytes + kv + state + work, exact: false };
 }
 
@@ -282,10 +299,13 @@ export function autoSlotFit(g: Geometry, where: "card" | "host", ask: number | S
   const one = where === "card" ? cardNeed(g, s, o.exact, split.share) : hostNeed(g, { ...s, nCtxSlot: shared ? ask.nCtxTotal : least });
   // under a --host-budget the plan at load (src/engine/plan.ts) is the judge, with its own estimate
   // of the buffers: the larger one, so the load does not refuse a count chosen here
-  const slotState = where === "host" ? recurrentSlotBytes(g.hp) : rsStateBytes(g.hp);
-  const work = where === "host" && room.loadPlanBuffers ? Math.max(one.work, cpuContextBytes(g.hp, s) - kvBytes(g.hp, 1, least) - slotState) : one.work;
+  const slotState = where === "host" ? hostSlotState(g, o.maxTokens) : rsStateBytes(g.hp);
+  // draft-mtp runs beside a CPU target: its MTP layer's KV cache grows with the slots as the target's does
+  const mtpKv = where === "host" && g.mtp ? mtpKvBytesPerPos(g.mtp) : 0;
+  const work = where === "host" && room.loadPlanBuffers
+    ? Math.max(one.work, cpuContextBytes(g.hp, { ...s, mtp: g.mtp }) - kvBytes(g.hp, 1, least) - least * mtpKv - slotState) : one.work;
   const base = {
-    kvBytesPerToken: kvBytesPerToken(g.hp), stateBytesPerSlot: slotState, weightBytes: one.weights, workBytes: work,
+    kvBytesPerToken: kvBytesPerToken(g.hp) + mtpKv, stateBytesPerSlot: slotState, weightBytes: one.weights, workBytes: work,
     cacheBytes: where === "host" ? Math.max(0, room.cacheBytes ?? 0) : 0,
     availableBytes: room.available, marginBytes: room.margin ?? (where === "card" ? CARD_MARGIN : HOST_MARGIN),
     where: room.where ?? (where === "card" ? "the card" : "host RAM"), availableText: room.availableText ?? (where === "card" ? "free" : "usable"),

@@ -9,6 +9,7 @@ import type { Backend, Batch } from "./backend.ts";
 import { encodeProgram, hostExpertsMark, HOST_EXPERTS_DISK, markHostExperts, type EncodedProgram } from "./program.ts";
 import { BackendFactory, chooseBackend, type GpuLayers } from "./placement.ts";
 import { planLoad, type LoadPlan, type PlacementFlags } from "./plan.ts";
+import { mtpMemoryOf, type MtpMemory } from "./mtp-memory.ts";
 import { readRam } from "../cli/agent-machine.ts";
 import { cudaDeviceInfo } from "../../ffi/cuda.ts";
 import { MappedWeights } from "./weights.ts";
@@ -49,6 +50,11 @@ export interface LoadOptions {
   expertRamBytes?: number;
   /** load the file's MTP layer as the model (ModelFamily.mtp: speculative decoding's draft-mtp), not its forward pass */
   mtp?: boolean;
+  /**
+   * draft-mtp will run beside this model: the plan (LoadOptions.placement) counts the MTP layer's tensors, KV
+   * cache and buffers (mtp-memory.ts) of `file` (another file, -md's), else of this model's own file
+   */
+  planMtp?: { file?: string };
 }
 
 /** The family's MTP layer of this file, or an error naming why there is none this engine runs. */
@@ -147,9 +153,20 @@ export class Model {
     const tensors = [...this.gguf.tensors.values()].filter((t) => used.has(t.name));
     const plan = planLoad(this.hp, tensors.map((t) => ({ name: t.name, bytes: t.nbytes })), choice.kind, o.placement ?? {},
       { card: choice.kind === "cuda" ? cudaDeviceInfo(o.device ?? 0) : null, hostAvailableBytes: ram.usable_bytes },
-      { nSlots: o.nSlots ?? 1, nCtxSlot: nCtx, maxTokens: o.maxTokens ?? 512 });
+      { nSlots: o.nSlots ?? 1, nCtxSlot: nCtx, maxTokens: o.maxTokens ?? 512, nThreads: o.nThreads ?? Math.max(1, availableParallelism()), mtp: this.planMtp(o) });
     (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(plan.line);
     return plan;
+  }
+
+  /** The MTP layer the plan counts beside this model (LoadOptions.planMtp), or undefined; refused by name where there is none. */
+  private planMtp(o: LoadOptions): MtpMemory | undefined {
+    if (!o.planMtp) return undefined;
+    const file = o.planMtp.file;
+    try {
+      return file && file !== this.gguf.path ? mtpMemoryOf(openModelPath(file), false) : mtpMemoryOf(this.gguf);
+    } catch (e) {
+      throw new Error(`--spec-type draft-mtp (${file ?? this.gguf.path}): ${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   /** Load a model from a path, or from a GGUF already opened (its header is not read twice). */

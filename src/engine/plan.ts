@@ -6,6 +6,7 @@
 import { deltanetWorkFloats } from "../models/ops.ts";
 import { kvBytesPerPos, type HParams } from "../models/types.ts";
 import { recurrentSlotBytes } from "./recurrent-state.ts";
+import { mtpBytes, type MtpMemory } from "./mtp-memory.ts";
 
 export type Tier = "card" | "host" | "disk";
 export type GpuLayersSetting = number | "auto" | "all";
@@ -42,6 +43,10 @@ export interface PlanContext {
   nSlots: number;
   nCtxSlot: number;
   maxTokens: number;
+  /** the CPU context's threads (each has an attention scores row; default 1) */
+  nThreads?: number;
+  /** speculative decoding's draft-mtp: the MTP layer that drafts beside the target (its tensors, context and rows: mtp-memory.ts) */
+  mtp?: MtpMemory;
 }
 
 /** Bytes per tier, split as the line states them. */
@@ -95,13 +100,15 @@ function layerOf(name: string): number | null {
 /**
  * The host bytes of the CPU backend's context: the f16 KV cache of every slot and its recurrent state with the
  * checkpoints the scheduler keeps of it (recurrentSlotBytes), its workspace (an estimate; with the delta-net
- * layers' work space at the largest batch, its threads' share within the 64 MiB).
+ * layers' work space at the largest batch, its threads' share within the 64 MiB); with draft-mtp (c.mtp) the MTP
+ * layer's context and rows beside it (mtp-memory.ts; its tensors are weights, planLoad counts them there).
  */
 export function cpuContextBytes(hp: HParams, c: PlanContext): number {
   const kv = c.nSlots * (c.nCtxSlot * kvBytesPerPos(hp) + recurrentSlotBytes(hp)); // K and V, f16; the states f32
   const perTok = (6 * hp.nEmbd + 3 * hp.nHead * hp.headDim + 3 * Math.max(hp.nFf, hp.nEmbd) + hp.nExpert * 2 + hp.nVocab) * 4;
   const dn = hp.deltanet ? deltanetWorkFloats(hp.deltanet, c.maxTokens, hp.nEmbd, 1, c.nSlots) * 4 : 0;
-  return kv + c.maxTokens * perTok + dn + 64 * MiB;
+  const mtp = c.mtp ? mtpBytes(c.mtp, { ...c, nThreads: c.nThreads ?? 1 }, false) : 0;
+  return kv + c.maxTokens * perTok + dn + 64 * MiB + mtp;
 }
 
 /** The card's bytes beside the weights (an estimate of cuda/runtime/ctx.cu's buffers): the f16 KV cache of every slot, the work buffers, the first logits rows. */
@@ -262,7 +269,9 @@ export function planLoad(
 
   // the CPU: dense weights and the context first, then routed experts while the budget lasts
   const context = cpuContextBytes(hp, c);
-  let dense = 0;
+  // draft-mtp's MTP layer: its own tensors are mapped and prefaulted beside the target's dense weights
+  let dense = c.mtp?.weightBytes ?? 0;
+  host.dense += dense;
   const experts: PlanTensor[] = [];
   for (const t of tensors) {
     if (expertLayer(t.name) === null) {
@@ -275,8 +284,8 @@ export function planLoad(
   const fixed = dense + context;
   if (fixed > hostBudget)
     throw new PlanError(`the model does not fit host memory: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
-      `(${c.nSlots} slot(s) of ${c.nCtxSlot} positions) = ${gib(fixed)} > the host budget ${gib(hostBudget)} (${budgetText}); ` +
-      "give a smaller context (-c) or fewer slots (-np)");
+      `(${c.nSlots} slot(s) of ${c.nCtxSlot} positions${mtpText(c)}) = ${gib(fixed)} > the host budget ${gib(hostBudget)} (${budgetText}); ` +
+      `give a smaller context (-c) or fewer slots (-np)${c.mtp ? ", or --spec-type none" : ""}`);
   const room = hostBudget - fixed;
   let expertRamBytes: number | undefined;
   if (expertBytes <= room) {
@@ -292,7 +301,7 @@ export function planLoad(
     if (room < minCache)
       throw new PlanError(`the model does not fit host memory even with its experts read from disk: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
         `+ the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) = ${gib(fixed + minCache)} ` +
-        `> the host budget ${gib(hostBudget)} (${budgetText})`);
+        `> the host budget ${gib(hostBudget)} (${budgetText})${mtpText(c).replace(/^; /, " (")}${c.mtp ? ")" : ""}`);
     expertRamBytes = Math.floor(room);
     for (const t of experts) {
       where.set(t.name, "disk");
@@ -302,6 +311,13 @@ export function planLoad(
   const plan: LoadPlan = { backend, card, host: { ...host, context, budget: hostBudget }, disk, where, line: "", expertRamBytes };
   plan.line = planLine(plan, m);
   return plan;
+}
+
+/** What the sums hold of draft-mtp's MTP layer, as the refusals say it. */
+function mtpText(c: PlanContext): string {
+  if (!c.mtp) return "";
+  const all = mtpBytes(c.mtp, { ...c, nThreads: c.nThreads ?? 1 });
+  return `; with draft-mtp's MTP layer ${gib(all)}: its tensors ${gib(c.mtp.weightBytes)}, KV cache and buffers ${gib(all - c.mtp.weightBytes)}`;
 }
 
 /** The one stderr line of a plan. */

@@ -25,6 +25,15 @@ export interface GenerateRequest {
   nProbs: number;
   idSlot: number;
   cachePrompt: boolean;
+  /** llama-server's per-request speculative.n_max / n_min / p_min (absent: the server's --spec-draft-* settings) */
+  draft?: DraftOverrides;
+}
+
+/** A request's speculative-decoding settings over the server's (every spec type: the draft's longest and shortest length; p_min for draft models and draft-mtp). */
+export interface DraftOverrides {
+  nMax?: number;
+  nMin?: number;
+  pMin?: number;
 }
 
 export interface TokenProb {

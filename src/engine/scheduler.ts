@@ -27,8 +27,19 @@ export interface Drafter {
   /** the drafter reads each target forward's hidden states (Batch.hiddenOut), given to observe after the pass */
   readonly wantsHidden?: boolean;
   observe?(b: Batch): void;
-  /** a new task starts in a slot whose first `kept` positions are the ones the drafter saw there (0: none of them) */
+  /** a new task starts in a slot that keeps its first `kept` positions (its own, or a prompt cache entry's put back by stash) */
   begin?(slot: number, kept: number): void;
+  /** a recurrent checkpoint of the slot at n tokens (the drafter keeps what going on from there takes) */
+  checkpoint?(slot: number, n: number): void;
+  /**
+   * The drafter's own state of a slot's first n positions, saved beside a prompt cache entry that restores at the
+   * prefixes `at` (its restore puts it in a slot with the target's), and the bytes that takes
+   */
+  stash?(slot: number, n: number, at: readonly number[]): { bytes: number; restore(slot: number, m: number): void };
+  stashBytes?(slot: number, n: number, at: readonly number[]): number;
+  /** the same for a slot file (save: undefined when it has none; load: undefined when the file has none) */
+  save?(slot: number, n: number): Uint8Array | undefined;
+  load?(slot: number, n: number, data: Uint8Array | undefined): void;
 }
 
 /** Slot states shorter than this are not worth saving to the prompt cache. */
@@ -159,8 +170,9 @@ export class Scheduler {
       if (s.rsAt !== s.tokens.length) throw new EngineError(`slot ${id}'s recurrent state is not at its ${s.tokens.length} tokens`, "server_error", 500);
       rs = this.rs.live(s);
     }
-    const head = { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes, ...(rs ? { rs_bytes: rs.length } : {}) };
-    const n = writeSlotFile(path, head, s.tokens, kv, rs);
+    const draft = this.drafter?.save?.(s.id, s.tokens.length);
+    const head = { model: this.model.gguf.path, n_tokens: s.tokens.length, pos_bytes: posBytes, ...(rs ? { rs_bytes: rs.length } : {}), ...(draft ? { draft_bytes: draft.length } : {}) };
+    const n = writeSlotFile(path, head, s.tokens, kv, rs, draft);
     return { n_saved: s.tokens.length, n_written: n, save_ms: performance.now() - t0 };
   }
 
@@ -173,6 +185,14 @@ export class Scheduler {
     if (f.tokens.some((t) => t < 0 || t >= this.model.hp.nVocab)) throw new EngineError("slot file holds token ids outside the vocabulary", "invalid_request_error", 400);
     if (f.tokens.length) this.model.backend.kvLoad(s.id, f.tokens.length, f.kv);
     if (f.rs) this.model.backend.rsLoad!(s.id, f.rs);
+    // the drafter's own state (draft-mtp's MTP KV): put back, or the slot drafts nothing until it starts anew
+    try {
+      this.drafter?.load?.(s.id, f.tokens.length, f.draft);
+    } catch (e) {
+      s.tokens = [];
+      this.rs?.reset(s);
+      throw new EngineError(e instanceof Error ? e.message : String(e), "invalid_request_error", 400);
+    }
     s.tokens = f.tokens;
     this.rs?.reset(s);
     s.rsAt = f.tokens.length;
@@ -191,13 +211,22 @@ export class Scheduler {
   /** Save what a slot holds to the prompt cache (before it is overwritten). */
   private saveSlot(s: Slot, keep?: CachedPrompt): void {
     if (s.tokens.length < MIN_SAVE_TOKENS || !this.cache.enabled) return;
-    this.cache.save(s.tokens, () => this.stash(s), keep, this.rs?.stashBytes(s) ?? 0);
+    const extra = (this.rs?.stashBytes(s) ?? 0) + (this.drafter?.stashBytes?.(s.id, s.tokens.length, this.stashAt(s)) ?? 0);
+    this.cache.save(s.tokens, () => this.stash(s), keep, extra);
   }
 
-  /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM. */
+  /** The prefixes a saved state of the slot restores at: a recurrent model's checkpoints and its tokens. */
+  private stashAt(s: Slot): number[] {
+    return [...s.checkpoints.map((c) => c.n), s.tokens.length];
+  }
+
+  /** The slot's state as a saved KV state: on the card when the backend has room there, else host RAM; the drafter's beside it. */
   private stash(s: Slot): SavedKv {
     const kv = this.stashKv(s);
-    return this.rs ? this.rs.stash(s, kv) : kv;
+    const saved = this.rs ? this.rs.stash(s, kv) : kv;
+    const d = this.drafter?.stash?.(s.id, s.tokens.length, this.stashAt(s));
+    if (!d) return saved;
+    return { ...saved, bytes: saved.bytes + d.bytes, restore: (slot, m) => { saved.restore(slot, m); d.restore(slot, m); } };
   }
 
   private stashKv(s: Slot): SavedKv {
@@ -312,10 +341,9 @@ export class Scheduler {
       }
       if (!slot) { i++; continue; }
       this.queue.splice(i, 1);
-      const restored = this.restored;
       const keep = this.prepareSlot(slot, t.req.prompt, t.req.cachePrompt);
-      // what the slot held stays the sequence's below keep, unless the prompt cache put another one there
-      this.drafter?.begin?.(slot.id, this.restored !== restored ? 0 : keep);
+      // the drafter's state below keep is the sequence's: the slot's own, or the prompt cache entry's it restored
+      this.drafter?.begin?.(slot.id, keep);
       t.start(slot.id, keep);
       slot.task = t;
     }
@@ -340,15 +368,19 @@ export class Scheduler {
     const asks: DraftAsk[] = [];
     for (const s of gen) {
       const t = s.task!;
-      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1);
+      // the request's speculative.n_max / n_min (llama-server's per-request fields) over the server's
+      const o = t.req.draft ?? {};
+      const limit = Math.min(spare, this.model.backend.nCtxSlot - s.tokens.length - 2, t.remaining() - 1, o.nMax ?? Infinity);
       if (limit <= 0) continue;
       if (this.spec.type === "ngram-simple") {
         const d = ngramDraft(s.tokens, t.lastToken, this.spec.sizeN, this.spec.sizeM, limit);
-        if (d.length) out.set(s, d);
-        spare -= d.length;
+        if (d.length && d.length >= (o.nMin ?? 0)) {
+          out.set(s, d);
+          spare -= d.length;
+        }
       } else if (this.drafter) {
-        const l = Math.min(limit, this.spec.nMax ?? 3);
-        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l });
+        const l = Math.min(limit, o.nMax ?? this.spec.nMax ?? 3);
+        asks.push({ slot: s.id, tokens: s.tokens, last: t.lastToken, limit: l, nMax: o.nMax, nMin: o.nMin, pMin: o.pMin });
         spare -= l;
       }
     }
@@ -447,7 +479,11 @@ export class Scheduler {
     if (this.rs) {
       // a drafting slot's state took its draft too (acceptance below puts it back where part was rejected)
       for (const s of active) s.rsAt = s.tokens.length + (drafts.get(s)?.length ?? 0);
-      for (const c of chunks) if (c.slot.tokens.length === c.slot.task!.req.prompt.length - 1) this.rs.checkpoint(c.slot);
+      for (const c of chunks) {
+        if (c.slot.tokens.length !== c.slot.task!.req.prompt.length - 1) continue;
+        this.rs.checkpoint(c.slot);
+        this.drafter?.checkpoint?.(c.slot.id, c.slot.tokens.length);
+      }
     }
     const events: TokenEvent[] = [];
     /** a recurrent model's slots whose state went back to its snapshot: their accepted tokens are taken again */

@@ -1,6 +1,7 @@
 // bloomery engine: slot state files (llama-server's /slots/{id}?action=save|restore): the token
 // ids a slot holds and their KV (then, for a model with recurrent layers, the slot's recurrent state after
-// those tokens), with a header naming the model so a state cannot be restored into another model.
+// those tokens; and with draft-mtp the MTP layer's own KV and state after them), with a header naming the model so a
+// state cannot be restored into another model.
 import { closeSync, openSync, readSync, writeSync, fstatSync } from "node:fs";
 
 const MAGIC = "BLSLOT01";
@@ -11,6 +12,8 @@ export interface SlotFileHeader {
   pos_bytes: number;
   /** bytes of the recurrent state after the KV (absent: none) */
   rs_bytes?: number;
+  /** bytes of the speculative drafter's own state after those (draft-mtp's MTP KV; absent: none) */
+  draft_bytes?: number;
 }
 
 export class SlotFileError extends Error {
@@ -20,7 +23,7 @@ export class SlotFileError extends Error {
   }
 }
 
-export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly number[], kv: Uint8Array, rs?: Uint8Array): number {
+export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly number[], kv: Uint8Array, rs?: Uint8Array, draft?: Uint8Array): number {
   const head = Buffer.from(JSON.stringify(h), "utf8");
   const pre = Buffer.alloc(12);
   pre.write(MAGIC, 0, "latin1");
@@ -29,7 +32,8 @@ export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly 
   const fd = openSync(path, "w");
   let n = 0;
   try {
-    for (const b of rs ? [pre, head, toks, kv, rs] : [pre, head, toks, kv]) {
+    for (const b of [pre, head, toks, kv, rs, draft]) {
+      if (!b) continue;
       let off = 0;
       while (off < b.length) off += writeSync(fd, b, off, b.length - off);
       n += b.length;
@@ -40,7 +44,7 @@ export function writeSlotFile(path: string, h: SlotFileHeader, tokens: readonly 
   return n;
 }
 
-export function readSlotFile(path: string, expect: { model: string; posBytes: number; maxTokens: number; rsBytes?: number }): { tokens: number[]; kv: Uint8Array; rs?: Uint8Array; bytes: number } {
+export function readSlotFile(path: string, expect: { model: string; posBytes: number; maxTokens: number; rsBytes?: number }): { tokens: number[]; kv: Uint8Array; rs?: Uint8Array; draft?: Uint8Array; bytes: number } {
   let fd: number;
   try {
     fd = openSync(path, "r");
@@ -78,8 +82,11 @@ export function readSlotFile(path: string, expect: { model: string; posBytes: nu
     const kv = read(h.n_tokens * h.pos_bytes, 12 + hl + h.n_tokens * 4);
     const end = 12 + hl + h.n_tokens * (4 + h.pos_bytes);
     const rs = rsBytes ? read(rsBytes, end) : undefined;
-    if (end + rsBytes !== size) throw new SlotFileError(`slot file ${path} has trailing bytes`);
-    return { tokens, kv, rs, bytes: size };
+    const draftBytes = h.draft_bytes ?? 0;
+    if (!Number.isInteger(draftBytes) || draftBytes < 0) throw new SlotFileError(`slot file's drafter state of ${draftBytes} bytes is not a size`);
+    const draft = draftBytes ? read(draftBytes, end + rsBytes) : undefined;
+    if (end + rsBytes + draftBytes !== size) throw new SlotFileError(`slot file ${path} has trailing bytes`);
+    return { tokens, kv, rs, draft, bytes: size };
   } finally {
     closeSync(fd);
   }

@@ -17,6 +17,10 @@ export interface DraftAsk {
   tokens: readonly number[];
   last: number;
   limit: number;
+  /** the request's speculative.n_max, n_min and p_min over the drafter's own */
+  nMax?: number;
+  nMin?: number;
+  pMin?: number;
 }
 
 /** Refuses a draft model whose vocabulary is not the target's (the draft's ids must mean the same). */
@@ -81,7 +85,7 @@ export class DraftModel {
   /** The drafts of the asking slots (an empty one where nothing was worth drafting). */
   draft(asks: readonly DraftAsk[]): Map<number, number[]> {
     const out = new Map<number, number[]>();
-    const live = asks.filter((a) => Math.min(a.limit, this.nMax) > 0 && a.slot < this.held.length);
+    const live = asks.filter((a) => Math.min(a.limit, a.nMax ?? this.nMax) > 0 && a.slot < this.held.length);
     if (!live.length) return out;
     const be = this.model.backend;
     // catch up: each slot's missing tokens (the sequence and the last sampled), in passes of at most maxTokens
@@ -115,12 +119,13 @@ export class DraftModel {
     // greedy drafting, all live slots a step
     const drafts = new Map<number, number[]>(live.map((a) => [a.slot, []]));
     let active = live.map((a) => a.slot);
-    const limit = new Map(live.map((a) => [a.slot, Math.min(a.limit, this.nMax)]));
+    const limit = new Map(live.map((a) => [a.slot, Math.min(a.limit, a.nMax ?? this.nMax)]));
+    const ask = new Map(live.map((a) => [a.slot, a]));
     for (;;) {
       const go: number[] = [];
       for (const s of active) {
         const { id, p } = this.kept.get(s)!;
-        if (p < this.pMin) continue;
+        if (p < (ask.get(s)!.pMin ?? this.pMin)) continue;
         const d = drafts.get(s)!;
         d.push(id);
         if (d.length < limit.get(s)!) go.push(s);
@@ -132,7 +137,7 @@ export class DraftModel {
       go.forEach((s, i) => this.keep(s, i));
       active = go;
     }
-    for (const [s, d] of drafts) out.set(s, d.length >= Math.max(1, this.nMin) ? d : []);
+    for (const [s, d] of drafts) out.set(s, d.length >= Math.max(1, ask.get(s)!.nMin ?? this.nMin) ? d : []);
     return out;
   }
 

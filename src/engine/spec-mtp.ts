@@ -7,14 +7,20 @@
 // overwritten by the next pass at those positions (attention reads positions up to its own only). A draft after
 // the sampled token t at position P starts from the target's state at P - 1, kept from the pass that gave it; each
 // step's best token (greedy, stopped under p_min) and the MTP layer's own normalised state feed the next step.
-// Where the state at q - 1 is not known (a slot's first pass after a prefix it kept, or one restored from the
-// prompt cache) zeros stand in for it, as llama.cpp's pending row starts: the draft is worse there, never wrong.
+// A slot's MTP state at a prefix of n tokens is its MTP KV of positions 0 .. n - 1 and the target's state at n - 1:
+// the drafter keeps that row at each recurrent checkpoint (checkpoint) besides the last pass's rows, and a prompt
+// cache entry or a slot file carries the state with the target's (stash, save / load), so a restored prefix
+// drafts as the sequence that made it did, never from another request's MTP KV. A slot whose MTP KV cannot be
+// put back (a slot file saved without it) drafts nothing until its sequence starts again at position 0. Where
+// the target's state at n - 1 alone is missing, zeros stand in for it (as llama.cpp's pending row starts).
 import { Model, type LoadOptions } from "./model.ts";
 import type { Batch } from "./backend.ts";
 import { best, checkDraftVocab, type DraftAsk } from "./spec-draft.ts";
 import type { GgufFile } from "../gguf/index.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import type { SpecConfig } from "./spec-ngram.ts";
+// the target states kept of a slot's recurrent checkpoints (n: the state at n - 1), newest last: at most MAX_PINS
+import { MAX_PINS } from "./mtp-memory.ts";
 
 /** A slot's target states of the last pass it took part in: positions p0 .. p0 + n - 1. */
 interface Kept {
@@ -46,9 +52,20 @@ export function loadMtpDraft(target: Model, src: string | GgufFile, o: LoadOptio
   return new MtpDraft(d, nMax, nMin, pMin);
 }
 
+/** A slot's MTP state saved beside a prompt cache entry (Drafter.stash): put back at a prefix of it. */
+export interface DraftStash {
+  bytes: number;
+  restore(slot: number, m: number): void;
+}
+
+
 export class MtpDraft {
   /** the target's states of each slot's last pass */
   private kept: (Kept | undefined)[];
+  /** per slot: the target's state at n - 1 for each checkpoint prefix n (checkpoint) */
+  private pins: Map<number, Float32Array>[];
+  /** per slot: its MTP KV is not its sequence's (a slot file without it): no drafts until it starts at 0 */
+  private blind: boolean[];
   private readonly E: number;
   private logits = new Float32Array(0);
   private hidden = new Float32Array(0);
@@ -57,6 +74,8 @@ export class MtpDraft {
 
   constructor(readonly model: Model, private readonly nMax: number, private readonly nMin: number, private readonly pMin: number) {
     this.kept = Array.from({ length: model.backend.nSlots }, () => undefined);
+    this.pins = Array.from({ length: model.backend.nSlots }, () => new Map());
+    this.blind = Array.from({ length: model.backend.nSlots }, () => false);
     this.E = model.hp.nEmbd;
   }
 
@@ -64,15 +83,104 @@ export class MtpDraft {
   readonly wantsHidden = true;
 
   /**
-   * A new task in a slot: of the states kept of its earlier sequence, those below `kept` (the prefix the slot
-   * keeps) are this one's too; the rest are not. The MTP layer's KV of a prefix the prompt cache restored
-   * (kept 0) is another sequence's: its drafts are worse there until the positions are written again.
+   * A new task in a slot that keeps its first `kept` positions (its own, or a prompt cache entry's put back by
+   * stash's restore): of the states kept of the slot's sequence, those below `kept` are this one's too, and the
+   * state at kept - 1 comes from a checkpoint's row where the last pass did not give it; the rest are not.
    */
   begin(slot: number, kept: number): void {
+    const pins = this.pins[slot];
+    for (const n of [...pins.keys()]) if (n > kept) pins.delete(n);
+    if (kept === 0) {
+      this.kept[slot] = undefined;
+      this.blind[slot] = false; // every position is written again
+      return;
+    }
     const k = this.kept[slot];
-    if (!k) return;
-    const n = Math.min(k.rows.length / this.E, kept - k.p0);
-    this.kept[slot] = n > 0 ? { p0: k.p0, rows: k.rows.subarray(0, n * this.E) } : undefined;
+    const n = k ? Math.min(k.rows.length / this.E, kept - k.p0) : 0;
+    this.kept[slot] = k && n > 0 ? { p0: k.p0, rows: k.rows.subarray(0, n * this.E) } : undefined;
+    if (!this.stateAt(slot, kept - 1)) {
+      const pin = pins.get(kept);
+      this.kept[slot] = pin ? { p0: kept - 1, rows: pin.slice() } : undefined;
+    }
+  }
+
+  /** The target's state at n - 1 the slot holds (the last pass's, or a checkpoint's); undefined: none. */
+  private rowFor(slot: number, n: number): Float32Array | undefined {
+    return n > 0 ? (this.stateAt(slot, n - 1) ?? this.pins[slot].get(n)) : undefined;
+  }
+
+  /** A recurrent checkpoint of the slot at n tokens (after the pass that reached it): its state at n - 1 is kept. */
+  checkpoint(slot: number, n: number): void {
+    const r = this.stateAt(slot, n - 1);
+    if (!r) return;
+    const pins = this.pins[slot];
+    pins.delete(n);
+    pins.set(n, r.slice());
+    while (pins.size > MAX_PINS) pins.delete(pins.keys().next().value!);
+  }
+
+  /** Bytes stash(slot, n, at) takes: the MTP KV of n positions and a row for each prefix of `at` the slot has one for. */
+  stashBytes(slot: number, n: number, at: readonly number[]): number {
+    if (this.blind[slot]) return 0;
+    return n * this.model.backend.kvPosBytes() + at.filter((p) => p <= n && this.rowFor(slot, p)).length * this.E * 4;
+  }
+
+  /**
+   * The slot's MTP state of its first n positions, for a prompt cache entry restorable at the prefixes `at`: its
+   * MTP KV and the target's state before each. Its restore puts them in a slot (any other state there is dropped).
+   */
+  stash(slot: number, n: number, at: readonly number[]): DraftStash {
+    if (this.blind[slot]) return { bytes: 0, restore: (s) => this.forget(s) };
+    const be = this.model.backend, pb = be.kvPosBytes();
+    const kv = new Uint8Array(n * pb);
+    if (n) be.kvSave(slot, n, kv);
+    const rows = new Map<number, Float32Array>();
+    for (const p of at) {
+      const r = p <= n ? this.rowFor(slot, p) : undefined;
+      if (r) rows.set(p, r.slice());
+    }
+    return {
+      bytes: kv.length + rows.size * this.E * 4,
+      restore: (s, m) => {
+        if (m > n) throw new Error(`internal: the MTP state was saved at ${n} positions, not ${m}`);
+        if (m) be.kvLoad(s, m, kv.subarray(0, m * pb));
+        this.put(s, m, rows.get(m));
+      },
+    };
+  }
+
+  /** The slot holds its sequence's MTP KV of m positions and (when known) the target's state at m - 1. */
+  private put(slot: number, m: number, row: Float32Array | undefined): void {
+    this.blind[slot] = false;
+    this.kept[slot] = row ? { p0: m - 1, rows: row.slice() } : undefined;
+    this.pins[slot] = row ? new Map([[m, row.slice()]]) : new Map();
+  }
+
+  /** The slot's MTP KV is not its sequence's: no drafts until the sequence starts at position 0 again. */
+  forget(slot: number): void {
+    this.blind[slot] = true;
+    this.kept[slot] = undefined;
+    this.pins[slot] = new Map();
+  }
+
+  /** The slot's MTP state after n tokens for a slot file: its MTP KV, then the target's state at n - 1 when kept (else nothing saved). */
+  save(slot: number, n: number): Uint8Array | undefined {
+    if (this.blind[slot]) return undefined;
+    const pb = this.model.backend.kvPosBytes(), row = this.rowFor(slot, n);
+    const out = new Uint8Array(n * pb + (row ? this.E * 4 : 0));
+    if (n) this.model.backend.kvSave(slot, n, out.subarray(0, n * pb));
+    if (row) out.set(new Uint8Array(row.buffer, row.byteOffset, row.byteLength), n * pb);
+    return out;
+  }
+
+  /** A slot file's MTP state of n tokens back in the slot (save's bytes); undefined (a file without one): the slot drafts nothing until it starts anew. */
+  load(slot: number, n: number, data: Uint8Array | undefined): void {
+    if (!data) return this.forget(slot);
+    const pb = this.model.backend.kvPosBytes(), E = this.E;
+    if (data.length !== n * pb && data.length !== n * pb + E * 4) throw new Error(`the slot file's MTP state is ${data.length} bytes; ${n} positions of this MTP layer take ${n * pb} (and ${E * 4} for the target's state)`);
+    if (n) this.model.backend.kvLoad(slot, n, data.subarray(0, n * pb));
+    const row = data.length > n * pb && n > 0 ? new Float32Array(data.slice(n * pb).buffer) : undefined;
+    this.put(slot, n, row);
   }
 
   /** The target state of a slot at position q, or undefined when no pass kept it. */
@@ -117,15 +225,16 @@ export class MtpDraft {
   draft(asks: readonly DraftAsk[]): Map<number, number[]> {
     const out = new Map<number, number[]>();
     const E = this.E, V = this.model.hp.nVocab;
-    type Live = { slot: number; limit: number; pos: number; tok: number; h: Float32Array; d: number[] };
+    type Live = { slot: number; limit: number; pMin: number; pos: number; tok: number; h: Float32Array; d: number[] };
+    const nMin = new Map(asks.map((a) => [a.slot, a.nMin ?? this.nMin]));
     let live: Live[] = [];
     for (const a of asks) {
-      const limit = Math.min(a.limit, this.nMax);
+      const limit = this.blind[a.slot] ? 0 : Math.min(a.limit, a.nMax ?? this.nMax);
       const P = a.tokens.length;
       const h = P > 0 ? this.stateAt(a.slot, P - 1) : undefined;
       out.set(a.slot, []);
       if (limit <= 0 || !h) continue;
-      live.push({ slot: a.slot, limit, pos: P, tok: a.last, h: h.slice(), d: [] });
+      live.push({ slot: a.slot, limit, pMin: a.pMin ?? this.pMin, pos: P, tok: a.last, h: h.slice(), d: [] });
     }
     while (live.length) {
       const n = live.length;
@@ -140,7 +249,7 @@ export class MtpDraft {
       const next: Live[] = [];
       live.forEach((l, i) => {
         const { id, p } = best(this.logits.subarray(i * V, (i + 1) * V), V);
-        if (p < this.pMin) return;
+        if (p < l.pMin) return;
         l.d.push(id);
         if (l.d.length >= l.limit) return;
         next.push({ ...l, pos: l.pos + 1, tok: id, h: this.hidden.slice(i * E, (i + 1) * E) });
@@ -148,8 +257,13 @@ export class MtpDraft {
       for (const l of live) out.set(l.slot, l.d);
       live = next;
     }
-    for (const [s, d] of out) if (d.length < Math.max(1, this.nMin)) out.set(s, []);
+    for (const [s, d] of out) if (d.length < Math.max(1, nMin.get(s)!)) out.set(s, []);
     return out;
+  }
+
+  /** Bytes the drafter holds in JavaScript now: the draft steps' logits and states, each slot's kept rows (mtp-memory.ts counts them). */
+  heldBytes(): number {
+    return this.logits.buffer.byteLength + this.hidden.buffer.byteLength + this.kept.reduce((a, k) => a + (k ? k.rows.buffer.byteLength : 0), 0);
   }
 
   /** The MTP layer's logits and next-step states for the given rows (tests: the draft's own numbers). */

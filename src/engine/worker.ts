@@ -24,9 +24,13 @@ function post(m: FromWorker): void {
 
 function load(path: string, o: EngineOptions): void {
   try {
+    // -md alone names draft-mtp where its file has an MTP layer (as llama-server infers it)
+    const spec = o.spec ? specFor(o.spec, (l) => process.stderr.write(`${l}\n`)) : undefined;
     const m = Model.load(path, {
       nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact,
       nGpuLayers: o.nGpuLayers, device: o.device, placement: o.placement, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots,
+      // the plan counts the MTP layer that drafts beside the target (its tensors, KV cache and buffers)
+      planMtp: spec?.type === "draft-mtp" ? { file: spec.draftModel } : undefined,
     });
     try {
       checkForward(m); // one token's logits must be finite, else the model is refused (model-check.ts)
@@ -34,8 +38,6 @@ function load(path: string, o: EngineOptions): void {
       m.close();
       throw e;
     }
-    // -md alone names draft-mtp where its file has an MTP layer (as llama-server infers it)
-    const spec = o.spec ? specFor(o.spec, (l) => process.stderr.write(`${l}\n`)) : undefined;
     if (spec && (spec.type === "draft-mtp" || (spec.type === "draft-simple" && spec.draftModel))) {
       // the draft: a slot a target slot, the target's context, its own -ngl (default the target's)
       try {

@@ -242,6 +242,7 @@ export async function prepareChat(ctx: ServerContext, body: Body): Promise<Prepa
         nProbs: settings.nProbs,
         idSlot: settings.idSlot,
         cachePrompt: settings.cachePrompt,
+        draft: settings.draft,
       },
       budget,
     });

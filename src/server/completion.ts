@@ -63,6 +63,7 @@ async function prepare(ctx: ServerContext, body: Body): Promise<Job> {
           nProbs: settings.nProbs,
           idSlot: settings.idSlot,
           cachePrompt: settings.cachePrompt,
+          draft: settings.draft,
         },
       });
     }

@@ -2,7 +2,7 @@
 // llama-server's defaults (from the server's flags), aliases, clamps and refusals
 // (tools/server/server-schema.cpp): soft limits clamp, hard limits answer 400 naming the field.
 import type { ServerOptions } from "../cli/flags.ts";
-import type { SamplingParams } from "../engine/protocol.ts";
+import type { DraftOverrides, SamplingParams } from "../engine/protocol.ts";
 import { parseLogitBiasField, parseSamplersField, resolveSamplingParams } from "../sampling/index.ts";
 import { badField, shownValue } from "./errors.ts";
 
@@ -29,6 +29,8 @@ export interface GenSettings {
   dynatempRange: number;
   dynatempExponent: number;
   responseFields: string[];
+  /** speculative.n_max / n_min / p_min where the request gives them (the server's flags otherwise) */
+  draft: DraftOverrides;
 }
 
 /** The model facts parsing needs. */
@@ -189,7 +191,25 @@ export function readGenSettings(b: Body, ctx: ParamContext): GenSettings {
     dynatempRange,
     dynatempExponent,
     responseFields,
+    draft: readDraft(b, o),
   };
+}
+
+/**
+ * llama-server's speculative.n_max, n_min, p_min (server-schema.cpp: n_max at least 0, n_min within 0 .. n_max,
+ * p_min clamped to 0 .. 1); a field the request does not give keeps the server's flag.
+ */
+function readDraft(b: Body, o: ServerOptions): DraftOverrides {
+  const d: DraftOverrides = {};
+  const given = (k: string) => has(b, k);
+  if (given("speculative.n_max") || given("speculative.n_min")) {
+    const nMax = Math.max(0, hard(b, "speculative.n_max", o.specDraftNMax, -INT32_MAX, INT32_MAX));
+    const nMin = Math.max(0, Math.min(nMax, hard(b, "speculative.n_min", o.specDraftNMin, -INT32_MAX, INT32_MAX)));
+    if (given("speculative.n_max")) d.nMax = nMax;
+    d.nMin = nMin;
+  }
+  if (given("speculative.p_min")) d.pMin = soft(b, "speculative.p_min", o.specDraftPMin, 0, 1);
+  return d;
 }
 
 /** llama's `generation_settings` / `/props` params object for a request's settings. */
@@ -241,5 +261,8 @@ export function settingsJson(s: GenSettings, extra: { grammar?: string; chatForm
     timings_per_token: s.timingsPerToken,
     post_sampling_probs: s.postSamplingProbs,
   };
+  if (s.draft.nMax !== undefined) base["speculative.n_max"] = s.draft.nMax;
+  if (s.draft.nMin !== undefined) base["speculative.n_min"] = s.draft.nMin;
+  if (s.draft.pMin !== undefined) base["speculative.p_min"] = s.draft.pMin;
   return base;
 }

@@ -62,6 +62,10 @@ export const generationFields = {
   n_cmpl: opt(Int),
   n_keep: opt(Int),
   response_fields: opt(T.Array(Str)),
+  // llama-server's per-request speculative decoding settings
+  "speculative.n_max": opt(Int),
+  "speculative.n_min": opt(Int),
+  "speculative.p_min": opt(Num),
 };
 
 /** POST /completion, /completions (native). `prompt` is checked by the prompt reader (string, ids, mixed, or a list of those). */
