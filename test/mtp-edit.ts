@@ -2,6 +2,8 @@
 // DeepSeek V3's files carry one: block_count one more, nextn_predict_layers 1, the last layer's tensors
 // again as blk.N and llama.cpp's nextn.* tensors beside them.
 import { GgmlType, GgufFile, GgufValueType } from "../src/gguf/index.ts";
+import { join } from "node:path";
+import { synth } from "../src/cli/synth.ts";
 import { editGguf, f32Fill, type TensorCopy } from "./gguf-edit.ts";
 
 /** The fixture with an MTP layer appended: the last layer's tensors again as blk.N, and nextn.* beside them. */
@@ -47,4 +49,15 @@ export function nearCopyMtp(src: string, dst: string, nEmbd: number, seed = 99):
       return { ...t, type: GgmlType.F32, data: new Uint8Array(w.buffer) };
     },
   });
+}
+
+/**
+ * synth test-qwen35moe-mtp (Q8_0, centred, seed 7) into dir as mtp.gguf and its near copy (an MTP
+ * layer that predicts: nearCopyMtp at 256) as near.gguf; the two paths.
+ */
+export async function synthNearMtp(dir: string): Promise<{ mtp: string; near: string }> {
+  const mtp = join(dir, "mtp.gguf"), near = join(dir, "near.gguf");
+  await synth({ model: "test-qwen35moe-mtp", quant: "Q8_0", out: mtp, centered: true, seed: 7 });
+  nearCopyMtp(mtp, near, 256);
+  return { mtp, near };
 }

@@ -16,6 +16,20 @@ const maybe = lib ? describe : describe.skip;
 const decide = (K: number, share: number, card: number, wait: number, cpu: number, pick = 50, lat = 5): number =>
   Number(lib!.bl_cuda_share_decide(K, share, card, wait, cpu, pick, lat));
 
+/**
+ * A modelled split layer of K picks: the card's share a fixed part gf plus g a pick (2 us with
+ * none), the CPU's call cf plus cp a pick, and its path's latency lat; the layer ends with the
+ * slower side. Its best split's time too.
+ */
+function modelLayer(K: number, g: number, gf: number, cp: number, cf: number, lat: number) {
+  const card = (s: number) => (s > 0 ? gf + g * s : 2);
+  const cpu = (s: number) => cf + cp * (K - s);
+  const layer = (s: number) => Math.max(card(s), cpu(s) + lat);
+  let best = Infinity;
+  for (let s = 0; s < K; s++) best = Math.min(best, layer(s));
+  return { card, cpu, layer, best };
+}
+
 /** The climb's state: each share's last time and the windows counters (share_tune.cu). */
 class Climb {
   t = new Float64Array(65);
@@ -50,11 +64,7 @@ maybe("the card's share sized online", () => {
     const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
     for (let trial = 0; trial < 200; trial++) {
       const K = 8, g = 30 + 40 * rnd(), gf = 5 + 20 * rnd(), cp = 20 + 60 * rnd(), cf = 10 + 40 * rnd(), lat = 2 + 8 * rnd();
-      const card = (s: number) => (s > 0 ? gf + g * s : 2);
-      const cpu = (s: number) => cf + cp * (K - s);
-      const layer = (s: number) => Math.max(card(s), cpu(s) + lat);
-      let best = Infinity;
-      for (let s = 0; s < K; s++) best = Math.min(best, layer(s));
+      const { card, cpu, layer, best } = modelLayer(K, g, gf, cp, cf, lat);
       for (let start = 0; start < K; start++) {
         let s = start;
         const seen: number[] = [];
@@ -108,11 +118,7 @@ maybe("the card's share sized online", () => {
     for (let trial = 0; trial < 120; trial++) {
       const K = trial % 3 === 0 ? 4 : 8, g = 30 + 200 * rnd(), gf = 5 + 20 * rnd(), cp = 20 + 200 * rnd(), cf = 10 + 40 * rnd();
       const lat = trial % 2 ? 2 + 8 * rnd() : 100 + 400 * rnd(); // half with a CPU path latency the model misreads
-      const card = (s: number) => (s > 0 ? gf + g * s : 2);
-      const cpu = (s: number) => cf + cp * (K - s);
-      const layer = (s: number) => Math.max(card(s), cpu(s) + lat);
-      let best = Infinity;
-      for (let s = 0; s < K; s++) best = Math.min(best, layer(s));
+      const { card, cpu, layer, best } = modelLayer(K, g, gf, cp, cf, lat);
       for (let start = 0; start < K; start++) {
         const c = new Climb();
         let s = start, m = start, spent = 0;

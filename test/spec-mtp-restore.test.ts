@@ -8,27 +8,24 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { synth } from "../src/cli/synth.ts";
 import { Model } from "../src/engine/model.ts";
 import { Scheduler } from "../src/engine/scheduler.ts";
 import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import { loadMtpDraft, type MtpDraft } from "../src/engine/spec-mtp.ts";
 import type { SpecConfig } from "../src/engine/spec-ngram.ts";
 import type { DoneEvent, GenerateRequest, TokenEvent } from "../src/engine/protocol.ts";
-import { nearCopyMtp } from "./mtp-edit.ts";
+import { synthNearMtp } from "./mtp-edit.ts";
 
 setDefaultTimeout(300000);
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-mtp-restore-"));
-const MTP = join(tmp, "mtp.gguf"), NEAR = join(tmp, "near.gguf");
 const SPEC: SpecConfig = { type: "draft-mtp", sizeN: 12, sizeM: 48, nMax: 3 };
 const opened: { close(): void }[] = [];
 afterAll(() => opened.forEach((m) => m.close()));
 let model: Model;
 
 beforeAll(async () => {
-  await synth({ model: "test-qwen35moe-mtp", quant: "Q8_0", out: MTP, centered: true, seed: 7 });
-  nearCopyMtp(MTP, NEAR, 256);
-  model = Model.load(NEAR, { nCtx: 512, nSlots: 1, nThreads: 2, maxTokens: 64, log: () => {} });
+  const { near } = await synthNearMtp(tmp);
+  model = Model.load(near, { nCtx: 512, nSlots: 1, nThreads: 2, maxTokens: 64, log: () => {} });
   opened.push(model);
 });
 

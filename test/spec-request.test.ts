@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { synth } from "../src/cli/synth.ts";
 import { parseArgs, type ServerOptions } from "../src/cli/flags.ts";
 import { readGenSettings } from "../src/server/params.ts";
 import { Model } from "../src/engine/model.ts";
@@ -16,21 +15,20 @@ import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import { loadMtpDraft, type MtpDraft } from "../src/engine/spec-mtp.ts";
 import type { SpecConfig } from "../src/engine/spec-ngram.ts";
 import type { DoneEvent, DraftOverrides, TokenEvent } from "../src/engine/protocol.ts";
-import { nearCopyMtp } from "./mtp-edit.ts";
+import { synthNearMtp } from "./mtp-edit.ts";
 import { post, startServer, type RunningServer } from "./server-helpers.ts";
 
 setDefaultTimeout(300000);
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-spec-request-"));
-const MTP = join(tmp, "mtp.gguf"), NEAR = join(tmp, "near.gguf");
 const MTP_SPEC: SpecConfig = { type: "draft-mtp", sizeN: 12, sizeM: 48, nMax: 3 };
 const NGRAM: SpecConfig = { type: "ngram-simple", sizeN: 2, sizeM: 8 };
 const opened: { close(): void }[] = [];
 afterAll(() => opened.forEach((m) => m.close()));
 let model: Model;
+let NEAR = "";
 
 beforeAll(async () => {
-  await synth({ model: "test-qwen35moe-mtp", quant: "Q8_0", out: MTP, centered: true, seed: 7 });
-  nearCopyMtp(MTP, NEAR, 256);
+  NEAR = (await synthNearMtp(tmp)).near;
   model = Model.load(NEAR, { nCtx: 512, nSlots: 2, nThreads: 2, maxTokens: 64, log: () => {} });
   opened.push(model);
 });
