@@ -270,16 +270,26 @@ describe("the flags and the default", () => {
     expect(() => parseArgs(["-m", "x.gguf", "--spec-type", "draft-eagle3"], {})).toThrow(/draft-eagle3/);
   });
 
-  test("the default, as llama-server's: none without -md (the target's MTP layer waits for --spec-type draft-mtp); -md alone with an MTP layer is draft-mtp, else draft-simple", () => {
+  test("the default: the flags say none without -md; the load takes the target's MTP layer on by default (guarded), -md alone with an MTP layer is draft-mtp, else draft-simple", () => {
     const r = parseArgs(["-m", MTP], {});
     expect(r.action === "serve" && r.options.specType).toBe("none");
     const lines: string[] = [];
+    const none: SpecConfig = { type: "none", inferred: true, sizeN: 12, sizeM: 48 };
+    const on = specFor(none, MTP, (l) => lines.push(l));
+    expect(on.type).toBe("draft-mtp");
+    expect(on.auto).toBe(true);
+    expect(lines.join("\n")).toMatch(/MTP layer: draft-mtp on by default/);
+    expect(specFor(none, PLAIN, () => {}).type).toBe("none");
+    // --spec-type none asked for: off
+    expect(specFor({ ...none, inferred: false }, MTP, () => {}).type).toBe("none");
     const base: SpecConfig = { type: "draft-simple", inferred: true, sizeN: 12, sizeM: 48 };
-    expect(specFor({ ...base, draftModel: MTP }, (l) => lines.push(l)).type).toBe("draft-mtp");
+    const md = specFor({ ...base, draftModel: MTP }, PLAIN, (l) => lines.push(l));
+    expect(md.type).toBe("draft-mtp");
+    expect(md.auto).toBeUndefined(); // -md names a draft: asked for, not guarded
     expect(lines.join("\n")).toMatch(/has an MTP layer: --spec-type draft-mtp/);
-    expect(specFor({ ...base, draftModel: PLAIN }, () => {}).type).toBe("draft-simple");
+    expect(specFor({ ...base, draftModel: PLAIN }, MTP, () => {}).type).toBe("draft-simple");
     // asked for by name: kept
-    expect(specFor({ ...base, inferred: false, draftModel: MTP }, () => {}).type).toBe("draft-simple");
+    expect(specFor({ ...base, inferred: false, draftModel: MTP }, PLAIN, () => {}).type).toBe("draft-simple");
   });
 });
 
@@ -287,7 +297,7 @@ describe("the server with --spec-type draft-mtp", () => {
   let srv: RunningServer, plainSrv: RunningServer;
   beforeAll(async () => {
     srv = await startServer(["-m", MTP, "-np", "2", "-c", "1024", "--spec-type", "draft-mtp", "--metrics", "-t", "2"]);
-    plainSrv = await startServer(["-m", MTP, "-np", "1", "-c", "512", "-t", "2"]);
+    plainSrv = await startServer(["-m", MTP, "-np", "1", "-c", "512", "-t", "2", "--spec-type", "none"]);
   });
   afterAll(async () => { await srv?.stop(); await plainSrv?.stop(); });
 

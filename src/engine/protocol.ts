@@ -153,6 +153,8 @@ export interface EngineStats {
   specRetakeMs?: number;
   /** the milliseconds spent taking snapshots and putting them back */
   specSnapMs?: number;
+  /** speculation on by default (spec-guard.ts): whether the steps draft now, the mode changes, and the last measured ms a token drafting and not (0: not yet) */
+  specGuard?: { drafting: boolean; switches: number; msPerTokenOn: number; msPerTokenOff: number };
   /** the routed experts' RAM cache (the disk tier), when the model has one */
   experts?: ExpertStats;
   /** the routed experts kept in host RAM beside a card, when some are */

@@ -20,6 +20,7 @@ import { StepLog } from "./step-log.ts";
 import { RecurrentStates, type Checkpoint } from "./recurrent-state.ts";
 import { ngramDraft, SPEC_NONE, type SpecConfig } from "./spec-ngram.ts";
 import type { DraftAsk } from "./spec-draft.ts";
+import { SpecGuard } from "./spec-guard.ts";
 
 /** What makes a draft model's drafts (spec-draft.ts's DraftModel, spec-mtp.ts's MtpDraft). */
 export interface Drafter {
@@ -89,6 +90,8 @@ export class Scheduler {
     const rsBytes = b.rsBytes?.() ?? 0;
     this.rs = rsBytes > 0 ? new RecurrentStates(b, rsBytes) : undefined;
     if (this.rs && spec.type !== "none") this.rs.reserveSnapshots();
+    // drafting not asked for (draft-mtp by default) drafts only while its steps are the faster (spec-guard.ts)
+    this.guard = spec.auto && spec.type !== "none" ? new SpecGuard() : undefined;
     this.logits = new Float32Array(b.nSlots * model.hp.nVocab);
     this.topIds = new Int32Array(b.nSlots * TOP_CANDIDATES_MAX);
     this.topVals = new Float32Array(b.nSlots * TOP_CANDIDATES_MAX);
@@ -104,6 +107,8 @@ export class Scheduler {
   readonly steps: StepLog;
   /** a recurrent model's slot states (undefined: the model has no recurrent layers) */
   private readonly rs: RecurrentStates | undefined;
+  /** speculative decoding on by default: whether its steps draft, by their measured time a token */
+  private readonly guard: SpecGuard | undefined;
 
   stats(): EngineStats {
     return {
@@ -112,6 +117,7 @@ export class Scheduler {
       cachedTokensRestored: this.restored, cacheCardBytes: this.cache.cardBytes,
       nDecode: this.nDecode, busySlotsDecoded: this.busySlotsDecoded, topKSteps: this.nTopSteps,
       specDrafted: this.specDrafted, specAccepted: this.specAccepted, specSteps: this.specSteps,
+      ...(this.guard ? { specGuard: { drafting: this.guard.drafting(), switches: this.guard.switches, msPerTokenOn: this.guard.last.on, msPerTokenOff: this.guard.last.off } } : {}),
       ...(this.rs && this.spec.type !== "none" ? { specRollbacks: this.specRollbacks, specRetaken: this.specRetaken, specRetakeMs: this.specRetakeMs, specSnapMs: this.specSnapMs } : {}),
       experts: this.model.expertStats(),
       hostExperts: this.model.backend.hostStats?.(),
@@ -363,7 +369,7 @@ export class Scheduler {
    */
   private draftsFor(gen: readonly Slot[]): Map<Slot, number[]> {
     const out = new Map<Slot, number[]>();
-    if (this.spec.type === "none") return out;
+    if (this.spec.type === "none" || (this.guard && !this.guard.drafting())) return out;
     let spare = this.ubatch - gen.length;
     const asks: DraftAsk[] = [];
     for (const s of gen) {
@@ -399,6 +405,7 @@ export class Scheduler {
     this.assign();
     const active = this.slots.filter((s) => s.task);
     if (active.length === 0) return false;
+    const stepT0 = performance.now();
     const tokens: number[] = [], pos: number[] = [], seq: number[] = [], outRows: number[] = [], outSlots: Slot[] = [];
     // generating slots first: one token each, and after it the slot's draft (speculative decoding:
     // the model's logits after each draft token decide how many of them it accepts)
@@ -488,7 +495,7 @@ export class Scheduler {
     const events: TokenEvent[] = [];
     /** a recurrent model's slots whose state went back to its snapshot: their accepted tokens are taken again */
     const retake: Slot[] = [];
-    let row = 0;
+    let row = 0, emitted = 0;
     outSlots.forEach((s, i) => {
       const t = s.task!;
       if (!t.prompting) t.genMs += ms;
@@ -530,6 +537,7 @@ export class Scheduler {
         return;
       }
       this.settleDraft(s, d.length, acc, !!res.stop, retake);
+      emitted += 1 + acc;
       if (res.event) events.push(res.event);
       if (res.stop) {
         if (events.length) { this.hooks.tokens(events.splice(0)); }
@@ -538,6 +546,7 @@ export class Scheduler {
     });
     if (events.length) this.hooks.tokens(events);
     if (retake.length) this.retake(retake);
+    if (this.guard && chunks.length === 0) this.guard.record(this.guard.drafting(), performance.now() - stepT0, emitted);
     return true;
   }
 

@@ -18,6 +18,7 @@ import type { Batch } from "./backend.ts";
 import { best, checkDraftVocab, type DraftAsk } from "./spec-draft.ts";
 import type { GgufFile } from "../gguf/index.ts";
 import { openModelPath } from "../safetensors/model.ts";
+import { familyFor } from "../models/registry.ts";
 import type { SpecConfig } from "./spec-ngram.ts";
 // the target states kept of a slot's recurrent checkpoints (n: the state at n - 1), newest last: at most MAX_PINS
 import { MAX_PINS } from "./mtp-memory.ts";
@@ -287,8 +288,26 @@ export function hasMtpLayer(f: GgufFile): boolean {
   return bc > 0 && !!f.tensor(`blk.${bc - 1}.nextn.eh_proj.weight`);
 }
 
-/** The speculative setting a load runs: -md alone (draft-simple, not asked for) is draft-mtp where the draft file has an MTP layer. */
-export function specFor(spec: SpecConfig, say: (line: string) => void): SpecConfig {
+/**
+ * The speculative setting a load of `target` runs: -md alone (draft-simple, not asked for) is draft-mtp where
+ * the draft file has an MTP layer (as llama-server infers it); with no --spec-type and no -md, draft-mtp on by
+ * default where the target's own file has one (auto: guarded by its measured speed, spec-guard.ts, and off
+ * with a line where the backend or the plan cannot run it).
+ */
+export function specFor(spec: SpecConfig, target: string, say: (line: string) => void): SpecConfig {
+  if (spec.type === "none" && spec.inferred && !spec.draftModel) {
+    let has = false;
+    try {
+      // a family whose MTP layer this engine runs as a draft (Family.mtp: the Qwen hybrids)
+      const f = openModelPath(target);
+      has = hasMtpLayer(f) && !!familyFor(f).mtp?.has(f);
+    } catch {
+      // the load names what is wrong with the file
+    }
+    if (!has) return spec;
+    say(`speculative decoding: the model has an MTP layer: draft-mtp on by default, drafting while it measures faster than not (--spec-type none turns it off, --spec-type draft-mtp drafts always)`);
+    return { ...spec, type: "draft-mtp", auto: true };
+  }
   if (spec.type !== "draft-simple" || !spec.inferred || !spec.draftModel) return spec;
   const f = openModelPath(spec.draftModel);
   if (!hasMtpLayer(f)) return spec;

@@ -12,6 +12,12 @@ export interface SpecConfig {
    * file has an MTP layer (llama-server's common_speculative_types_from_gguf)
    */
   inferred?: boolean;
+  /**
+   * on by default, not asked for (draft-mtp where the target's file has an MTP layer): its steps draft
+   * only while they measure faster than steps without drafts (spec-guard.ts), and a backend or plan
+   * that cannot run it turns it off with a line instead of refusing the model
+   */
+  auto?: boolean;
   /** ngram-simple: the lookup's length (the sampled token and the size_n - 1 before it) */
   sizeN: number;
   /** ngram-simple: the draft's longest length */

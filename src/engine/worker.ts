@@ -24,14 +24,26 @@ function post(m: FromWorker): void {
 
 function load(path: string, o: EngineOptions): void {
   try {
-    // -md alone names draft-mtp where its file has an MTP layer (as llama-server infers it)
-    const spec = o.spec ? specFor(o.spec, (l) => process.stderr.write(`${l}\n`)) : undefined;
-    const m = Model.load(path, {
+    const say = (l: string) => process.stderr.write(`${l}\n`);
+    // -md alone names draft-mtp where its file has an MTP layer (as llama-server infers it); no --spec-type and
+    // no -md: draft-mtp on by default where the model's file has one (auto)
+    let spec = o.spec ? specFor(o.spec, path, say) : undefined;
+    const loadTarget = (mtp: boolean) => Model.load(path, {
       nCtx: o.nCtx, nSlots: o.nSlots, nThreads: o.nThreads, maxTokens: o.ubatchSize, exact: o.exact,
       nGpuLayers: o.nGpuLayers, device: o.device, placement: o.placement, batchInvariant: o.batchInvariant, promoteSlots: o.promoteSlots,
       // the plan counts the MTP layer that drafts beside the target (its tensors, KV cache and buffers)
-      planMtp: spec?.type === "draft-mtp" ? { file: spec.draftModel } : undefined,
+      planMtp: mtp ? { file: spec?.draftModel } : undefined,
     });
+    let m: Model;
+    try {
+      m = loadTarget(spec?.type === "draft-mtp");
+    } catch (e) {
+      if (!spec?.auto) throw e;
+      // on by default: a model that loads without its MTP layer's memory runs without it
+      m = loadTarget(false);
+      say(`speculative decoding: off: with the MTP layer ${e instanceof Error ? e.message : String(e)} (--spec-type draft-mtp asks for it)`);
+      spec = undefined;
+    }
     try {
       checkForward(m); // one token's logits must be finite, else the model is refused (model-check.ts)
     } catch (e) {
@@ -45,10 +57,16 @@ function load(path: string, o: EngineOptions): void {
         drafter = spec.type === "draft-mtp"
           ? loadMtpDraft(m, spec.draftModel ?? m.gguf, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0)
           : loadDraft(m, spec.draftModel!, lo, spec.nMax ?? 3, spec.nMin ?? 0, spec.pMin ?? 0);
-        if (spec.type === "draft-mtp") process.stderr.write(`speculative decoding: draft-mtp, the MTP layer of ${spec.draftModel ?? path} as the draft (at most ${spec.nMax ?? 3} tokens a step, its own KV cache layer a slot)\n`);
+        if (spec.type === "draft-mtp") say(`speculative decoding: draft-mtp, the MTP layer of ${spec.draftModel ?? path} as the draft (at most ${spec.nMax ?? 3} tokens a step, its own KV cache layer a slot)`);
       } catch (e) {
-        m.close();
-        throw e;
+        if (!spec.auto) {
+          m.close();
+          throw e;
+        }
+        // on by default: where the MTP layer cannot run (the card refuses it by name), the model runs without it
+        say(`speculative decoding: off: ${e instanceof Error ? e.message : String(e)} (--spec-type draft-mtp asks for it)`);
+        drafter = undefined;
+        spec = undefined;
       }
     }
     const cacheBytes = o.cacheRamMiB < 0 ? -1 : o.cacheRamMiB * 1024 * 1024;
