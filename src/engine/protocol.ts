@@ -102,6 +102,8 @@ export interface ModelInfo {
   bosToken: string;
   eosToken: string;
   fileType: string;
+  /** the speculative decoding the engine runs (draft-mtp on by default included; none where off) */
+  specType?: string;
 }
 
 export type ToWorker =

@@ -80,7 +80,7 @@ function load(path: string, o: EngineOptions): void {
       throw e;
     }
     model = m;
-    post({ type: "loaded", info: modelInfo(m, path) });
+    post({ type: "loaded", info: { ...modelInfo(m, path), specType: spec?.type ?? "none" } });
   } catch (e) {
     post({ type: "load-error", message: e instanceof Error ? e.message : String(e) });
   }

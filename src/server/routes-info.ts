@@ -96,7 +96,7 @@ export async function slots(ctx: ServerContext, query: URLSearchParams): Promise
   if (query.get("fail_on_no_slot") && list.every((s) => s.is_processing)) throw new ApiError("unavailable_error", "no slot available");
   return Response.json(
     list.map((s) => {
-      const o: Obj = { id: s.id, n_ctx: s.n_ctx, speculative: ctx.opts.specType !== "none", is_processing: s.is_processing };
+      const o: Obj = { id: s.id, n_ctx: s.n_ctx, speculative: (ctx.info?.specType ?? ctx.opts.specType) !== "none", is_processing: s.is_processing };
       if (s.id_task >= 0) o.id_task = s.id_task;
       o.n_past = s.n_past;
       o.n_cached = s.n_cached;
