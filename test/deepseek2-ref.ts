@@ -54,10 +54,33 @@ function topk(v: ArrayLike<number>, k: number): number[] {
   return Array.from({ length: v.length }, (_, i) => i).sort((a, b) => v[b] - v[a] || a - b).slice(0, k);
 }
 
-export class DeepseekRef {
-  private readonly f: GgufFile;
+/** A GGUF file's tensors as float64, each read once (the references' weights). */
+export class GgufF64 {
+  protected readonly f: GgufFile;
   private readonly fd: number;
   private readonly cache = new Map<string, Float64Array>();
+
+  constructor(path: string) {
+    this.f = GgufFile.open(path);
+    this.fd = openSync(path, "r");
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+
+  protected t(name: string): Float64Array {
+    let v = this.cache.get(name);
+    if (!v) this.cache.set(name, (v = tensorF64(this.f, this.fd, name)));
+    return v;
+  }
+
+  protected has(name: string): boolean {
+    return this.f.tensors.has(name);
+  }
+}
+
+export class DeepseekRef extends GgufF64 {
   readonly E: number;
   readonly V: number;
   /** the last forward's smallest routing margin (between the last group or expert kept and the first
@@ -65,24 +88,9 @@ export class DeepseekRef {
   minGap = Infinity;
 
   constructor(path: string) {
-    this.f = GgufFile.open(path);
-    this.fd = openSync(path, "r");
+    super(path);
     this.E = this.f.u32(`${A}.embedding_length`);
     this.V = this.f.tensors.get("token_embd.weight")!.ne[1];
-  }
-
-  close(): void {
-    closeSync(this.fd);
-  }
-
-  private t(name: string): Float64Array {
-    let v = this.cache.get(name);
-    if (!v) this.cache.set(name, (v = tensorF64(this.f, this.fd, name)));
-    return v;
-  }
-
-  private has(name: string): boolean {
-    return this.f.tensors.has(name);
   }
 
   /** cos / sin angles of the rope part (HF's inv_freq, YaRN's blend when the file asks) and its attention factor. */

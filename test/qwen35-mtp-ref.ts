@@ -5,9 +5,7 @@
 // then its gate, causal over the positions given so far, K and V rounded to f16 as the cache keeps them); the
 // softmax top-k routed experts with renormalised weights and the shared expert under sigmoid(gate_inp . h);
 // shared_head_norm (else output_norm) and the head (shared_head_head, else output). Float64; no batching.
-import { closeSync, openSync } from "node:fs";
-import { GgufFile } from "../src/gguf/index.ts";
-import { matvec, rmsnorm, sigmoid, silu, tensorF64 } from "./deepseek2-ref.ts";
+import { GgufF64, matvec, rmsnorm, sigmoid, silu } from "./deepseek2-ref.ts";
 
 const f16 = (v: number) => new Float16Array([v])[0];
 
@@ -17,30 +15,16 @@ export interface MtpStep {
   hidden: Float64Array;
 }
 
-export class Qwen35MtpRef {
-  private readonly f: GgufFile;
-  private readonly fd: number;
-  private readonly cache = new Map<string, Float64Array>();
+export class Qwen35MtpRef extends GgufF64 {
   readonly E: number;
   private readonly il: number;
   private readonly keys: Float64Array[] = [];
   private readonly vals: Float64Array[] = [];
 
   constructor(path: string) {
-    this.f = GgufFile.open(path);
-    this.fd = openSync(path, "r");
+    super(path);
     this.E = this.f.u32("qwen35moe.embedding_length");
     this.il = this.f.u32("qwen35moe.block_count") - 1;
-  }
-
-  private t(name: string): Float64Array {
-    let v = this.cache.get(name);
-    if (!v) this.cache.set(name, (v = tensorF64(this.f, this.fd, name)));
-    return v;
-  }
-
-  private has(name: string): boolean {
-    return this.f.tensors.has(name);
   }
 
   /** The layer at position keys.length (the next one) for token tok and hidden state h. */
@@ -124,9 +108,5 @@ export class Qwen35MtpRef {
   targetLogits(h: ArrayLike<number>): Float64Array {
     const V = this.f.tensors.get("token_embd.weight")!.ne[1];
     return matvec(this.t(this.has("output.weight") ? "output.weight" : "token_embd.weight"), h, V, this.E);
-  }
-
-  close(): void {
-    closeSync(this.fd);
   }
 }

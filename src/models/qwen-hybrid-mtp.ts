@@ -7,7 +7,7 @@
 // the head is the hidden state its next draft step takes. Also the synth writer of that layer.
 import { GgufError, type GgufFile } from "../gguf/index.ts";
 import { mtpInputOp, OpKind, type OpSpec } from "./ops.ts";
-import { hybridAttnOps, hybridHparams, hybridMoeOps, hybridRope, type HybridForm } from "./qwen-hybrid.ts";
+import { hybridAttnOps, hybridHparams, hybridMoeOps, hybridRope, writeHybridAttn, writeHybridMoe, type HybridForm } from "./qwen-hybrid.ts";
 import type { Shape, SynthTensors } from "./synth-types.ts";
 import type { HParams } from "./types.ts";
 
@@ -60,26 +60,12 @@ export function hybridMtpProgram(f: GgufFile, hp: HParams, form: HybridForm): Op
 
 /** Writes the MTP layer (index t.nLayer, after the main ones) in llama.cpp's names and layout (synth). */
 export function writeHybridMtp(sh: Shape, t: SynthTensors): void {
-  const i = t.nLayer, p = `blk.${i}.`, E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim;
-  const F = sh.nFfExp, X = sh.nExpert, S = sh.hybrid!.nFfShexp;
+  const i = t.nLayer, p = `blk.${i}.`, E = sh.nEmbd;
   t.mat(`${p}nextn.eh_proj.weight`, "nextn_eh_proj", i, [2 * E, E]);
   t.ones(`${p}nextn.enorm.weight`, [E]);
   t.ones(`${p}nextn.hnorm.weight`, [E]);
   t.ones(`${p}nextn.shared_head_norm.weight`, [E]);
   t.ones(`${p}attn_norm.weight`, [E]);
-  t.mat(`${p}attn_q.weight`, "attn_q", i, [E, 2 * qd]);
-  t.mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
-  t.mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
-  t.mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], 0.02);
-  t.ones(`${p}attn_q_norm.weight`, [sh.headDim]);
-  t.ones(`${p}attn_k_norm.weight`, [sh.headDim]);
-  t.ones(`${p}post_attention_norm.weight`, [E]);
-  t.router(`${p}ffn_gate_inp.weight`, i, E, X);
-  t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
-  t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
-  t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02);
-  t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
-  t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
-  t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02);
-  t.small(`${p}ffn_gate_inp_shexp.weight`, [E], 0.05);
+  writeHybridAttn(sh, t, i, 0.02);
+  writeHybridMoe(sh, t, i, 0.02);
 }

@@ -257,7 +257,7 @@ export function writeHybrid(form: HybridForm, sh: Shape, t: SynthTensors): void 
   w.u32(`${A}.full_attention_interval`, hy.interval);
   w.u32(`${A}.rope.dimension_count`, sh.nRot ?? sh.headDim);
   if (form.mropeSections) w.setArray(`${A}.rope.dimension_sections`, GgufValueType.I32, [11, 11, 10, 0]);
-  const E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim, F = sh.nFfExp, X = sh.nExpert, S = hy.nFfShexp;
+  const E = sh.nEmbd;
   const vd = hy.nVHeads * hy.headK, C = 2 * hy.nKHeads * hy.headK + vd;
   t.mat("token_embd.weight", "token_embd", -1, [E, sh.nVocab], 1.0);
   for (let i = 0; i < n; i++) {
@@ -276,25 +276,35 @@ export function writeHybrid(form: HybridForm, sh: Shape, t: SynthTensors): void 
       t.fill(`${p}ssm_a`, [hy.nVHeads], -1); // -exp(A_log) of A_log 0
       t.ones(`${p}ssm_norm.weight`, [hy.headK]);
       t.mat(`${p}ssm_out.weight`, "ssm_out", i, [vd, E], 0.02 / Math.sqrt(n));
-    } else {
-      t.mat(`${p}attn_q.weight`, "attn_q", i, [E, 2 * qd]);
-      t.mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
-      t.mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
-      t.mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], 0.02 / Math.sqrt(n));
-      t.ones(`${p}attn_q_norm.weight`, [sh.headDim]);
-      t.ones(`${p}attn_k_norm.weight`, [sh.headDim]);
-    }
-    t.ones(`${p}post_attention_norm.weight`, [E]);
-    t.router(`${p}ffn_gate_inp.weight`, i, E, X);
-    t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
-    t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
-    t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], 0.02 / Math.sqrt(n));
-    t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
-    t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
-    t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], 0.02 / Math.sqrt(n));
-    t.small(`${p}ffn_gate_inp_shexp.weight`, [E], 0.05);
+    } else writeHybridAttn(sh, t, i, 0.02 / Math.sqrt(n));
+    writeHybridMoe(sh, t, i, 0.02 / Math.sqrt(n));
   }
   if (nextn) writeHybridMtp(sh, t);
   t.ones("output_norm.weight", [E]);
   t.mat("output.weight", "output", -1, [E, sh.nVocab]);
+}
+
+/** Writes layer i's gated full attention (synth; out: the output product's scale), as a main layer and the MTP layer take it. */
+export function writeHybridAttn(sh: Shape, t: SynthTensors, i: number, out: number): void {
+  const p = `blk.${i}.`, E = sh.nEmbd, qd = sh.nHead * sh.headDim, kd = sh.nHeadKv * sh.headDim;
+  t.mat(`${p}attn_q.weight`, "attn_q", i, [E, 2 * qd]);
+  t.mat(`${p}attn_k.weight`, "attn_k", i, [E, kd]);
+  t.mat(`${p}attn_v.weight`, "attn_v", i, [E, kd]);
+  t.mat(`${p}attn_output.weight`, "attn_output", i, [qd, E], out);
+  t.ones(`${p}attn_q_norm.weight`, [sh.headDim]);
+  t.ones(`${p}attn_k_norm.weight`, [sh.headDim]);
+}
+
+/** Writes layer i's MoE block: the norm, router, routed and gated shared experts (synth; out: the down products' scale). */
+export function writeHybridMoe(sh: Shape, t: SynthTensors, i: number, out: number): void {
+  const p = `blk.${i}.`, E = sh.nEmbd, F = sh.nFfExp, X = sh.nExpert, S = sh.hybrid!.nFfShexp;
+  t.ones(`${p}post_attention_norm.weight`, [E]);
+  t.router(`${p}ffn_gate_inp.weight`, i, E, X);
+  t.mat(`${p}ffn_gate_exps.weight`, "ffn_gate_exps", i, [E, F, X]);
+  t.mat(`${p}ffn_up_exps.weight`, "ffn_up_exps", i, [E, F, X]);
+  t.mat(`${p}ffn_down_exps.weight`, "ffn_down_exps", i, [F, E, X], out);
+  t.mat(`${p}ffn_gate_shexp.weight`, "ffn_gate_shexp", i, [E, S]);
+  t.mat(`${p}ffn_up_shexp.weight`, "ffn_up_shexp", i, [E, S]);
+  t.mat(`${p}ffn_down_shexp.weight`, "ffn_down_shexp", i, [S, E], out);
+  t.small(`${p}ffn_gate_inp_shexp.weight`, [E], 0.05);
 }
