@@ -836,6 +836,8 @@ static int64_t set_host(cu_ctx *c, uint64_t fn, uint64_t cpu_ctx, uint64_t exper
   const bool sized = opt == -2, fixed = opt >= 0;
   c->hy->card_share = fixed ? (int)std::min<int64_t>(opt, CU_SHARE_MAX) : c->hy->pull_on ? HYBRID_CARD_SHARE_PULL : c->hy->mb ? HYBRID_CARD_SHARE : HYBRID_CARD_SHARE_CB;
   if (c->hy->card_share < 0) c->hy->card_share = 0;
+  // a default start keeps half of a token's picks on the CPU at least (gpt-oss's 4: 2, 31% faster than 3 on the H200)
+  if (!fixed && c->hy->card_share > c->dm.K / 2) c->hy->card_share = (int)(c->dm.K / 2);
   c->hy->share_auto = !fixed && c->hy->mb && c->hy->pull_on;
   c->hy->n_share_moves = c->hy->n_share_samples = 0;
   cu_share_tune_reset(c->hy);

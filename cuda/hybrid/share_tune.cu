@@ -21,6 +21,8 @@
 #define CLIMB_MARGIN 0.97 // a neighbouring share is taken when its layer time was under this share of the current one
 #define CLIMB_FIRST 8     // windows at a share before its neighbours are measured again; doubled each time they lose
 #define CLIMB_MOST 64     // ... up to this many
+#define CLIMB_LOOK 4      // a look at an unmeasured neighbour lasts 1/CLIMB_LOOK of a window (TUNE_SAMPLES / 4:
+                          // a 64-token --cpu-moe run of gpt-oss-120b spent 4 of its 24 windows at a share 20-30% slower)
 
 // The next share of K picks from a window's means (us): the card's share (post to wait), its wait,
 // the CPU's call; pick_us the card's time a pick when its share is 0, lat_us the CPU path's latency
@@ -40,8 +42,9 @@ extern "C" int64_t bl_cuda_share_decide(int64_t K, int64_t share, double card_us
 // The climb's next share of K picks after a window at `share` whose layers took layer_us (the card's
 // post to the end of its wait, a mean): t_of[0..K-1] holds each share's last measured time (0: not
 // measured; written here), st[0] the windows spent at this share since its neighbours lost to it,
-// st[1] how many windows that may reach before they are measured again (0: CLIMB_FIRST). A
-// measured neighbour faster by CLIMB_MARGIN is taken; else an unmeasured one is tried for a window
+// st[1] how many windows that may reach before they are measured again (0: CLIMB_FIRST), st[2] set
+// to 1 where the share returned is a look (the caller's window is then 1/CLIMB_LOOK as long). A
+// measured neighbour faster by CLIMB_MARGIN is taken; else an unmeasured one is tried for a look
 // (hint's side before the other: the model's direction); else the share stays, and after st[1]
 // windows the neighbours are forgotten (measured again), st[1] doubling up to CLIMB_MOST (a move
 // keeps it: a look that lost is followed by the move back).
@@ -51,6 +54,7 @@ extern "C" int64_t bl_cuda_share_climb(int64_t K, int64_t share, double layer_us
   if (share < 0) share = 0;
   if (share > K - 1) share = K - 1;
   if (st[1] <= 0) st[1] = CLIMB_FIRST;
+  st[2] = 0;
   if (layer_us > 0) t_of[share] = layer_us;
   const int64_t up = share + 1, down = share - 1;
   const int64_t order[2] = {hint > share ? up : down, hint > share ? down : up};
@@ -64,6 +68,7 @@ extern "C" int64_t bl_cuda_share_climb(int64_t K, int64_t share, double layer_us
   for (int64_t n : order)
     if (n >= 0 && n <= K - 1 && !(t_of[n] > 0)) {
       st[0] = 0;
+      st[2] = 1;
       return n;
     }
   if (++st[0] >= st[1]) {
@@ -79,7 +84,7 @@ void cu_share_tune_reset(cu_hybrid *hy) {
   hy->tune_n = 0;
   hy->tune_a = hy->tune_w = hy->tune_c = hy->tune_lat = 0.0;
   for (double &t : hy->tune_t) t = 0.0;
-  hy->tune_st[0] = hy->tune_st[1] = 0;
+  hy->tune_st[0] = hy->tune_st[1] = hy->tune_st[2] = 0;
 }
 
 int64_t cu_share_tune(cu_ctx *c) {
@@ -92,7 +97,7 @@ int64_t cu_share_tune(cu_ctx *c) {
   c->hy->tune_a += a;
   c->hy->tune_w += w;
   c->hy->tune_c += cpu;
-  if (c->hy->tune_n < TUNE_SAMPLES) return BL_OK;
+  if (c->hy->tune_n < (c->hy->tune_st[2] ? TUNE_SAMPLES / CLIMB_LOOK : TUNE_SAMPLES)) return BL_OK;
   const double A = c->hy->tune_a / c->hy->tune_n, W = c->hy->tune_w / c->hy->tune_n, C = c->hy->tune_c / c->hy->tune_n;
   c->hy->tune_n = 0;
   c->hy->tune_a = c->hy->tune_w = c->hy->tune_c = 0.0;

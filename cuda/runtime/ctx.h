@@ -151,9 +151,9 @@ struct cu_hybrid {
   double tune_a, tune_w, tune_c, tune_lat;
   // the climb (bl_cuda_share_climb): each share's last measured layer time (us; 0: not measured),
   // and its state (windows at this share since its neighbours were measured, the windows before
-  // they are measured again)
+  // they are measured again, 1 while the window is a look: a quarter as long)
   double tune_t[CU_SHARE_MAX + 1];
-  int64_t tune_st[2];
+  int64_t tune_st[3];
   // pull.cu: the card's share copied into card memory first (pull_on), its slots per role, slot ids
   int pull_on;
   void *pull_buf;
