@@ -7,7 +7,7 @@
 // as graphs with the hook inside. Host experts past a small host budget go to the NVMe tier: the hook
 // reads them through the expert store, the same bits as from host memory. Skips with a line where no card is.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CudaOption, cudaStatus } from "../ffi/cuda.ts";
@@ -248,6 +248,65 @@ gpu("experts in host memory beside the card", () => {
       expect(() => beD.setOption(CudaOption.promoteSlots, 2 * ref.hp.nExpertUsed)).toThrow(/promotion: the experts of all 4 host layers are read from disk/);
     } finally {
       disk?.close();
+      ram.close();
+      ref.close();
+    }
+  }, 600_000);
+
+  test("a host budget for two of four host layers beside the card: the first two stay in host memory, the others are read from disk; through the hook the same bits as every host expert in memory; with the card's share and uploads within the bound", async () => {
+    const file = join(tmp, "qwen3-disk.gguf");
+    if (!existsSync(file)) await synth({ model: "qwen3-30b-a3b", quant: "Q4_K_M", out: file, layers: 4, seed: 11 });
+    const lines: string[] = [];
+    const base: LoadOptions = { nCtx: 256, nSlots: 2, maxTokens: 64, nThreads: 8, nGpuLayers: "all", log: (l) => lines.push(l) };
+    const ref = Model.load(file, { ...base, placement: {} });
+    const ram = Model.load(file, { ...base, placement: { cpuMoe: true } });
+    const V = ref.hp.nVocab, L = ref.hp.nLayer, X = ref.hp.nExpert;
+    const layerBytes = [...ref.gguf.tensors.values()].filter((t) => /_exps\./.test(t.name)).reduce((a, t) => a + t.nbytes, 0) / L;
+    const budget = Math.floor(2.5 * layerBytes);
+    let mixed: Model | undefined;
+    try {
+      mixed = Model.load(file, { ...base, placement: { cpuMoe: true, hostBudgetBytes: budget } });
+      const where = (l: number) => mixed!.plan!.where.get(`blk.${l}.ffn_down_exps.weight`);
+      expect([0, 1, 2, 3].map(where)).toEqual(["host", "host", "disk", "disk"]);
+      expect(mixed.plan!.expertRamBytes).toBe(Math.floor(budget - 2 * layerBytes));
+      expect(lines.some((l) => /^placement: the routed experts of 2 layers stay in host memory \(pinned\) and 2 layers are read from the file into the CPU's RAM cache/.test(l))).toBe(true);
+      const beR = ram.backend as CudaBackend, beM = mixed.backend as CudaBackend;
+      expect(beM.hostStats()!.blocks).toBe(L);
+      // the hook alone on both (no uploads, no card share): the same bits
+      for (const be of [beR, beM]) {
+        be.setOption(CudaOption.uploadMin, 0);
+        be.setOption(CudaOption.cardShare, 0);
+      }
+      const prompt = Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % V);
+      expect(maxAbs(mixed.evalSequence(prompt, 0, 0, true), ram.evalSequence(prompt, 0, 0, true))).toBe(0);
+      for (let s = 0; s < 4; s++) {
+        const t = (s * 131 + 7) % V;
+        expect(maxAbs(mixed.evalSequence([t], prompt.length + s), ram.evalSequence([t], prompt.length + s))).toBe(0);
+      }
+      // the layers in host memory upload for a prompt and give the card its share of a token's picks; the others take the hook
+      beM.setOption(CudaOption.uploadMin, 9);
+      beM.setOption(CudaOption.cardShare, 2);
+      const h0 = beM.hostStats()!;
+      const refPrompt = ref.evalSequence(prompt, 0, 1, true), pm = mixed.evalSequence(prompt, 0, 1, true);
+      const h1 = beM.hostStats()!;
+      expect(h1.uploadRuns - h0.uploadRuns).toBe(2);
+      expect(h1.hookRuns - h0.hookRuns).toBeGreaterThanOrEqual(2);
+      const dPrompt = maxAbs(pm, refPrompt) / std(refPrompt.subarray((prompt.length - 1) * V));
+      let lg: Float32Array = refPrompt.slice((prompt.length - 1) * V), dDecode = 0;
+      for (let s = 0; s < 6; s++) {
+        const t = top2(lg).id;
+        lg = ref.evalSequence([t], prompt.length + s, 1);
+        dDecode = Math.max(dDecode, maxAbs(mixed.evalSequence([t], prompt.length + s, 1), lg) / std(lg));
+      }
+      const xs = mixed.expertStats()!;
+      console.log(`host RAM and disk beside the card (2 + 2 layers, a ${(mixed.plan!.expertRamBytes! / 2 ** 20).toFixed(0)} MiB cache): max |dlogit| / std against every expert on the card: ` +
+        `prompt ${dPrompt.toExponential(2)}, decode ${dDecode.toExponential(2)}; store ${xs.hits} hits, ${xs.misses} misses`);
+      expect(dPrompt).toBeLessThan(1e-1);
+      expect(dDecode).toBeLessThan(1e-1);
+      expect(xs.readErrors).toBe(0);
+      expect(xs.misses).toBeGreaterThan(0);
+    } finally {
+      mixed?.close();
       ram.close();
       ref.close();
     }

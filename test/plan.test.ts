@@ -126,8 +126,26 @@ describe("plan with a card (llama's flags)", () => {
     // the machine's own RAM, less what is kept free, is the budget without --host-budget
     const small = { card: card.card, hostAvailableBytes: HOST_RESERVE + 200 * MiB };
     const own = planLoad(hp, tensors(), "cuda", { cpuMoe: true }, small, ctx);
-    expect(own.expertRamBytes).toBe(200 * MiB);
-    expect(own.disk.nExperts).toBe(32);
+    expect(own.expertRamBytes).toBe(200 * MiB - experts / 4);
+    expect(own.disk.nExperts).toBe(24);
+  });
+
+  test("a host budget that holds some host layers and the smallest cache of the rest: those layers stay in host memory, the rest go to disk", () => {
+    const layer = experts / 4; // 90 MiB: 8 experts of 11.25 MiB; the smallest cache 45 MiB (2 picks x 2 layers)
+    const p = planLoad(hp, tensors(), "cuda", { cpuMoe: true, hostBudgetBytes: 2 * layer + 50 * MiB }, card, ctx);
+    expect([0, 1, 2, 3].map((l) => p.where.get(`blk.${l}.ffn_down_exps.weight`))).toEqual(["host", "host", "disk", "disk"]);
+    expect(p.host.experts).toBe(2 * layer);
+    expect(p.host.nExperts).toBe(16);
+    expect(p.disk).toEqual({ dense: 0, experts: 2 * layer, nExperts: 16 });
+    expect(p.expertRamBytes).toBe(50 * MiB);
+    expect(p.line).toMatch(/; host: dense 0\.00 GiB \+ 16 experts 0\.18 GiB = 0\.18 GiB of 0\.22 GiB; disk: 16 experts 0\.18 GiB read on demand into a 0\.05 GiB RAM cache$/);
+    // one byte less and the second layer's room goes to the cache
+    const q = planLoad(hp, tensors(), "cuda", { cpuMoe: true, hostBudgetBytes: 2 * layer + 45 * MiB - 1 }, card, ctx);
+    expect(q.host.nExperts).toBe(8);
+    expect(q.expertRamBytes).toBe(layer + 45 * MiB - 1);
+    // --n-cpu-moe 3: of its three host layers the first stays, the others go to disk; the card keeps its own
+    const n3 = planLoad(hp, tensors(), "cuda", { nCpuMoe: 3, hostBudgetBytes: layer + 50 * MiB }, card, ctx);
+    expect([0, 1, 2, 3].map((l) => n3.where.get(`blk.${l}.ffn_up_exps.weight`))).toEqual(["host", "disk", "disk", "card"]);
   });
 
   test("a card budget and a host budget both too small: the first layers' experts go to host memory, then to disk; the line says both", () => {

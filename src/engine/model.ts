@@ -102,8 +102,10 @@ export class Model {
     // routed experts past the host budget, beside a card the host experts past it)
     const expertRam = o.expertRamBytes ?? plan?.expertRamBytes;
     // the experts read from the files on demand: on the CPU every routed one; beside a card those the
-    // CPU runs (the plan's disk tier, or every host expert when a cache is asked for)
-    const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || plan.where.get(n) === "host");
+    // CPU runs (the plan's disk tier, its first layers kept in host memory; every host expert when a
+    // cache is asked for and the plan put none on disk)
+    const planDisk = onCard && plan.disk.nExperts > 0;
+    const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || (!planDisk && plan.where.get(n) === "host"));
     const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
     // the host experts beside a card in 2 MiB pages when asked (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=1)
     const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;

@@ -204,22 +204,46 @@ function minExpertCache(hp: HParams, unit: number): number {
 }
 
 /**
- * With a card: the host experts do not fit the host budget, so every one of them goes to the disk
- * tier (read from the file on demand by the host experts' CPU context) and the whole budget becomes
- * its RAM cache; refused naming every term when even the smallest cache does not fit.
+ * With a card: the host experts do not fit the host budget. The first host layers' experts stay in
+ * host memory while the rest of the budget still holds the smallest cache of the others, which go to
+ * the disk tier (read from the file on demand by the host experts' CPU context) with that rest as
+ * their RAM cache. A layer in host memory keeps what only host memory gives beside the card (the
+ * card's share of a token's picks copied from it, prompts' uploads, promotion); under uniform routing
+ * the bytes read from disk a token are the same as with every host layer behind one cache of the whole
+ * budget. Refused naming every term when even the smallest cache does not fit.
  */
-function spillHostExperts(plan: LoadPlan, hp: HParams, hostBudget: number, budgetText: string): void {
+function spillHostExperts(plan: LoadPlan, hp: HParams, tensors: readonly PlanTensor[], hostBudget: number, budgetText: string): void {
   const h = plan.host, nLayers = h.nExperts / Math.max(1, hp.nExpert);
   const unit = h.experts / Math.max(1, h.nExperts), minCache = minExpertCache(hp, unit);
   if (hostBudget < minCache)
     throw new PlanError(`${plan.line}\nthe host experts ${gib(h.experts)} (${nLayers} layers) > the host budget ${gib(hostBudget)} (${budgetText}), and read from disk ` +
       `they need at least the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) ` +
       `> the host budget ${gib(hostBudget)}: keep fewer experts on the host (--n-cpu-moe N) or give a larger --host-budget`);
-  for (const [name, tier] of plan.where) if (tier === "host" && expertLayer(name) !== null) plan.where.set(name, "disk");
-  plan.disk.experts = h.experts;
-  plan.disk.nExperts = h.nExperts;
-  h.experts = h.nExperts = 0;
-  plan.expertRamBytes = Math.floor(hostBudget);
+  const layerBytes = new Map<number, number>();
+  for (const t of tensors) {
+    const l = expertLayer(t.name);
+    if (l !== null && plan.where.get(t.name) === "host") layerBytes.set(l, (layerBytes.get(l) ?? 0) + t.bytes);
+  }
+  const inRam = new Set<number>();
+  let ram = 0;
+  for (const [l, bytes] of [...layerBytes.entries()].sort((x, y) => x[0] - y[0])) {
+    if (ram + bytes + minCache > hostBudget) break;
+    inRam.add(l);
+    ram += bytes;
+  }
+  const host = emptyTier();
+  for (const t of tensors) {
+    const l = expertLayer(t.name);
+    if (l === null || plan.where.get(t.name) !== "host") continue;
+    if (inRam.has(l)) add(host, t.name, t.bytes, hp.nExpert);
+    else {
+      plan.where.set(t.name, "disk");
+      add(plan.disk, t.name, t.bytes, hp.nExpert);
+    }
+  }
+  h.experts = host.experts;
+  h.nExperts = host.nExperts;
+  plan.expertRamBytes = Math.floor(hostBudget - ram);
 }
 
 /**
@@ -261,7 +285,7 @@ export function planLoad(
       throw new PlanError(`${plan.line}\nlayer ${split[0]} has some of its routed-expert tensors on the host and some on the card; ` +
         "bloomery keeps a layer's gate, up and down experts together: place them with one -ot pattern (e.g. blk\\.N\\.ffn_.*_exps=CPU)");
     if (host.experts > hostBudget) {
-      spillHostExperts(plan, hp, hostBudget, budgetText);
+      spillHostExperts(plan, hp, tensors, hostBudget, budgetText);
       plan.line = planLine(plan, m) + auto.note;
     }
     return plan;
