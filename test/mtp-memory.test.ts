@@ -17,6 +17,9 @@ import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import { mtpBytes, mtpFixedBytes, mtpKvBytesPerPos, mtpMemoryOf, mtpSlotStateBytes } from "../src/engine/mtp-memory.ts";
 import { cpuContextBytes, planLoad, PlanError } from "../src/engine/plan.ts";
 import { autoSlotFit, geometryFromGguf, hostNeed, withMtp } from "../src/cli/agent-sizes.ts";
+import { planStart } from "../src/cli/agent-plan.ts";
+import { parseArgs } from "../src/cli/flags.ts";
+import type { Machine } from "../src/cli/agent-machine.ts";
 
 setDefaultTimeout(300000);
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-mtp-memory-"));
@@ -140,5 +143,37 @@ describe("the plans count the MTP layer when draft-mtp is on, nothing when off",
     const oneM = hostNeed(gm, { ...S, nSlots: 1 });
     const roomM = { ...room, available: oneM.weights + oneM.work + 3 * (oneM.kv + oneM.state) };
     expect(autoSlotFit(gm, "host", S.nCtxSlot, roomM, fitO).nSlots).toBe(3);
+  });
+
+  test("the start plan with neither --spec-type nor -md counts the model's own MTP layer (on by default), and plans it off with a note where it would not fit or shrink the context", () => {
+    const ram = (bytes: number): Machine => ({
+      os: "linux", arch: "x64", cuda: { usable: false, reason: "no NVIDIA driver", devices: 0, driver_version: 0 }, cards: [],
+      ram: { total_bytes: bytes, available_bytes: bytes, cgroup_limit_bytes: null, cgroup_available_bytes: null, usable_bytes: bytes },
+      cpu: { model: "test", cores: 2, logical_cpus: 2, avx2: true, avx512: false, kernel_path: "avx2" },
+    });
+    const plan = (file: string, args: string[], bytes: number) => {
+      const argv = ["-m", file, "-ngl", "0", "-np", "2", "-c", "512", ...args];
+      const p = parseArgs(argv, {});
+      if (p.action !== "serve") throw new Error("not a start");
+      return planStart({ o: p.options, explicit: p.explicit, argv, source: { kind: "file", path: file, byName: false }, machine: ram(bytes), dryRun: true, geometry: geometryFromGguf(GgufFile.open(file)), path: file });
+    };
+    const big = 64 * 2 ** 30;
+    const dflt = plan(MTP, [], big), asked = plan(MTP, ["--spec-type", "draft-mtp"], big), none = plan(MTP, ["--spec-type", "none"], big);
+    expect(dflt.refusal).toBeUndefined();
+    expect(dflt.event.memory.total_bytes).toBe(asked.event.memory.total_bytes);
+    expect(dflt.event.memory.total_bytes!).toBeGreaterThan(none.event.memory.total_bytes!);
+    expect(dflt.event.notes.some((n) => /draft-mtp on by default/.test(n))).toBe(true);
+    expect(none.event.notes.some((n) => /draft-mtp/.test(n))).toBe(false);
+    // a file without an MTP layer: nothing counted, nothing said
+    const plain = plan(PLAIN, [], big);
+    expect(plain.event.notes.some((n) => /draft-mtp/.test(n))).toBe(false);
+    // RAM that holds the model without its MTP layer (with the kept-free margin) but not with it: off, with a note, and it fits
+    const between = Math.floor(none.event.memory.total_bytes! + (dflt.event.memory.total_bytes! - none.event.memory.total_bytes!) / 2) + (none.event.memory.margin_bytes ?? 0);
+    const tight = plan(MTP, [], between);
+    expect(tight.refusal).toBeUndefined();
+    expect(tight.event.memory.total_bytes).toBe(none.event.memory.total_bytes);
+    expect(tight.event.notes.some((n) => /draft-mtp off: with its MTP layer .*does not fit/.test(n))).toBe(true);
+    // asked for: refused there
+    expect(plan(MTP, ["--spec-type", "draft-mtp"], between).refusal?.code).toBe("E_DOES_NOT_FIT");
   });
 });

@@ -11,7 +11,7 @@ import { cudaStatus } from "../../ffi/cuda.ts";
 import { EngineOptionError, planEngine, type AutoSlots, type EnginePlan } from "../server/engine-options.ts";
 import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
 import { cardSplit, type CardSplit } from "./agent-card-share.ts";
-import { hasMtpLayer } from "../engine/spec-mtp.ts";
+import { hasMtpLayer, runsOwnMtp } from "../engine/spec-mtp.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
@@ -201,11 +201,33 @@ function mtpGeometry(g: Geometry, o: ServerOptions, explicit: ReadonlySet<Server
   }
 }
 
-/** The plan of a start with these options on this machine; a refusal when it would not run. */
+/**
+ * The plan of a start with these options on this machine; a refusal when it would not run. With no
+ * --spec-type and no -md, where the model's own file has an MTP layer the engine runs, draft-mtp is on
+ * by default (spec-mtp.ts specFor): the plan counts its layer where the start then runs it on the CPU
+ * without a refusal and without a smaller context than the plan without it; else the engine turns
+ * it off (worker.ts), and so does the plan, with a note.
+ */
 export function planStart(inp: PlanInput): StartPlan {
+  const { o, explicit } = inp;
+  const g = inp.geometry;
+  const byDefault = g?.gguf !== undefined && o.specType === "none" && !explicit.has("specType") && !o.specDraftModel && runsOwnMtp(g.gguf);
+  if (!byDefault) return planWith(inp, false);
+  const plain = planWith(inp, false), on = planWith(inp, true);
+  const shrinks = on.event.context.fitted && !plain.event.context.fitted;
+  if (!on.refusal && on.event.backend.kind === "cpu" && !shrinks) {
+    on.event.notes.push("speculative decoding: draft-mtp on by default (the model's MTP layer, counted here; --spec-type none turns it off)");
+    return on;
+  }
+  const why = on.refusal ? `with its MTP layer ${on.refusal.message}` : shrinks ? "its MTP layer would shrink the context" : "the card does not run the MTP layer yet";
+  plain.event.notes.push(`speculative decoding: draft-mtp off: ${why} (--spec-type draft-mtp asks for it)`);
+  return plain;
+}
+
+function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
   const { o, explicit, argv, machine } = inp;
   // draft-mtp's MTP layer runs beside a CPU target: the host's sums count it (agent-sizes.ts withMtp)
-  const g = inp.geometry && mtpGeometry(inp.geometry, o, explicit);
+  const g = inp.geometry && (mtpByDefault ? withMtp(inp.geometry, true) : mtpGeometry(inp.geometry, o, explicit));
   const notes: string[] = [];
   const command = commandLine(withoutFlags(argv, { "--dry-run": false }));
   const base = (): Omit<PlanEvent, "backend" | "context" | "memory"> => ({

@@ -288,6 +288,11 @@ export function hasMtpLayer(f: GgufFile): boolean {
   return bc > 0 && !!f.tensor(`blk.${bc - 1}.nextn.eh_proj.weight`);
 }
 
+/** Whether the file has an MTP layer of a family whose MTP layer this engine runs as a draft (Family.mtp: the Qwen hybrids): draft-mtp's default. */
+export function runsOwnMtp(f: GgufFile): boolean {
+  return hasMtpLayer(f) && !!familyFor(f).mtp?.has(f);
+}
+
 /**
  * The speculative setting a load of `target` runs: -md alone (draft-simple, not asked for) is draft-mtp where
  * the draft file has an MTP layer (as llama-server infers it); with no --spec-type and no -md, draft-mtp on by
@@ -298,9 +303,7 @@ export function specFor(spec: SpecConfig, target: string, say: (line: string) =>
   if (spec.type === "none" && spec.inferred && !spec.draftModel) {
     let has = false;
     try {
-      // a family whose MTP layer this engine runs as a draft (Family.mtp: the Qwen hybrids)
-      const f = openModelPath(target);
-      has = hasMtpLayer(f) && !!familyFor(f).mtp?.has(f);
+      has = runsOwnMtp(openModelPath(target));
     } catch {
       // the load names what is wrong with the file
     }
