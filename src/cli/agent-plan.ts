@@ -13,6 +13,7 @@ import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
 import { cardSplit, type CardSplit } from "./agent-card-share.ts";
 import { hasMtpLayer, runsOwnMtp } from "../engine/spec-mtp.ts";
 import { openModelPath } from "../safetensors/model.ts";
+import { tmpfsResidentBytes } from "../engine/tmpfs.ts";
 import { AgentError, commandLine, withoutFlags, type ErrorEvent } from "./agent-exit.ts";
 import type { Machine } from "./agent-machine.ts";
 import { PLACEMENT_NOT_IMPLEMENTED, recommend } from "./agent-recommend.ts";
@@ -269,6 +270,10 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
   }
 
   const hp = g.hp;
+  // a GGUF on a tmpfs is RAM already: mapped in place, its tensors take no RAM beyond it (as the load's plan counts it)
+  const resident = g.gguf ? tmpfsResidentBytes(g.gguf) : 0;
+  const hostRoom = machine.ram.usable_bytes + resident;
+  if (resident > 0) notes.push(`the model's file lies on a tmpfs (RAM already): its ${gib(resident)} mapped in place count as available host memory`);
   let ep = engineFor(o, explicit, hp.nCtxTrain, ONE_SLOT);
   let fitted = false;
   let choice: { kind: "cpu" | "cuda"; note: string };
@@ -282,7 +287,7 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
   let refusal: AgentError | undefined;
   let where: "card" | "host" = "host";
   let need: MemoryNeed;
-  let available = machine.ram.usable_bytes;
+  let available = hostRoom;
   let deviceName = "CPU";
   let device: number | null = null;
   let exact = false;
@@ -339,7 +344,7 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
     deviceName = card.name;
     device = dev;
     exact = cudaStatus().ok && g.gguf !== undefined;
-    split = cardSplit(g, ep.engine.placement ?? {}, { card: { name: card.name, freeBytes: card.free_bytes }, hostAvailableBytes: machine.ram.usable_bytes });
+    split = cardSplit(g, ep.engine.placement ?? {}, { card: { name: card.name, freeBytes: card.free_bytes }, hostAvailableBytes: hostRoom });
     if (auto) ep = engineFor(o, explicit, hp.nCtxTrain, slotsOn("card", card.name, available, exact));
     need = needOn(g, "card", settingsOf(ep), fitOpts(ep, exact));
     if ((!fitsIn(need, available, "card") || autoShort()) && !refit("card", available, exact)) {
@@ -361,7 +366,7 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
   }
   if (choice.kind === "cpu") {
     where = "host";
-    available = machine.ram.usable_bytes;
+    available = hostRoom;
     deviceName = "CPU";
     device = null;
     exact = false;

@@ -4,6 +4,7 @@ import { availableParallelism } from "node:os";
 import { GgufFile } from "../gguf/index.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import { familyFor } from "../models/registry.ts";
+import { tmpfsResidentBytes } from "./tmpfs.ts";
 import type { HParams, ModelFamily } from "../models/types.ts";
 import type { Backend, Batch } from "./backend.ts";
 import { encodeProgram, hostExpertsMark, HOST_EXPERTS_DISK, markHostExperts, type EncodedProgram } from "./program.ts";
@@ -153,8 +154,11 @@ export class Model {
     // the card's own fit (weights, KV cache, buffers against its free memory) is checked where
     // the card's sizes are known (placement.ts); the plan places tensors by the flags
     const tensors = [...this.gguf.tensors.values()].filter((t) => used.has(t.name));
+    // a file on a tmpfs is RAM already: its tensors mapped in place take none beyond it (not with the
+    // host experts copied into huge pages)
+    const resident = hostHugePages() ? 0 : tmpfsResidentBytes(this.gguf, (n) => used.has(n));
     const plan = planLoad(this.hp, tensors.map((t) => ({ name: t.name, bytes: t.nbytes })), choice.kind, o.placement ?? {},
-      { card: choice.kind === "cuda" ? cudaDeviceInfo(o.device ?? 0) : null, hostAvailableBytes: ram.usable_bytes },
+      { card: choice.kind === "cuda" ? cudaDeviceInfo(o.device ?? 0) : null, hostAvailableBytes: ram.usable_bytes + resident },
       { nSlots: o.nSlots ?? 1, nCtxSlot: nCtx, maxTokens: o.maxTokens ?? 512, nThreads: o.nThreads ?? Math.max(1, availableParallelism()), mtp: this.planMtp(o) });
     (o.log ?? ((l: string) => process.stderr.write(`${l}\n`)))(plan.line);
     return plan;
