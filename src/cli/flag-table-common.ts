@@ -127,7 +127,7 @@ export const COMMON_FLAGS: readonly FlagDef[] = [
     defaultText: "every GPU", value: { type: "list", of: { type: "string" }, split: ",", trim: true, dropEmpty: true }, check: devicesOrNone,
     help: "comma-separated devices to offload to (CUDA0, ...); none keeps everything on the CPU", group: G, support: "supported",
   },
-  refuse(G, ["--list-devices"], "listing devices is not supported yet", "print the available devices and exit"),
+  { names: ["--list-devices"], value: { type: "none" }, key: "listDevices", help: "print the available devices and exit", group: G, support: "supported", action: "list-devices" },
   {
     names: ["-ot", "--override-tensor"], hint: "<tensor name pattern>=<buffer type>,...", env: "LLAMA_ARG_OVERRIDE_TENSOR",
     key: "overrideTensor", default: [], value: { type: "list", of: { type: "override" }, split: "," }, repeat: "append",

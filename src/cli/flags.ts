@@ -182,7 +182,8 @@ export type ParsedArgs =
       readonly warnings: readonly string[];
     }
   | { readonly action: "help"; readonly text: string }
-  | { readonly action: "version" };
+  | { readonly action: "version" }
+  | { readonly action: "list-devices" };
 
 /** What the help says first: the other ways to start and the subcommands (src/cli/main.ts). */
 const SERVER_HELP_PREAMBLE = `       bloomery-serve --demo [options]              serve the demo model built into the executable
@@ -409,6 +410,7 @@ export function parseArgs(argv: readonly string[], env: Env): ParsedArgs {
   const parsed = parseWithTable(SERVER_FLAG_TABLE, argv, env);
   if (parsed.action === "help") return { action: "help", text: serverHelpText() };
   if (parsed.action === "version") return { action: "version" };
+  if (parsed.action === "list-devices") return { action: "list-devices" };
   const options = buildOptions(parsed.values);
   validate(options);
   const origins: Partial<Record<ServerOptionKey, ValueOrigin>> = {};

@@ -121,6 +121,14 @@ export async function runServe(argv: string[], env: Env): Promise<number> {
     console.log("bloomery-serve 0.1.0");
     return 0;
   }
+  if (parsed.action === "list-devices") {
+    const { devicesText } = await import("../cli/list-devices.ts");
+    const { probeMachine } = await import("../cli/agent-machine.ts");
+    const { text, notes } = devicesText(probeMachine().cards);
+    process.stdout.write(text);
+    for (const n of notes) process.stderr.write(`${n}\n`);
+    return 0;
+  }
   const o = parsed.options;
   const log: Log = o.logDisable ? () => {} : (line) => console.error(line);
   const agent = { o, explicit: parsed.explicit, argv, env, json: o.json, demoPath: await demoPath() };
