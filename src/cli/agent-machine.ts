@@ -172,6 +172,22 @@ export function probeMachine(root = "/", devices?: readonly number[]): Machine {
   return { os: platform(), arch: arch(), ...readCards(devices), ram: readRam(root), cpu: readCpu() };
 }
 
+/** The CUDA indices -dev lists (CUDA<n> names, in order; none, other names and repeats left out). */
+export function listedCards(devices: readonly string[]): number[] {
+  const out: number[] = [];
+  for (const d of devices) {
+    const m = /^CUDA(\d+)$/i.exec(d);
+    if (m && !out.includes(Number(m[1]))) out.push(Number(m[1]));
+  }
+  return out;
+}
+
+/** The cards a start probes: those -dev lists when it lists several (the layer split's plan reads each one's free memory), else the one it uses. */
+export function probedCards(devices: readonly string[]): number[] {
+  const l = listedCards(devices);
+  return l.length > 1 ? l : [startDevice(devices)];
+}
+
 /** The CUDA device a start uses: -dev CUDA<n> when it names exactly one, else 0 (as planEngine reads -dev). */
 export function startDevice(devices: readonly string[]): number {
   const d = devices.filter((x) => x !== "none");

@@ -10,7 +10,10 @@ import { chooseBackend, PlacementError } from "../engine/placement.ts";
 import { cudaStatus } from "../../ffi/cuda.ts";
 import { EngineOptionError, planEngine, type AutoSlots, type EnginePlan } from "../server/engine-options.ts";
 import type { SharedFit, SlotFit } from "../engine/slot-fit.ts";
-import { cardSplit, type CardSplit } from "./agent-card-share.ts";
+import { cardSplit, planTensors, type CardSplit } from "./agent-card-share.ts";
+import { planLayerSplit } from "../engine/plan-split.ts";
+import { PlanError } from "../engine/plan.ts";
+import { listedCards } from "./agent-machine.ts";
 import { hasMtpLayer, runsOwnMtp } from "../engine/spec-mtp.ts";
 import { openModelPath } from "../safetensors/model.ts";
 import { tmpfsResidentBytes } from "../engine/tmpfs.ts";
@@ -84,6 +87,18 @@ export interface PlanEvent {
   not_implemented: { dense_tensors_on_host: string };
   /** the command that starts what this plan describes */
   command: string;
+  /**
+   * where -dev lists several cards: the layer split across them (src/engine/plan-split.ts), planned
+   * only (built: false): the start runs on the first listed card
+   */
+  split?: {
+    mode: string;
+    built: false;
+    cards: { device: number; device_name: string; layers: number[]; total_bytes: number; free_bytes: number; fits: boolean }[];
+    host_experts_bytes: number;
+    fits: boolean;
+    refusal?: string;
+  };
   /** present when the start would be refused */
   refusal?: ErrorEvent;
 }
@@ -401,6 +416,14 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
       margin_bytes: where === "card" ? CARD_MARGIN : HOST_MARGIN, fits: refusal === undefined, exact: n.exact,
     },
   };
+  // -dev listing several cards of this machine: the layer split they would take, planned (the runtime is one card)
+  const s = splitOf(inp, g, ep);
+  if (s) {
+    event.split = { mode: s.mode, built: s.built, cards: s.cards, host_experts_bytes: s.host_experts_bytes, fits: s.fits, ...(s.refusal ? { refusal: s.refusal } : {}) };
+    notes.push(...s.lines,
+      `the layer split across ${listedCards(o.devices).map((d) => `CUDA${d}`).join(", ")} is planned, not built yet: this start runs on ${choice.kind === "cuda" ? `CUDA${ep.engine.device ?? 0}` : "the CPU"}` +
+      (s.refusal ? ` (and the split would be refused: ${s.refusal})` : ""));
+  }
   if (refusal) event.refusal = refusal.toEvent();
   return { event, engine: ep, refusal };
 }
@@ -420,4 +443,25 @@ export function planText(p: PlanEvent): string {
     `start:   ${p.command}`,
   ];
   return lines.join("\n");
+}
+
+/** The layer split's plan where -dev lists several cards this machine has (undefined otherwise); an error in it is said as its refusal. */
+function splitOf(inp: PlanInput, g: Geometry, ep: EnginePlan): (NonNullable<PlanEvent["split"]> & { lines: string[] }) | undefined {
+  const listed = listedCards(inp.o.devices);
+  if (listed.length < 2) return undefined;
+  const cards = listed.map((i) => inp.machine.cards.find((c) => c.index === i)).filter((c) => c !== undefined);
+  if (cards.length < 2) return undefined;
+  const e = ep.engine, pl = e.placement ?? {};
+  const flags = { tensorSplit: inp.o.tensorSplit, splitMode: inp.o.splitMode, mainGpu: inp.o.mainGpu, cpuMoe: pl.cpuMoe, nCpuMoe: pl.nCpuMoe, overrides: pl.overrides };
+  const sc = cards.map((c) => ({ index: c.index, name: c.name, freeBytes: c.free_bytes }));
+  try {
+    const p = planLayerSplit(g.hp, planTensors(g), sc, flags, { nSlots: e.nSlots, nCtxSlot: e.nCtx, maxTokens: e.ubatchSize });
+    return {
+      mode: inp.o.splitMode, built: false, host_experts_bytes: p.host.experts, fits: p.refusal === undefined, refusal: p.refusal, lines: p.lines,
+      cards: p.cards.map((c) => ({ device: c.card.index, device_name: c.card.name, layers: c.layers, total_bytes: c.total, free_bytes: c.card.freeBytes, fits: c.fits })),
+    };
+  } catch (err) {
+    if (!(err instanceof PlanError)) throw err;
+    return { mode: inp.o.splitMode, built: false, host_experts_bytes: 0, fits: false, refusal: err.message, lines: [], cards: [] };
+  }
 }

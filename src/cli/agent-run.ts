@@ -6,7 +6,7 @@ import { openModelPath } from "../safetensors/model.ts";
 import { hfOptionsFromEnv, isHfError, planHfModel, type HfErrorCode, type HfPlan } from "../hf/index.ts";
 import type { Env, ServerOptionKey, ServerOptions } from "./flags.ts";
 import { AgentError, ggufAgentError, toAgentError } from "./agent-exit.ts";
-import { probeMachine, startDevice, type Machine } from "./agent-machine.ts";
+import { probeMachine, probedCards, type Machine } from "./agent-machine.ts";
 import { planStart, planText } from "./agent-plan.ts";
 import { knownModelQuants, recommend, recommendText } from "./agent-recommend.ts";
 import { fitOptionsFor, machineFor, resolveSource, sourceOptions, type ModelSource } from "./agent-resolve.ts";
@@ -62,7 +62,7 @@ export function openGeometry(path: string): Geometry {
 export async function runDryRun(c: AgentCommand): Promise<number> {
   try {
     let machine: Machine | undefined;
-    const probe = () => (machine ??= probeMachine("/", [startDevice(c.o.devices)]));
+    const probe = () => (machine ??= probeMachine("/", probedCards(c.o.devices)));
     const src: ModelSource = resolveSource(c.o, c.demoPath, probe);
     const o = sourceOptions(c.o, src);
     let geometry: Geometry | undefined = src.known?.geometry;

@@ -8,7 +8,7 @@ import type { Server } from "bun";
 import { FlagError, parseArgs, type Env, type ServerOptions } from "../cli/flags.ts";
 import { AgentError, commandLine, engineLoadError, toAgentError, withoutFlags } from "../cli/agent-exit.ts";
 import { EventStream, jsonWanted } from "../cli/agent-events.ts";
-import { probeMachine, startDevice, type Machine } from "../cli/agent-machine.ts";
+import { probeMachine, probedCards, type Machine } from "../cli/agent-machine.ts";
 import { planStart } from "../cli/agent-plan.ts";
 import { machineFor, resolveSource, sourceOptions, type ModelSource } from "../cli/agent-resolve.ts";
 import { openGeometry } from "../cli/agent-run.ts";
@@ -147,7 +147,7 @@ async function serve(
   for (const w of warnings) log(`warn: ${w}`);
   // which model: a file, the demo, a known name (-> its repository and quant), or -hf
   let machine: Machine | undefined;
-  const probe = () => (machine ??= probeMachine("/", [startDevice(o0.devices)]));
+  const probe = () => (machine ??= probeMachine("/", probedCards(o0.devices)));
   const src: ModelSource = resolveSource(o0, await demoPath(), probe);
   const o = sourceOptions(o0, src);
   if (src.known?.geometry) {
