@@ -4,7 +4,7 @@
 // host memory, one placement line a card, and a refusal naming every term of each card that does not
 // fit. Planned and reported only: the engine runs a model on one card (the runtime across cards is
 // not built yet), so a start that lists several cards says this plan and runs on the first.
-import { cardContextBytes, CARD_MARGIN, expertLayer, PlanError, type PlanContext, type PlanTensor } from "./plan.ts";
+import { cardContextBytes, CARD_MARGIN, expertLayer, overridePattern, PlanError, type PlanContext, type PlanTensor } from "./plan.ts";
 import { kvBytesPerPos, type HParams } from "../models/types.ts";
 
 const GiB = 1024 ** 3;
@@ -79,12 +79,7 @@ export function layerCards(nLayer: number, points: readonly number[]): number[] 
 /** -ot buffers across cards: CPU (any case) the host, CUDAn the card of CUDA index n (one of the listed ones). */
 function compileSplitOverrides(list: readonly { pattern: string; buffer: string }[], cards: readonly SplitCard[]): { re: RegExp; to: number | "host" }[] {
   return list.map(({ pattern, buffer }) => {
-    let re: RegExp;
-    try {
-      re = new RegExp(pattern);
-    } catch (e) {
-      throw new PlanError(`-ot ${pattern}=${buffer}: the pattern is not a valid regular expression (${(e as Error).message})`);
-    }
+    const re = overridePattern(pattern, buffer);
     const b = buffer.toUpperCase();
     if (b.startsWith("CPU")) return { re, to: "host" as const };
     const m = /^CUDA(\d+)$/.exec(b);

@@ -170,15 +170,19 @@ function flagTier(name: string, hp: HParams, f: PlacementFlags, compiled: { re: 
   return null;
 }
 
+/** An -ot pattern's regular expression; refused by name where it is not one. */
+export function overridePattern(pattern: string, buffer: string): RegExp {
+  try {
+    return new RegExp(pattern);
+  } catch (e) {
+    throw new PlanError(`-ot ${pattern}=${buffer}: the pattern is not a valid regular expression (${(e as Error).message})`);
+  }
+}
+
 /** -ot buffers: CPU (any case, CPU_Mapped...) keeps a tensor on the host; CUDA0 the card. */
 export function compileOverrides(list: readonly { pattern: string; buffer: string }[]): { re: RegExp; host: boolean }[] {
   return list.map(({ pattern, buffer }) => {
-    let re: RegExp;
-    try {
-      re = new RegExp(pattern);
-    } catch (e) {
-      throw new PlanError(`-ot ${pattern}=${buffer}: the pattern is not a valid regular expression (${(e as Error).message})`);
-    }
+    const re = overridePattern(pattern, buffer);
     const b = buffer.toUpperCase();
     if (b.startsWith("CPU")) return { re, host: true };
     if (/^CUDA0$/.test(b)) return { re, host: false };
