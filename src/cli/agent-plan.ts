@@ -229,15 +229,18 @@ export function planStart(inp: PlanInput): StartPlan {
   const g = inp.geometry;
   const byDefault = g?.gguf !== undefined && o.specType === "none" && !explicit.has("specType") && !o.specDraftModel && runsOwnMtp(g.gguf);
   if (!byDefault) return planWith(inp, false);
-  const plain = planWith(inp, false), on = planWith(inp, true);
-  const shrinks = on.event.context.fitted && !plain.event.context.fitted;
-  if (!on.refusal && on.event.backend.kind === "cpu" && !shrinks) {
+  const on = planWith(inp, true);
+  // the plan without the MTP layer is needed only where the layer is refused, on the card, or fitted the context
+  const usable = !on.refusal && on.event.backend.kind === "cpu";
+  const plain = usable && !on.event.context.fitted ? undefined : planWith(inp, false);
+  const shrinks = on.event.context.fitted && plain !== undefined && !plain.event.context.fitted;
+  if (usable && !shrinks) {
     on.event.notes.push("speculative decoding: draft-mtp on by default (the model's MTP layer, counted here; --spec-type none turns it off)");
     return on;
   }
   const why = on.refusal ? `with its MTP layer ${on.refusal.message}` : shrinks ? "its MTP layer would shrink the context" : "the card does not run the MTP layer yet";
-  plain.event.notes.push(`speculative decoding: draft-mtp off: ${why} (--spec-type draft-mtp asks for it)`);
-  return plain;
+  plain!.event.notes.push(`speculative decoding: draft-mtp off: ${why} (--spec-type draft-mtp asks for it)`);
+  return plain!;
 }
 
 function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
@@ -419,10 +422,10 @@ function planWith(inp: PlanInput, mtpByDefault: boolean): StartPlan {
   // -dev listing several cards of this machine: the layer split they would take, planned (the runtime is one card)
   const s = splitOf(inp, g, ep);
   if (s) {
-    event.split = { mode: s.mode, built: s.built, cards: s.cards, host_experts_bytes: s.host_experts_bytes, fits: s.fits, ...(s.refusal ? { refusal: s.refusal } : {}) };
+    event.split = s.split;
     notes.push(...s.lines,
       `the layer split across ${listedCards(o.devices).map((d) => `CUDA${d}`).join(", ")} is planned, not built yet: this start runs on ${choice.kind === "cuda" ? `CUDA${ep.engine.device ?? 0}` : "the CPU"}` +
-      (s.refusal ? ` (and the split would be refused: ${s.refusal})` : ""));
+      (s.split.refusal ? ` (and the split would be refused: ${s.split.refusal})` : ""));
   }
   if (refusal) event.refusal = refusal.toEvent();
   return { event, engine: ep, refusal };
@@ -445,8 +448,8 @@ export function planText(p: PlanEvent): string {
   return lines.join("\n");
 }
 
-/** The layer split's plan where -dev lists several cards this machine has (undefined otherwise); an error in it is said as its refusal. */
-function splitOf(inp: PlanInput, g: Geometry, ep: EnginePlan): (NonNullable<PlanEvent["split"]> & { lines: string[] }) | undefined {
+/** The layer split's plan where -dev lists several cards this machine has, with its placement lines (undefined otherwise); an error in it is said as its refusal. */
+function splitOf(inp: PlanInput, g: Geometry, ep: EnginePlan): { split: NonNullable<PlanEvent["split"]>; lines: string[] } | undefined {
   const listed = listedCards(inp.o.devices);
   if (listed.length < 2) return undefined;
   const cards = listed.map((i) => inp.machine.cards.find((c) => c.index === i)).filter((c) => c !== undefined);
@@ -456,12 +459,14 @@ function splitOf(inp: PlanInput, g: Geometry, ep: EnginePlan): (NonNullable<Plan
   const sc = cards.map((c) => ({ index: c.index, name: c.name, freeBytes: c.free_bytes }));
   try {
     const p = planLayerSplit(g.hp, planTensors(g), sc, flags, { nSlots: e.nSlots, nCtxSlot: e.nCtx, maxTokens: e.ubatchSize });
-    return {
-      mode: inp.o.splitMode, built: false, host_experts_bytes: p.host.experts, fits: p.refusal === undefined, refusal: p.refusal, lines: p.lines,
+    const split: NonNullable<PlanEvent["split"]> = {
+      mode: inp.o.splitMode, built: false, host_experts_bytes: p.host.experts, fits: p.refusal === undefined,
       cards: p.cards.map((c) => ({ device: c.card.index, device_name: c.card.name, layers: c.layers, total_bytes: c.total, free_bytes: c.card.freeBytes, fits: c.fits })),
     };
+    if (p.refusal) split.refusal = p.refusal;
+    return { split, lines: p.lines };
   } catch (err) {
     if (!(err instanceof PlanError)) throw err;
-    return { mode: inp.o.splitMode, built: false, host_experts_bytes: 0, fits: false, refusal: err.message, lines: [], cards: [] };
+    return { split: { mode: inp.o.splitMode, built: false, host_experts_bytes: 0, fits: false, refusal: err.message, cards: [] }, lines: [] };
   }
 }

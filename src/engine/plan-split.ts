@@ -4,11 +4,8 @@
 // host memory, one placement line a card, and a refusal naming every term of each card that does not
 // fit. Planned and reported only: the engine runs a model on one card (the runtime across cards is
 // not built yet), so a start that lists several cards says this plan and runs on the first.
-import { cardContextBytes, CARD_MARGIN, expertLayer, overridePattern, PlanError, type PlanContext, type PlanTensor } from "./plan.ts";
+import { cardContextBytes, CARD_MARGIN, expertLayer, gib, layerOf, overridePattern, PlanError, type PlanContext, type PlanTensor } from "./plan.ts";
 import { kvBytesPerPos, type HParams } from "../models/types.ts";
-
-const GiB = 1024 ** 3;
-const gib = (b: number) => `${(b / GiB).toFixed(2)} GiB`;
 
 /** A card the split may use: its CUDA index, name and free bytes. */
 export interface SplitCard {
@@ -89,10 +86,10 @@ function compileSplitOverrides(list: readonly { pattern: string; buffer: string 
   });
 }
 
-function layerOf(name: string, nLayer: number): number {
-  const m = /^blk\.(\d+)\./.exec(name);
-  if (m) return Number(m[1]);
-  return name === "token_embd.weight" ? 0 : nLayer; // the input with the first layer; output and output_norm the output layer
+/** A tensor's layer in the split: its block; the input with the first layer, output and output_norm the output layer (nLayer). */
+function splitLayer(name: string, nLayer: number): number {
+  const l = layerOf(name);
+  return l !== null ? Math.min(l, nLayer) : name === "token_embd.weight" ? 0 : nLayer;
 }
 
 /** Ranges of consecutive layers as text: "0-23, 47". */
@@ -131,7 +128,7 @@ export function planLayerSplit(hp: HParams, tensors: readonly PlanTensor[], card
   const host = { experts: 0, nExperts: 0 };
   for (const t of tensors) {
     const el = expertLayer(t.name);
-    let to: number | "host" = owner[Math.min(layerOf(t.name, hp.nLayer), hp.nLayer)];
+    let to: number | "host" = owner[splitLayer(t.name, hp.nLayer)];
     const o = compiled.find((x) => x.re.test(t.name));
     if (o) to = o.to;
     else if (el !== null && (f.cpuMoe || el < (f.nCpuMoe ?? 0))) to = "host";
@@ -152,8 +149,8 @@ export function planLayerSplit(hp: HParams, tensors: readonly PlanTensor[], card
     s.total = s.dense + s.experts + s.context;
     s.fits = s.total + CARD_MARGIN <= s.card.freeBytes;
   }
-  const lines = share.map((s) =>
-    `placement: CUDA${s.card.index} ${s.card.name}: layers ${s.layers.length ? ranges(s.layers) : "none"}${owner[hp.nLayer] === share.indexOf(s) ? " and the output" : ""}: ` +
+  const lines = share.map((s, j) =>
+    `placement: CUDA${s.card.index} ${s.card.name}: layers ${s.layers.length ? ranges(s.layers) : "none"}${owner[hp.nLayer] === j ? " and the output" : ""}: ` +
     `dense ${gib(s.dense)} + ${s.nExperts} experts ${gib(s.experts)} + KV and buffers ${gib(s.context)} = ${gib(s.total)} of ${gib(s.card.freeBytes)} free`);
   if (host.nExperts > 0) lines.push(`placement: host: ${host.nExperts} experts ${gib(host.experts)}`);
   const short = share.filter((s) => !s.fits);

@@ -84,7 +84,8 @@ export const HOST_RESERVE = 1 * GiB;
 /** the NVMe tier's cache must hold at least this many layers' worth of a token's experts */
 const MIN_CACHE_LAYERS = 2;
 
-const gib = (n: number) => `${(n / GiB).toFixed(2)} GiB`;
+/** Bytes as the plan's lines say them: "1.25 GiB". */
+export const gib = (n: number) => `${(n / GiB).toFixed(2)} GiB`;
 
 /** Routed-expert tensors (3-D, one slab an expert): blk.N.ffn_{gate,up,down,gate_up}_exps.* */
 export function expertLayer(name: string): number | null {
@@ -92,7 +93,8 @@ export function expertLayer(name: string): number | null {
   return m ? Number(m[1]) : null;
 }
 
-function layerOf(name: string): number | null {
+/** The block a tensor belongs to (blk.N.*), or null. */
+export function layerOf(name: string): number | null {
   const m = /^blk\.(\d+)\./.exec(name);
   return m ? Number(m[1]) : null;
 }
