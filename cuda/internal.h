@@ -120,6 +120,19 @@ int64_t cu_router(cudaStream_t st, const router_args &a, int smem_limit);
 bool cu_route_big_fits(const router_args &a, int smem_limit);
 int64_t cu_route_big(cudaStream_t st, const router_args &a, int smem_limit);
 int64_t cu_route_big_init(int smem_optin);
+// The sigmoid router's picks (router/sigmoid.cu; DeepSeek V3, GLM-4.5) from the logits of ntok tokens:
+// chosen by sigmoid(l) + corr (corr null: none) within the n_group_used best of n_group groups (<= 1:
+// none), weighted by sigmoid(l), renormalised when norm_topk, times w_scale; sorted by expert id.
+struct route_sig_args {
+  const float *logits, *corr;
+  int n_expert, k, n_group, n_group_used, norm_topk;
+  float w_scale;
+  int32_t *sel;
+  float *selw;
+};
+bool cu_route_sigmoid_fits(int n_expert, int k, int n_group);
+int64_t cu_route_sigmoid(cudaStream_t st, const route_sig_args &a, int ntok);
+int64_t cu_route_sigmoid_init();
 struct moe_dec_args {
   dmat gate, up, down;
   const float *h;       // normalised rows (ldh)

@@ -39,6 +39,7 @@ export const cudaSymbols = {
   bl_cuda_ctx_stats: { args: [u64, p, i64], returns: i64 },
   bl_cuda_test_matmul: { args: [i64, i64, i64, p, i64, i64, p, i64, i64, p], returns: i64 },
   bl_cuda_test_dequant: { args: [i64, i64, p, i64, p], returns: i64 },
+  bl_cuda_test_route_sigmoid: { args: [i64, p, p, i64, i64, i64, i64, i64, i64, "f64", p, p], returns: i64 },
   bl_cuda_test_launch: { args: [i64, i64, i64, p, p], returns: i64 },
   bl_cuda_test_launch_host: { args: [i64, i64, i64, p], returns: i64 },
   bl_cuda_test_replay: { args: [u64, i64, p], returns: i64 },

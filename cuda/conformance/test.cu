@@ -184,6 +184,39 @@ extern "C" int64_t bl_cuda_test_dequant(int64_t dev, int64_t type, const void *s
   return BL_OK;
 }
 
+// The sigmoid router's picks (router/sigmoid.cu) of ntok tokens' logits (ntok x X), corr (X floats, or
+// null), into sel / selw (ntok x k each).
+extern "C" int64_t bl_cuda_test_route_sigmoid(int64_t dev, const float *logits, const float *corr, int64_t ntok, int64_t X, int64_t k, int64_t n_group,
+                                              int64_t n_group_used, int64_t norm_topk, double scale, int32_t *sel, float *selw) {
+  if (!logits || !sel || !selw || ntok <= 0 || X <= 0 || k <= 0) return cu_fail(BL_E_INVAL, "test_route_sigmoid: bad arguments");
+  int smem = 0;
+  CU_OK(test_device(dev, &smem));
+  dev_bufs b;
+  const size_t lb = (size_t)(ntok * X) * 4, pb = (size_t)(ntok * k) * 4;
+  CU_TRY(cudaMalloc(&b.p[0], lb), "test_route_sigmoid: allocating");
+  CU_TRY(cudaMalloc(&b.p[1], (size_t)X * 4), "test_route_sigmoid: allocating");
+  CU_TRY(cudaMalloc(&b.p[2], pb), "test_route_sigmoid: allocating");
+  CU_TRY(cudaMalloc(&b.p[3], pb), "test_route_sigmoid: allocating");
+  CU_TRY(cudaMemcpy(b.p[0], logits, lb, cudaMemcpyHostToDevice), "test_route_sigmoid: copying");
+  if (corr) CU_TRY(cudaMemcpy(b.p[1], corr, (size_t)X * 4, cudaMemcpyHostToDevice), "test_route_sigmoid: copying");
+  route_sig_args a;
+  a.logits = static_cast<const float *>(b.p[0]);
+  a.corr = corr ? static_cast<const float *>(b.p[1]) : nullptr;
+  a.n_expert = (int)X;
+  a.k = (int)k;
+  a.n_group = (int)n_group;
+  a.n_group_used = (int)n_group_used;
+  a.norm_topk = (int)norm_topk;
+  a.w_scale = (float)scale;
+  a.sel = static_cast<int32_t *>(b.p[2]);
+  a.selw = static_cast<float *>(b.p[3]);
+  CU_OK(cu_route_sigmoid(0, a, (int)ntok));
+  CU_TRY(cudaDeviceSynchronize(), "test_route_sigmoid: running");
+  CU_TRY(cudaMemcpy(sel, b.p[2], pb, cudaMemcpyDeviceToHost), "test_route_sigmoid: copying back");
+  CU_TRY(cudaMemcpy(selw, b.p[3], pb, cudaMemcpyDeviceToHost), "test_route_sigmoid: copying back");
+  return BL_OK;
+}
+
 // ---- launch overhead probe ----
 __global__ void k_probe(int *p) {
   cu_pdl_entry();

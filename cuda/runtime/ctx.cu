@@ -36,7 +36,7 @@ static bool vector_role(int kind, int role) {
   switch (kind) {
     case CU_BLOCK_ATTN:
       return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_SINKS);
-    case CU_BLOCK_MOE: return role == CU_MOE_NORM || role == CU_MOE_RBIAS; // the experts' biases are F32 rows (matrices)
+    case CU_BLOCK_MOE: return role == CU_MOE_NORM || role == CU_MOE_RBIAS || role == CU_MOE_RCORR; // the experts' biases are F32 rows (matrices)
     case CU_BLOCK_FFN:
     case CU_BLOCK_OUTPUT: return role == 0;
     default: return false;
@@ -194,6 +194,10 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           if (t[CU_MOE_GATE_INP].type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: router weights of type %s (F32 expected)", (long long)i, cu_type_name((int)t[CU_MOE_GATE_INP].type));
           CU_OK(shape(t[CU_MOE_GATE_INP], i, "ffn_gate_inp", E, X));
           if (t[CU_MOE_RBIAS].data && t[CU_MOE_RBIAS].ne[0] != X) return cu_fail(BL_E_INVAL, "block %lld: router bias of %lld elements", (long long)i, (long long)t[CU_MOE_RBIAS].ne[0]);
+          if (t[CU_MOE_RCORR].data && t[CU_MOE_RCORR].ne[0] != X)
+            return cu_fail(BL_E_INVAL, "block %lld: router selection bias of %lld elements", (long long)i, (long long)t[CU_MOE_RCORR].ne[0]);
+          if (b.gating == BL_GATING_SIGMOID && !cu_route_sigmoid_fits((int)X, (int)K, (int)b.n_group))
+            return cu_fail(BL_E_UNSUPPORTED, "block %lld: sigmoid routing of %lld of %lld experts in %lld groups", (long long)i, (long long)K, (long long)X, (long long)b.n_group);
           const char *bn[3] = {"ffn_gate_exps bias", "ffn_up_exps bias", "ffn_down_exps bias"};
           for (int k = 0; k < 3; k++) {
             const bl_tensor &bt = t[CU_MOE_BGATE + k];
@@ -201,6 +205,11 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
             if (bt.type != T_F32) return cu_fail(BL_E_UNSUPPORTED, "block %lld: %s of type %s (F32 expected)", (long long)i, bn[k], cu_type_name((int)bt.type));
             CU_OK(shape(bt, i, bn[k], k == 2 ? E : ff, X));
           }
+        }
+        if (b.shared) {
+          const cu_fblock *m = i > 0 ? &bl[(size_t)i - 1] : nullptr;
+          if (!m || m->kind != CU_BLOCK_MOE) return cu_fail(BL_E_INVAL, "block %lld: a shared expert not right after a MoE block", (long long)i);
+          d.n_shared++;
         }
         d.ff = d.ff > ff ? d.ff : ff;
         d.X = d.X > X ? d.X : X;
@@ -279,6 +288,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
+      {(void **)&c->hsh, d.n_shared ? T * d.E * F : 0},
   };
   // the staging slots: two in turn, then the lead slots (unused ones take no memory)
   for (int s = 0; s < HYB_SLOTS; s++) v.push_back({&c->hy->stage[s], s < 2 + c->hy->n_lead ? (size_t)d.host_layer_bytes : 0});
@@ -440,8 +450,15 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
     o.act = (int)b.act;
     o.alpha = (float)b.alpha;
     o.limit = (float)b.limit;
+    o.gating = (int)b.gating;
+    o.n_group = (int)b.n_group;
+    o.n_group_used = (int)b.n_group_used;
+    o.shared_in = b.shared != 0;
+    o.shared_next = b.kind == CU_BLOCK_MOE && i + 1 < n && bl[(size_t)i + 1].shared;
+    // the sigmoid router's picks are router/sigmoid.cu's alone: no kernel that selects for itself takes the block
     o.general = b.window != 0 || b.act != BL_ACT_SWIGLU || b.t[CU_ATTN_SINKS].data || b.t[CU_ATTN_BO].data ||
-                (b.kind == CU_BLOCK_MOE && (b.t[CU_MOE_RBIAS].data || b.t[CU_MOE_BGATE].data || b.t[CU_MOE_BUP].data || b.t[CU_MOE_BDOWN].data));
+                (b.kind == CU_BLOCK_MOE && (b.t[CU_MOE_RBIAS].data || b.t[CU_MOE_BGATE].data || b.t[CU_MOE_BUP].data || b.t[CU_MOE_BDOWN].data ||
+                                            b.gating == BL_GATING_SIGMOID));
     rope_of(b, o.rope);
     o.src = &bl[(size_t)i];
     // the neighbours the kernels fuse across (decided here, once: the attention's output product takes
@@ -534,6 +551,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_attn2_init(smem_optin));
   CU_OK(cu_fo_init(smem_optin));
   CU_OK(cu_route_big_init(smem_optin));
+  CU_OK(cu_route_sigmoid_init());
   inited_optin = smem_optin;
   inited_carveout = cu_carveout;
   return BL_OK;

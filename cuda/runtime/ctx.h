@@ -30,6 +30,11 @@ struct cu_blk {
   int act;       // MoE: the experts' activation (BL_ACT_*; biases in vec[CU_MOE_RBIAS] and t[CU_MOE_BGATE..])
   float alpha, limit;
   bool general;  // an option above (or a bias / sink) is set: the fast kernels do not take this block
+  // MoE: the router's BL_GATING_* (SIGMOID: general, its picks by router/sigmoid.cu with the
+  // selection bias in vec[CU_MOE_RCORR]) and its expert groups (0: none)
+  int gating, n_group, n_group_used;
+  bool shared_next; // MoE: the block after it is a shared expert (its normalised input kept in cu_ctx.hsh)
+  bool shared_in;   // FFN: a shared expert, reading cu_ctx.hsh (no norm of its own)
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption), set
@@ -82,6 +87,7 @@ struct cu_dims {
   int64_t kv_layers; // 1 + the largest KV layer (0: none)
   int64_t host_layer_bytes; // the largest host-expert block's gate + up + down (256-aligned each; 0: none)
   int64_t n_host;           // blocks whose experts stay in host memory
+  int64_t n_shared;         // shared-expert blocks (cu_blk.shared_in; cu_ctx.hsh is sized for them)
 };
 
 // The program's tensors on one card (shared by the contexts made from it).
@@ -259,6 +265,7 @@ struct cu_ctx {
   int sm_count;
   const cu_weights *w;
   // work buffers (device)
+  float *hsh; // a shared expert's normalised input rows (the MoE block before it writes them; null: no shared expert)
   float *x, *h, *q, *k, *v, *att, *logits, *router, *selw, *act, *ypair, *part, *topv, *candv, *dense_w;
   uint8_t *act8; // a token's SwiGLU rows quantized by the one-token gate/up for down (FAST_ACT8), act8_bytes
   size_t act8_bytes;

@@ -254,6 +254,7 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   // biases and activation from the block (cu_expert_options)
   const dmat &r = m.t[CU_MOE_GATE_INP];
   if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
+  if (m.gating == BL_GATING_SIGMOID) return false; // its picks are router/sigmoid.cu's
   f.o = a.t[CU_ATTN_O];
   f.att = c->att;
   f.x = c->x;
@@ -654,7 +655,26 @@ static fmoe_args one_token_experts(const cu_ctx *c, const cu_blk &b, const dmat 
 // picks into c->sel / c->selw (measured tg128 207.1 -> 210.3 t/s against k_router on gpt-oss-20b).
 bool cu_one_token_router_fits(const cu_ctx *c, const cu_blk &b) {
   const dmat &rw = b.t[CU_MOE_GATE_INP];
-  return b.kind == CU_BLOCK_MOE && rw.d && rw.type == T_F32 && rw.ne0 == (int)c->dm.E && rw.ne1 == b.n_expert && cu_route_pick_fits(b.n_expert, b.n_used);
+  const bool picks = b.gating == BL_GATING_SIGMOID ? cu_route_sigmoid_fits(b.n_expert, b.n_used, b.n_group) : cu_route_pick_fits(b.n_expert, b.n_used);
+  return b.kind == CU_BLOCK_MOE && rw.d && rw.type == T_F32 && rw.ne0 == (int)c->dm.E && rw.ne1 == b.n_expert && picks;
+}
+
+// MoE block b's picks of ntok tokens from the router's logits in c->router into c->sel / c->selw:
+// the sigmoid router's (router/sigmoid.cu), else softmax then top-k (mv_batch.cu's k_route_pick).
+static int64_t block_picks(cu_ctx *c, const cu_blk &b, int ntok) {
+  if (b.gating != BL_GATING_SIGMOID) return cu_route_pick(c->st, c->router, ntok, b.n_expert, b.n_used, b.norm_topk, b.w_scale, c->sel, c->selw);
+  route_sig_args a;
+  a.logits = c->router;
+  a.corr = b.vec[CU_MOE_RCORR];
+  a.n_expert = b.n_expert;
+  a.k = b.n_used;
+  a.n_group = b.n_group;
+  a.n_group_used = b.n_group_used;
+  a.norm_topk = b.norm_topk;
+  a.w_scale = b.w_scale;
+  a.sel = c->sel;
+  a.selw = c->selw;
+  return cu_route_sigmoid(c->st, a, ntok);
 }
 
 int64_t cu_one_token_router(cu_ctx *c, const cu_blk &b) {
@@ -668,7 +688,7 @@ int64_t cu_one_token_router(cu_ctx *c, const cu_blk &b) {
   a.job[0] = job(b.t[CU_MOE_GATE_INP], b.vec[CU_MOE_RBIAS], c->router, b.n_expert, EPI_STORE);
   a.njobs = 1;
   CU_OK(cu_matvec(c->st, a, 1, c->smem_limit));
-  return cu_route_pick(c->st, c->router, 1, b.n_expert, b.n_used, b.norm_topk, b.w_scale, c->sel, c->selw);
+  return block_picks(c, b, 1);
 }
 
 int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed) {
@@ -736,7 +756,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
         f.eps = b.eps;
         f.h = c->h;
         CU_OK(cu_fmv(c->st, f, c->smem_limit, c->sm_count, &done));
-      } else {
+      } else if (!b.shared_in) {
         CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
       }
       if (done) {
@@ -774,7 +794,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
       sel = c->sel;
       selw = c->selw;
     } else if (picked) {
-      CU_OK(cu_route_pick(c->st, c->router, ntok, b.n_expert, K, b.norm_topk, b.w_scale, c->sel, c->selw));
+      CU_OK(block_picks(c, b, ntok));
       sel = c->sel;
       selw = c->selw;
     }
@@ -816,9 +836,11 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     } else {
       CU_OK(cu_router(c->st, r, c->smem_limit));
     }
+    // the sigmoid router's picks replace the softmax picks from the logits both routers wrote
+    if (b.gating == BL_GATING_SIGMOID) CU_OK(block_picks(c, b, ntok));
     sel = c->sel;
     selw = c->selw;
-  } else if (!moe) {
+  } else if (!moe && !b.shared_in) {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[0], b.eps, c->h, E, ntok));
   }
   // an uploaded host block (hybrid.cu): its picks counted, and in sparse steps its used experts copied
@@ -928,6 +950,16 @@ static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
   return BL_OK;
 }
 
+// A shared expert (cu_blk.shared_in): the dense FFN path on the MoE block's normalised input
+// (c->hsh in place of h for its launches), its sum added to x.
+static int64_t shared_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  float *h = c->h;
+  c->h = c->hsh;
+  const int64_t s = cu_ffn_block(c, b, ntok, big, false);
+  c->h = h;
+  return s;
+}
+
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
   const bool big = ntok >= c->prefill_min;
   const std::vector<cu_blk> &bl = c->w->blocks;
@@ -954,7 +986,11 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       }
       case CU_BLOCK_MOE:
       case CU_BLOCK_FFN:
-        if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
+        // a shared expert after this MoE block reads the block's normalised input: kept apart, since
+        // the MoE paths' own copy (h) is not made by every one of them
+        if (b.shared_next) CU_OK(cu_rmsnorm(c->st, c->x, (int)c->dm.E, nullptr, (int)c->dm.E, b.vec[CU_MOE_NORM], b.eps, c->hsh, (int)c->dm.E, ntok));
+        if (b.shared_in) CU_OK(shared_block(c, b, ntok, big));
+        else if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;

@@ -7,6 +7,7 @@
 
 #include "common.cuh"
 #include "fuse.h"
+#include "internal.h"
 
 static const bl_tensor NO_TENSOR = {};
 
@@ -117,13 +118,16 @@ struct pass {
     if (!r) return fail(i + 1, "no parameters");
     if (!x) return fail(i + 2, "no parameters");
     // top-k then softmax over the k is softmax, top-k and renormalisation: the same picks and weights
-    if (r->gating != BL_GATING_SOFTMAX && r->gating != BL_GATING_SOFTMAX_WEIGHT)
-      return fail(i + 1, "gating %lld (%s) is not implemented on the card yet (softmax then top-k, and top-k then softmax, are)",
-                  (long long)r->gating, r->gating == BL_GATING_SIGMOID ? "sigmoid" : "unknown");
+    if (r->gating != BL_GATING_SOFTMAX && r->gating != BL_GATING_SOFTMAX_WEIGHT && r->gating != BL_GATING_SIGMOID)
+      return fail(i + 1, "gating %lld is not implemented on the card", (long long)r->gating);
     if (r->gating == BL_GATING_SOFTMAX_WEIGHT && r->norm_topk)
       return fail(i + 1, "top-k then softmax with a renormalisation of the picks is not implemented on the card");
-    if (role(rt, BL_ROUTER_CORR).data) return fail(i + 1, "a router selection bias is not implemented on the card yet");
-    if (r->n_group > 1) return fail(i + 1, "grouped expert choice is not implemented on the card yet");
+    const bool sig = r->gating == BL_GATING_SIGMOID;
+    if (role(rt, BL_ROUTER_CORR).data && !sig) return fail(i + 1, "a selection bias is taken only by the sigmoid router");
+    if (r->n_group > 1 && !sig) return fail(i + 1, "expert groups are taken only by the sigmoid router");
+    if (sig && !cu_route_sigmoid_fits((int)r->n_expert, (int)r->n_used, (int)r->n_group))
+      return fail(i + 1, "sigmoid routing of %lld of %lld experts in %lld groups is not implemented on the card (at most 1,024 experts, 32 used, 32 groups)",
+                  (long long)r->n_used, (long long)r->n_expert, (long long)r->n_group);
     if (x->act != BL_ACT_SWIGLU && x->act != BL_ACT_SWIGLU_OAI)
       return fail(i + 2, "activation %lld is not implemented on the card yet (SwiGLU and the clamped SwiGLU are)", (long long)x->act);
     if (r->n_expert != x->n_expert || r->n_used != x->n_used)
@@ -136,6 +140,9 @@ struct pass {
     b.n_expert = x->n_expert;
     b.n_expert_used = x->n_used;
     b.norm_topk = r->gating == BL_GATING_SOFTMAX_WEIGHT ? 1 : r->norm_topk;
+    b.gating = r->gating;
+    b.n_group = r->n_group > 1 ? r->n_group : 0;
+    b.n_group_used = r->n_group > 1 ? r->n_group_used : 0;
     b.act = x->act;
     b.alpha = x->alpha;
     b.limit = x->limit;
@@ -153,6 +160,22 @@ struct pass {
     b.t[CU_MOE_BGATE] = role(ex, BL_EXPERTS_BGATE);
     b.t[CU_MOE_BUP] = role(ex, BL_EXPERTS_BUP);
     b.t[CU_MOE_BDOWN] = role(ex, BL_EXPERTS_BDOWN);
+    b.t[CU_MOE_RCORR] = role(rt, BL_ROUTER_CORR);
+    return true;
+  }
+
+  // An ffn right after the experts (DeepSeek's and GLM's shared expert): on the normalised input the
+  // experts read (the MoE block keeps it for it), its sum added to x as theirs is.
+  bool shared_ffn(int64_t i, cu_fblock &b) {
+    const bl_op &op = ops[i];
+    const bl_ffn_params *f = params<bl_ffn_params>(op);
+    if (!f) return fail(i, "no parameters");
+    if (f->act != BL_ACT_SWIGLU) return fail(i, "a shared expert's activation %lld is not implemented on the card yet (SwiGLU is)", (long long)f->act);
+    if (role(op, BL_FFN_GATE_INP).data) return fail(i, "a shared expert's gate is not implemented on the card yet");
+    start(b, CU_BLOCK_FFN, i, 1);
+    b.shared = 1;
+    b.eps = params<bl_norm_params>(ops[i - 3])->eps;
+    for (int k = 0; k < 3; k++) b.t[1 + k] = role(op, BL_FFN_GATE + k);
     return true;
   }
 
@@ -215,9 +238,13 @@ struct pass {
         case BL_OP_DELTANET: return fail(i, "%s", DN_NOT_YET);
         case BL_OP_MTP_IN: return fail(i, "an MTP layer's input (speculative decoding's draft-mtp) is not implemented on the card yet");
         case BL_OP_FFN:
-          /* DeepSeek's and GLM's shared experts: an ffn on the h the experts' norm wrote */
-          if (i > 0 && ops[i - 1].kind == BL_OP_EXPERTS) return fail(i, "a shared expert (an ffn after the experts, on their input norm) is not implemented on the card yet");
-          return fail(i, "the card runs it only after its input norm (attention; router + experts; ffn)");
+          /* DeepSeek's and GLM's shared experts: an ffn on the h the experts' norm wrote (a MoE block's
+           * norm + router + experts just before it) */
+          if (i < 3 || ops[i - 1].kind != BL_OP_EXPERTS || ops[i - 2].kind != BL_OP_ROUTER || ops[i - 3].kind != BL_OP_NORM)
+            return fail(i, "the card runs it only after its input norm (attention; router + experts; ffn) or right after a MoE layer's experts");
+          if (!shared_ffn(i, b)) return false;
+          i += 1;
+          break;
         case BL_OP_ATTN:
         case BL_OP_ROUTER:
         case BL_OP_EXPERTS: return fail(i, "the card runs it only after its input norm (attention; router + experts; ffn)");

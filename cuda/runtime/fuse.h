@@ -1,6 +1,7 @@
 // bloomery CUDA library: the fusion pass's output - the program's ops (ffi/bloomery.h bl_op) matched
 // into the fused blocks the card's kernels run: EMBED; NORM + ATTN; NORM + ROUTER + EXPERTS (a MoE
-// layer); NORM + FFN; OUTPUT. A pattern the pass does not know, or an option the kernels do not
+// layer); NORM + FFN; an FFN right after EXPERTS (a shared expert on the experts' normalised input,
+// DeepSeek's and GLM's); OUTPUT. A pattern the pass does not know, or an option the kernels do not
 // implement, is refused by name (bl_cuda_check, cu_fuse). The blocks are internal: each keeps the run
 // of ops it came from (the host hook runs that run on the CPU).
 #pragma once
@@ -14,9 +15,9 @@ enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4
 // and head take roles 0 and 0, 1
 enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O = 4, CU_ATTN_Q_NORM = 5, CU_ATTN_K_NORM = 6,
        CU_ATTN_BQ = 7, CU_ATTN_BK = 8, CU_ATTN_BV = 9, CU_ATTN_BO = 10, CU_ATTN_SINKS = 11 };
-// the router's bias (a vector) and the experts' biases (F32 rows, one an expert) stay on the card
+// the router's bias and its selection bias (vectors) and the experts' biases (F32 rows, one an expert) stay on the card
 enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_MOE_DOWN = 4, CU_MOE_RBIAS = 5, CU_MOE_BGATE = 6,
-       CU_MOE_BUP = 7, CU_MOE_BDOWN = 8 };
+       CU_MOE_BUP = 7, CU_MOE_BDOWN = 8, CU_MOE_RCORR = 9 };
 #define CU_BLOCK_TENSORS 12
 
 struct cu_fblock {
@@ -24,6 +25,8 @@ struct cu_fblock {
   int64_t layer; // KV cache layer (attention blocks)
   int64_t n_head, n_head_kv, head_dim, n_rot, rope_type;
   int64_t n_expert, n_expert_used, norm_topk;
+  int64_t gating, n_group, n_group_used; // MoE: the router's BL_GATING_* and its expert groups
+  int64_t shared; // FFN: a shared expert reading the MoE block's normalised input before it (no norm of its own)
   int64_t yarn_orig_ctx;
   double eps, rope_base, rope_freq_scale, attn_scale;
   double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
