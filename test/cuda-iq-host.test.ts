@@ -17,7 +17,7 @@ describe("the card's grid-type readers, run on the CPU (no card needed)", () => 
     // cuda/'s headers beside the stand-in common.cuh (with cuda/common.cuh's type ids), ffi/cpu/iq_grids.h where they look for it
     mkdirSync(join(dir, "cuda"));
     mkdirSync(join(dir, "ffi", "cpu"), { recursive: true });
-    for (const f of ["quants.cuh", "dot8.cuh", "quants_iq.cuh"]) copyFileSync(join(ROOT, "cuda", "quants", f), join(dir, "cuda", f));
+    for (const f of ["quants.cuh", "dot8.cuh", "quants_iq.cuh", "dot8_iq.cuh"]) copyFileSync(join(ROOT, "cuda", "quants", f), join(dir, "cuda", f));
     copyFileSync(join(ROOT, "ffi", "cpu", "iq_grids.h"), join(dir, "ffi", "cpu", "iq_grids.h"));
     const real = readFileSync(join(ROOT, "cuda", "common.cuh"), "utf8");
     const ids = /\/\/ ---- ggml type ids[^\n]*\n(enum \{[^}]*\};)/.exec(real);

@@ -1,9 +1,9 @@
 // The grid quant types on the card (cuda/quants/quants_iq.cuh), through the test entry points: blocks
 // dequantized bit for bit as the CPU does (random blocks, and the gguf package's outputs of
 // test/fixtures/iq-quants.json), and rows dotted with one activation row on int8 activations (dp4a)
-// within the bound the int8 rounding gives (as Q4_K's and Q6_K's in cuda-kernels.test.ts). No model
-// kernel reads these types yet: a load refuses them (cuda-lowbit-refusal.test.ts). Skips with a line
-// where no card is.
+// within the bound the int8 rounding gives (as Q4_K's and Q6_K's in cuda-kernels.test.ts). The model
+// kernels read them on f32 activations (cuda-kernels.test.ts's other paths, cuda-lowbit.test.ts's
+// models). Skips with a line where no card is.
 import { describe, expect, test } from "bun:test";
 import { ptr } from "bun:ffi";
 import { readFileSync } from "node:fs";
@@ -112,8 +112,4 @@ gpu("grid types on the card: one-token products on int8 activations", () => {
       }
     });
   }
-  test("other paths of the grid types are refused by name", () => {
-    const w = blocks("IQ2_XXS", 256, 1, false), x = randX(256), y = new Float32Array(1);
-    expect(Number(cuda().bl_cuda_test_matmul(0, 0, 16, ptr(w), 66, 1, ptr(x), 1, 256, ptr(y)))).toBe(4);
-  });
 });

@@ -23,7 +23,13 @@ const TYPES: T[] = [
   { name: "Q5_1", id: 7, be: 32, bb: 24 }, { name: "Q8_0", id: 8, be: 32, bb: 34 }, { name: "IQ4_NL", id: 20, be: 32, bb: 18 },
   { name: "MXFP4", id: 39, be: 32, bb: 17 }, { name: "Q4_K", id: 12, be: 256, bb: 144 }, { name: "Q5_K", id: 13, be: 256, bb: 176 },
   { name: "Q6_K", id: 14, be: 256, bb: 210 }, { name: "IQ4_XS", id: 23, be: 256, bb: 136 },
+  // the 1.5-3.5 bit types (the grid types' int8 dots: cuda-iq.test.ts)
+  { name: "Q2_K", id: 10, be: 256, bb: 84 }, { name: "Q3_K", id: 11, be: 256, bb: 110 },
+  { name: "IQ2_XXS", id: 16, be: 256, bb: 66 }, { name: "IQ2_XS", id: 17, be: 256, bb: 74 }, { name: "IQ2_S", id: 22, be: 256, bb: 82 },
+  { name: "IQ3_XXS", id: 18, be: 256, bb: 98 }, { name: "IQ3_S", id: 21, be: 256, bb: 110 }, { name: "IQ1_S", id: 19, be: 256, bb: 50 },
+  { name: "IQ1_M", id: 29, be: 256, bb: 56 },
 ];
+const GRID = new Set(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]);
 
 function synthBlocks(t: T, n: number, seed: number): Uint8Array {
   const blocks = n / t.be;
@@ -146,7 +152,8 @@ gpu("CUDA products against the CPU reference", () => {
     // batches: Q4_K, Q6_K; the rounding of x bounds the error, as ggml's q8_1 activations), else the
     // f32 one-token kernel (exact as above)
     const d8 = t.name === "Q4_K" || t.name === "Q6_K";
-    const d8one = d8 || t.name === "Q8_0" || t.name === "MXFP4";
+    // (the test entry point's path 3 runs the grid types' own int8 dot, quants_iq.cuh's d8<T>)
+    const d8one = d8 || t.name === "Q8_0" || t.name === "MXFP4" || GRID.has(t.name);
     test(`${t.name}: one-token product on int8 activations${d8one ? "" : " (f32 for this type)"}`, () => {
       for (const [rows, n0] of [[67, 256], [129, 768], [33, 512], [45, 96], [31, 2880]]) {
         const n = Math.max(n0, t.be) - (Math.max(n0, t.be) % t.be);

@@ -113,9 +113,8 @@ extern "C" int64_t bl_cuda_test_matmul(int64_t dev, int64_t path, int64_t type, 
   m.ne2 = 1;
   m.nb1 = row_stride;
   m.nb2 = (int64_t)wb;
-  cu_type_geom ig;
-  if (cu_iq_test_geom(type, &ig)) { // the grid types: their int8-activation dot only (quants_iq.cuh)
-    if (path != 3 || n_x != 1) return cu_fail(BL_E_UNSUPPORTED, "test_matmul: %s rows have only path 3 (one row of int8 activations) on the card", ig.name);
+  if (cu_iq_type((int)type) && path == 3) { // the grid types' int8-activation dot (quants_iq.cuh's d8<T>)
+    if (n_x != 1) return cu_fail(BL_E_INVAL, "test_matmul: path 3 (int8 activations) takes one row of x");
     CU_OK(cu_test_iq_dot8(type, m.d, row_stride, rows, static_cast<const float *>(b.p[1]), n, static_cast<float *>(b.p[2])));
   } else if (path == 0 || path == 3) {
     if (path == 3 && n_x != 1) return cu_fail(BL_E_INVAL, "test_matmul: path 3 (int8 activations) takes one row of x");

@@ -3,7 +3,7 @@
 // activation row by dp4a (bl_cuda_test_matmul path 3), on device copies the caller made. No model
 // kernel reads these types yet (the card refuses them at load).
 #include "internal.h"
-#include "quants_iq.cuh"
+#include "dot8.cuh"
 
 // block b's group u (thread u) dequantized into y + 256 b
 template <int T>

@@ -314,3 +314,5 @@ __device__ __forceinline__ x8v quantize_x8(const float *xs, int n, uint8_t *dst)
   __syncthreads();
   return x8_at(dst, n);
 }
+
+#include "dot8_iq.cuh"

@@ -213,6 +213,54 @@ __device__ __forceinline__ void k4_scale_min2(int c, uint32_t s0, uint32_t s1, u
   m0 = (int)((mw >> sh) & 0xFFu);
   m1 = (int)((mw >> (sh + 8u)) & 0xFFu);
 }
+// Q2_K: 16 groups of 16, y = d*(sc & 15)*q - dmin*(sc >> 4), q 2 bits; scales[16] at 0, qs[64] at 16,
+// d at 80, dmin at 82. Unit u = 4h + j: elements 128h + 32j + l (l < 32) take bits 2j of qs[32h + l],
+// scale scales[8h + 2j + l / 16]. (d*sc has at most 15 significant bits and q 2: the products are
+// exact, so a contracted multiply-add gives the CPU's value.)
+template <>
+struct qt<T_Q2_K> {
+  static constexpr int BE = 256, BB = 84, UPB = 8, UE = 32;
+  template <class F>
+  __device__ static void unit(const uint8_t *b, int u, F &&f) {
+    const int h = u >> 2, j = u & 3;
+    const float d = h2f(ld16(b + 80)), dmin = h2f(ld16(b + 82));
+    const int s0 = b[8 * h + 2 * j], s1 = b[8 * h + 2 * j + 1];
+    const float dl[2] = {d * i2f(s0 & 15), d * i2f(s1 & 15)}, ml[2] = {dmin * i2f(s0 >> 4), dmin * i2f(s1 >> 4)};
+    const uint8_t *q = b + 16 + 32 * h;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+      const uint32_t v = (ld32(q + 4 * w) >> (2 * j)) & 0x03030303u;
+      const float a = dl[w >> 2], m = ml[w >> 2];
+      f(32 * u + 4 * w, a * byte_f<0>(v) - m, a * byte_f<1>(v) - m, a * byte_f<2>(v) - m, a * byte_f<3>(v) - m);
+    }
+  }
+};
+// Q3_K: 16 groups of 16, y = d*(sc - 32)*(q - 4), q = 2 low bits | a high bit << 2; hmask[32] at 0,
+// qs[64] at 32, scales[12] at 96, d at 108 (blocks of 110 bytes: 2-byte aligned). Unit u = 4h + j:
+// element 128h + 32j + l takes bits 2j of qs[32h + l] and bit 4h + j of hmask[l]; its 6-bit scale k
+// = 8h + 2j + l / 16: the low nibble of scales[k % 8] (the high one for k >= 8), bits 2(k / 4) of
+// scales[8 + k % 4] on top.
+template <>
+struct qt<T_Q3_K> {
+  static constexpr int BE = 256, BB = 110, UPB = 8, UE = 32;
+  __device__ static int scale(const uint8_t *s, int k) {
+    const int lo = k < 8 ? (s[k] & 15) : (s[k - 8] >> 4), hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+  }
+  template <class F>
+  __device__ static void unit(const uint8_t *b, int u, F &&f) {
+    const int h = u >> 2, j = u & 3;
+    const float d = h2f(ld16(b + 108));
+    const float dl[2] = {d * i2f(scale(b + 96, 2 * u)), d * i2f(scale(b + 96, 2 * u + 1))};
+    const uint8_t *q = b + 32 + 32 * h;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+      const uint32_t v = ((ld32a2(q + 4 * w) >> (2 * j)) & 0x03030303u) | (((ld32a2(b + 4 * w) >> (4 * h + j)) & 0x01010101u) << 2);
+      const float a = dl[w >> 2];
+      f(32 * u + 4 * w, a * (byte_f<0>(v) - 4.0f), a * (byte_f<1>(v) - 4.0f), a * (byte_f<2>(v) - 4.0f), a * (byte_f<3>(v) - 4.0f));
+    }
+  }
+};
 // Q4_K: y = d*sc*q - dmin*m; unit u = 2c + h: qs bytes 32c + 16h .. +15: low nibbles are
 // elements 64c + 16h + i (group 2c), high nibbles 64c + 32 + 16h + i (group 2c + 1).
 template <>
@@ -325,7 +373,10 @@ template <int T>
 struct type_tag {
   static constexpr int value = T;
 };
-#define CU_TYPE_CASES(X) X(T_F32) X(T_F16) X(T_BF16) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0) X(T_Q5_1) X(T_Q8_0) X(T_IQ4_NL) X(T_MXFP4) X(T_Q4_K) X(T_Q5_K) X(T_Q6_K) X(T_IQ4_XS)
+// (the grid types' qt<T> come from quants_iq.cuh, included at the end of this file)
+#define CU_TYPE_CASES(X)                                                                                                              \
+  X(T_F32) X(T_F16) X(T_BF16) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0) X(T_Q5_1) X(T_Q8_0) X(T_IQ4_NL) X(T_MXFP4) X(T_Q2_K) X(T_Q3_K) X(T_Q4_K) X(T_Q5_K) \
+      X(T_Q6_K) X(T_IQ4_XS) X(T_IQ2_XXS) X(T_IQ2_XS) X(T_IQ2_S) X(T_IQ3_XXS) X(T_IQ3_S) X(T_IQ1_S) X(T_IQ1_M)
 template <class B>
 __device__ __forceinline__ void dispatch_type(int type, B &&body) {
   switch (type) {
@@ -336,3 +387,5 @@ __device__ __forceinline__ void dispatch_type(int type, B &&body) {
     default: break;
   }
 }
+
+#include "quants_iq.cuh"

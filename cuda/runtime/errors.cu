@@ -44,6 +44,15 @@ bool cu_type_geom_of(int type, cu_type_geom *g) {
     G(T_Q5_K, "Q5_K", 256, 176, 8, 32)
     G(T_Q6_K, "Q6_K", 256, 210, 8, 32)
     G(T_IQ4_XS, "IQ4_XS", 256, 136, 8, 32)
+    G(T_Q2_K, "Q2_K", 256, 84, 8, 32)
+    G(T_Q3_K, "Q3_K", 256, 110, 8, 32)
+    G(T_IQ2_XXS, "IQ2_XXS", 256, 66, 8, 32)
+    G(T_IQ2_XS, "IQ2_XS", 256, 74, 8, 32)
+    G(T_IQ2_S, "IQ2_S", 256, 82, 8, 32)
+    G(T_IQ3_XXS, "IQ3_XXS", 256, 98, 8, 32)
+    G(T_IQ3_S, "IQ3_S", 256, 110, 8, 32)
+    G(T_IQ1_S, "IQ1_S", 256, 50, 8, 32)
+    G(T_IQ1_M, "IQ1_M", 256, 56, 8, 32)
 #undef G
     default: return false;
   }
@@ -54,16 +63,7 @@ const char *cu_type_name(int type) {
   if (cu_type_geom_of(type, &g)) return g.name;
   switch (type) { // the ggml types the card has no kernels for, named in its refusals
     case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
     case 15: return "Q8_K";
-    case 16: return "IQ2_XXS";
-    case 17: return "IQ2_XS";
-    case 18: return "IQ3_XXS";
-    case 19: return "IQ1_S";
-    case 21: return "IQ3_S";
-    case 22: return "IQ2_S";
-    case 29: return "IQ1_M";
     case 34: return "TQ1_0";
     case 35: return "TQ2_0";
     default: break;

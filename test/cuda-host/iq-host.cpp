@@ -3,11 +3,12 @@
 // units against the CPU library's bl_dequantize bit for bit, and its d8<T> int8-activation dot on
 // an x8 row (dot8.cuh's layout, chunks in x8_pos order) against the float64 sum of the dequantized
 // weights times the int8 activations' values. Random blocks (every field but the scale d random).
-// Prints a line per type; exits 1 if any differs.
+// Q2_K's and Q3_K's qt<T> units (cuda/quants/quants.cuh) too, dequantization only (the card has no
+// int8 dot for them). Prints a line per type; exits 1 if any differs.
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
-#include "quants_iq.cuh"
+#include "dot8.cuh"
 extern "C" int64_t bl_synth_fill(int64_t type, void *dst, int64_t first_block, int64_t n_blocks, uint64_t seed, double weight_std, int64_t flags);
 extern "C" int64_t bl_dequantize(int64_t type, const void *src, float *dst, int64_t n);
 
@@ -64,8 +65,33 @@ static int check(const char *name) {
   return bad || rel > 1e-5;
 }
 
+// Q2_K / Q3_K: every byte random but the f16 scales (bytes 80..83 of Q2_K, 108..109 of Q3_K)
+template <int T>
+static int check_k(const char *name, int d_at) {
+  using Q = qt<T>;
+  const int nblk = 48, n = nblk * 256;
+  std::vector<uint8_t> w((size_t)nblk * Q::BB + 16);
+  bl_synth_fill(T, w.data(), 0, nblk, 7, 0.05, 0);
+  for (int i = 0; i < nblk * Q::BB; i++)
+    if (i % Q::BB < d_at) w[i] = (uint8_t)rnd();
+  std::vector<float> ref(n), got(n);
+  bl_dequantize(T, w.data(), ref.data(), n);
+  for (int b = 0; b < nblk; b++)
+    for (int u = 0; u < Q::UPB; u++)
+      Q::unit(w.data() + (size_t)b * Q::BB, u, [&](int pos, float a, float c, float d, float e) {
+        float *y = got.data() + (size_t)b * 256 + pos;
+        y[0] = a; y[1] = c; y[2] = d; y[3] = e;
+      });
+  int bad = 0;
+  for (int i = 0; i < n; i++) if (memcmp(&ref[i], &got[i], 4)) { if (bad < 3) printf("  %s dequant %d: %g vs %g\n", name, i, got[i], ref[i]); bad++; }
+  printf("%s: dequant %d of %d elements differ in bits\n", name, bad, n);
+  return bad != 0;
+}
+
 int main() {
   int f = 0;
+  f |= check_k<T_Q2_K>("Q2_K", 80);
+  f |= check_k<T_Q3_K>("Q3_K", 108);
   f |= check<T_IQ2_XXS>("IQ2_XXS");
   f |= check<T_IQ2_XS>("IQ2_XS");
   f |= check<T_IQ2_S>("IQ2_S");
