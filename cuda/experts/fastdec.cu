@@ -511,7 +511,14 @@ static void (*fmv_kernel(int ta, int tb, bool q8, bool s2 = false))(fmv_args) {
     if (type_pair(ta, tb, T_Q4_K, T_Q6_K)) return s2 ? k_fmv<T_Q4_K, T_Q6_K, true, true> : k_fmv<T_Q4_K, T_Q6_K, true>;
     if (ta == T_Q8_0 && tb == T_Q8_0) return s2 ? k_fmv<T_Q8_0, T_Q8_0, true, true> : k_fmv<T_Q8_0, T_Q8_0, true>;
     if (ta == T_MXFP4 && tb == T_MXFP4) return s2 ? k_fmv<T_MXFP4, T_MXFP4, true, true> : k_fmv<T_MXFP4, T_MXFP4, true>;
-    return nullptr;
+    if (ta != tb) return nullptr;
+    switch (ta) { // the grid types, one type a launch
+#define C(T) \
+  case T: return s2 ? k_fmv<T, T, true, true> : k_fmv<T, T, true>;
+      CU_IQ_TYPE_CASES(C)
+#undef C
+      default: return nullptr;
+    }
   }
   return pair_kernel_f<fmv_f32>(ta, tb);
 }
@@ -607,7 +614,7 @@ int64_t cu_fmv(cudaStream_t st, fmv_args a, int smem_limit, int sm_count, bool *
 // The int8-activation expert kernels of a type d8_one takes (null for others): gate/up (k_fgu; s2:
 // the row in two slots a thread), gate/up with 32 rows a block quantizing its SwiGLU rows (k_fgu8),
 // down (k_fdown).
-#define FMOE_Q8_CASES(X) X(T_Q4_K) X(T_Q6_K) X(T_Q8_0) X(T_MXFP4)
+#define FMOE_Q8_CASES(X) X(T_Q4_K) X(T_Q6_K) X(T_Q8_0) X(T_MXFP4) CU_IQ_TYPE_CASES(X)
 static void (*fgu_q8_kernel(int t, bool s2))(fmoe_args) {
   switch (t) {
 #define K(T) \
@@ -758,6 +765,11 @@ int64_t cu_fast_init(int smem_optin) {
   CU_OK(cu_allow_smem(k_fmv<T_Q8_0, T_Q8_0, true, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_MXFP4, T_MXFP4, true>, smem_optin, w));
   CU_OK(cu_allow_smem(k_fmv<T_MXFP4, T_MXFP4, true, true>, smem_optin, w));
+#define S(T)                                              \
+  CU_OK(cu_allow_smem(k_fmv<T, T, true>, smem_optin, w)); \
+  CU_OK(cu_allow_smem(k_fmv<T, T, true, true>, smem_optin, w));
+  CU_IQ_TYPE_CASES(S)
+#undef S
 #define S(T)                                                \
   CU_OK(cu_allow_smem(fgu_q8_kernel(T, false), smem_optin, w)); \
   CU_OK(cu_allow_smem(fgu_q8_kernel(T, true), smem_optin, w));  \

@@ -33,9 +33,10 @@ __device__ __forceinline__ const int4 *x8_chunk_at(const x8v &x, int c, int &ste
 // Whether rows of type t have an int8-activation dot in every int8 kernel (the decode-batch and
 // grouped kernels too: d8<t>::ok).
 __host__ __device__ constexpr bool d8_type(int t) { return t == T_Q4_K || t == T_Q6_K; }
-// Whether the one-token kernels (fastdec.cu) take int8 activations for rows of type t: the above
-// and the 32-element types whose block is one activation group (Q8_0, MXFP4).
-__host__ __device__ constexpr bool d8_one(int t) { return d8_type(t) || t == T_Q8_0 || t == T_MXFP4; }
+// Whether the one-token kernels (fastdec.cu) take int8 activations for rows of type t: the above,
+// the 32-element types whose block is one activation group (Q8_0, MXFP4), and the grid types
+// (dot8_iq.cuh: a unit is one group of 32).
+__host__ __device__ constexpr bool d8_one(int t) { return d8_type(t) || t == T_Q8_0 || t == T_MXFP4 || cu_iq_type(t); }
 
 // Bytes the quantized form of n elements takes (n % 32 == 0), 16-byte multiple.
 __host__ __device__ constexpr int x8_bytes(int n) { return ((n + (n / 32) * 8 + (n / 16) * 4) + 15) / 16 * 16; }
