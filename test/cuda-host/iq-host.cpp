@@ -15,6 +15,25 @@ extern "C" int64_t bl_dequantize(int64_t type, const void *src, float *dst, int6
 static uint32_t rs = 12345;
 static uint32_t rnd() { rs = rs * 1664525u + 1013904223u; return rs >> 8; }
 
+// qt<T>'s units of nblk blocks at w against bl_dequantize: the CPU's values into ref, the count of elements differing in bits
+template <int T>
+static int dequant_diff(const char *name, const std::vector<uint8_t> &w, int nblk, std::vector<float> &ref) {
+  using Q = qt<T>;
+  const int n = nblk * 256;
+  std::vector<float> got(n);
+  ref.assign(n, 0.0f);
+  bl_dequantize(T, w.data(), ref.data(), n);
+  for (int b = 0; b < nblk; b++)
+    for (int u = 0; u < Q::UPB; u++)
+      Q::unit(w.data() + (size_t)b * Q::BB, u, [&](int pos, float a, float c, float d, float e) {
+        float *y = got.data() + (size_t)b * 256 + pos;
+        y[0] = a; y[1] = c; y[2] = d; y[3] = e;
+      });
+  int bad = 0;
+  for (int i = 0; i < n; i++) if (memcmp(&ref[i], &got[i], 4)) { if (bad < 3) printf("  %s dequant %d: %g vs %g\n", name, i, got[i], ref[i]); bad++; }
+  return bad;
+}
+
 template <int T>
 static int check(const char *name) {
   using Q = qt<T>;
@@ -28,16 +47,8 @@ static int check(const char *name) {
     if (T == T_IQ1_M && at >= 48 && at % 2 == 1) w[i] = (w[i] & 0xf0) | (rnd() & 15);
     else w[i] = (uint8_t)rnd();
   }
-  std::vector<float> ref(n), got(n);
-  bl_dequantize(T, w.data(), ref.data(), n);
-  for (int b = 0; b < nblk; b++)
-    for (int u = 0; u < Q::UPB; u++)
-      Q::unit(w.data() + (size_t)b * Q::BB, u, [&](int pos, float a, float c, float d, float e) {
-        float *y = got.data() + (size_t)b * 256 + pos;
-        y[0] = a; y[1] = c; y[2] = d; y[3] = e;
-      });
-  int bad = 0;
-  for (int i = 0; i < n; i++) if (memcmp(&ref[i], &got[i], 4)) { if (bad < 3) printf("  %s dequant %d: %g vs %g\n", name, i, got[i], ref[i]); bad++; }
+  std::vector<float> ref;
+  const int bad = dequant_diff<T>(name, w, nblk, ref);
   // x8 row: groups of 32 quantized (amax / 127), chunks in x8_pos order
   std::vector<float> x(n);
   for (int i = 0; i < n; i++) x[i] = (float)((int)(rnd() & 0xffff) - 32768) / 32768.0f;
@@ -74,16 +85,8 @@ static int check_k(const char *name, int d_at) {
   bl_synth_fill(T, w.data(), 0, nblk, 7, 0.05, 0);
   for (int i = 0; i < nblk * Q::BB; i++)
     if (i % Q::BB < d_at) w[i] = (uint8_t)rnd();
-  std::vector<float> ref(n), got(n);
-  bl_dequantize(T, w.data(), ref.data(), n);
-  for (int b = 0; b < nblk; b++)
-    for (int u = 0; u < Q::UPB; u++)
-      Q::unit(w.data() + (size_t)b * Q::BB, u, [&](int pos, float a, float c, float d, float e) {
-        float *y = got.data() + (size_t)b * 256 + pos;
-        y[0] = a; y[1] = c; y[2] = d; y[3] = e;
-      });
-  int bad = 0;
-  for (int i = 0; i < n; i++) if (memcmp(&ref[i], &got[i], 4)) { if (bad < 3) printf("  %s dequant %d: %g vs %g\n", name, i, got[i], ref[i]); bad++; }
+  std::vector<float> ref;
+  const int bad = dequant_diff<T>(name, w, nblk, ref);
   printf("%s: dequant %d of %d elements differ in bits\n", name, bad, n);
   return bad != 0;
 }
