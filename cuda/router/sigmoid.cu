@@ -47,9 +47,10 @@ __device__ __forceinline__ int warp_best(const float (&v)[XJ], unsigned taken, i
 // grid: one block (a warp) a token. XJ logits a lane (X <= 32 XJ); ng groups of X / ng experts
 // (ng <= 32; 0 or 1: none), gu of them kept.
 template <int XJ>
-__global__ void __launch_bounds__(32) k_route_sig(const float *logits, const float *corr, int X, int K, int ng, int gu, int norm_topk, float w_scale,
-                                                   int32_t *sel, float *selw) {
+__global__ void __launch_bounds__(32) k_route_sig(route_sig_args a) {
   cu_pdl_entry();
+  const float *logits = a.logits, *corr = a.corr;
+  const int X = a.n_expert, K = a.k, ng = a.n_group, gu = a.n_group_used;
   __shared__ int ssel[32];
   __shared__ float sw[32];
   const int t = blockIdx.x, lane = threadIdx.x;
@@ -107,10 +108,10 @@ __global__ void __launch_bounds__(32) k_route_sig(const float *logits, const flo
       }
     __syncwarp();
   }
-  route_tail(K, norm_topk, w_scale, ssel, sw);
+  route_tail(K, a.norm_topk, a.w_scale, ssel, sw);
   if (lane < K) {
-    sel[(size_t)t * K + lane] = ssel[lane];
-    selw[(size_t)t * K + lane] = sw[lane];
+    a.sel[(size_t)t * K + lane] = ssel[lane];
+    a.selw[(size_t)t * K + lane] = sw[lane];
   }
 }
 
@@ -123,12 +124,8 @@ int64_t cu_route_sigmoid(cudaStream_t st, const route_sig_args &a, int ntok) {
     return cu_fail(BL_E_UNSUPPORTED, "router: sigmoid picks of %d of %d experts in %d groups have no kernel", a.k, a.n_expert, a.n_group);
   if (ntok <= 0) return BL_OK;
   const char *w = "sigmoid router picks";
-  if (a.n_expert <= 128)
-    CU_LAUNCH(w, k_route_sig<4>, dim3(ntok), dim3(32), 0, st, a.logits, a.corr, a.n_expert, a.k, a.n_group, a.n_group_used, a.norm_topk, a.w_scale, a.sel, a.selw);
-  else if (a.n_expert <= 256)
-    CU_LAUNCH(w, k_route_sig<8>, dim3(ntok), dim3(32), 0, st, a.logits, a.corr, a.n_expert, a.k, a.n_group, a.n_group_used, a.norm_topk, a.w_scale, a.sel, a.selw);
-  else
-    CU_LAUNCH(w, k_route_sig<32>, dim3(ntok), dim3(32), 0, st, a.logits, a.corr, a.n_expert, a.k, a.n_group, a.n_group_used, a.norm_topk, a.w_scale, a.sel, a.selw);
+  void (*k)(route_sig_args) = a.n_expert <= 128 ? k_route_sig<4> : a.n_expert <= 256 ? k_route_sig<8> : k_route_sig<32>;
+  CU_LAUNCH(w, k, dim3(ntok), dim3(32), 0, st, a);
   return BL_OK;
 }
 

@@ -196,8 +196,6 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           if (t[CU_MOE_RBIAS].data && t[CU_MOE_RBIAS].ne[0] != X) return cu_fail(BL_E_INVAL, "block %lld: router bias of %lld elements", (long long)i, (long long)t[CU_MOE_RBIAS].ne[0]);
           if (t[CU_MOE_RCORR].data && t[CU_MOE_RCORR].ne[0] != X)
             return cu_fail(BL_E_INVAL, "block %lld: router selection bias of %lld elements", (long long)i, (long long)t[CU_MOE_RCORR].ne[0]);
-          if (b.gating == BL_GATING_SIGMOID && !cu_route_sigmoid_fits((int)X, (int)K, (int)b.n_group))
-            return cu_fail(BL_E_UNSUPPORTED, "block %lld: sigmoid routing of %lld of %lld experts in %lld groups", (long long)i, (long long)K, (long long)X, (long long)b.n_group);
           const char *bn[3] = {"ffn_gate_exps bias", "ffn_up_exps bias", "ffn_down_exps bias"};
           for (int k = 0; k < 3; k++) {
             const bl_tensor &bt = t[CU_MOE_BGATE + k];
