@@ -131,9 +131,18 @@ int64_t cu_qk_prep(cudaStream_t st, const qk_args &a, int ntok, bool *tok) {
 #define AD_WARPS 4
 #define AD_MAX_SPLITS 32
 
-// grid: x over KV heads, y over slices (up to max_splits), z over tokens.
+// The query heads of a KV head in sub-groups of at most 8 (a block each): the fewest that divide G
+// (GLM-4.5's 12 a KV head: 2 of 6; Qwen3-235B's 16: 2 of 8).
+static int dec_subgroups(int G) {
+  for (int s = (G + 7) / 8; s <= G; s++)
+    if (G % s == 0) return s;
+  return G;
+}
+
+// grid: x over KV heads times sub-groups (gs of G / gs query heads), y over slices (up to
+// max_splits), z over tokens.
 template <int HD, int GM>
-__global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
+__global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a, int gs) {
   BL_TR_SCOPE(15);
   cu_pdl_entry();
   constexpr int DPL = HD / 32;          // V dims a lane
@@ -143,8 +152,9 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
   __shared__ __align__(16) float sacc[AD_WARPS][GM][HD];
   __shared__ float s_f[GM][AD_MAX_SPLITS], s_L[GM], s_M[GM];
-  const int g = blockIdx.x, si = blockIdx.y, t = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G;
+  const int g = blockIdx.x / gs, sub = blockIdx.x - g * gs, si = blockIdx.y, t = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.G / gs;
+  const int q0 = g * a.G + sub * G; // the block's first query head
   const int n = a.pos[t] + 1;
   const int lo = attn_first(n, a.window); // the first position the query sees
   int splits = (n - lo + a.min_chunk - 1) / a.min_chunk;
@@ -154,7 +164,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   const int p0 = lo + si * chunk, p1 = min(n, p0 + chunk);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int h = i / HD, d = i - h * HD;
-    sq[h][d] = a.q[(size_t)t * a.ldq + (size_t)(g * G + h) * HD + d] * a.scale;
+    sq[h][d] = a.q[(size_t)t * a.ldq + (size_t)(q0 + h) * HD + d] * a.scale;
   }
   __syncthreads();
   const size_t base = (size_t)a.seq[t] * a.slot_stride + (size_t)g * HD;
@@ -278,7 +288,7 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
       L += f * sm_l[w][h];
       A += f * sacc[w][h][d];
     }
-    const int qh = g * G + h;
+    const int qh = q0 + h;
     if (splits == 1) {
       a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = a.sinks ? with_sink(A, L, M, a.sinks[qh]) : L > 0.0f ? A / L : 0.0f;
     } else {
@@ -291,11 +301,11 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
     }
   }
   if (splits == 1) return;
-  if (!last_arrival(a.counters + (size_t)t * a.nkv + g, splits)) return;
+  if (!last_arrival(a.counters + (size_t)t * a.nkv * gs + blockIdx.x, splits)) return;
   // the last slice's block merges: per-slice factors first (read in parallel), then the sums
   for (int i = threadIdx.x; i < G * splits; i += blockDim.x) {
     const int h = i / splits, s2 = i - h * splits;
-    const float *pp = a.part + (((size_t)t * a.nh + g * G + h) * a.max_splits + s2) * sts;
+    const float *pp = a.part + (((size_t)t * a.nh + q0 + h) * a.max_splits + s2) * sts;
     const float ls = __ldcg(pp + 1);
     s_f[h][s2] = ls > 0.0f ? __ldcg(pp) : -INFINITY;
     sp[0][s2][h] = ls; // reuse: slice sums
@@ -316,35 +326,37 @@ __global__ void __launch_bounds__(AD_WARPS * 32) k_attn_dec(attn_args a) {
   }
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int h = i / HD, d = i - h * HD, qh = g * G + h;
+    const int h = i / HD, d = i - h * HD, qh = q0 + h;
     const float *pp = a.part + ((size_t)t * a.nh + qh) * a.max_splits * sts + 2 + d;
     float A = 0.0f;
 #pragma unroll 8
     for (int s2 = 0; s2 < splits; s2++) A += s_f[h][s2] * __ldcg(pp + (size_t)s2 * sts);
     a.out[(size_t)t * a.ldo + (size_t)qh * HD + d] = a.sinks ? with_sink(A, s_L[h], s_M[h], a.sinks[qh]) : s_L[h] > 0.0f ? A / s_L[h] : 0.0f;
   }
-  if (threadIdx.x == 0) a.counters[(size_t)t * a.nkv + g] = 0;
+  if (threadIdx.x == 0) a.counters[(size_t)t * a.nkv * gs + blockIdx.x] = 0;
 }
 
 template <int HD>
-static cudaError_t launch_dec_hd(cudaStream_t st, const attn_args &a, dim3 grid) {
+static cudaError_t launch_dec_hd(cudaStream_t st, const attn_args &a, dim3 grid, int gs) {
   const dim3 th(AD_WARPS * 32);
-  if (a.G <= 1) return cu_launch(k_attn_dec<HD, 1>, grid, th, 0, st, a);
-  if (a.G <= 2) return cu_launch(k_attn_dec<HD, 2>, grid, th, 0, st, a);
-  if (a.G <= 4) return cu_launch(k_attn_dec<HD, 4>, grid, th, 0, st, a);
-  return cu_launch(k_attn_dec<HD, 8>, grid, th, 0, st, a);
+  const int G = a.G / gs;
+  if (G <= 1) return cu_launch(k_attn_dec<HD, 1>, grid, th, 0, st, a, gs);
+  if (G <= 2) return cu_launch(k_attn_dec<HD, 2>, grid, th, 0, st, a, gs);
+  if (G <= 4) return cu_launch(k_attn_dec<HD, 4>, grid, th, 0, st, a, gs);
+  return cu_launch(k_attn_dec<HD, 8>, grid, th, 0, st, a, gs);
 }
 
-bool cu_attn_decode_supported(int hd, int G) { return (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 8; }
+bool cu_attn_decode_supported(int hd, int G) { return (hd == 64 || hd == 128 || hd == 256) && G >= 1 && G <= 64; }
 
 int64_t cu_attn_decode(cudaStream_t st, const attn_args &a, int ntok) {
   if (!cu_attn_decode_supported(a.hd, a.G) || a.max_splits > AD_MAX_SPLITS)
     return cu_fail(BL_E_UNSUPPORTED, "attention: head size %d with %d query heads per KV head has no CUDA kernel", a.hd, a.G);
-  const dim3 grid(a.nkv, a.max_splits, ntok);
+  const int gs = dec_subgroups(a.G);
+  const dim3 grid(a.nkv * gs, a.max_splits, ntok);
   cudaError_t e;
-  if (a.hd == 64) e = launch_dec_hd<64>(st, a, grid);
-  else if (a.hd == 128) e = launch_dec_hd<128>(st, a, grid);
-  else e = launch_dec_hd<256>(st, a, grid);
+  if (a.hd == 64) e = launch_dec_hd<64>(st, a, grid, gs);
+  else if (a.hd == 128) e = launch_dec_hd<128>(st, a, grid, gs);
+  else e = launch_dec_hd<256>(st, a, grid, gs);
   CU_TRY(e, "decode attention");
   return BL_OK;
 }
