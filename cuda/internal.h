@@ -426,6 +426,49 @@ int64_t cu_attn_dec_init();
 int64_t cu_misc_init();
 int64_t cu_moe_init();
 
+// ---- multi-head latent attention (mla.cu; DeepSeek V2/V3, Kimi K2): the absorbed form ----
+// The cache row of a position is [latent (kvl) | shared rotated key part (nr)] in f16 (dk = kvl + nr);
+// a latent query is [q_nope times k_b's head (kvl) | the head's rotated part (nr)]; the values are
+// the rows' latents. Latents of at most CU_MLA_MAX_LATENT (a multiple of 32), rows of at most
+// CU_MLA_MAX_ROW (a multiple of 8).
+#define CU_MLA_MAX_LATENT 512
+#define CU_MLA_MAX_ROW 640
+// a decode batch's tokens split their positions into this many slices, merged after (prompts: one)
+#define CU_MLA_SPLITS 16
+struct mla_args {
+  float *kv;          // the tokens' [latent | rope] rows, ldkv apart (the latent already normalised)
+  int ldkv;
+  const float *q;     // the query heads [nope | rope] (qh = nope + nr each), ldq apart
+  int ldq;
+  float *ql;          // the latent queries, nh rows of dk a token
+  float *lat;         // the attention's outputs: nh latents of kvl a token
+  float *part;        // decode batches' slices: [ntok][nh][CU_MLA_SPLITS][kvl + 2]
+  __half *kc;         // this layer's cache
+  int64_t slot_stride;
+  const int32_t *pos, *seq;
+  int nh, kvl, nr, nope, splits;
+  float scale;
+  rope_params rope;
+};
+bool cu_mla_supported(int kvl, int dk);
+// The tokens' key parts rotated in place and their cache rows written.
+int64_t cu_mla_cache(cudaStream_t st, const mla_args &a, int ntok);
+// The queries' rotated parts into the latent queries' tails (their latent parts: cu_head_rows on k_b).
+int64_t cu_mla_qrope(cudaStream_t st, const mla_args &a, int ntok);
+// Each latent query against its slot's rows 0..pos (one KV head for every query head).
+int64_t cu_mla_attn(cudaStream_t st, const mla_args &a, int ntok);
+// Per-head products: y[t][h] (yh floats a head, ldy a token) = W_h x[t][h] (xh, ldx), W_h slab h of w
+// (w.ne1 rows of w.ne0 = n elements); k_b's absorption into the queries and v_b's values.
+struct head_rows_args {
+  dmat w;
+  const float *x;
+  int ldx, xh;
+  float *y;
+  int ldy, yh;
+  int nh;
+};
+int64_t cu_head_rows(cudaStream_t st, const head_rows_args &a, int ntok, int smem_limit);
+
 // ---- tensor-core products (gemm.cu) ----
 #define GEMM_BM 128
 #define GEMM_BK 128

@@ -37,6 +37,7 @@ static bool vector_role(int kind, int role) {
     case CU_BLOCK_ATTN:
       return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_SINKS);
     case CU_BLOCK_MOE: return role == CU_MOE_NORM || role == CU_MOE_RBIAS || role == CU_MOE_RCORR; // the experts' biases are F32 rows (matrices)
+    case CU_BLOCK_MLA: return role == CU_MLA_NORM || role == CU_MLA_Q_A_NORM || role == CU_MLA_KV_A_NORM;
     case CU_BLOCK_FFN:
     case CU_BLOCK_OUTPUT: return role == 0;
     default: return false;
@@ -50,6 +51,7 @@ static const char *kind_name(int64_t k) {
     case CU_BLOCK_MOE: return "experts";
     case CU_BLOCK_FFN: return "ffn";
     case CU_BLOCK_OUTPUT: return "output";
+    case CU_BLOCK_MLA: return "latent attention";
     default: return "block";
   }
 }
@@ -118,6 +120,50 @@ static int64_t shape(const bl_tensor &t, int64_t bi, const char *what, int64_t n
   return BL_OK;
 }
 
+// A latent attention block's shapes (bloomery.h's MLA tensors) and the sizes it adds.
+static int64_t plan_mla(const cu_fblock &b, int64_t i, cu_dims &d) {
+  const bl_tensor *t = b.t;
+  const int64_t E = d.E, nh = b.n_head, kvl = b.kv_lora, nope = b.nope, nr = b.n_rot, vd = b.v_dim, ql = b.q_lora;
+  const int64_t qh = nope + nr, dk = kvl + nr;
+  if (nh <= 0 || kvl <= 0 || nope <= 0 || vd <= 0 || nr < 0 || nr % 2 || nope % 4 || vd % 4 || ql % 4)
+    return cu_fail(BL_E_INVAL, "block %lld: bad latent attention (heads %lld, latent %lld, nope %lld, rope %lld, v %lld)", (long long)i, (long long)nh,
+                   (long long)kvl, (long long)nope, (long long)nr, (long long)vd);
+  if (!cu_mla_supported((int)kvl, (int)dk)) return cu_fail(BL_E_UNSUPPORTED, "block %lld: a latent of %lld in rows of %lld has no CUDA kernel", (long long)i, (long long)kvl, (long long)dk);
+  if (b.layer < 0 || b.layer > 65535) return cu_fail(BL_E_INVAL, "block %lld: KV layer %lld out of range", (long long)i, (long long)b.layer);
+  if (d.kv_width && dk != d.kv_width) return cu_fail(BL_E_UNSUPPORTED, "block %lld: KV width %lld differs from other layers' %lld", (long long)i, (long long)dk, (long long)d.kv_width);
+  d.kv_width = dk;
+  if (b.layer + 1 > d.kv_layers) d.kv_layers = b.layer + 1;
+  if (ql) {
+    CU_OK(shape(t[CU_MLA_Q_A], i, "attn_q_a", E, ql));
+    CU_OK(need(t[CU_MLA_Q_B], i, "attn_q_b"));
+    CU_OK(shape(t[CU_MLA_Q_B], i, "attn_q_b", ql, nh * qh));
+    if (t[CU_MLA_Q_A_NORM].data && t[CU_MLA_Q_A_NORM].ne[0] != ql) return cu_fail(BL_E_INVAL, "block %lld: q_a norm of %lld elements", (long long)i, (long long)t[CU_MLA_Q_A_NORM].ne[0]);
+  } else {
+    CU_OK(need(t[CU_MLA_Q], i, "attn_q"));
+    CU_OK(shape(t[CU_MLA_Q], i, "attn_q", E, nh * qh));
+  }
+  const char *nm[4] = {"attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output"};
+  const int rl[4] = {CU_MLA_KV_A, CU_MLA_K_B, CU_MLA_V_B, CU_MLA_O};
+  for (int k = 0; k < 4; k++) CU_OK(need(t[rl[k]], i, nm[k]));
+  CU_OK(shape(t[CU_MLA_KV_A], i, "attn_kv_a_mqa", E, dk));
+  CU_OK(shape(t[CU_MLA_K_B], i, "attn_k_b", nope, kvl));
+  CU_OK(shape(t[CU_MLA_V_B], i, "attn_v_b", kvl, vd));
+  if (t[CU_MLA_K_B].ne[2] != nh || t[CU_MLA_V_B].ne[2] != nh) return cu_fail(BL_E_INVAL, "block %lld: k_b / v_b hold %lld / %lld heads, not %lld", (long long)i, (long long)t[CU_MLA_K_B].ne[2], (long long)t[CU_MLA_V_B].ne[2], (long long)nh);
+  CU_OK(shape(t[CU_MLA_O], i, "attn_output", nh * vd, E));
+  if (t[CU_MLA_KV_A_NORM].data && t[CU_MLA_KV_A_NORM].ne[0] != kvl) return cu_fail(BL_E_INVAL, "block %lld: kv_a norm of %lld elements", (long long)i, (long long)t[CU_MLA_KV_A_NORM].ne[0]);
+  // the work buffers the block borrows: q (the query heads; V heads in att), k (the [latent | rope]
+  // rows), v (q_a's rows)
+  const int64_t qw = nh * qh > nh * vd ? nh * qh : nh * vd, kw = dk > ql ? dk : ql;
+  d.qd = d.qd > qw ? d.qd : qw;
+  d.kd = d.kd > kw ? d.kd : kw;
+  d.mla_q = d.mla_q > nh * dk ? d.mla_q : nh * dk;
+  d.mla_lat = d.mla_lat > nh * kvl ? d.mla_lat : nh * kvl;
+  d.mla_nh = d.mla_nh > nh ? d.mla_nh : nh;
+  d.mla_kvl = d.mla_kvl > kvl ? d.mla_kvl : kvl;
+  if (nh > d.max_nh) d.max_nh = nh;
+  return BL_OK;
+}
+
 // Validates the program's fused blocks and lays their tensors out.
 static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &bl, cu_plan &pl) {
   if (!prog || bl.empty()) return cu_fail(BL_E_INVAL, "cuda: empty program");
@@ -169,6 +215,7 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
         if (nkv > d.max_nkv) d.max_nkv = nkv;
         break;
       }
+      case CU_BLOCK_MLA: CU_OK(plan_mla(b, i, d)); break;
       case CU_BLOCK_MOE:
       case CU_BLOCK_FFN: {
         const bool moe = b.kind == CU_BLOCK_MOE;
@@ -282,7 +329,9 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
       {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
-      {(void **)&c->kc, kv}, {(void **)&c->vc, kv},
+      {(void **)&c->kc, kv}, {(void **)&c->vc, kv_planes(c) > 1 ? kv : 0},
+      {(void **)&c->mla_ql, (size_t)MLA_CHUNK * d.mla_q * F}, {(void **)&c->mla_lat, (size_t)MLA_CHUNK * d.mla_lat * F},
+      {(void **)&c->mla_part, d.mla_q ? (size_t)MV_MAX_NT * d.mla_nh * CU_MLA_SPLITS * (d.mla_kvl + 2) * F : 0},
       {(void **)&c->w16, c->w16_elems * sizeof(__half)}, {(void **)&c->b16, c->b16_elems * sizeof(__half)},
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
@@ -303,7 +352,8 @@ static size_t ctx_bytes(cu_ctx *c) {
 static int64_t ctx_dims(const cu_dims &wd, const bl_ctx_params *p, cu_dims &d) {
   if (!p) return cu_fail(BL_E_INVAL, "cuda: null context parameters");
   if (p->n_embd != wd.E || p->n_vocab != wd.V) return cu_fail(BL_E_INVAL, "cuda: program and context disagree on sizes");
-  if (p->max_tokens <= 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 || p->kv_layers < wd.kv_layers || p->kv_k_dim <= 0 || p->kv_v_dim != p->kv_k_dim)
+  if (p->max_tokens <= 0 || p->kv_slots <= 0 || p->kv_ctx <= 0 || p->kv_layers < wd.kv_layers || p->kv_k_dim <= 0 ||
+      (p->kv_v_dim != p->kv_k_dim && !(p->kv_v_dim == 0 && wd.mla_q > 0)))
     return cu_fail(BL_E_INVAL, "cuda: invalid context parameters (tokens %lld, KV %lld x %lld x %lld, width %lld; the program has %lld KV layers)",
                    (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots, (long long)p->kv_ctx, (long long)p->kv_k_dim,
                    (long long)wd.kv_layers);
@@ -452,6 +502,11 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
     o.n_group = (int)b.n_group;
     o.n_group_used = (int)b.n_group_used;
     o.shared_in = b.shared != 0;
+    o.kvl = (int)b.kv_lora;
+    o.nope = (int)b.nope;
+    o.vd = (int)b.v_dim;
+    o.q_lora = (int)b.q_lora;
+    o.mla_eps = (float)b.mla_eps;
     o.shared_next = b.kind == CU_BLOCK_MOE && i + 1 < n && bl[(size_t)i + 1].shared;
     // the sigmoid router's picks are router/sigmoid.cu's alone: no kernel that selects for itself takes the block
     o.general = b.window != 0 || b.act != BL_ACT_SWIGLU || b.t[CU_ATTN_SINKS].data || b.t[CU_ATTN_BO].data ||
@@ -670,7 +725,7 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
   }
   const size_t kvb = (size_t)c->p.kv_layers * kv_layer_elems(c) * 2;
   CU_TRY(cudaMemset(c->kc, 0, kvb), "clearing the KV cache");
-  CU_TRY(cudaMemset(c->vc, 0, kvb), "clearing the KV cache");
+  if (kv_planes(c) > 1) CU_TRY(cudaMemset(c->vc, 0, kvb), "clearing the KV cache");
   CU_TRY(cudaMemset(c->cnt_attn, 0, (size_t)MV_MAX_NT * c->dm.max_nh * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_router, 0, (size_t)c->router_groups * sizeof(int)), "clearing counters");
   CU_TRY(cudaMemset(c->cnt_fo, 0, 64), "clearing counters");
@@ -783,7 +838,7 @@ extern "C" int64_t bl_cuda_set_option(uint64_t h, int64_t key, int64_t value) {
 extern "C" int64_t bl_cuda_ctx_stats(uint64_t h, int64_t *out, int64_t n) {
   cu_ctx *c = reinterpret_cast<cu_ctx *>(h);
   if (!c || !out) return cu_fail(BL_E_INVAL, "stats: null argument");
-  const int64_t v[25] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 4, c->steps, c->graph_steps,
+  const int64_t v[25] = {(int64_t)c->w->arena_bytes, c->p.kv_layers * (int64_t)kv_layer_elems(c) * 2 * kv_planes(c), c->steps, c->graph_steps,
                          (int64_t)c->graphs.size(), c->sm_count, c->pend.fused, c->attx8.used, c->n_gemm16, c->n_routebig, c->n_fa2, c->n_gemmb16,
                          c->n_qktok, c->n_dng, c->n_down1, c->n_gumma, c->n_dnmma, c->n_act8, c->n_l2pf, c->n_attmma, c->n_foacc, c->n_a2merge, c->n_tmagu,
                          c->n_mb_nomma, c->n_a2gen};
@@ -814,7 +869,7 @@ extern "C" int64_t bl_cuda_kv_copy(uint64_t h, int64_t src, int64_t dst, int64_t
   for (int64_t l = 0; l < c->p.kv_layers; l++) {
     const size_t base = (size_t)l * kv_layer_elems(c);
     CU_TRY(cudaMemcpyAsync(c->kc + base + dst * slot, c->kc + base + src * slot, row, cudaMemcpyDeviceToDevice, c->st), "copying KV");
-    CU_TRY(cudaMemcpyAsync(c->vc + base + dst * slot, c->vc + base + src * slot, row, cudaMemcpyDeviceToDevice, c->st), "copying KV");
+    if (kv_planes(c) > 1) CU_TRY(cudaMemcpyAsync(c->vc + base + dst * slot, c->vc + base + src * slot, row, cudaMemcpyDeviceToDevice, c->st), "copying KV");
   }
   CU_TRY(cudaStreamSynchronize(c->st), "copying KV");
   return BL_OK;

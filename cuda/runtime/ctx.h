@@ -35,6 +35,10 @@ struct cu_blk {
   int gating, n_group, n_group_used;
   bool shared_next; // MoE: the block after it is a shared expert (its normalised input kept in cu_ctx.hsh)
   bool shared_in;   // FFN: a shared expert, reading cu_ctx.hsh (no norm of its own)
+  // MLA (latent attention): the latent's size, the unrotated and value head dims, q's LoRA rank (0:
+  // a plain q) and the epsilon of q_a's and the latent's norms; head_dim is a query head's nope + n_rot
+  int kvl, nope, vd, q_lora;
+  float mla_eps;
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption), set
@@ -88,6 +92,9 @@ struct cu_dims {
   int64_t host_layer_bytes; // the largest host-expert block's gate + up + down (256-aligned each; 0: none)
   int64_t n_host;           // blocks whose experts stay in host memory
   int64_t n_shared;         // shared-expert blocks (cu_blk.shared_in; cu_ctx.hsh is sized for them)
+  // latent attention (MLA blocks; 0: none): a token's latent queries (heads x (kvl + n_rot)) and
+  // attended latents (heads x kvl), the most heads of a block, the largest latent
+  int64_t mla_q, mla_lat, mla_nh, mla_kvl;
 };
 
 // The program's tensors on one card (shared by the contexts made from it).
@@ -282,7 +289,10 @@ struct cu_ctx {
   unsigned long long *fo_acc; // FAST_FOACC: the fused router's accumulators, an expert every FO_ACC_STRIDE (zero between launches)
   int rpart_ld;
   int acls;           // the one-token attention's context class of the step being enqueued (attn2.cu)
-  __half *kc, *vc;
+  __half *kc, *vc; // vc null where the values live in K (latent attention: bl_ctx_params.kv_v_dim 0)
+  // latent attention (forward.cu mla_block): a chunk of MLA_CHUNK tokens' latent queries and
+  // attended latents, and a decode batch's slices (mla.cu)
+  float *mla_ql, *mla_lat, *mla_part;
   // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
   __half *w16, *b16;
   size_t w16_elems, b16_elems;
@@ -393,6 +403,10 @@ static inline int32_t *in_seq(const cu_ctx *c) { return c->d_in + 2 * c->dm.maxT
 static inline int32_t *in_out(const cu_ctx *c) { return c->d_in + 3 * c->dm.maxT; }
 static inline int4 *in_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(c->d_in + 4 * c->dm.maxT); }
 static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_slots * c->p.kv_ctx * c->p.kv_k_dim; }
+// The caches a position has: K and V, or K alone where the values live in K (latent attention)
+static inline int kv_planes(const cu_ctx *c) { return c->p.kv_v_dim > 0 ? 2 : 1; }
+// tokens of a prompt whose latent queries and attended latents a latent attention block holds at once
+#define MLA_CHUNK 64
 
 // hybrid.cu
 int64_t cu_host_register(cu_weights *w, bool pin); // pin false: the pages stay unregistered (bl_cuda_options.host_pin 0)

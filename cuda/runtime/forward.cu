@@ -567,6 +567,64 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
+// Multi-head latent attention (DeepSeek V2/V3, Kimi K2) in its absorbed form, as ffi/cpu/mla.c forms
+// it: the norm; q (or q_a, normalised, then q_b) and kv_a; the latent normalised, the key part rotated
+// and the cache rows written (mla.cu); then MLA_CHUNK tokens at a time the latent queries (each
+// head's nope part times k_b's head, its rotated part after), the attention over the cache rows and
+// each head's value out of its latent (v_b); the output product added to x. Borrowed buffers: q the
+// query heads, k the [latent | rope] rows, v q_a's rows, att the value heads.
+static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  const int E = (int)c->dm.E, nh = b.n_head, kvl = b.kvl, nr = b.rope.n_rot, dk = kvl + nr, qh = b.nope + nr, ql = b.q_lora;
+  cu_mark(c, S_QKV);
+  CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MLA_NORM], b.eps, c->h, E, ntok));
+  const gemm_job in[2] = {ql ? gjob(b.t[CU_MLA_Q_A], c->v, ql, nullptr) : gjob(b.t[CU_MLA_Q], c->q, nh * qh, nullptr), gjob(b.t[CU_MLA_KV_A], c->k, dk, nullptr)};
+  if (in[0].w.type == in[1].w.type) CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
+  else
+    for (int j = 0; j < 2; j++) CU_OK(dense_products(c, &in[j], 1, c->h, E, ntok, EPI_STORE, big));
+  if (ql) {
+    CU_OK(cu_rmsnorm(c->st, c->v, ql, nullptr, ql, b.vec[CU_MLA_Q_A_NORM], b.mla_eps, c->v, ql, ntok));
+    CU_OK(dense_product(c, b.t[CU_MLA_Q_B], nullptr, c->v, ql, ntok, c->q, nh * qh, EPI_STORE, big));
+  }
+  CU_OK(cu_rmsnorm(c->st, c->k, dk, nullptr, kvl, b.vec[CU_MLA_KV_A_NORM], b.mla_eps, c->k, dk, ntok));
+  mla_args a;
+  memset(&a, 0, sizeof a);
+  a.kv = c->k;
+  a.ldkv = dk;
+  a.q = c->q;
+  a.ldq = nh * qh;
+  a.ql = c->mla_ql;
+  a.lat = c->mla_lat;
+  a.part = c->mla_part;
+  a.kc = c->kc + (size_t)b.layer * kv_layer_elems(c);
+  a.slot_stride = (int64_t)c->p.kv_ctx * c->p.kv_k_dim;
+  a.pos = in_pos(c);
+  a.seq = in_seq(c);
+  a.nh = nh;
+  a.kvl = kvl;
+  a.nr = nr;
+  a.nope = b.nope;
+  a.splits = CU_MLA_SPLITS;
+  a.scale = b.attn_scale;
+  a.rope = b.rope;
+  CU_OK(cu_mla_cache(c->st, a, ntok));
+  cu_mark(c, S_ATTN);
+  for (int t0 = 0; t0 < ntok; t0 += MLA_CHUNK) {
+    const int nt = ntok - t0 < MLA_CHUNK ? ntok - t0 : MLA_CHUNK;
+    mla_args ch = a;
+    ch.q = c->q + (size_t)t0 * nh * qh;
+    ch.pos = a.pos + t0;
+    ch.seq = a.seq + t0;
+    head_rows_args kb = {b.t[CU_MLA_K_B], ch.q, nh * qh, qh, c->mla_ql, nh * dk, dk, nh};
+    CU_OK(cu_head_rows(c->st, kb, nt, c->smem_limit));
+    CU_OK(cu_mla_qrope(c->st, ch, nt));
+    CU_OK(cu_mla_attn(c->st, ch, nt));
+    head_rows_args vb = {b.t[CU_MLA_V_B], c->mla_lat, nh * kvl, kvl, c->att + (size_t)t0 * nh * b.vd, nh * b.vd, b.vd, nh};
+    CU_OK(cu_head_rows(c->st, vb, nt, c->smem_limit));
+  }
+  cu_mark(c, S_O);
+  return dense_product(c, b.t[CU_MLA_O], nullptr, c->att, nh * b.vd, ntok, c->x, E, EPI_ADD, big);
+}
+
 // The arguments both decode-batch expert paths take (moe_batch_args, moe_dec_args; the rest
 // zero): the weights, the normalised rows in h, the picks, act rows of gate.ne1, the residual.
 template <class A>
@@ -994,6 +1052,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;
+      case CU_BLOCK_MLA: CU_OK(mla_block(c, b, ntok, big)); break;
       case CU_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }

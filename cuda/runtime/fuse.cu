@@ -36,7 +36,6 @@ static const char *op_name(int64_t k) {
   }
 }
 
-static const char *const MLA_NOT_YET = "multi-head latent attention is not implemented on the card yet";
 static const char *const DN_NOT_YET = "the gated delta-net layer is not implemented on the card yet";
 
 namespace {
@@ -108,6 +107,42 @@ struct pass {
                           {CU_ATTN_BK, BL_ATTN_BK}, {CU_ATTN_BV, BL_ATTN_BV}, {CU_ATTN_BO, BL_ATTN_BO},
                           {CU_ATTN_SINKS, BL_ATTN_SINKS}};
     for (const auto &m : map) b.t[m[0]] = role(op, m[1]);
+    return true;
+  }
+
+  // DeepSeek V2/V3's and Kimi K2's attention: the block's norm, q (or its LoRA), the latent, and the
+  // absorbed heads (forward.cu mla_block, attention/mla.cu).
+  bool mla(int64_t i, cu_fblock &b) {
+    const bl_op &nm = ops[i], &op = ops[i + 1];
+    const bl_mla_params *a = params<bl_mla_params>(op);
+    if (!a) return fail(i + 1, "no parameters");
+    if (a->rope.type != BL_ROPE_NORMAL && a->rope.type != BL_ROPE_NEOX) return fail(i + 1, "RoPE type %lld is not implemented on the card", (long long)a->rope.type);
+    if (!cu_mla_supported((int)a->kv_lora, (int)(a->kv_lora + a->rope.n_rot)))
+      return fail(i + 1, "a latent of %lld with a rotated part of %lld is not implemented on the card (latents of at most %d, a multiple of 32; rows of at most %d, a multiple of 8)",
+                  (long long)a->kv_lora, (long long)a->rope.n_rot, CU_MLA_MAX_LATENT, CU_MLA_MAX_ROW);
+    start(b, CU_BLOCK_MLA, i, 2);
+    b.layer = a->kv_layer;
+    b.n_head = a->n_head;
+    b.n_head_kv = 1;
+    b.head_dim = a->nope + a->rope.n_rot;
+    b.kv_lora = a->kv_lora;
+    b.nope = a->nope;
+    b.v_dim = a->v_dim;
+    b.mla_eps = a->eps;
+    b.n_rot = a->rope.n_rot;
+    b.rope_type = a->rope.type;
+    b.yarn_orig_ctx = a->rope.orig_ctx;
+    b.eps = params<bl_norm_params>(nm)->eps;
+    b.rope_base = a->rope.base;
+    b.rope_freq_scale = a->rope.freq_scale;
+    b.attn_scale = a->scale;
+    b.yarn_ext_factor = a->rope.ext_factor;
+    b.yarn_attn_factor = a->rope.attn_factor;
+    b.yarn_beta_fast = a->rope.beta_fast;
+    b.yarn_beta_slow = a->rope.beta_slow;
+    b.t[CU_MLA_NORM] = role(nm, BL_NORM_WEIGHT);
+    for (int r = 0; r < BL_MLA_TENSORS; r++) b.t[CU_MLA_Q + r] = role(op, BL_MLA_Q + r);
+    b.q_lora = b.t[CU_MLA_Q_A].data ? b.t[CU_MLA_Q_A].ne[1] : 0;
     return true;
   }
 
@@ -226,7 +261,8 @@ struct pass {
             if (!ffn(i, b)) return false;
             i += 2;
           } else if (next == BL_OP_MLA) {
-            return fail(i + 1, "%s", MLA_NOT_YET);
+            if (!mla(i, b)) return false;
+            i += 2;
           } else if (next == BL_OP_DELTANET) {
             return fail(i + 1, "%s", DN_NOT_YET);
           } else {
@@ -234,7 +270,6 @@ struct pass {
           }
           break;
         }
-        case BL_OP_MLA: return fail(i, "%s", MLA_NOT_YET);
         case BL_OP_DELTANET: return fail(i, "%s", DN_NOT_YET);
         case BL_OP_MTP_IN: return fail(i, "an MTP layer's input (speculative decoding's draft-mtp) is not implemented on the card yet");
         case BL_OP_FFN:
@@ -246,8 +281,9 @@ struct pass {
           i += 1;
           break;
         case BL_OP_ATTN:
+        case BL_OP_MLA:
         case BL_OP_ROUTER:
-        case BL_OP_EXPERTS: return fail(i, "the card runs it only after its input norm (attention; router + experts; ffn)");
+        case BL_OP_EXPERTS: return fail(i, "the card runs it only after its input norm (attention; latent attention; router + experts; ffn)");
         default: return fail(i, "unknown kind %lld", (long long)op.kind);
       }
       out.push_back(b);

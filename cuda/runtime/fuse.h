@@ -1,7 +1,7 @@
 // bloomery CUDA library: the fusion pass's output - the program's ops (ffi/bloomery.h bl_op) matched
 // into the fused blocks the card's kernels run: EMBED; NORM + ATTN; NORM + ROUTER + EXPERTS (a MoE
 // layer); NORM + FFN; an FFN right after EXPERTS (a shared expert on the experts' normalised input,
-// DeepSeek's and GLM's); OUTPUT. A pattern the pass does not know, or an option the kernels do not
+// DeepSeek's and GLM's); NORM + MLA (multi-head latent attention, DeepSeek V2/V3's); OUTPUT. A pattern the pass does not know, or an option the kernels do not
 // implement, is refused by name (bl_cuda_check, cu_fuse). The blocks are internal: each keeps the run
 // of ops it came from (the host hook runs that run on the CPU).
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "../ffi/bloomery.h"
 
-enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4, CU_BLOCK_OUTPUT = 5 };
+enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4, CU_BLOCK_OUTPUT = 5, CU_BLOCK_MLA = 6 };
 // tensor roles of a fused block (t[]): attention, MoE and FFN blocks; EMBED's token_embd and OUTPUT's norm
 // and head take roles 0 and 0, 1
 enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O = 4, CU_ATTN_Q_NORM = 5, CU_ATTN_K_NORM = 6,
@@ -18,6 +18,9 @@ enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O 
 // the router's bias and its selection bias (vectors) and the experts' biases (F32 rows, one an expert) stay on the card
 enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_MOE_DOWN = 4, CU_MOE_RBIAS = 5, CU_MOE_BGATE = 6,
        CU_MOE_BUP = 7, CU_MOE_BDOWN = 8, CU_MOE_RCORR = 9 };
+// MLA blocks: the input norm, then bloomery.h's BL_MLA_* roles in their order (vectors: the norms)
+enum { CU_MLA_NORM = 0, CU_MLA_Q = 1, CU_MLA_Q_A = 2, CU_MLA_Q_A_NORM = 3, CU_MLA_Q_B = 4, CU_MLA_KV_A = 5, CU_MLA_KV_A_NORM = 6,
+       CU_MLA_K_B = 7, CU_MLA_V_B = 8, CU_MLA_O = 9 };
 #define CU_BLOCK_TENSORS 12
 
 struct cu_fblock {
@@ -37,6 +40,10 @@ struct cu_fblock {
   int64_t window;   // attention: a sliding window (0: every position)
   int64_t act;      // MoE: the experts' activation (BL_ACT_*)
   double alpha, limit;
+  // MLA: the latent's size, a query head's dims without rotation (n_rot: with), a value head's dims,
+  // q's LoRA rank (0: a plain q) and the epsilon of q_a's and the latent's norms
+  int64_t kv_lora, nope, v_dim, q_lora;
+  double mla_eps;
   bl_tensor t[CU_BLOCK_TENSORS];
   const bl_op *ops; // the run of ops it came from (the host hook's argument) and their count
   int64_t n_ops;

@@ -1,5 +1,6 @@
 // bloomery CUDA library: a slot's KV cache saved to and loaded from host memory position-major
-// (for each position: every layer's K row, then its V row - the CPU library's layout, so a prefix
+// (for each position: every layer's K row, then its V row, or the K row alone where the values
+// live in K (latent attention) - the CPU library's layout, so a prefix
 // of a saved state is itself a saved state of fewer positions, and prompt-cache entries and slot
 // files mean the same on both backends). A chunk of positions at a time goes through a device
 // staging buffer (gather and scatter kernels) and two pinned host buffers, so the copies run at
@@ -19,28 +20,28 @@ struct kv_unit {
   int64_t at;
   int kv;
 };
-__device__ __forceinline__ kv_unit kv_unit_of(int64_t i, int64_t layer_units, int64_t slot_units, int64_t row_units, int layers, int64_t p0) {
-  const int64_t per_pos = (int64_t)layers * 2 * row_units;
+__device__ __forceinline__ kv_unit kv_unit_of(int64_t i, int64_t layer_units, int64_t slot_units, int64_t row_units, int layers, int planes, int64_t p0) {
+  const int64_t per_pos = (int64_t)layers * planes * row_units;
   const int64_t p = i / per_pos, r = i % per_pos;
-  const int64_t l = r / (2 * row_units), kv = (r / row_units) % 2, u = r % row_units;
+  const int64_t l = r / (planes * row_units), kv = (r / row_units) % planes, u = r % row_units;
   return {l * layer_units + slot_units + (p0 + p) * row_units + u, (int)kv};
 }
 
 // The chunk's n positions of a slot gathered into the saved layout, and scattered back.
 __global__ void kv_gather(const uint4 *kc, const uint4 *vc, uint4 *stage, int64_t layer_units, int64_t slot_units,
-                          int64_t row_units, int layers, int64_t p0, int64_t n) {
-  const int64_t total = n * layers * 2 * row_units;
+                          int64_t row_units, int layers, int planes, int64_t p0, int64_t n) {
+  const int64_t total = n * layers * planes * row_units;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, p0);
+    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, planes, p0);
     stage[i] = w.kv ? vc[w.at] : kc[w.at];
   }
 }
 
 __global__ void kv_scatter(uint4 *kc, uint4 *vc, const uint4 *stage, int64_t layer_units, int64_t slot_units,
-                           int64_t row_units, int layers, int64_t p0, int64_t n) {
-  const int64_t total = n * layers * 2 * row_units;
+                           int64_t row_units, int layers, int planes, int64_t p0, int64_t n) {
+  const int64_t total = n * layers * planes * row_units;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, p0);
+    const kv_unit w = kv_unit_of(i, layer_units, slot_units, row_units, layers, planes, p0);
     (w.kv ? vc : kc)[w.at] = stage[i];
   }
 }
@@ -52,7 +53,7 @@ int64_t kv_check(const cu_ctx *c, int64_t slot, int64_t n) {
   return BL_OK;
 }
 
-int64_t pos_bytes(const cu_ctx *c) { return c->p.kv_layers * c->p.kv_k_dim * 2 * 2; }
+int64_t pos_bytes(const cu_ctx *c) { return c->p.kv_layers * c->p.kv_k_dim * 2 * kv_planes(c); }
 
 // The staging buffers, made at the first save or load (a context that never moves KV pays nothing).
 int64_t stage_ready(cu_ctx *c) {
@@ -82,7 +83,7 @@ int64_t kv_move(cu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, bool save) {
     uint8_t *h = c->kv_host[k % 2];
     const size_t bytes = (size_t)(m * per);
     if (save) {
-      kv_gather<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, p0, m);
+      kv_gather<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, kv_planes(c), p0, m);
       CU_TRY(cudaGetLastError(), "gathering KV");
       CU_TRY(cudaMemcpyAsync(h, c->kv_stage, bytes, cudaMemcpyDeviceToHost, c->st), "saving KV");
       CU_TRY(cudaEventRecord(c->kv_ev[k % 2], c->st), "saving KV");
@@ -96,7 +97,7 @@ int64_t kv_move(cu_ctx *c, int64_t slot, int64_t n, uint8_t *buf, bool save) {
       CU_TRY(cudaEventSynchronize(c->kv_ev[k % 2]), "loading KV");  // the transfer that last used this buffer is done
       memcpy(h, buf + p0 * per, bytes);
       CU_TRY(cudaMemcpyAsync(c->kv_stage, h, bytes, cudaMemcpyHostToDevice, c->st), "loading KV");
-      kv_scatter<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, p0, m);
+      kv_scatter<<<blocks, threads, 0, c->st>>>(kc, vc, stage, layer_units, slot_units, row_units, (int)c->p.kv_layers, kv_planes(c), p0, m);
       CU_TRY(cudaGetLastError(), "scattering KV");
       CU_TRY(cudaEventRecord(c->kv_ev[k % 2], c->st), "loading KV");
     }
@@ -166,7 +167,7 @@ extern "C" int64_t bl_cuda_kv_stash(uint64_t h, int64_t slot, int64_t n, uint64_
   const int64_t row_units = c->p.kv_k_dim * 2 / 16, layer_units = (int64_t)kv_layer_elems(c) * 2 / 16;
   kv_gather<<<4 * c->sm_count, 256, 0, c->st>>>(reinterpret_cast<const uint4 *>(c->kc), reinterpret_cast<const uint4 *>(c->vc),
                                                  static_cast<uint4 *>(s->d), layer_units, slot * c->p.kv_ctx * row_units, row_units,
-                                                 (int)c->p.kv_layers, 0, n);
+                                                 (int)c->p.kv_layers, kv_planes(c), 0, n);
   const cudaError_t le = cudaGetLastError();
   if (le != cudaSuccess) {
     (void)cudaFree(s->d);
@@ -188,7 +189,7 @@ extern "C" int64_t bl_cuda_kv_unstash(uint64_t h, uint64_t stash, int64_t slot, 
   const int64_t row_units = c->p.kv_k_dim * 2 / 16, layer_units = (int64_t)kv_layer_elems(c) * 2 / 16;
   kv_scatter<<<4 * c->sm_count, 256, 0, c->st>>>(reinterpret_cast<uint4 *>(c->kc), reinterpret_cast<uint4 *>(c->vc),
                                                   static_cast<const uint4 *>(s->d), layer_units, slot * c->p.kv_ctx * row_units, row_units,
-                                                  (int)c->p.kv_layers, 0, n);
+                                                  (int)c->p.kv_layers, kv_planes(c), 0, n);
   CU_TRY(cudaGetLastError(), "kv_unstash: scattering KV");
   return BL_OK;
 }
