@@ -468,6 +468,12 @@ struct head_rows_args {
   int nh;
 };
 int64_t cu_head_rows(cudaStream_t st, const head_rows_args &a, int ntok, int smem_limit);
+// Prompts on the tensor cores (mla_mma.cu): the prefill tiles (fa_args.tiles' form, absolute token
+// indices) of tokens t_base.. whose latent queries a.ql holds (a.lat gets their latents; a.pos and
+// a.seq absolute). False / refused where the card's shared memory or the shape does not take it.
+bool cu_mla_mma_supported(int kvl, int dk);
+int64_t cu_mla_prefill(cudaStream_t st, const mla_args &a, const int4 *tiles, int n_tiles, int t_base);
+int64_t cu_mla_init(int smem_optin);
 
 // ---- tensor-core products (gemm.cu) ----
 #define GEMM_BM 128

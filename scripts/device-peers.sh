@@ -23,7 +23,7 @@ for what in "$@"; do
       for p in ${names//,/ }; do
         [ -d /tmp/peers/$p ] && continue
         mkdir -p /tmp/peers/$p && tar -xJf .device/peers/$p.tar.xz -C /tmp/peers/$p --strip-components=1
-        ( cd /tmp/peers/$p && mkdir -p pocs examples && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
+        ( cd /tmp/peers/$p && mkdir -p pocs examples && { [ -d examples/server ] || { mkdir -p examples/server && touch examples/server/CMakeLists.txt; }; } && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
       done
       echo "== peers building in the background" ;;
     wait)

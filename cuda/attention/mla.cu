@@ -1,5 +1,6 @@
 // bloomery CUDA library: multi-head latent attention's own kernels (DeepSeek V2/V3, Kimi K2; the
-// CPU's ffi/cpu/mla.c is the reference) in the absorbed form, for prompts and decode alike: the
+// CPU's ffi/cpu/mla.c is the reference) in the absorbed form (prompts of the shapes mla_mma.cu takes
+// run their attention there, on the tensor cores): the
 // shared key part's RoPE and the f16 cache rows [latent | rope]; the queries' rotated parts; the
 // per-head products (q_nope times k_b's head gives the latent query, a head's attended latent
 // times v_b's head its value); and the attention itself as MQA over the cache rows, a warp a
@@ -154,38 +155,44 @@ __global__ void __launch_bounds__(128) k_mla_merge(mla_args a, int S) {
   }
 }
 
-// Grid (row blocks, heads): NT tokens' rows of head h staged, each warp a row of slab h.
+// Grid (row blocks, heads): each warp a row of slab h against the tokens' rows of head h, NT
+// tokens staged at a time (the block's weight rows stay in L1 across the groups).
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_THREADS) k_head_rows(head_rows_args a) {
+__global__ void __launch_bounds__(MV_THREADS) k_head_rows(head_rows_args a, int ntok) {
   BL_TR_SCOPE(24);
   cu_pdl_entry();
   extern __shared__ float4 dyn_smem4[];
   float *xs = reinterpret_cast<float *>(dyn_smem4);
   __shared__ float red[32];
   const int h = blockIdx.y, n = a.w.ne0;
-  stage_rows(xs, a.x + (size_t)h * a.xh, a.ldx, n, NT, 0, nullptr, 0.0f, red);
   const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-  if (row >= a.w.ne1) return;
-  float acc[NT];
+  const uint8_t *rp = a.w.d + (size_t)h * a.w.nb2 + (size_t)row * a.w.nb1;
+  for (int t0 = 0; t0 < ntok; t0 += NT) {
+    const int nt = ntok - t0 < NT ? ntok - t0 : NT;
+    if (t0) __syncthreads(); // the last group's rows are read
+    stage_rows(xs, a.x + (size_t)t0 * a.ldx + (size_t)h * a.xh, a.ldx, n, nt, 0, nullptr, 0.0f, red);
+    if (row >= a.w.ne1) continue;
+    float acc[NT];
 #pragma unroll
-  for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-  mv_row<T, NT>(a.w.d + (size_t)h * a.w.nb2 + (size_t)row * a.w.nb1, xs, n, acc, lane);
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    mv_row<T, NT>(rp, xs, n, acc, lane); // (rows past nt read stale staged values; not stored)
 #pragma unroll
-  for (int t = 0; t < NT; t++) {
-    const float v = warp_sum(acc[t]);
-    if (lane == 0) a.y[(size_t)t * a.ldy + (size_t)h * a.yh + row] = v;
+    for (int t = 0; t < NT; t++) {
+      const float v = warp_sum(acc[t]);
+      if (lane == 0 && t < nt) a.y[(size_t)(t0 + t) * a.ldy + (size_t)h * a.yh + row] = v;
+    }
   }
 }
 
 template <int T>
-cudaError_t launch_rows(cudaStream_t st, const head_rows_args &a, int nt, size_t smem) {
+cudaError_t launch_rows(cudaStream_t st, const head_rows_args &a, int ntok, size_t smem) {
   const dim3 grid((a.w.ne1 + MV_WARPS - 1) / MV_WARPS, a.nh);
-  switch (nt) {
+  switch (ntok) {
 #define C(N) \
-  case N: return cu_launch(k_head_rows<T, N>, grid, dim3(MV_THREADS), smem, st, a);
+  case N: return cu_launch(k_head_rows<T, N>, grid, dim3(MV_THREADS), smem, st, a, ntok);
     C(1) C(2) C(3) C(4) C(5) C(6) C(7)
 #undef C
-    default: return cu_launch(k_head_rows<T, 8>, grid, dim3(MV_THREADS), smem, st, a);
+    default: return cu_launch(k_head_rows<T, 8>, grid, dim3(MV_THREADS), smem, st, a, ntok);
   }
 }
 
@@ -218,24 +225,19 @@ int64_t cu_head_rows(cudaStream_t st, const head_rows_args &a, int ntok, int sme
   const int n = a.w.ne0;
   if (ntok <= 0 || a.w.ne1 <= 0) return BL_OK;
   if (n % 4 || a.ldx % 4 || a.xh % 4) return cu_fail(BL_E_UNSUPPORTED, "per-head product: rows of %d elements", n);
-  int per = smem_limit / (n * (int)sizeof(float));
-  if (per > MV_MAX_NT) per = MV_MAX_NT;
-  if (per < 1) return cu_fail(BL_E_UNSUPPORTED, "per-head product: rows of %d elements do not fit the card's shared memory", n);
-  head_rows_args b = a;
-  for (int t0 = 0; t0 < ntok; t0 += per) {
-    const int nt = ntok - t0 < per ? ntok - t0 : per;
-    b.x = a.x + (size_t)t0 * a.ldx;
-    b.y = a.y + (size_t)t0 * a.ldy;
-    const size_t smem = (size_t)nt * n * sizeof(float);
-    cudaError_t e = cudaErrorInvalidValue;
-    switch (a.w.type) {
+  // NT rows of n floats staged, within the default 48 KB (no opt-in needed)
+  const int limit = smem_limit < 48 * 1024 ? smem_limit : 48 * 1024;
+  const int nt = ntok < MV_MAX_NT ? ntok : MV_MAX_NT;
+  const size_t smem = (size_t)nt * n * sizeof(float);
+  if ((int)smem > limit) return cu_fail(BL_E_UNSUPPORTED, "per-head product: rows of %d elements do not fit the card's shared memory", n);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.w.type) {
 #define L(T) \
-  case T: e = launch_rows<T>(st, b, nt, smem); break;
-      CU_TYPE_CASES(L)
+  case T: e = launch_rows<T>(st, a, ntok, smem); break;
+    CU_TYPE_CASES(L)
 #undef L
-      default: return cu_fail(BL_E_UNSUPPORTED, "per-head product: %s has no CUDA kernel", cu_type_name(a.w.type));
-    }
-    CU_TRY(e, "per-head product");
+    default: return cu_fail(BL_E_UNSUPPORTED, "per-head product: %s has no CUDA kernel", cu_type_name(a.w.type));
   }
+  CU_TRY(e, "per-head product");
   return BL_OK;
 }

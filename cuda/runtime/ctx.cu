@@ -605,6 +605,7 @@ int64_t cu_init_kernels(int smem_optin) {
   CU_OK(cu_fo_init(smem_optin));
   CU_OK(cu_route_big_init(smem_optin));
   CU_OK(cu_route_sigmoid_init());
+  CU_OK(cu_mla_init(smem_optin));
   inited_optin = smem_optin;
   inited_carveout = cu_carveout;
   return BL_OK;

@@ -406,7 +406,7 @@ static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_sl
 // The caches a position has: K and V, or K alone where the values live in K (latent attention)
 static inline int kv_planes(const cu_ctx *c) { return c->p.kv_v_dim > 0 ? 2 : 1; }
 // tokens of a prompt whose latent queries and attended latents a latent attention block holds at once
-#define MLA_CHUNK 64
+#define MLA_CHUNK 256
 
 // hybrid.cu
 int64_t cu_host_register(cu_weights *w, bool pin); // pin false: the pages stay unregistered (bl_cuda_options.host_pin 0)

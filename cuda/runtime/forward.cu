@@ -573,7 +573,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
 // head's nope part times k_b's head, its rotated part after), the attention over the cache rows and
 // each head's value out of its latent (v_b); the output product added to x. Borrowed buffers: q the
 // query heads, k the [latent | rope] rows, v q_a's rows, att the value heads.
-static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_fa) {
   const int E = (int)c->dm.E, nh = b.n_head, kvl = b.kvl, nr = b.rope.n_rot, dk = kvl + nr, qh = b.nope + nr, ql = b.q_lora;
   cu_mark(c, S_QKV);
   CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MLA_NORM], b.eps, c->h, E, ntok));
@@ -608,18 +608,29 @@ static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   a.rope = b.rope;
   CU_OK(cu_mla_cache(c->st, a, ntok));
   cu_mark(c, S_ATTN);
-  for (int t0 = 0; t0 < ntok; t0 += MLA_CHUNK) {
-    const int nt = ntok - t0 < MLA_CHUNK ? ntok - t0 : MLA_CHUNK;
+  // a chunk of tokens t0 .. t0 + nt: the latent queries, the attention (tiles g0 .. g1 of the prefill
+  // tiles on the tensor cores, or else the general kernel), each head's value
+  const bool mma = big && n_fa > 0 && cu_mla_mma_supported(kvl, dk);
+  const int4 *ht = reinterpret_cast<const int4 *>(c->h_in + 4 * c->dm.maxT);
+  for (int t0 = 0, g0 = 0; t0 < ntok;) {
+    int nt = ntok - t0 < MLA_CHUNK ? ntok - t0 : MLA_CHUNK, g1 = g0;
+    if (mma) { // whole tiles (each at most 64 tokens)
+      while (g1 < n_fa && ht[g1].x + ht[g1].y - t0 <= MLA_CHUNK) g1++;
+      nt = ht[g1 - 1].x + ht[g1 - 1].y - t0;
+    }
     mla_args ch = a;
     ch.q = c->q + (size_t)t0 * nh * qh;
     ch.pos = a.pos + t0;
     ch.seq = a.seq + t0;
-    head_rows_args kb = {b.t[CU_MLA_K_B], ch.q, nh * qh, qh, c->mla_ql, nh * dk, dk, nh};
+    const head_rows_args kb = {b.t[CU_MLA_K_B], ch.q, nh * qh, qh, c->mla_ql, nh * dk, dk, nh};
     CU_OK(cu_head_rows(c->st, kb, nt, c->smem_limit));
     CU_OK(cu_mla_qrope(c->st, ch, nt));
-    CU_OK(cu_mla_attn(c->st, ch, nt));
-    head_rows_args vb = {b.t[CU_MLA_V_B], c->mla_lat, nh * kvl, kvl, c->att + (size_t)t0 * nh * b.vd, nh * b.vd, b.vd, nh};
+    if (mma) CU_OK(cu_mla_prefill(c->st, a, in_tiles(c) + g0, g1 - g0, t0));
+    else CU_OK(cu_mla_attn(c->st, ch, nt));
+    const head_rows_args vb = {b.t[CU_MLA_V_B], c->mla_lat, nh * kvl, kvl, c->att + (size_t)t0 * nh * b.vd, nh * b.vd, b.vd, nh};
     CU_OK(cu_head_rows(c->st, vb, nt, c->smem_limit));
+    t0 += nt;
+    g0 = g1;
   }
   cu_mark(c, S_O);
   return dense_product(c, b.t[CU_MLA_O], nullptr, c->att, nh * b.vd, ntok, c->x, E, EPI_ADD, big);
@@ -1052,7 +1063,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
         routed = false;
         break;
-      case CU_BLOCK_MLA: CU_OK(mla_block(c, b, ntok, big)); break;
+      case CU_BLOCK_MLA: CU_OK(mla_block(c, b, ntok, big, n_fa_tiles)); break;
       case CU_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
