@@ -474,6 +474,11 @@ int64_t cu_head_rows(cudaStream_t st, const head_rows_args &a, int ntok, int sme
 bool cu_mla_mma_supported(int kvl, int dk);
 int64_t cu_mla_prefill(cudaStream_t st, const mla_args &a, const int4 *tiles, int n_tiles, int t_base);
 int64_t cu_mla_init(int smem_optin);
+// A prompt chunk's per-head products on the tensor cores (mla_mma.cu): the slabs dequantized once into
+// w16 (nh x rows x n halves), then f16 products with f32 sums; false / refused where the type or the
+// layout does not take it (cu_head_rows does).
+bool cu_head_mma_supported(const dmat &w);
+int64_t cu_head_mma(cudaStream_t st, const head_rows_args &a, int ntok, __half *w16, size_t w16_elems);
 
 // ---- tensor-core products (gemm.cu) ----
 #define GEMM_BM 128

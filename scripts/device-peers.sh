@@ -22,8 +22,11 @@ for what in "$@"; do
       [ "$arg" != build ] && names=$arg
       for p in ${names//,/ }; do
         [ -d /tmp/peers/$p ] && continue
+        # llama.cpp's archive has no examples/ (llama-bench is a tool there); ik_llama.cpp's llama-bench is an example
+        extra="-DLLAMA_BUILD_TESTS=OFF"
+        [ $p = llama ] && extra="$extra -DLLAMA_BUILD_EXAMPLES=OFF"
         mkdir -p /tmp/peers/$p && tar -xJf .device/peers/$p.tar.xz -C /tmp/peers/$p --strip-components=1
-        ( cd /tmp/peers/$p && mkdir -p pocs examples && { [ -d examples/server ] || { mkdir -p examples/server && touch examples/server/CMakeLists.txt; }; } && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
+        ( cd /tmp/peers/$p && mkdir -p pocs examples && { [ -d examples/server ] || { mkdir -p examples/server && touch examples/server/CMakeLists.txt; }; } && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF $extra -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
       done
       echo "== peers building in the background" ;;
     wait)
@@ -36,7 +39,7 @@ for what in "$@"; do
       for p in llama ik; do
         [ -d /tmp/peers/$p ] || continue
         echo "== $p: build rc $(cat /tmp/peers/$p/done 2>/dev/null || echo running) ($(ls /tmp/peers/$p/b/bin/llama-bench 2>/dev/null || echo no binary))" | tee -a "$OUT/peers.log"
-        [ -f /tmp/peers/$p/done ] && [ "$(cat /tmp/peers/$p/done)" != 0 ] && tail -20 /tmp/peers/$p/build.log /tmp/peers/$p/cmake.log | tee -a "$OUT/peers.log"
+        [ -f /tmp/peers/$p/done ] && [ "$(cat /tmp/peers/$p/done)" != 0 ] && tail -n 20 /tmp/peers/$p/cmake.log /tmp/peers/$p/build.log | tee -a "$OUT/peers.log"
       done ;;
     llama | ik)
       echo "== $verb: llama-bench $arg" | tee -a "$OUT/peers.log"

@@ -168,6 +168,61 @@ __global__ void __launch_bounds__(256) k_mla_mma(mla_args a, const int4 *tiles, 
   }
 }
 
+// A prompt chunk's per-head products on the tensor cores: y[t][h][r] = w16_h[r] . x[t][h] (w16: every
+// head's slab of rows x K dequantized to f16 first, slab apart). Grid (row tiles of 64, token tiles
+// of 64, heads), four warps: warp w rows 16w .. 16w + 15 of the tile against its 64 tokens, K in
+// steps of 32 (x converted to f16 as staged).
+__global__ void __launch_bounds__(128) k_head_mma(const __half *w16, int rows, int K, int64_t slab, const float *x, int ldx, int xh,
+                                                  float *y, int ldy, int yh, int ntok) {
+  cu_pdl_entry();
+  __shared__ __align__(16) __half sW[64][40];
+  __shared__ __align__(16) __half sX[64][40];
+  const int h = blockIdx.z, r0 = blockIdx.x * 64, t0 = blockIdx.y * 64;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+  const __half *wh = w16 + (size_t)h * slab;
+  float acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    __syncthreads();
+    for (int i = tid; i < 64 * 4; i += 128) {
+      const int r = i >> 2, c = (i & 3) * 8;
+      *reinterpret_cast<uint4 *>(&sW[r][c]) = r0 + r < rows ? *reinterpret_cast<const uint4 *>(wh + (size_t)(r0 + r) * K + k0 + c) : make_uint4(0, 0, 0, 0);
+    }
+    for (int i = tid; i < 64 * 8; i += 128) {
+      const int t = i >> 3, c = (i & 7) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t0 + t < ntok) v = *reinterpret_cast<const float4 *>(x + (size_t)(t0 + t) * ldx + (size_t)h * xh + k0 + c);
+      st_h4(&sX[t][c], v.x, v.y, v.z, v.w);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+      uint32_t a[4];
+      ldsm_x4(a, &sW[16 * warp + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
+#pragma unroll
+      for (int np = 0; np < 4; np++) {
+        uint32_t b[4];
+        ldsm_x4(b, &sX[16 * np + (lane & 7) + ((lane >> 4) << 3)][kk * 16 + ((lane >> 3) & 1) * 8]);
+        mma16816(acc[2 * np], a, b[0], b[1]);
+        mma16816(acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  const int ra = r0 + 16 * warp + gid, rb = ra + 8;
+#pragma unroll
+  for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int t = t0 + 8 * nt + 2 * tig + e;
+      if (t >= ntok) continue;
+      float *yt = y + (size_t)t * ldy + (size_t)h * yh;
+      if (ra < rows) yt[ra] = acc[nt][e];
+      if (rb < rows) yt[rb] = acc[nt][2 + e];
+    }
+  }
+}
+
 } // namespace
 
 bool cu_mla_mma_supported(int kvl, int dk) {
@@ -183,6 +238,27 @@ int64_t cu_mla_prefill(cudaStream_t st, const mla_args &a, const int4 *tiles, in
   if (a.kvl == 512) CU_LAUNCH("latent attention (prompts)", k_mla_mma<16>, grid, dim3(256), smem, st, a, tiles, t_base);
   else if (a.kvl == 256) CU_LAUNCH("latent attention (prompts)", k_mla_mma<8>, grid, dim3(256), smem, st, a, tiles, t_base);
   else CU_LAUNCH("latent attention (prompts)", k_mla_mma<4>, grid, dim3(256), smem, st, a, tiles, t_base);
+  return BL_OK;
+}
+
+bool cu_head_mma_supported(const dmat &w) {
+  return w.ne0 % 32 == 0 && w.nb2 == w.nb1 * w.ne1 && cu_gemm_supported(w.type, w.ne0);
+}
+
+int64_t cu_head_mma(cudaStream_t st, const head_rows_args &a, int ntok, __half *w16, size_t w16_elems) {
+  if (ntok <= 0) return BL_OK;
+  const dmat &w = a.w;
+  const size_t elems = (size_t)w.ne0 * w.ne1 * a.nh;
+  if (!cu_head_mma_supported(w) || elems > w16_elems || a.ldx % 4 || a.xh % 4)
+    return cu_fail(BL_E_UNSUPPORTED, "per-head products on the tensor cores: %s slabs of %d x %d", cu_type_name(w.type), w.ne1, w.ne0);
+  dmat all = w; // every head's slab as one matrix of nh x ne1 rows
+  all.ne1 = w.ne1 * a.nh;
+  all.ne2 = 1;
+  all.nb2 = all.nb1 * all.ne1;
+  CU_OK(cu_deq16(st, all, w16));
+  const dim3 grid((w.ne1 + 63) / 64, (ntok + 63) / 64, a.nh);
+  CU_LAUNCH("per-head products (tensor cores)", k_head_mma, grid, dim3(128), 0, st, w16, w.ne1, w.ne0, (int64_t)w.ne0 * w.ne1, a.x, a.ldx, a.xh, a.y,
+            a.ldy, a.yh, ntok);
   return BL_OK;
 }
 

@@ -567,6 +567,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
+// k_b's and v_b's per-head products: prompts on the tensor cores from an f16 copy of the slabs (the
+// dense products' c->w16, where it is sized and the type takes it), decode rows on the stored blocks.
+static int64_t head_products(cu_ctx *c, const head_rows_args &a, int ntok, bool big) {
+  if (big && c->w16_elems >= (size_t)a.w.ne0 * a.w.ne1 * a.nh && cu_head_mma_supported(a.w)) return cu_head_mma(c->st, a, ntok, c->w16, c->w16_elems);
+  return cu_head_rows(c->st, a, ntok, c->smem_limit);
+}
+
 // Multi-head latent attention (DeepSeek V2/V3, Kimi K2) in its absorbed form, as ffi/cpu/mla.c forms
 // it: the norm; q (or q_a, normalised, then q_b) and kv_a; the latent normalised, the key part rotated
 // and the cache rows written (mla.cu); then MLA_CHUNK tokens at a time the latent queries (each
@@ -623,12 +630,12 @@ static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_f
     ch.pos = a.pos + t0;
     ch.seq = a.seq + t0;
     const head_rows_args kb = {b.t[CU_MLA_K_B], ch.q, nh * qh, qh, c->mla_ql, nh * dk, dk, nh};
-    CU_OK(cu_head_rows(c->st, kb, nt, c->smem_limit));
+    CU_OK(head_products(c, kb, nt, big));
     CU_OK(cu_mla_qrope(c->st, ch, nt));
     if (mma) CU_OK(cu_mla_prefill(c->st, a, in_tiles(c) + g0, g1 - g0, t0));
     else CU_OK(cu_mla_attn(c->st, ch, nt));
     const head_rows_args vb = {b.t[CU_MLA_V_B], c->mla_lat, nh * kvl, kvl, c->att + (size_t)t0 * nh * b.vd, nh * b.vd, b.vd, nh};
-    CU_OK(cu_head_rows(c->st, vb, nt, c->smem_limit));
+    CU_OK(head_products(c, vb, nt, big));
     t0 += nt;
     g0 = g1;
   }
