@@ -204,7 +204,13 @@ __device__ __forceinline__ float xrow_stage_s(const float *x, float *xs, int n, 
   xrow_load(r, x, n);
   return xrow_store(r, xs, n, norm, w, eps, red);
 }
-// The same in the fewest slots that hold the row (2 where n <= 8 * blockDim.x, else 8).
+// The same in the fewest slots that hold the row (2 where n <= 8 * blockDim.x, else 8); a longer row
+// without a norm (DeepSeek's attention output, 16,384 wide) copied straight to xs.
 __device__ __forceinline__ float xrow_stage(const float *x, float *xs, int n, int norm, const float *w, float eps, float *red) {
+  if (!norm && n > 32 * (int)blockDim.x) {
+    for (int i = threadIdx.x; i < (n >> 2); i += blockDim.x) reinterpret_cast<float4 *>(xs)[i] = __ldcg(reinterpret_cast<const float4 *>(x) + i);
+    __syncthreads();
+    return 1.0f;
+  }
   return n <= 8 * (int)blockDim.x ? xrow_stage_s<2>(x, xs, n, norm, w, eps, red) : xrow_stage_s<8>(x, xs, n, norm, w, eps, red);
 }

@@ -555,7 +555,8 @@ static bool plan_fmv(const fmv_args &base, const fmv_job *jobs, int nj, int smem
     rows += jobs[q].m.ne1;
   }
   L.warps = rows >= 16 * sm_count ? 8 : 4;
-  if (base.n % 4 || base.n > 32 * 32 * L.warps) return false;
+  // rows up to 32 floats a thread in registers (the norm's), twice that without a norm (staged by copy)
+  if (base.n % 4 || base.n > (base.norm ? 32 : 64) * 32 * L.warps) return false;
   if (q8 && base.n <= 8 * 32 * L.warps) L.k = fmv_kernel(ta, tb, true, true);
   // rows a warp: one wave of blocks at 3 blocks an SM where possible; both rows of a pair in flight
   const int wave = L.warps * 3 * sm_count;
