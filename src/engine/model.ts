@@ -61,7 +61,7 @@ export interface LoadOptions {
 /** The family's MTP layer of this file, or an error naming why there is none this engine runs. */
 export function mtpOf(family: ModelFamily, f: GgufFile): NonNullable<ModelFamily["mtp"]> {
   const arch = f.str("general.architecture");
-  if (!family.mtp) throw new Error(`${f.path}: draft-mtp runs the MTP layer of qwen35moe and qwen3next files; the ${arch} family's is not implemented`);
+  if (!family.mtp) throw new Error(`${f.path}: draft-mtp runs the MTP layer of qwen35moe, qwen3next, glm4moe and deepseek2 files; the ${arch} family's is not implemented`);
   if (!family.mtp.has(f)) throw new Error(`${f.path}: the ${arch} file has no MTP layer (nextn_predict_layers): draft-mtp needs one (use ngram-simple or a draft model, -md)`);
   return family.mtp;
 }

@@ -32,7 +32,7 @@ function tensorsOf(specs: readonly OpSpec[]): Set<string> {
  */
 export function mtpMemoryOf(f: GgufFile, shared = true): MtpMemory {
   const fam = familyFor(f), arch = f.str("general.architecture");
-  if (!fam.mtp) throw new Error(`${f.path}: draft-mtp runs the MTP layer of qwen35moe and qwen3next files; the ${arch} family's is not implemented`);
+  if (!fam.mtp) throw new Error(`${f.path}: draft-mtp runs the MTP layer of qwen35moe, qwen3next, glm4moe and deepseek2 files; the ${arch} family's is not implemented`);
   if (!fam.mtp.has(f)) throw new Error(`${f.path}: the ${arch} file has no MTP layer (nextn_predict_layers): draft-mtp needs one (use ngram-simple or a draft model, -md)`);
   const hp = fam.mtp.hparams(f);
   const target = shared ? tensorsOf(fam.program(f, fam.hparams(f))) : new Set<string>();

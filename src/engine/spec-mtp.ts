@@ -288,7 +288,7 @@ export function hasMtpLayer(f: GgufFile): boolean {
   return bc > 0 && !!f.tensor(`blk.${bc - 1}.nextn.eh_proj.weight`);
 }
 
-/** Whether the file has an MTP layer of a family whose MTP layer this engine runs as a draft (Family.mtp: the Qwen hybrids): draft-mtp's default. */
+/** Whether the file has an MTP layer of a family whose MTP layer this engine runs as a draft (Family.mtp: the Qwen hybrids, glm4moe, deepseek2): draft-mtp's default. */
 export function runsOwnMtp(f: GgufFile): boolean {
   return hasMtpLayer(f) && !!familyFor(f).mtp?.has(f);
 }

@@ -6,11 +6,13 @@
 // layers: a sigmoid router (expert_gating_func 2) choosing by score plus exp_probs_b within the best
 // expert groups, weights normalised and scaled, and shared experts on the same normalised rows. The files
 // are the MLA-split conversions (attn_k_b / attn_v_b, llama.cpp of April 2025 on); an older one with
-// attn_kv_b is refused by name. MTP layers after the main ones (nextn_predict_layers) are not run.
+// attn_kv_b is refused by name. The MTP layer after the main ones (nextn_predict_layers) is not part of the
+// forward pass: --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
 import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes, synthMoeFfn } from "./sigmoid-moe.ts";
+import { sigmoidMtp, type LayerOps } from "./sigmoid-mtp.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -116,7 +118,8 @@ export function deepseekScales(rope: RopeParams, logMulKey: number | undefined, 
   return { attnFactor, scale: (mscale * mscale) / Math.sqrt(qkHead) };
 }
 
-function program(f: GgufFile, hp: HParams): OpSpec[] {
+/** Layer i's ops (its latent attention on KV cache layer kvLayer, then its FFN half): the forward pass's and the MTP layer's. */
+function layerBuilder(f: GgufFile, hp: HParams): LayerOps {
   const k = keys(f), m = mlaKeys(f);
   const E = hp.nEmbd, H = hp.nHead, dq = H * (m.nope + m.nRot);
   const base = ropeParams(f, A, RopeType.Normal, m.nRot, hp.nCtxTrain);
@@ -124,25 +127,32 @@ function program(f: GgufFile, hp: HParams): OpSpec[] {
   const { attnFactor, scale } = deepseekScales(base, logMulKey, m.nope + m.nRot);
   const rope = { ...base, attnFactor };
   const nFfDense = k.nDense ? f.u32(`${A}.feed_forward_length`) : 0;
-  const ops: OpSpec[] = [embedOp("token_embd.weight")];
-  for (let i = 0; i < hp.nLayer; i++) {
+  return (_f, i, kvLayer) => {
     const p = `blk.${i}.`;
     const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
-    ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
     const q = m.qLora
       ? { q_a: need("attn_q_a.weight", [E, m.qLora]), q_a_norm: need("attn_q_a_norm.weight", [m.qLora]), q_b: need("attn_q_b.weight", [m.qLora, dq]) }
       : { q: need("attn_q.weight", [E, dq]) };
-    ops.push(mlaOp({
-      layer: i, nHead: H, kvLora: m.kvLora, nope: m.nope, vDim: m.vDim, eps: hp.eps, scale, rope,
-      tensors: {
-        ...q,
-        kv_a: need("attn_kv_a_mqa.weight", [E, m.kvLora + m.nRot]), kv_a_norm: need("attn_kv_a_norm.weight", [m.kvLora]),
-        k_b: need("attn_k_b.weight", [m.nope, m.kvLora, H]), v_b: need("attn_v_b.weight", [m.kvLora, m.vDim, H]),
-        o: need("attn_output.weight", [H * m.vDim, E]),
-      },
-    }));
-    ops.push(...ffnHalf(f, k, i, E, nFfDense, hp.eps, "ffn_norm"));
-  }
+    return [
+      normOp(i, need("attn_norm.weight", [E]), hp.eps),
+      mlaOp({
+        layer: i, kvLayer, nHead: H, kvLora: m.kvLora, nope: m.nope, vDim: m.vDim, eps: hp.eps, scale, rope,
+        tensors: {
+          ...q,
+          kv_a: need("attn_kv_a_mqa.weight", [E, m.kvLora + m.nRot]), kv_a_norm: need("attn_kv_a_norm.weight", [m.kvLora]),
+          k_b: need("attn_k_b.weight", [m.nope, m.kvLora, H]), v_b: need("attn_v_b.weight", [m.kvLora, m.vDim, H]),
+          o: need("attn_output.weight", [H * m.vDim, E]),
+        },
+      }),
+      ...ffnHalf(f, k, i, E, nFfDense, hp.eps, "ffn_norm"),
+    ];
+  };
+}
+
+function program(f: GgufFile, hp: HParams): OpSpec[] {
+  const layer = layerBuilder(f, hp), E = hp.nEmbd;
+  const ops: OpSpec[] = [embedOp("token_embd.weight")];
+  for (let i = 0; i < hp.nLayer; i++) ops.push(...layer(f, i, i));
   f.requireTensor("output_norm.weight", [E]);
   if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
   ops.push(outputOp(f, hp.eps));
@@ -295,4 +305,8 @@ const hf: HfFamily = {
   },
 };
 
-export const deepseek2: ModelFamily = { archs: [A], hparams, program, synth, hf, notes: (f) => nextnNotes(f, A, keys(f)) };
+export const deepseek2: ModelFamily = {
+  archs: [A], hparams, program, synth, hf,
+  mtp: sigmoidMtp(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
+  notes: (f) => nextnNotes(f, A, keys(f)),
+};

@@ -4,11 +4,12 @@
 // router choosing by its scores plus a selection bias (exp_probs_b), weights normalised and scaled
 // (expert_weights_norm / _scale), expert groups when the file has more than one, and a shared expert on the
 // same normalised rows. The next-token-prediction (MTP) layer the files append (nextn_predict_layers) is
-// not part of the forward pass: it is left to the speculative-decoding issue (a draft model), never read.
+// not part of the forward pass: --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { attentionOp, embedOp, Gating, normOp, outputOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
 import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes, synthMoeFfn } from "./sigmoid-moe.ts";
+import { sigmoidMtp, type LayerOps } from "./sigmoid-mtp.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -45,7 +46,8 @@ function hparams(f: GgufFile): HParams {
   return hp;
 }
 
-function program(f: GgufFile, hp: HParams): OpSpec[] {
+/** Layer i's ops (its attention on KV cache layer kvLayer, then its FFN half): the forward pass's and the MTP layer's. */
+function layerBuilder(f: GgufFile, hp: HParams): LayerOps {
   const k = moeKeys(f, A, Gating.Sigmoid);
   const E = hp.nEmbd, qd = hp.nHead * hp.headDim, kd = hp.nHeadKv * hp.headDim;
   const nRot = f.u32(`${A}.rope.dimension_count`, hp.headDim);
@@ -56,22 +58,29 @@ function program(f: GgufFile, hp: HParams): OpSpec[] {
   }
   const rope = ropeParams(f, A, RopeType.Neox, nRot, hp.nCtxTrain);
   const nFfDense = k.nDense ? f.u32(`${A}.feed_forward_length`) : 0;
-  const ops: OpSpec[] = [embedOp("token_embd.weight")];
-  for (let i = 0; i < hp.nLayer; i++) {
+  return (_f, i, kvLayer) => {
     const p = `blk.${i}.`;
     const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
     const opt = (n: string, ne: number[]) => (f.tensor(`${p}${n}`) ? need(n, ne) : undefined);
-    ops.push(normOp(i, need("attn_norm.weight", [E]), hp.eps));
-    ops.push(attentionOp({
-      layer: i, nHead: hp.nHead, nHeadKv: hp.nHeadKv, headDim: hp.headDim, eps: hp.eps, rope,
-      tensors: {
-        q: need("attn_q.weight", [E, qd]), k: need("attn_k.weight", [E, kd]), v: need("attn_v.weight", [E, kd]), o: need("attn_output.weight", [qd, E]),
-        bq: opt("attn_q.bias", [qd]), bk: opt("attn_k.bias", [kd]), bv: opt("attn_v.bias", [kd]),
-        q_norm: opt("attn_q_norm.weight", [hp.headDim]), k_norm: opt("attn_k_norm.weight", [hp.headDim]),
-      },
-    }));
-    ops.push(...ffnHalf(f, k, i, E, nFfDense, hp.eps, "post_attention_norm"));
-  }
+    return [
+      normOp(i, need("attn_norm.weight", [E]), hp.eps),
+      attentionOp({
+        layer: i, kvLayer, nHead: hp.nHead, nHeadKv: hp.nHeadKv, headDim: hp.headDim, eps: hp.eps, rope,
+        tensors: {
+          q: need("attn_q.weight", [E, qd]), k: need("attn_k.weight", [E, kd]), v: need("attn_v.weight", [E, kd]), o: need("attn_output.weight", [qd, E]),
+          bq: opt("attn_q.bias", [qd]), bk: opt("attn_k.bias", [kd]), bv: opt("attn_v.bias", [kd]),
+          q_norm: opt("attn_q_norm.weight", [hp.headDim]), k_norm: opt("attn_k_norm.weight", [hp.headDim]),
+        },
+      }),
+      ...ffnHalf(f, k, i, E, nFfDense, hp.eps, "post_attention_norm"),
+    ];
+  };
+}
+
+function program(f: GgufFile, hp: HParams): OpSpec[] {
+  const layer = layerBuilder(f, hp), E = hp.nEmbd;
+  const ops: OpSpec[] = [embedOp("token_embd.weight")];
+  for (let i = 0; i < hp.nLayer; i++) ops.push(...layer(f, i, i));
   f.requireTensor("output_norm.weight", [E]);
   if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
   ops.push(outputOp(f, hp.eps));
@@ -184,5 +193,6 @@ const hf: HfFamily = {
 export const glm4moe: ModelFamily = {
   hf,
   archs: [A], hparams, program, synth,
+  mtp: sigmoidMtp(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
   notes: (f) => nextnNotes(f, A, moeKeys(f, A, Gating.Sigmoid)),
 };

@@ -1,8 +1,8 @@
 // bloomery models: the MoE layers DeepSeek V3 and GLM-4.5 share (llama.cpp's deepseek2 and glm4moe): the
 // router's keys (gating function, selection bias `exp_probs_b`, expert groups, normalised and scaled
 // weights), shared experts, leading dense layers, and the MTP (next-token prediction) layers their files
-// append after the main ones - counted in block_count, never part of the forward pass (they are a draft
-// model for speculative decoding, not run here).
+// append after the main ones - counted in block_count, never part of the forward pass (one is a draft
+// for speculative decoding: sigmoid-mtp.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import type { HfConfig, HfKvSink, HfTensor } from "./types.ts";
@@ -110,8 +110,8 @@ export function ffnHalf(f: GgufFile, k: MoeKeys, i: number, nEmbd: number, nFfDe
 
 /**
  * The load's line about the MTP layers a file appends (llama.cpp's nextn.* tensors and a whole layer
- * after the main ones): not run, not read; they are a draft model for speculative decoding, which
- * bloomery does not do yet (--spec-type draft-mtp and the other speculative flags are refused by name).
+ * after the main ones): not part of the forward pass; one such layer is what --spec-type draft-mtp runs
+ * as a speculative draft (sigmoid-mtp.ts), more than one is not run at all.
  */
 export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
   if (!k.nNextn) return [];
@@ -121,8 +121,10 @@ export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
     if (m && Number(m[1]) >= k.nLayer) (bytes += t.nbytes), n++;
   }
   const layers = k.nNextn === 1 ? `layer blk.${k.nLayer}` : `layers blk.${k.nLayer}-${k.nLayer + k.nNextn - 1}`;
-  return [`${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB) is not used: ` +
-    "it drafts tokens for speculative decoding, which is not implemented yet; the model runs without it"];
+  const what = `${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB)`;
+  return [k.nNextn === 1
+    ? `${what} is not part of the forward pass; --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts)`
+    : `${what} is not used: draft-mtp runs files with one MTP layer; the model runs without them`];
 }
 
 /** The MoE keys of a Hugging Face config (DeepSeek V3 / GLM-4.5 names) as the GGUF keys moeKeys reads. */
