@@ -1,4 +1,4 @@
-// Speculative decoding from the MTP layer of GLM-4.5's and DeepSeek V3's files (src/models/sigmoid-mtp.ts:
+// Speculative decoding from the MTP layer of GLM-4.5's and DeepSeek V3's files (src/models/mtp-layer.ts:
 // --spec-type draft-mtp) on the CPU: the family fixtures (transformers-made glm4moe and deepseek2) with an
 // MTP layer appended as the real files carry one (test/mtp-edit.ts), and synth test-glm4moe with its own:
 // greedy output with draft-mtp is token for token the output without it (four slots at once), drafts
@@ -11,15 +11,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { synth } from "../src/cli/synth.ts";
 import { Model } from "../src/engine/model.ts";
-import { Scheduler } from "../src/engine/scheduler.ts";
-import { makeSampler } from "../src/engine/sampler-bridge.ts";
 import { loadMtpDraft, runsOwnMtp, type MtpDraft } from "../src/engine/spec-mtp.ts";
 import type { SpecConfig } from "../src/engine/spec-ngram.ts";
-import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
 import { nearCopyMtp, withMtp } from "./mtp-edit.ts";
 import { FIXTURES } from "./paths.ts";
+import { runGreedy } from "./spec-run.ts";
 
 setDefaultTimeout(300000);
 const tmp = mkdtempSync(join(tmpdir(), "bloomery-spec-sigmoid-"));
@@ -41,17 +39,7 @@ function mtpOf(m: Model): MtpDraft {
   return d;
 }
 
-interface Run { tokens: number[]; done?: DoneEvent }
-function run(model: Model, prompts: number[][], nPredict: number, spec?: SpecConfig, drafter?: MtpDraft): { runs: Run[]; sched: Scheduler } {
-  const runs: Run[] = prompts.map(() => ({ tokens: [] }));
-  const sched = new Scheduler(model, {
-    tokens: (evs: TokenEvent[]) => { for (const e of evs) runs[e.id].tokens.push(e.token); },
-    done: (dn: DoneEvent) => { runs[dn.id].done = dn; },
-  }, makeSampler, 64, 0, spec, drafter);
-  prompts.forEach((prompt, id) => sched.submit({ id, prompt, nPredict, stop: [], ignoreEos: true, nProbs: 0, idSlot: -1, cachePrompt: false, params: { temperature: 0 } }));
-  while (sched.step()) { /* run */ }
-  return { runs, sched };
-}
+const run = runGreedy;
 
 /** Greedy with draft-mtp against greedy without, four slots; the scheduler's counts. */
 function lossless(path: string, prompts: number[][], n: number): { drafted: number; accepted: number; passes: number; plainPasses: number } {

@@ -22,6 +22,7 @@ import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
 import { nearCopyMtp, withMtp } from "./mtp-edit.ts";
 import { FIXTURES } from "./paths.ts";
 import { Qwen35MtpRef } from "./qwen35-mtp-ref.ts";
+import { type Run, runGreedy } from "./spec-run.ts";
 import { DEMO_MODEL, post, startServer, type RunningServer } from "./server-helpers.ts";
 
 setDefaultTimeout(300000);
@@ -162,17 +163,7 @@ describe("the MTP layer against a plain reference of its math", () => {
   });
 });
 
-interface Run { tokens: number[]; done?: DoneEvent }
-function run(model: Model, prompts: number[][], nPredict: number, spec?: SpecConfig, drafter?: MtpDraft): { runs: Run[]; sched: Scheduler } {
-  const runs: Run[] = prompts.map(() => ({ tokens: [] }));
-  const sched = new Scheduler(model, {
-    tokens: (evs: TokenEvent[]) => { for (const e of evs) runs[e.id].tokens.push(e.token); },
-    done: (dn: DoneEvent) => { runs[dn.id].done = dn; },
-  }, makeSampler, 64, 0, spec, drafter);
-  prompts.forEach((prompt, id) => sched.submit({ id, prompt, nPredict, stop: [], ignoreEos: true, nProbs: 0, idSlot: -1, cachePrompt: false, params: { temperature: 0 } }));
-  while (sched.step()) { /* run */ }
-  return { runs, sched };
-}
+const run = runGreedy;
 
 describe("greedy output with draft-mtp is the output without speculation (CPU, four slots at once)", () => {
   const prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [50, 60, 70, 80, 90, 100, 200, 300], [700, 701, 702], [11, 500, 11, 500, 11, 500, 11, 42, 43, 44, 45, 46], [999, 3, 777, 20, 21]];

@@ -66,6 +66,19 @@ struct pass {
     return true;
   }
 
+  // an attention op's RoPE (its rotated dims, kind, base and YaRN's terms)
+  static void rope_into(cu_fblock &b, const bl_rope_params &r) {
+    b.n_rot = r.n_rot;
+    b.rope_type = r.type;
+    b.yarn_orig_ctx = r.orig_ctx;
+    b.rope_base = r.base;
+    b.rope_freq_scale = r.freq_scale;
+    b.yarn_ext_factor = r.ext_factor;
+    b.yarn_attn_factor = r.attn_factor;
+    b.yarn_beta_fast = r.beta_fast;
+    b.yarn_beta_slow = r.beta_slow;
+  }
+
   void start(cu_fblock &b, int64_t kind, int64_t i, int64_t count) {
     memset(&b, 0, sizeof b);
     b.kind = kind;
@@ -89,17 +102,9 @@ struct pass {
     b.n_head = a->n_head;
     b.n_head_kv = a->n_head_kv;
     b.head_dim = a->head_dim;
-    b.n_rot = a->rope.n_rot;
-    b.rope_type = a->rope.type;
-    b.yarn_orig_ctx = a->rope.orig_ctx;
+    rope_into(b, a->rope);
     b.eps = eps;
-    b.rope_base = a->rope.base;
-    b.rope_freq_scale = a->rope.freq_scale;
     b.attn_scale = a->scale;
-    b.yarn_ext_factor = a->rope.ext_factor;
-    b.yarn_attn_factor = a->rope.attn_factor;
-    b.yarn_beta_fast = a->rope.beta_fast;
-    b.yarn_beta_slow = a->rope.beta_slow;
     b.window = a->window;
     b.t[CU_ATTN_NORM] = role(nm, BL_NORM_WEIGHT);
     const int map[][2] = {{CU_ATTN_Q, BL_ATTN_Q}, {CU_ATTN_K, BL_ATTN_K}, {CU_ATTN_V, BL_ATTN_V}, {CU_ATTN_O, BL_ATTN_O},
@@ -129,17 +134,9 @@ struct pass {
     b.nope = a->nope;
     b.v_dim = a->v_dim;
     b.mla_eps = a->eps;
-    b.n_rot = a->rope.n_rot;
-    b.rope_type = a->rope.type;
-    b.yarn_orig_ctx = a->rope.orig_ctx;
+    rope_into(b, a->rope);
     b.eps = params<bl_norm_params>(nm)->eps;
-    b.rope_base = a->rope.base;
-    b.rope_freq_scale = a->rope.freq_scale;
     b.attn_scale = a->scale;
-    b.yarn_ext_factor = a->rope.ext_factor;
-    b.yarn_attn_factor = a->rope.attn_factor;
-    b.yarn_beta_fast = a->rope.beta_fast;
-    b.yarn_beta_slow = a->rope.beta_slow;
     b.t[CU_MLA_NORM] = role(nm, BL_NORM_WEIGHT);
     for (int r = 0; r < BL_MLA_TENSORS; r++) b.t[CU_MLA_Q + r] = role(op, BL_MLA_Q + r);
     b.q_lora = b.t[CU_MLA_Q_A].data ? b.t[CU_MLA_Q_A].ne[1] : 0;

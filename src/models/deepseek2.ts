@@ -7,12 +7,12 @@
 // expert groups, weights normalised and scaled, and shared experts on the same normalised rows. The files
 // are the MLA-split conversions (attn_k_b / attn_v_b, llama.cpp of April 2025 on); an older one with
 // attn_kv_b is refused by name. The MTP layer after the main ones (nextn_predict_layers) is not part of the
-// forward pass: --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts).
+// forward pass: --spec-type draft-mtp runs it as a speculative draft (mtp-layer.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { embedOp, Gating, mlaOp, normOp, outputOp, ropeParams, RopeType, type OpSpec, type RopeParams } from "./ops.ts";
 import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes, synthMoeFfn } from "./sigmoid-moe.ts";
-import { sigmoidMtp, type LayerOps } from "./sigmoid-mtp.ts";
+import { mtpHook, type LayerOps } from "./mtp-layer.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -307,6 +307,6 @@ const hf: HfFamily = {
 
 export const deepseek2: ModelFamily = {
   archs: [A], hparams, program, synth, hf,
-  mtp: sigmoidMtp(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
+  mtp: mtpHook(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
   notes: (f) => nextnNotes(f, A, keys(f)),
 };

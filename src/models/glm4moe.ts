@@ -4,12 +4,12 @@
 // router choosing by its scores plus a selection bias (exp_probs_b), weights normalised and scaled
 // (expert_weights_norm / _scale), expert groups when the file has more than one, and a shared expert on the
 // same normalised rows. The next-token-prediction (MTP) layer the files append (nextn_predict_layers) is
-// not part of the forward pass: --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts).
+// not part of the forward pass: --spec-type draft-mtp runs it as a speculative draft (mtp-layer.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import { attentionOp, embedOp, Gating, normOp, outputOp, ropeParams, RopeType, type OpSpec } from "./ops.ts";
 import { ffnHalf, hfFfnHalf, hfMoeConfig, moeKeys, nextnNotes, synthMoeFfn } from "./sigmoid-moe.ts";
-import { sigmoidMtp, type LayerOps } from "./sigmoid-mtp.ts";
+import { mtpHook, type LayerOps } from "./mtp-layer.ts";
 import type { Shape, SynthFamily, SynthTensors } from "./synth-types.ts";
 import type { HfConfig, HfFamily, HfKvSink, HfTensor, HParams, ModelFamily } from "./types.ts";
 
@@ -193,6 +193,6 @@ const hf: HfFamily = {
 export const glm4moe: ModelFamily = {
   hf,
   archs: [A], hparams, program, synth,
-  mtp: sigmoidMtp(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
+  mtp: mtpHook(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
   notes: (f) => nextnNotes(f, A, moeKeys(f, A, Gating.Sigmoid)),
 };

@@ -2,7 +2,7 @@
 // router's keys (gating function, selection bias `exp_probs_b`, expert groups, normalised and scaled
 // weights), shared experts, leading dense layers, and the MTP (next-token prediction) layers their files
 // append after the main ones - counted in block_count, never part of the forward pass (one is a draft
-// for speculative decoding: sigmoid-mtp.ts).
+// for speculative decoding: mtp-layer.ts).
 import type { GgufFile } from "../gguf/index.ts";
 import { GgufError } from "../gguf/index.ts";
 import type { HfConfig, HfKvSink, HfTensor } from "./types.ts";
@@ -111,7 +111,7 @@ export function ffnHalf(f: GgufFile, k: MoeKeys, i: number, nEmbd: number, nFfDe
 /**
  * The load's line about the MTP layers a file appends (llama.cpp's nextn.* tensors and a whole layer
  * after the main ones): not part of the forward pass; one such layer is what --spec-type draft-mtp runs
- * as a speculative draft (sigmoid-mtp.ts), more than one is not run at all.
+ * as a speculative draft (mtp-layer.ts), more than one is not run at all.
  */
 export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
   if (!k.nNextn) return [];
@@ -123,7 +123,7 @@ export function nextnNotes(f: GgufFile, a: string, k: MoeKeys): string[] {
   const layers = k.nNextn === 1 ? `layer blk.${k.nLayer}` : `layers blk.${k.nLayer}-${k.nLayer + k.nNextn - 1}`;
   const what = `${a}: the file's MTP (next-token prediction) ${layers} (nextn_predict_layers ${k.nNextn}; ${n} tensors, ${(bytes / 2 ** 20).toFixed(1)} MiB)`;
   return [k.nNextn === 1
-    ? `${what} is not part of the forward pass; --spec-type draft-mtp runs it as a speculative draft (sigmoid-mtp.ts)`
+    ? `${what} is not part of the forward pass; --spec-type draft-mtp runs it as a speculative draft (mtp-layer.ts)`
     : `${what} is not used: draft-mtp runs files with one MTP layer; the model runs without them`];
 }
 
