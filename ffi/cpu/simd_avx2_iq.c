@@ -31,18 +31,43 @@ INLINE void no_min(kblk *k) {
   k->dmin = 0.0f;
 }
 
-INLINE void unpack_iq2_xxs(const uint8_t *p, kblk *k) {
-  const bl_block_iq2_xxs *b = (const bl_block_iq2_xxs *)p;
+/* Eight sign-and-scale words (a 32-element group each: 4 x 7-bit sign indices, a 4-bit scale on top) as sign
+ * bytes: bit 7 the parity of the other seven, as bl_iq_signs7x4 forms them; dword c group c's 32 element
+ * signs. */
+INLINE __m256i iq_signs8(__m256i w) {
+  const __m256i m7 = _mm256_set1_epi32(0x7f);
+  const __m256i x = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
+                                    _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
+                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
+  __m256i par = _mm256_xor_si256(x, _mm256_srli_epi32(x, 4));
+  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 2));
+  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
+  return _mm256_or_si256(x, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
+}
+
+/* A grid block's sign bytes from its eight words w (group c: sg[c]) and the scales 2s + 1. */
+INLINE void iq_words(kblk *k, __m256i w) {
+  uint32_t sgn[8], scn[8];
+  _mm256_storeu_si256((__m256i *)sgn, iq_signs8(w));
+  _mm256_storeu_si256((__m256i *)scn, _mm256_srli_epi32(w, 28));
   int16_t sc[8];
   _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-    const uint8_t *g = b->qs + 8 * c;
-    uint32_t w;
-    memcpy(&w, g + 4, 4);
-    sc[c] = (int16_t)(2 * (w >> 28) + 1);
-    k->q[c] = pts4(bl_iq2xxs_grid[g[0]], bl_iq2xxs_grid[g[1]], bl_iq2xxs_grid[g[2]], bl_iq2xxs_grid[g[3]]);
-    k->sg[c] = sign_bytes(bl_iq_signs7x4(w));
+    sc[c] = (int16_t)(2 * scn[c] + 1);
+    k->sg[c] = sign_bytes(sgn[c]);
   }
   scales_32(k, sc);
+}
+
+INLINE void unpack_iq2_xxs(const uint8_t *p, kblk *k) {
+  const bl_block_iq2_xxs *b = (const bl_block_iq2_xxs *)p;
+  /* the words: bytes 8c + 4 of qs (its odd dwords) */
+  const __m256i lo = _mm256_loadu_si256((const __m256i *)b->qs), hi = _mm256_loadu_si256((const __m256i *)(b->qs + 32));
+  const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+  iq_words(k, _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, odd), _mm256_permutevar8x32_epi32(hi, odd), 0xf0));
+  _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+    const uint8_t *g = b->qs + 8 * c;
+    k->q[c] = pts4(bl_iq2xxs_grid[g[0]], bl_iq2xxs_grid[g[1]], bl_iq2xxs_grid[g[2]], bl_iq2xxs_grid[g[3]]);
+  }
   no_min(k);
   k->d = 0.125f * h2f(b->d);
 }
@@ -89,17 +114,12 @@ INLINE void unpack_iq2_s(const uint8_t *p, kblk *k) {
 
 INLINE void unpack_iq3_xxs(const uint8_t *p, kblk *k) {
   const bl_block_iq3_xxs *b = (const bl_block_iq3_xxs *)p;
-  int16_t sc[8];
+  iq_words(k, _mm256_loadu_si256((const __m256i *)b->sas));
   _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
     const uint8_t *q = b->qs + 8 * c;
-    uint32_t w;
-    memcpy(&w, b->sas + 4 * c, 4);
-    sc[c] = (int16_t)(2 * (w >> 28) + 1);
     k->q[c] = _mm256_setr_epi32((int)bl_iq3xxs_grid[q[0]], (int)bl_iq3xxs_grid[q[1]], (int)bl_iq3xxs_grid[q[2]], (int)bl_iq3xxs_grid[q[3]],
                                 (int)bl_iq3xxs_grid[q[4]], (int)bl_iq3xxs_grid[q[5]], (int)bl_iq3xxs_grid[q[6]], (int)bl_iq3xxs_grid[q[7]]);
-    k->sg[c] = sign_bytes(bl_iq_signs7x4(w));
   }
-  scales_32(k, sc);
   no_min(k);
   k->d = 0.25f * h2f(b->d);
 }

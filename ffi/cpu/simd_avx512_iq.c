@@ -51,21 +51,41 @@ INLINE void nibble_scales(kblk *k, const uint8_t *s8) {
   scales_16(k, _mm256_add_epi16(_mm256_add_epi16(s16, s16), _mm256_set1_epi16(1)));
 }
 
+/* Eight sign-and-scale words (a 32-element group each: 4 x 7-bit sign indices, a 4-bit scale on top) as sign
+ * bytes: bit 7 the parity of the other seven, as bl_iq_signs7x4 forms them; dword c group c's 32 element
+ * signs. */
+INLINE __m256i iq_signs8(__m256i w) {
+  const __m256i m7 = _mm256_set1_epi32(0x7f);
+  const __m256i x = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
+                                    _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
+                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
+  __m256i par = _mm256_xor_si256(x, _mm256_srli_epi32(x, 4));
+  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 2));
+  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
+  return _mm256_or_si256(x, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
+}
+
+/* A grid block's signs from its eight words w (qword c: chunk c's 64 element signs) and the scales 2s + 1. */
+INLINE void iq_words(kblk *k, __m256i w) {
+  const __m256i sg = iq_signs8(w);
+  k->neg[0] = (__mmask64)_mm256_extract_epi64(sg, 0);
+  k->neg[1] = (__mmask64)_mm256_extract_epi64(sg, 1);
+  k->neg[2] = (__mmask64)_mm256_extract_epi64(sg, 2);
+  k->neg[3] = (__mmask64)_mm256_extract_epi64(sg, 3);
+  const __m128i sc = _mm256_cvtepi32_epi8(_mm256_srli_epi32(w, 28));
+  scales_32(k, _mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1)));
+}
+
 INLINE void unpack_iq2_xxs(const uint8_t *p, kblk *k) {
   const bl_block_iq2_xxs *b = (const bl_block_iq2_xxs *)p;
-  uint8_t s[8];
+  /* the words: bytes 16c + 4 and 16c + 12 of qs (dwords 1, 3, 5, ...) */
+  const __m512i all = _mm512_loadu_si512(b->qs);
+  iq_words(k, _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0), all)));
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
     const uint8_t *g = b->qs + 16 * c;
-    uint32_t w0, w1;
-    memcpy(&w0, g + 4, 4);
-    memcpy(&w1, g + 12, 4);
-    s[2 * c] = (uint8_t)(w0 >> 28);
-    s[2 * c + 1] = (uint8_t)(w1 >> 28);
     const unsigned ix[8] = {g[0], g[1], g[2], g[3], g[8], g[9], g[10], g[11]};
     k->q[c] = pts8(bl_iq2xxs_grid, ix);
-    k->neg[c] = (__mmask64)((uint64_t)bl_iq_signs7x4(w0) | ((uint64_t)bl_iq_signs7x4(w1) << 32));
   }
-  odd_scales_32(k, s);
   set_d(k, 0.125f * h2f(b->d));
 }
 
@@ -105,19 +125,12 @@ INLINE void unpack_iq2_s(const uint8_t *p, kblk *k) {
 
 INLINE void unpack_iq3_xxs(const uint8_t *p, kblk *k) {
   const bl_block_iq3_xxs *b = (const bl_block_iq3_xxs *)p;
-  uint8_t s[8];
+  iq_words(k, _mm256_loadu_si256((const __m256i *)b->sas));
   _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
     unsigned ix[16];
     for (int j = 0; j < 16; j++) ix[j] = b->qs[16 * c + j];
     k->q[c] = pts16(bl_iq3xxs_grid, ix);
-    uint32_t w0, w1;
-    memcpy(&w0, b->sas + 8 * c, 4);
-    memcpy(&w1, b->sas + 8 * c + 4, 4);
-    s[2 * c] = (uint8_t)(w0 >> 28);
-    s[2 * c + 1] = (uint8_t)(w1 >> 28);
-    k->neg[c] = (__mmask64)((uint64_t)bl_iq_signs7x4(w0) | ((uint64_t)bl_iq_signs7x4(w1) << 32));
   }
-  odd_scales_32(k, s);
   set_d(k, 0.25f * h2f(b->d));
 }
 
