@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 const NAMES: Record<number, string> = {
   1: "fmv", 2: "fgu", 3: "fgu8", 4: "fdown", 5: "fo", 6: "attn2", 7: "a2merge", 8: "rmsnorm", 9: "topk_chunk",
   10: "topk_merge", 11: "mv", 12: "rows_f32", 13: "qk", 14: "qk_tok", 15: "attn_dec", 16: "router", 17: "moe_gu",
-  18: "moe_down", 19: "attn1",
+  18: "moe_down", 19: "attn1", 20: "mla_cache", 21: "mla_qrope", 22: "mla_attn", 23: "mla_merge", 24: "head_rows",
 };
 
 interface Launch { name: string; grid: number; t0: number; t0max: number; tw: number; twmax: number; te: number; temin: number; tws: number[]; t0s: number[]; tes: number[]; m1: number[]; m2: number[]; m3: number[]; }
