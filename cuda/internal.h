@@ -446,7 +446,7 @@ struct mla_args {
   __half *kc;         // this layer's cache
   int64_t slot_stride;
   const int32_t *pos, *seq;
-  int nh, kvl, nr, nope, splits;
+  int nh, kvl, nr, nope;
   float scale;
   rope_params rope;
 };
@@ -477,7 +477,7 @@ int64_t cu_mla_init(int smem_optin);
 // A prompt chunk's per-head products on the tensor cores (mla_mma.cu): the slabs dequantized once into
 // w16 (nh x rows x n halves), then f16 products with f32 sums; false / refused where the type or the
 // layout does not take it (cu_head_rows does).
-bool cu_head_mma_supported(const dmat &w);
+bool cu_head_mma_supported(const dmat &w, int nh, size_t w16_elems);
 int64_t cu_head_mma(cudaStream_t st, const head_rows_args &a, int ntok, __half *w16, size_t w16_elems);
 
 // ---- tensor-core products (gemm.cu) ----

@@ -17,14 +17,6 @@ constexpr int HG = 8;                        // query heads a block (a warp each
 constexpr int TP = 16;                       // cache rows a tile
 constexpr int LPL = CU_MLA_MAX_LATENT / 32;  // latent elements a lane
 
-// Pair p of src rotated into dst (either may be the other): RoPE as rope_rotate forms it.
-__device__ __forceinline__ void rope_pair(const float *src, float *dst, const rope_params &r, int p, float cs, float sn) {
-  const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
-  const float x0 = src[ia], x1 = src[ib];
-  dst[ia] = x0 * cs - x1 * sn;
-  dst[ib] = x0 * sn + x1 * cs;
-}
-
 // A block a token: its key part rotated, then its row [latent | rope] into the slot's cache.
 __global__ void __launch_bounds__(128) k_mla_cache(mla_args a) {
   BL_TR_SCOPE(20);
@@ -35,7 +27,7 @@ __global__ void __launch_bounds__(128) k_mla_cache(mla_args a) {
   for (int p = threadIdx.x; p < a.nr / 2; p += blockDim.x) {
     float cs, sn;
     rope_factors(a.rope, pos, p, cs, sn);
-    rope_pair(row + a.kvl, row + a.kvl, a.rope, p, cs, sn);
+    rope_rotate(row + a.kvl, a.rope, p, cs, sn);
   }
   __syncthreads();
   __half *dst = a.kc + (size_t)seq * a.slot_stride + (size_t)pos * dk;
@@ -215,7 +207,7 @@ int64_t cu_mla_qrope(cudaStream_t st, const mla_args &a, int ntok) {
 int64_t cu_mla_attn(cudaStream_t st, const mla_args &a, int ntok) {
   if (ntok <= 0) return BL_OK;
   if (!cu_mla_supported(a.kvl, a.kvl + a.nr)) return cu_fail(BL_E_UNSUPPORTED, "latent attention: a latent of %d and rows of %d", a.kvl, a.kvl + a.nr);
-  const int S = a.splits > 1 && ntok <= MV_MAX_NT ? (a.splits < CU_MLA_SPLITS ? a.splits : CU_MLA_SPLITS) : 1;
+  const int S = ntok <= MV_MAX_NT ? CU_MLA_SPLITS : 1;
   CU_LAUNCH("latent attention", k_mla_attn, dim3(ntok, (a.nh + HG - 1) / HG, S), dim3(HG * 32), 0, st, a);
   if (S > 1) CU_LAUNCH("latent attention's merge", k_mla_merge, dim3(ntok, a.nh), dim3(128), 0, st, a, S);
   return BL_OK;

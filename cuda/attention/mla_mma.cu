@@ -241,15 +241,14 @@ int64_t cu_mla_prefill(cudaStream_t st, const mla_args &a, const int4 *tiles, in
   return BL_OK;
 }
 
-bool cu_head_mma_supported(const dmat &w) {
-  return w.ne0 % 32 == 0 && w.nb2 == w.nb1 * w.ne1 && cu_gemm_supported(w.type, w.ne0);
+bool cu_head_mma_supported(const dmat &w, int nh, size_t w16_elems) {
+  return w.ne0 % 32 == 0 && w.nb2 == w.nb1 * w.ne1 && (size_t)w.ne0 * w.ne1 * nh <= w16_elems && cu_gemm_supported(w.type, w.ne0);
 }
 
 int64_t cu_head_mma(cudaStream_t st, const head_rows_args &a, int ntok, __half *w16, size_t w16_elems) {
   if (ntok <= 0) return BL_OK;
   const dmat &w = a.w;
-  const size_t elems = (size_t)w.ne0 * w.ne1 * a.nh;
-  if (!cu_head_mma_supported(w) || elems > w16_elems || a.ldx % 4 || a.xh % 4)
+  if (!cu_head_mma_supported(w, a.nh, w16_elems) || a.ldx % 4 || a.xh % 4)
     return cu_fail(BL_E_UNSUPPORTED, "per-head products on the tensor cores: %s slabs of %d x %d", cu_type_name(w.type), w.ne1, w.ne0);
   dmat all = w; // every head's slab as one matrix of nh x ne1 rows
   all.ne1 = w.ne1 * a.nh;

@@ -19,10 +19,13 @@ __device__ __forceinline__ void rope_factors(const rope_params &r, int32_t pos, 
   sn = sinf(theta) * r.mscale;
 }
 
-// Pair p of a head's row xs rotated by (cs, sn): elements p and p + n_rot / 2 (NEOX), else 2p and 2p + 1.
-__device__ __forceinline__ void rope_rotate(float *xs, const rope_params &r, int p, float cs, float sn) {
+// Pair p of a head's row src rotated by (cs, sn) into dst (either may be the other): elements p and
+// p + n_rot / 2 (NEOX), else 2p and 2p + 1.
+__device__ __forceinline__ void rope_pair(const float *src, float *dst, const rope_params &r, int p, float cs, float sn) {
   const int ia = r.mode == BL_ROPE_NEOX ? p : 2 * p, ib = r.mode == BL_ROPE_NEOX ? p + r.n_rot / 2 : 2 * p + 1;
-  const float x0 = xs[ia], x1 = xs[ib];
-  xs[ia] = x0 * cs - x1 * sn;
-  xs[ib] = x0 * sn + x1 * cs;
+  const float x0 = src[ia], x1 = src[ib];
+  dst[ia] = x0 * cs - x1 * sn;
+  dst[ib] = x0 * sn + x1 * cs;
 }
+// The same in place.
+__device__ __forceinline__ void rope_rotate(float *xs, const rope_params &r, int p, float cs, float sn) { rope_pair(xs, xs, r, p, cs, sn); }

@@ -570,7 +570,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
 // k_b's and v_b's per-head products: prompts on the tensor cores from an f16 copy of the slabs (the
 // dense products' c->w16, where it is sized and the type takes it), decode rows on the stored blocks.
 static int64_t head_products(cu_ctx *c, const head_rows_args &a, int ntok, bool big) {
-  if (big && c->w16_elems >= (size_t)a.w.ne0 * a.w.ne1 * a.nh && cu_head_mma_supported(a.w)) return cu_head_mma(c->st, a, ntok, c->w16, c->w16_elems);
+  if (big && cu_head_mma_supported(a.w, a.nh, c->w16_elems)) return cu_head_mma(c->st, a, ntok, c->w16, c->w16_elems);
   return cu_head_rows(c->st, a, ntok, c->smem_limit);
 }
 
@@ -585,9 +585,7 @@ static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_f
   cu_mark(c, S_QKV);
   CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_MLA_NORM], b.eps, c->h, E, ntok));
   const gemm_job in[2] = {ql ? gjob(b.t[CU_MLA_Q_A], c->v, ql, nullptr) : gjob(b.t[CU_MLA_Q], c->q, nh * qh, nullptr), gjob(b.t[CU_MLA_KV_A], c->k, dk, nullptr)};
-  if (in[0].w.type == in[1].w.type) CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
-  else
-    for (int j = 0; j < 2; j++) CU_OK(dense_products(c, &in[j], 1, c->h, E, ntok, EPI_STORE, big));
+  CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
   if (ql) {
     CU_OK(cu_rmsnorm(c->st, c->v, ql, nullptr, ql, b.vec[CU_MLA_Q_A_NORM], b.mla_eps, c->v, ql, ntok));
     CU_OK(dense_product(c, b.t[CU_MLA_Q_B], nullptr, c->v, ql, ntok, c->q, nh * qh, EPI_STORE, big));
@@ -610,7 +608,6 @@ static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_f
   a.kvl = kvl;
   a.nr = nr;
   a.nope = b.nope;
-  a.splits = CU_MLA_SPLITS;
   a.scale = b.attn_scale;
   a.rope = b.rope;
   CU_OK(cu_mla_cache(c->st, a, ntok));

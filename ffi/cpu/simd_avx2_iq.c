@@ -12,6 +12,7 @@
 
 #pragma GCC target("avx2,fma,f16c,bmi2")
 #include "simd_avx2_kblk.h"
+#include "simd_iq_signs.h"
 
 /* 32 sign bits (element e: bit e) as bytes: -1 where set, else +1 */
 INLINE __m256i sign_bytes(uint32_t bits) {
@@ -29,20 +30,6 @@ INLINE __m256i pts4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 INLINE void no_min(kblk *k) {
   k->mn = _mm256_setzero_si256();
   k->dmin = 0.0f;
-}
-
-/* Eight sign-and-scale words (a 32-element group each: 4 x 7-bit sign indices, a 4-bit scale on top) as sign
- * bytes: bit 7 the parity of the other seven, as bl_iq_signs7x4 forms them; dword c group c's 32 element
- * signs. */
-INLINE __m256i iq_signs8(__m256i w) {
-  const __m256i m7 = _mm256_set1_epi32(0x7f);
-  const __m256i x = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
-                                    _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
-                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
-  __m256i par = _mm256_xor_si256(x, _mm256_srli_epi32(x, 4));
-  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 2));
-  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
-  return _mm256_or_si256(x, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
 }
 
 /* A grid block's sign bytes from its eight words w (group c: sg[c]) and the scales 2s + 1. */

@@ -14,6 +14,7 @@
 
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 #include "simd_avx512_kblk.h"
+#include "simd_iq_signs.h"
 
 /* eight 8-element points of a 64-bit grid as 64 bytes, point 0 first (scalar loads: cheaper
  * than vpgatherqq here) */
@@ -49,20 +50,6 @@ INLINE void nibble_scales(kblk *k, const uint8_t *s8) {
   const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
   const __m256i s16 = _mm256_cvtepu8_epi16(n);
   scales_16(k, _mm256_add_epi16(_mm256_add_epi16(s16, s16), _mm256_set1_epi16(1)));
-}
-
-/* Eight sign-and-scale words (a 32-element group each: 4 x 7-bit sign indices, a 4-bit scale on top) as sign
- * bytes: bit 7 the parity of the other seven, as bl_iq_signs7x4 forms them; dword c group c's 32 element
- * signs. */
-INLINE __m256i iq_signs8(__m256i w) {
-  const __m256i m7 = _mm256_set1_epi32(0x7f);
-  const __m256i x = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
-                                    _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
-                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
-  __m256i par = _mm256_xor_si256(x, _mm256_srli_epi32(x, 4));
-  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 2));
-  par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
-  return _mm256_or_si256(x, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
 }
 
 /* A grid block's signs from its eight words w (qword c: chunk c's 64 element signs) and the scales 2s + 1. */

@@ -127,7 +127,7 @@ function layerBuilder(f: GgufFile, hp: HParams): LayerOps {
   const { attnFactor, scale } = deepseekScales(base, logMulKey, m.nope + m.nRot);
   const rope = { ...base, attnFactor };
   const nFfDense = k.nDense ? f.u32(`${A}.feed_forward_length`) : 0;
-  return (_f, i, kvLayer) => {
+  return (i, kvLayer) => {
     const p = `blk.${i}.`;
     const need = (n: string, ne: number[]) => (f.requireTensor(`${p}${n}`, ne), `${p}${n}`);
     const q = m.qLora
@@ -152,7 +152,7 @@ function layerBuilder(f: GgufFile, hp: HParams): LayerOps {
 function program(f: GgufFile, hp: HParams): OpSpec[] {
   const layer = layerBuilder(f, hp), E = hp.nEmbd;
   const ops: OpSpec[] = [embedOp("token_embd.weight")];
-  for (let i = 0; i < hp.nLayer; i++) ops.push(...layer(f, i, i));
+  for (let i = 0; i < hp.nLayer; i++) ops.push(...layer(i, i));
   f.requireTensor("output_norm.weight", [E]);
   if (f.tensor("output.weight")) f.requireTensor("output.weight", [E, hp.nVocab]);
   ops.push(outputOp(f, hp.eps));
@@ -307,6 +307,6 @@ const hf: HfFamily = {
 
 export const deepseek2: ModelFamily = {
   archs: [A], hparams, program, synth, hf,
-  mtp: mtpHook(A, hparams, (f, i, kvLayer) => layerBuilder(f, hparams(f))(f, i, kvLayer)),
+  mtp: mtpHook(A, hparams, (f) => layerBuilder(f, hparams(f))),
   notes: (f) => nextnNotes(f, A, keys(f)),
 };

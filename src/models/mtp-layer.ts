@@ -10,8 +10,8 @@ import { GgufError, type GgufFile } from "../gguf/index.ts";
 import { mtpInputOp, OpKind, type OpSpec } from "./ops.ts";
 import { qWidth, type HParams, type ModelFamily } from "./types.ts";
 
-/** The ops of the family's layer i (its tensors blk.i.*) on KV cache layer kvLayer. */
-export type LayerOps = (f: GgufFile, i: number, kvLayer: number) => OpSpec[];
+/** The ops of a file's layer i (its tensors blk.i.*) on KV cache layer kvLayer. */
+export type LayerOps = (i: number, kvLayer: number) => OpSpec[];
 
 /** The MTP layer's index (block_count - 1) when the file has the one draft-mtp runs, else why not. */
 export function mtpLayer(f: GgufFile, a: string): number {
@@ -42,7 +42,7 @@ export function mtpOps(f: GgufFile, hp: HParams, il: number, block: OpSpec[]): O
 }
 
 /** A family's `mtp` hook from its layer builder: the MTP layer as a model of one layer (one KV cache layer; room for the 2 x n_embd input rows). */
-export function mtpHook(a: string, hparams: (f: GgufFile) => HParams, layerOps: LayerOps): NonNullable<ModelFamily["mtp"]> {
+export function mtpHook(a: string, hparams: (f: GgufFile) => HParams, layers: (f: GgufFile) => LayerOps): NonNullable<ModelFamily["mtp"]> {
   return {
     has: (f) => f.u32(`${a}.nextn_predict_layers`, 0) > 0,
     hparams(f) {
@@ -52,7 +52,7 @@ export function mtpHook(a: string, hparams: (f: GgufFile) => HParams, layerOps: 
     },
     program: (f, hp) => {
       const il = mtpLayer(f, a);
-      return mtpOps(f, hp, il, layerOps(f, il, 0));
+      return mtpOps(f, hp, il, layers(f)(il, 0));
     },
   };
 }
