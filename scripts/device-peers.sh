@@ -7,6 +7,9 @@
 #                  in new sessions (setsid: they run on after the call returns); NAMES: llama, ik or
 #                  llama,ik (the default)
 #   wait:SECONDS   wait for both builds, at most SECONDS; print how each ended
+#   stop           end the builds still running (their compilers would share the CPU with the benches:
+#                  call 4 of stop 45 measured every engine's host-expert decode at a fraction of its
+#                  speed beside ik_llama.cpp's unfinished build); say which were stopped
 #   llama:ARGS     llama.cpp's llama-bench ARGS ('+' for spaces)
 #   ik:ARGS        ik_llama.cpp's llama-bench ARGS
 set -u
@@ -40,6 +43,12 @@ for what in "$@"; do
         [ -d /tmp/peers/$p ] || continue
         echo "== $p: build rc $(cat /tmp/peers/$p/done 2>/dev/null || echo running) ($(ls /tmp/peers/$p/b/bin/llama-bench 2>/dev/null || echo no binary))" | tee -a "$OUT/peers.log"
         [ -f /tmp/peers/$p/done ] && [ "$(cat /tmp/peers/$p/done)" != 0 ] && tail -n 20 /tmp/peers/$p/cmake.log /tmp/peers/$p/build.log | tee -a "$OUT/peers.log"
+      done ;;
+    stop)
+      for p in llama ik; do
+        [ -d /tmp/peers/$p ] && [ ! -f /tmp/peers/$p/done ] || continue
+        pkill -f "cmake --build b --target llama-bench" ; pkill -f "/tmp/peers/$p/" ; sleep 1
+        echo "== $p: build stopped unfinished (no bench of it this call)" | tee -a "$OUT/peers.log"
       done ;;
     llama | ik)
       echo "== $verb: llama-bench $arg" | tee -a "$OUT/peers.log"
