@@ -7,9 +7,8 @@
 #                  in new sessions (setsid: they run on after the call returns); NAMES: llama, ik or
 #                  llama,ik (the default)
 #   wait:SECONDS   wait for both builds, at most SECONDS; print how each ended
-#   stop           end the builds still running (their compilers would share the CPU with the benches:
-#                  call 4 of stop 45 measured every engine's host-expert decode at a fraction of its
-#                  speed beside ik_llama.cpp's unfinished build); say which were stopped
+#   stop           end the builds still running (their session, by the pid each build wrote), so that
+#                  no compiler shares the CPU with the benches; say which were stopped
 #   llama:ARGS     llama.cpp's llama-bench ARGS ('+' for spaces)
 #   ik:ARGS        ik_llama.cpp's llama-bench ARGS
 set -u
@@ -29,7 +28,7 @@ for what in "$@"; do
         extra="-DLLAMA_BUILD_TESTS=OFF"
         [ $p = llama ] && extra="$extra -DLLAMA_BUILD_EXAMPLES=OFF"
         mkdir -p /tmp/peers/$p && tar -xJf .device/peers/$p.tar.xz -C /tmp/peers/$p --strip-components=1
-        ( cd /tmp/peers/$p && mkdir -p pocs examples && { [ -d examples/server ] || { mkdir -p examples/server && touch examples/server/CMakeLists.txt; }; } && setsid nohup bash -c "cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF $extra -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
+        ( cd /tmp/peers/$p && mkdir -p pocs examples && { [ -d examples/server ] || { mkdir -p examples/server && touch examples/server/CMakeLists.txt; }; } && setsid nohup bash -c "echo \$\$ > pid; cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF $extra -DCMAKE_BUILD_TYPE=Release > cmake.log 2>&1 && cmake --build b --target llama-bench -j ${JOBS:-8} > build.log 2>&1; echo \$? > done" > /dev/null 2>&1 < /dev/null & )
       done
       echo "== peers building in the background" ;;
     wait)
@@ -47,7 +46,7 @@ for what in "$@"; do
     stop)
       for p in llama ik; do
         [ -d /tmp/peers/$p ] && [ ! -f /tmp/peers/$p/done ] || continue
-        pkill -f "cmake --build b --target llama-bench" ; pkill -f "/tmp/peers/$p/" ; sleep 1
+        kill -- -"$(cat /tmp/peers/$p/pid)" 2>/dev/null; echo stopped > /tmp/peers/$p/done
         echo "== $p: build stopped unfinished (no bench of it this call)" | tee -a "$OUT/peers.log"
       done ;;
     llama | ik)
