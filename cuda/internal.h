@@ -648,3 +648,48 @@ int64_t cu_rmsnorm(cudaStream_t st, const float *x, int ldx, const int32_t *rows
 #define TOPK_MAX 64
 int64_t cu_topk(cudaStream_t st, const float *x, int ldx, int n, int n_rows, int k, float *cand_v, int32_t *cand_i,
                 float *out_v, int32_t *out_i);
+
+// ---- the gated delta-net (deltanet/deltanet.cu; Qwen3-Next, Qwen3.5 / 3.6; ffi/cpu/deltanet.c is the reference) ----
+// A batch's tokens by sequence (the CPU's groups): runs[r] {first, count, slot, -} for each sequence in the
+// order it first comes, its tokens runs[first .. first + count).w (batch order within it); tok[t] {its
+// sequence's r, its place there}. A sequence whose first token is at position 0 starts from zeros. The slot's state
+// is the CPU's layout: the conv's last K - 1 inputs ([K - 1][C], oldest first), then each v head's S
+// ([hv][hk], row i: v element i's weights over k).
+#define CU_DN_MAX_HEAD 128
+#define CU_DN_MAX_TAPS 16
+bool cu_dn_supported(int hk, int hv, int taps);
+struct dn_args {
+  const float *raw;           // the conv's inputs [ntok][C]: q, k, v channels
+  float *cv;                  // the conv's outputs after SiLU [ntok][C]
+  const float *z;             // the output gate's rows [ntok][vd]
+  const float *beta, *alpha;  // [ntok][nv] each (Qwen3.5), or
+  const float *ba;            // [ntok][2 nv]: for each k head its v heads' betas, then their alphas (Qwen3-Next)
+  const float *convw;         // [C][K]: a channel's taps, the current input's last
+  const float *dt, *a, *normw;
+  float *o;                   // the heads' outputs [ntok][vd], gated and normalised in place after
+  float *rs;                  // the context's recurrent state: slot s's layer at rs + s * slot_floats + layer_off
+  int64_t slot_floats, layer_off;
+  const int32_t *pos;
+  const int4 *runs;
+  const int2 *tok;
+  int ntok, n_runs;           // n_runs: entries of runs[] (those of 0 tokens do nothing)
+  int C, K, nk, nv, hk, hv, grouped;
+  float eps;
+};
+// The conv and its SiLU into cv, then each run's slot's conv state moved on.
+int64_t cu_dn_conv(cudaStream_t st, const dn_args &a);
+// The delta rule of every v head over each run's tokens (q, k L2-normalised on the way), into o.
+int64_t cu_dn_rule(cudaStream_t st, const dn_args &a);
+// o = rmsnorm(o) * normw * silu(z) per head.
+int64_t cu_dn_out_norm(cudaStream_t st, const dn_args &a);
+// Older Qwen3-Next files' fused rows [ntok][C + vd] (for each k head its q, k, then its v heads' v and z)
+// split into the conv's inputs and z.
+int64_t cu_dn_split_qkvz(cudaStream_t st, const dn_args &a, const float *qkvz);
+
+// ---- an attention's output gate (attention/gate.cu; Qwen3-Next, Qwen3.5: q's rows hold each head's query then its gate) ----
+// qg [ntok][2 nh hd] split into q [ntok][nh hd] and g [ntok][nh hd].
+int64_t cu_attn_gate_split(cudaStream_t st, const float *qg, float *q, float *g, int nh, int hd, int ntok);
+// att[t][i] *= sigmoid(g[t][i]) over n columns.
+int64_t cu_attn_gate_apply(cudaStream_t st, float *att, const float *g, int n, int ntok);
+// A shared expert's scalar gate (Qwen): x[t] += sigmoid(h[t] . w) * y[t] over E columns.
+int64_t cu_gated_add(cudaStream_t st, const float *h, const float *w, const float *y, float *x, int E, int ntok);

@@ -573,6 +573,15 @@ int64_t bl_cuda_kv_unstash(uint64_t ctx, uint64_t stash, int64_t slot, int64_t n
 int64_t bl_cuda_kv_stash_free(uint64_t ctx, uint64_t stash);
 /* The card's free memory now (bytes). */
 int64_t bl_cuda_free_bytes(uint64_t ctx, int64_t *out);
+/* A slot's recurrent state on the card (the delta-net layers'; bl_cpu_rs_*'s bytes and layout, so a state
+ * saved by one backend loads on the other): its bytes, save / load, and the snapshots of speculative
+ * decoding (kept on the card). */
+int64_t bl_cuda_rs_bytes(uint64_t ctx);
+int64_t bl_cuda_rs_save(uint64_t ctx, int64_t slot, void *dst);
+int64_t bl_cuda_rs_load(uint64_t ctx, int64_t slot, const void *src);
+int64_t bl_cuda_rs_snap_reserve(uint64_t ctx);
+int64_t bl_cuda_rs_snap_take(uint64_t ctx, int64_t slot);
+int64_t bl_cuda_rs_snap_back(uint64_t ctx, int64_t slot);
 /* GRAPHS: 1 (default) replays decode steps as captured CUDA graphs, 0 launches every kernel;
  * PREFILL_MIN: batches of at least this many tokens take the tensor-core path (default 9);
  * MAX_SPLITS: most slices of the context one decode attention head is split into (1..32). */

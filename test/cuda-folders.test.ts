@@ -1,8 +1,8 @@
 // Hugging Face checkpoint folders on the card (issue 29: every landed family on CPU and CUDA): each family
 // fixture's hf/ folder the card runs gives its GGUF twin's logits bit for bit on the card (the folder's
 // tensors are the twin's shapes and types: test/safetensors-model.test.ts), greedy text equal, and
-// transformers' reference within the conformance table's card bound. The Qwen hybrids' folders are refused
-// by the card as their GGUF twins are (the gated delta-net layer). Skips with a line where no card is.
+// transformers' reference within the conformance table's card bound (the Qwen hybrids' too: the card's
+// gated delta-net). Skips with a line where no card is.
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -20,6 +20,8 @@ const FOLDERS = [
   { fam: "gpt_oss", gguf: "gpt_oss.gguf", row: "gpt-oss" },
   { fam: "deepseek_v3", gguf: "deepseek_v3.gguf", row: "deepseek2" },
   { fam: "glm4_moe", gguf: "glm4_moe.gguf", row: "glm4moe" },
+  { fam: "qwen3_5_moe", gguf: "qwen3_5_moe.gguf", row: "qwen35moe" },
+  { fam: "qwen3_next", gguf: "qwen3_next.gguf", row: "qwen3next" },
 ];
 
 const models: Model[] = [];

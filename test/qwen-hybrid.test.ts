@@ -9,13 +9,7 @@ import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { cpuPaths } from "../ffi/cpu-kernels.ts";
-import { cudaLib } from "../ffi/cuda.ts";
-import { OpKind } from "../ffi/layout.ts";
-import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
-import { encodeProgram } from "../src/engine/program.ts";
-import { MappedWeights } from "../src/engine/weights.ts";
 import { GgufFile } from "../src/gguf/index.ts";
-import { familyFor } from "../src/models/registry.ts";
 import { openHfFolder } from "../src/safetensors/model.ts";
 import { Model } from "../src/engine/model.ts";
 import type { Batch } from "../src/engine/backend.ts";
@@ -153,23 +147,6 @@ describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
       expect(maxAbsDiff(m.evalSequence([7, 8, 9], A.length), want)).toBe(0);
     });
   }
-
-  test.skipIf(cudaLib() === null)("the card refuses the gated attention by name too (a program of the attention layers alone)", () => {
-    const src = join(FAM, "qwen3_5_moe", "qwen3_5_moe.gguf");
-    if (!existsSync(src)) return;
-    const f = GgufFile.open(src);
-    const fam = familyFor(f), hp = fam.hparams(f);
-    const ops = fam.program(f, hp);
-    // the embedding, the full-attention layer (the fourth) and the output: its attention is the first op the card meets
-    const attnLayer = ops.find((op) => op.kind === OpKind.Attn)!.layer;
-    const kept = ops.filter((op) => op.layer === -1 || op.layer === attnLayer);
-    const w = new MappedWeights(f, false);
-    try {
-      expect(cudaUnsupported(encodeProgram(kept, (n) => w.tensor(n), hp.nEmbd, hp.nVocab))).toMatch(/gated attention \(an output gate in q's rows\) is not implemented on the card yet/);
-    } finally {
-      w.close();
-    }
-  });
 
   test("a file with an MTP layer appended (block_count one more, nextn_predict_layers 1): the same logits, the layer named as not run", async () => {
     const { withMtp } = await import("./mtp-edit.ts");

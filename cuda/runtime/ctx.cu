@@ -38,7 +38,8 @@ static bool vector_role(int kind, int role) {
       return role == CU_ATTN_NORM || role == CU_ATTN_Q_NORM || role == CU_ATTN_K_NORM || (role >= CU_ATTN_BQ && role <= CU_ATTN_SINKS);
     case CU_BLOCK_MOE: return role == CU_MOE_NORM || role == CU_MOE_RBIAS || role == CU_MOE_RCORR; // the experts' biases are F32 rows (matrices)
     case CU_BLOCK_MLA: return role == CU_MLA_NORM || role == CU_MLA_Q_A_NORM || role == CU_MLA_KV_A_NORM;
-    case CU_BLOCK_FFN:
+    case CU_BLOCK_DN: return role == CU_DN_NORM || role == CU_DN_CONV || role == CU_DN_DT || role == CU_DN_A || role == CU_DN_ONORM;
+    case CU_BLOCK_FFN: return role == CU_FFN_NORM || role == CU_FFN_GATE_INP;
     case CU_BLOCK_OUTPUT: return role == 0;
     default: return false;
   }
@@ -52,6 +53,7 @@ static const char *kind_name(int64_t k) {
     case CU_BLOCK_FFN: return "ffn";
     case CU_BLOCK_OUTPUT: return "output";
     case CU_BLOCK_MLA: return "latent attention";
+    case CU_BLOCK_DN: return "delta-net";
     default: return "block";
   }
 }
@@ -96,8 +98,9 @@ static int64_t add_tensor(cu_plan &pl, const bl_tensor &t, bool vec, int64_t bi,
   it.host = t.data;
   it.vec = vec;
   it.type = (int)t.type;
-  it.n = t.ne[0];
-  it.bytes = vec ? (size_t)t.ne[0] * 4 : (t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]);
+  // a vector role's elements: all of them (the delta-net's conv weights are [taps, channels], contiguous)
+  it.n = t.ne[0] * (t.ne[1] > 1 ? t.ne[1] : 1) * (t.ne[2] > 1 ? t.ne[2] : 1) * (t.ne[3] > 1 ? t.ne[3] : 1);
+  it.bytes = vec ? (size_t)it.n * 4 : (t.ne[2] > 1 ? (size_t)t.nb2 * t.ne[2] : (size_t)t.nb1 * t.ne[1]);
   it.off = pl.total;
   pl.total += cu_align256(it.bytes);
   pl.index[key] = pl.items.size();
@@ -164,6 +167,57 @@ static int64_t plan_mla(const cu_fblock &b, int64_t i, cu_dims &d) {
   return BL_OK;
 }
 
+// A delta-net block's shapes (bloomery.h's BL_DN_* tensors) and the sizes it adds.
+static int64_t plan_dn(const cu_fblock &b, int64_t i, cu_dims &d) {
+  const bl_tensor *t = b.t;
+  const int64_t E = d.E, nk = b.n_k_heads, nv = b.n_v_heads, hk = b.head_k, hv = b.head_v, K = b.conv_kernel;
+  if (nk <= 0 || nv <= 0 || nv % nk || !cu_dn_supported((int)hk, (int)hv, (int)K) || !(b.dn_eps > 0))
+    return cu_fail(BL_E_INVAL, "block %lld: bad delta-net (%lld k heads of %lld, %lld v heads of %lld, %lld taps)", (long long)i, (long long)nk, (long long)hk,
+                   (long long)nv, (long long)hv, (long long)K);
+  if (b.layer < 0 || b.layer > 65535) return cu_fail(BL_E_INVAL, "block %lld: recurrent state layer %lld out of range", (long long)i, (long long)b.layer);
+  const int64_t qk = nk * hk, vd = nv * hv, C = 2 * qk + vd;
+  if (t[CU_DN_QKVZ].data) {
+    if (t[CU_DN_QKV].data || t[CU_DN_GATE].data) return cu_fail(BL_E_INVAL, "block %lld: both qkvz and qkv / gate", (long long)i);
+    CU_OK(shape(t[CU_DN_QKVZ], i, "ssm_in", E, C + vd));
+  } else {
+    CU_OK(need(t[CU_DN_QKV], i, "attn_qkv"));
+    CU_OK(need(t[CU_DN_GATE], i, "attn_gate"));
+    CU_OK(shape(t[CU_DN_QKV], i, "attn_qkv", E, C));
+    CU_OK(shape(t[CU_DN_GATE], i, "attn_gate", E, vd));
+  }
+  if (t[CU_DN_BA].data) {
+    if (t[CU_DN_BETA].data || t[CU_DN_ALPHA].data) return cu_fail(BL_E_INVAL, "block %lld: both ba and beta / alpha", (long long)i);
+    CU_OK(shape(t[CU_DN_BA], i, "ssm_ba", E, 2 * nv));
+  } else {
+    CU_OK(need(t[CU_DN_BETA], i, "ssm_beta"));
+    CU_OK(need(t[CU_DN_ALPHA], i, "ssm_alpha"));
+    CU_OK(shape(t[CU_DN_BETA], i, "ssm_beta", E, nv));
+    CU_OK(shape(t[CU_DN_ALPHA], i, "ssm_alpha", E, nv));
+  }
+  CU_OK(need(t[CU_DN_OUT], i, "ssm_out"));
+  CU_OK(shape(t[CU_DN_OUT], i, "ssm_out", vd, E));
+  const char *vn[4] = {"ssm_conv1d", "ssm_dt", "ssm_a", "ssm_norm"};
+  const int vr[4] = {CU_DN_CONV, CU_DN_DT, CU_DN_A, CU_DN_ONORM};
+  const int64_t vl[4] = {K * C, nv, nv, hv};
+  for (int k = 0; k < 4; k++) {
+    const bl_tensor &v = t[vr[k]];
+    CU_OK(need(v, i, vn[k]));
+    const int64_t n = v.ne[0] * (v.ne[1] > 1 ? v.ne[1] : 1) * (v.ne[2] > 1 ? v.ne[2] : 1) * (v.ne[3] > 1 ? v.ne[3] : 1);
+    if (n != vl[k]) return cu_fail(BL_E_INVAL, "block %lld: %s of %lld elements, %lld expected", (long long)i, vn[k], (long long)n, (long long)vl[k]);
+  }
+  if (t[CU_DN_CONV].ne[0] != K || t[CU_DN_CONV].nb1 != K * (t[CU_DN_CONV].type == T_F32 ? 4 : 2))
+    return cu_fail(BL_E_INVAL, "block %lld: ssm_conv1d's rows are not %lld contiguous taps", (long long)i, (long long)K);
+  d.n_dn++;
+  if (b.layer + 1 > d.dn_layers) d.dn_layers = b.layer + 1;
+  const int64_t need_f = (K - 1) * C + nv * hv * hk;
+  if (need_f > d.dn_rs_need) d.dn_rs_need = need_f;
+  if (C > d.dn_c) d.dn_c = C;
+  if (C + vd > d.dn_cz) d.dn_cz = C + vd;
+  if (vd > d.dn_vd) d.dn_vd = vd;
+  if (nv > d.dn_nv) d.dn_nv = nv;
+  return BL_OK;
+}
+
 // Validates the program's fused blocks and lays their tensors out.
 static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &bl, cu_plan &pl) {
   if (!prog || bl.empty()) return cu_fail(BL_E_INVAL, "cuda: empty program");
@@ -198,7 +252,8 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
         if (b.layer + 1 > d.kv_layers) d.kv_layers = b.layer + 1;
         const char *nm[4] = {"attn_q", "attn_k", "attn_v", "attn_output"};
         for (int r = 1; r <= 4; r++) CU_OK(need(t[r], i, nm[r - 1]));
-        CU_OK(shape(t[1], i, "attn_q", E, nh * hd));
+        // a gated attention's q rows: each head's query, then its output gate
+        CU_OK(shape(t[1], i, "attn_q", E, (b.gate ? 2 : 1) * nh * hd));
         CU_OK(shape(t[2], i, "attn_k", E, nkv * hd));
         CU_OK(shape(t[3], i, "attn_v", E, nkv * hd));
         CU_OK(shape(t[4], i, "attn_output", nh * hd, E));
@@ -208,7 +263,9 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           if (t[r].data && t[r].ne[0] != (r == CU_ATTN_BQ ? nh * hd : nkv * hd)) return cu_fail(BL_E_INVAL, "block %lld: bias size", (long long)i);
         if (t[CU_ATTN_BO].data && t[CU_ATTN_BO].ne[0] != E) return cu_fail(BL_E_INVAL, "block %lld: output bias of %lld elements", (long long)i, (long long)t[CU_ATTN_BO].ne[0]);
         if (t[CU_ATTN_SINKS].data && t[CU_ATTN_SINKS].ne[0] != nh) return cu_fail(BL_E_INVAL, "block %lld: %lld sinks for %lld heads", (long long)i, (long long)t[CU_ATTN_SINKS].ne[0], (long long)nh);
-        d.qd = d.qd > nh * hd ? d.qd : nh * hd;
+        // (a gated block's q rows: the product of twice the width, then the queries and the gates in c->q)
+        const int64_t qw = (b.gate ? 2 : 1) * nh * hd;
+        d.qd = d.qd > qw ? d.qd : qw;
         d.kd = d.kd > nkv * hd ? d.kd : nkv * hd;
         d.hd = d.hd > hd ? d.hd : hd;
         if (nh > d.max_nh) d.max_nh = nh;
@@ -216,6 +273,7 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
         break;
       }
       case CU_BLOCK_MLA: CU_OK(plan_mla(b, i, d)); break;
+      case CU_BLOCK_DN: CU_OK(plan_dn(b, i, d)); break;
       case CU_BLOCK_MOE:
       case CU_BLOCK_FFN: {
         const bool moe = b.kind == CU_BLOCK_MOE;
@@ -255,6 +313,10 @@ static int64_t make_plan(const bl_program *prog, const std::vector<cu_fblock> &b
           const cu_fblock *m = i > 0 ? &bl[(size_t)i - 1] : nullptr;
           if (!m || m->kind != CU_BLOCK_MOE) return cu_fail(BL_E_INVAL, "block %lld: a shared expert not right after a MoE block", (long long)i);
           d.n_shared++;
+          if (t[CU_FFN_GATE_INP].data) {
+            if (t[CU_FFN_GATE_INP].ne[0] != E) return cu_fail(BL_E_INVAL, "block %lld: a shared expert's gate of %lld elements", (long long)i, (long long)t[CU_FFN_GATE_INP].ne[0]);
+            d.n_shared_gate++;
+          }
         }
         d.ff = d.ff > ff ? d.ff : ff;
         d.X = d.X > X ? d.X : X;
@@ -328,7 +390,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->fo_acc, (size_t)d.X * FO_ACC_STRIDE * sizeof(unsigned long long)},
       {(void **)&c->candv, T * TOPK_CHUNKS * TOPK_MAX * F}, {(void **)&c->candi, T * TOPK_CHUNKS * TOPK_MAX * I},
       {(void **)&c->topv, T * TOPK_MAX * F}, {(void **)&c->topi, T * TOPK_MAX * I},
-      {(void **)&c->d_in, 4 * T * I + (size_t)c->fa_cap * sizeof(int4)},
+      {(void **)&c->d_in, in_bytes_all(c)},
       {(void **)&c->kc, kv}, {(void **)&c->vc, kv_planes(c) > 1 ? kv : 0},
       {(void **)&c->mla_ql, (size_t)MLA_CHUNK * d.mla_q * F}, {(void **)&c->mla_lat, (size_t)MLA_CHUNK * d.mla_lat * F},
       {(void **)&c->mla_part, d.mla_q ? (size_t)MV_MAX_NT * d.mla_nh * CU_MLA_SPLITS * (d.mla_kvl + 2) * F : 0},
@@ -336,6 +398,10 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
       {(void **)&c->hsh, d.n_shared ? T * d.E * F : 0},
+      {(void **)&c->shg, d.n_shared_gate ? T * d.E * F : 0},
+      {(void **)&c->dn_raw, T * d.dn_c * F}, {(void **)&c->dn_cv, T * d.dn_cz * F}, {(void **)&c->dn_z, T * d.dn_vd * F},
+      {(void **)&c->dn_ba, T * 2 * d.dn_nv * F}, {(void **)&c->dn_o, T * d.dn_vd * F},
+      {(void **)&c->rs, d.n_dn ? (size_t)c->p.kv_slots * rs_slot_floats(c) * F : 0},
   };
   // the staging slots: two in turn, then the lead slots (unused ones take no memory)
   for (int s = 0; s < HYB_SLOTS; s++) v.push_back({&c->hy->stage[s], s < 2 + c->hy->n_lead ? (size_t)d.host_layer_bytes : 0});
@@ -357,6 +423,9 @@ static int64_t ctx_dims(const cu_dims &wd, const bl_ctx_params *p, cu_dims &d) {
     return cu_fail(BL_E_INVAL, "cuda: invalid context parameters (tokens %lld, KV %lld x %lld x %lld, width %lld; the program has %lld KV layers)",
                    (long long)p->max_tokens, (long long)p->kv_layers, (long long)p->kv_slots, (long long)p->kv_ctx, (long long)p->kv_k_dim,
                    (long long)wd.kv_layers);
+  if (wd.n_dn && (p->rs_layers < wd.dn_layers || p->rs_dim < wd.dn_rs_need))
+    return cu_fail(BL_E_INVAL, "cuda: a recurrent state of %lld layers x %lld floats a slot, the program's delta-net takes %lld x %lld", (long long)p->rs_layers,
+                   (long long)p->rs_dim, (long long)wd.dn_layers, (long long)wd.dn_rs_need);
   if (wd.kv_width && wd.kv_width != p->kv_k_dim)
     return cu_fail(BL_E_INVAL, "cuda: KV width %lld, the program's attention has %lld", (long long)p->kv_k_dim, (long long)wd.kv_width);
   if (p->max_tokens > (1 << 20) || p->kv_ctx > (1 << 24)) return cu_fail(BL_E_INVAL, "cuda: context parameters out of range");
@@ -410,6 +479,7 @@ extern "C" int64_t bl_cuda_ctx_free(uint64_t h) {
   if (c->h_out) (void)cudaFreeHost(c->h_out);
   if (c->mb_tiles_h) (void)cudaFreeHost(c->mb_tiles_h);
   cu_kv_stage_free(c);
+  cu_rs_free(c);
   delete c->hy;
   if (c->st) (void)cudaStreamDestroy(c->st);
   (void)cudaGetLastError();
@@ -507,9 +577,17 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
     o.vd = (int)b.v_dim;
     o.q_lora = (int)b.q_lora;
     o.mla_eps = (float)b.mla_eps;
+    o.gated = b.kind == CU_BLOCK_ATTN && b.gate != 0;
+    o.dn_nk = (int)b.n_k_heads;
+    o.dn_nv = (int)b.n_v_heads;
+    o.dn_hk = (int)b.head_k;
+    o.dn_hv = (int)b.head_v;
+    o.dn_K = (int)b.conv_kernel;
+    o.dn_grouped = b.head_map == BL_DN_GROUPED;
+    o.dn_eps = (float)b.dn_eps;
     o.shared_next = b.kind == CU_BLOCK_MOE && i + 1 < n && bl[(size_t)i + 1].shared;
     // the sigmoid router's picks are router/sigmoid.cu's alone: no kernel that selects for itself takes the block
-    o.general = b.window != 0 || b.act != BL_ACT_SWIGLU || b.t[CU_ATTN_SINKS].data || b.t[CU_ATTN_BO].data ||
+    o.general = b.window != 0 || b.act != BL_ACT_SWIGLU || (b.kind == CU_BLOCK_ATTN && (b.t[CU_ATTN_SINKS].data || b.t[CU_ATTN_BO].data)) ||
                 (b.kind == CU_BLOCK_MOE && (b.t[CU_MOE_RBIAS].data || b.t[CU_MOE_BGATE].data || b.t[CU_MOE_BUP].data || b.t[CU_MOE_BDOWN].data ||
                                             b.gating == BL_GATING_SIGMOID));
     rope_of(b, o.rope);
@@ -740,7 +818,8 @@ static int64_t ctx_init(cu_ctx *c, const cu_weights *w, const bl_ctx_params *p) 
     std::vector<float> ones((size_t)c->dm.maxT, 1.0f);
     CU_TRY(cudaMemcpy(c->dense_w, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice), "filling buffers");
   }
-  CU_TRY(cudaMallocHost(&c->h_in, 4 * c->dm.maxT * sizeof(int32_t) + (size_t)c->fa_cap * sizeof(int4)), "allocating pinned memory");
+  if (c->dm.n_dn) CU_TRY(cudaMemset(c->rs, 0, (size_t)c->p.kv_slots * rs_slot_floats(c) * sizeof(float)), "clearing the recurrent state");
+  CU_TRY(cudaMallocHost(&c->h_in, in_bytes_all(c)), "allocating pinned memory");
   CU_TRY(cudaMallocHost(&c->mb_tiles_h, MB_LAYER_BITS * sizeof(int32_t)), "allocating pinned memory");
   c->h_out_bytes = (int64_t)MV_MAX_NT * c->dm.V * (int64_t)sizeof(float);
   const int64_t topk_bytes = c->dm.maxT * TOPK_MAX * 8;

@@ -39,6 +39,10 @@ struct cu_blk {
   // a plain q) and the epsilon of q_a's and the latent's norms; head_dim is a query head's nope + n_rot
   int kvl, nope, vd, q_lora;
   float mla_eps;
+  bool gated; // attention: q's rows hold each head's query then its output gate (the output times sigmoid(gate))
+  // delta-net: its k / v heads and their sizes, the conv's taps, GROUPED head map, the L2 and output norms' epsilon
+  int dn_nk, dn_nv, dn_hk, dn_hv, dn_K, dn_grouped;
+  float dn_eps;
 };
 
 // Context options beyond ffi/bloomery.h's (bl_cuda_set_option keys; ffi/cuda.ts CudaOption), set
@@ -95,6 +99,10 @@ struct cu_dims {
   // latent attention (MLA blocks; 0: none): a token's latent queries (heads x (kvl + n_rot)) and
   // attended latents (heads x kvl), the most heads of a block, the largest latent
   int64_t mla_q, mla_lat, mla_nh, mla_kvl;
+  // delta-net blocks (0: none): their count, 1 + the largest recurrent state layer, the floats a layer's
+  // state takes at most, the widest conv channels (C), fused rows (C + vd), value rows (vd) and v heads
+  int64_t n_dn, dn_layers, dn_rs_need, dn_c, dn_cz, dn_vd, dn_nv;
+  int64_t n_shared_gate; // shared experts under a scalar gate (cu_ctx.shg is sized for them)
 };
 
 // The program's tensors on one card (shared by the contexts made from it).
@@ -293,6 +301,14 @@ struct cu_ctx {
   // latent attention (forward.cu mla_block): a chunk of MLA_CHUNK tokens' latent queries and
   // attended latents, and a decode batch's slices (mla.cu)
   float *mla_ql, *mla_lat, *mla_part;
+  // the delta-net (forward.cu dn_block): the conv's inputs, its outputs (and older files' fused rows), z,
+  // beta and alpha (or ba), the heads' outputs; the slots' recurrent state (kv_slots x rs_layers x rs_dim
+  // floats, the CPU's layout) and its snapshots (rstate.cu; null until reserved, with the slots taken)
+  float *dn_raw, *dn_cv, *dn_z, *dn_ba, *dn_o, *rs, *rs_snap;
+  std::vector<char> rs_snap_ok;
+  int n_runs; // the step's sequences (in_runs)
+  float *shg; // a gated shared expert's sum before its gate
+
   // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
   __half *w16, *b16;
   size_t w16_elems, b16_elems;
@@ -368,6 +384,7 @@ struct cu_opts_scope {
 
 void cu_mark(cu_ctx *c, int section);
 void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
+void cu_rs_free(cu_ctx *c);        // rstate.cu
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
 
@@ -402,6 +419,17 @@ static inline int32_t *in_pos(const cu_ctx *c) { return c->d_in + c->dm.maxT; }
 static inline int32_t *in_seq(const cu_ctx *c) { return c->d_in + 2 * c->dm.maxT; }
 static inline int32_t *in_out(const cu_ctx *c) { return c->d_in + 3 * c->dm.maxT; }
 static inline int4 *in_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(c->d_in + 4 * c->dm.maxT); }
+static inline int4 *host_tiles(const cu_ctx *c) { return reinterpret_cast<int4 *>(c->h_in + 4 * c->dm.maxT); }
+// a model with delta-net layers, after the tiles: the batch's sequences (maxT int4, dn_args.runs), then each
+// token's sequence and place in it (maxT int2, dn_args.tok)
+static inline int4 *in_runs(const cu_ctx *c) { return in_tiles(c) + c->fa_cap; }
+static inline int4 *host_runs(const cu_ctx *c) { return host_tiles(c) + c->fa_cap; }
+static inline int2 *in_tokrun(const cu_ctx *c) { return reinterpret_cast<int2 *>(in_runs(c) + c->dm.maxT); }
+static inline int2 *host_tokrun(const cu_ctx *c) { return reinterpret_cast<int2 *>(host_runs(c) + c->dm.maxT); }
+static inline size_t in_bytes_all(const cu_ctx *c) {
+  return 4 * c->dm.maxT * sizeof(int32_t) + (size_t)c->fa_cap * sizeof(int4) + (c->dm.n_dn ? (size_t)c->dm.maxT * (sizeof(int4) + sizeof(int2)) : 0);
+}
+static inline size_t rs_slot_floats(const cu_ctx *c) { return (size_t)(c->p.rs_layers * c->p.rs_dim); }
 static inline size_t kv_layer_elems(const cu_ctx *c) { return (size_t)c->p.kv_slots * c->p.kv_ctx * c->p.kv_k_dim; }
 // The caches a position has: K and V, or K alone where the values live in K (latent attention)
 static inline int kv_planes(const cu_ctx *c) { return c->p.kv_v_dim > 0 ? 2 : 1; }

@@ -368,7 +368,7 @@ static void attn_forms_qk(const cu_ctx *c, const cu_blk &b, const qk_args &qa, a
 static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
   c->attx8.nt = 0;
   a1.x8 = nullptr;
-  if (!(cu_fast & FAST_ATTX8)) return;
+  if (!(cu_fast & FAST_ATTX8) || b.gated) return; // a gated block's rows are gated before the product
   const int qd = b.n_head * b.head_dim;
   const mv_args a = dense_mv(c, gjob(b.t[CU_ATTN_O], c->x, (int)c->dm.E, nullptr), c->att, qd, EPI_ADD);
   if (a.n != qd || a1.out != c->att || a1.ldq != qd || !cu_mv_batch_x8_fits(a, ntok, c->smem_limit)) return;
@@ -380,9 +380,16 @@ static void attn_x8(cu_ctx *c, const cu_blk &b, int ntok, attn1_args &a1) {
   c->attx8.xq = c->xq;
 }
 
+// A gated attention's output times sigmoid(gate) (the gates cu_attn_gate_split kept beside the queries).
+static float *gate_rows(const cu_ctx *c, const cu_blk &b) { return c->q + (size_t)c->dm.maxT * b.n_head * b.head_dim; }
+static int64_t gate_out(cu_ctx *c, const cu_blk &b, int ntok) {
+  return b.gated ? cu_attn_gate_apply(c->st, c->att, gate_rows(c, b), b.n_head * b.head_dim, ntok) : BL_OK;
+}
+
 // The decode batches' attention output product; the attention's x8 rows (attn_x8) are for it alone.
 static int64_t attn_out_batch(cu_ctx *c, const cu_blk &b, int ntok) {
   const int qd = b.n_head * b.head_dim;
+  CU_OK(gate_out(c, b, ntok));
   const int64_t rc = dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, (int)c->dm.E, EPI_ADD, false);
   c->attx8.nt = 0;
   return rc;
@@ -429,7 +436,7 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
   cu_mark(c, S_QKV);
   if (!big) {
     mv_args a = normed_products(c, b.vec[CU_ATTN_NORM], b.eps);
-    a.job[0] = job(b.t[CU_ATTN_Q], b.vec[CU_ATTN_BQ], c->q, qd, EPI_STORE);
+    a.job[0] = b.gated ? job(b.t[CU_ATTN_Q], nullptr, c->att, 2 * qd, EPI_STORE) : job(b.t[CU_ATTN_Q], b.vec[CU_ATTN_BQ], c->q, qd, EPI_STORE);
     a.job[1] = job(b.t[CU_ATTN_K], b.vec[CU_ATTN_BK], c->k, kd, EPI_STORE);
     a.job[2] = job(b.t[CU_ATTN_V], b.vec[CU_ATTN_BV], c->v, kd, EPI_STORE);
     a.njobs = 3;
@@ -452,11 +459,14 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     }
   } else {
     CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_ATTN_NORM], b.eps, c->h, E, ntok));
-    const gemm_job qkv[3] = {gjob(b.t[CU_ATTN_Q], c->q, qd, b.vec[CU_ATTN_BQ]), gjob(b.t[CU_ATTN_K], c->k, kd, b.vec[CU_ATTN_BK]),
+    const gemm_job qkv[3] = {b.gated ? gjob(b.t[CU_ATTN_Q], c->att, 2 * qd, nullptr) : gjob(b.t[CU_ATTN_Q], c->q, qd, b.vec[CU_ATTN_BQ]),
+                             gjob(b.t[CU_ATTN_K], c->k, kd, b.vec[CU_ATTN_BK]),
                              gjob(b.t[CU_ATTN_V], c->v, kd, b.vec[CU_ATTN_BV])};
     CU_OK(dense_products(c, qkv, 3, c->h, E, ntok, EPI_STORE, true));
   }
   if (c->pend.ntok) return cu_fail(BL_E_INVAL, "forward: the experts' combine was left pending past the Q/K/V products");
+  // a gated block: q's rows (each head's query, then its gate) split into the queries and the gates
+  if (b.gated) CU_OK(cu_attn_gate_split(c->st, c->att, c->q, gate_rows(c, b), nh, hd, ntok));
   // sinks, a sliding window, an output bias (b.general, gpt-oss): the head-group kernel (attn2.cu,
   // which takes the window and the sinks) or else the general decode kernel (cu_attn_decode)
   const bool plain = !b.general;
@@ -469,11 +479,12 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     one_token_attn(c, b, qa, a1);
     attn_forms_qk(c, b, qa, a1);
     fo_args f;
-    const bool fused = moe && fused_router(c, b, *moe, f);
+    const bool fused = moe && !b.gated && fused_router(c, b, *moe, f);
     if (a2) CU_OK(attn2(c, a1, hd));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
     if (fused) return fused_out_router(c, f, routed);
+    CU_OK(gate_out(c, b, ntok));
     return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   if (a2ok && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA)) {
@@ -558,12 +569,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     }
   }
   cu_mark(c, S_O);
-  if (moe && ntok == 1 && !big) {
+  if (moe && ntok == 1 && !big && !b.gated) {
     // one token of a block on the general attention (gpt-oss's sinks and windows): its output
     // product still takes the next MoE block's router
     fo_args f;
     if (fused_router(c, b, *moe, f)) return fused_out_router(c, f, routed);
   }
+  CU_OK(gate_out(c, b, ntok));
   return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
@@ -615,7 +627,7 @@ static int64_t mla_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_f
   // a chunk of tokens t0 .. t0 + nt: the latent queries, the attention (tiles g0 .. g1 of the prefill
   // tiles on the tensor cores, or else the general kernel), each head's value
   const bool mma = big && n_fa > 0 && cu_mla_mma_supported(kvl, dk);
-  const int4 *ht = reinterpret_cast<const int4 *>(c->h_in + 4 * c->dm.maxT);
+  const int4 *ht = host_tiles(c);
   for (int t0 = 0, g0 = 0; t0 < ntok;) {
     int nt = ntok - t0 < MLA_CHUNK ? ntok - t0 : MLA_CHUNK, g1 = g0;
     if (mma) { // whole tiles (each at most 64 tokens)
@@ -1025,12 +1037,88 @@ static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
 
 // A shared expert (cu_blk.shared_in): the dense FFN path on the MoE block's normalised input
 // (c->hsh in place of h for its launches), its sum added to x.
+// A scalar gate (Qwen's, vec[CU_FFN_GATE_INP]): the FFN's sum into shg (x there for its launches, its
+// pending combine flushed), then x += sigmoid(hsh . gate_inp) * shg.
 static int64_t shared_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
-  float *h = c->h;
+  float *h = c->h, *x = c->x;
+  const float *g = b.vec[CU_FFN_GATE_INP];
+  const int E = (int)c->dm.E;
   c->h = c->hsh;
-  const int64_t s = cu_ffn_block(c, b, ntok, big, false);
+  int64_t s = BL_OK;
+  if (g) {
+    const cudaError_t e = cudaMemsetAsync(c->shg, 0, (size_t)ntok * E * sizeof(float), c->st);
+    if (e != cudaSuccess) s = cu_fail_cuda(e, "clearing the shared expert's rows");
+    c->x = c->shg;
+  }
+  if (s == BL_OK) s = cu_ffn_block(c, b, ntok, big, false);
+  if (s == BL_OK && g) s = cu_combine_flush(c->st, &c->pend);
   c->h = h;
-  return s;
+  c->x = x;
+  if (s != BL_OK || !g) return s;
+  return cu_gated_add(c->st, c->hsh, g, c->shg, c->x, E, ntok);
+}
+
+// The gated delta-net (Qwen3-Next, Qwen3.5 / 3.6), as ffi/cpu/deltanet.c forms it: the norm; the
+// in-projections (qkv and z, or older files' fused qkvz split after; beta and alpha, or ba); the conv
+// over each sequence's previous inputs and its state; the delta rule over each sequence's slot state;
+// the gated output norm; out added to x (deltanet/deltanet.cu). The batch's sequences are the host's (seq_runs).
+static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+  const int E = (int)c->dm.E, nk = b.dn_nk, nv = b.dn_nv, hk = b.dn_hk, hv = b.dn_hv;
+  const int qk = nk * hk, vd = nv * hv, C = 2 * qk + vd;
+  const size_t T = (size_t)c->dm.maxT;
+  cu_mark(c, S_QKV);
+  CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_DN_NORM], b.eps, c->h, E, ntok));
+  dn_args a;
+  memset(&a, 0, sizeof a);
+  a.raw = c->dn_raw;
+  a.cv = c->dn_cv;
+  a.z = c->dn_z;
+  const bool fused_ba = b.t[CU_DN_BA].d != nullptr;
+  if (fused_ba) a.ba = c->dn_ba;
+  else {
+    a.beta = c->dn_ba;
+    a.alpha = c->dn_ba + T * nv;
+  }
+  const gemm_job ba = fused_ba ? gjob(b.t[CU_DN_BA], c->dn_ba, 2 * nv, nullptr) : gjob(b.t[CU_DN_BETA], c->dn_ba, nv, nullptr);
+  if (b.t[CU_DN_QKVZ].d) {
+    // older Qwen3-Next files: the fused rows into cv's room, split into raw and z
+    const gemm_job in[2] = {gjob(b.t[CU_DN_QKVZ], c->dn_cv, C + vd, nullptr), ba};
+    CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
+  } else {
+    const gemm_job in[3] = {gjob(b.t[CU_DN_QKV], c->dn_raw, C, nullptr), gjob(b.t[CU_DN_GATE], c->dn_z, vd, nullptr), ba};
+    CU_OK(dense_products(c, in, 3, c->h, E, ntok, EPI_STORE, big));
+  }
+  if (!fused_ba) CU_OK(dense_product(c, b.t[CU_DN_ALPHA], nullptr, c->h, E, ntok, c->dn_ba + T * nv, nv, EPI_STORE, big));
+  a.convw = b.vec[CU_DN_CONV];
+  a.dt = b.vec[CU_DN_DT];
+  a.a = b.vec[CU_DN_A];
+  a.normw = b.vec[CU_DN_ONORM];
+  a.o = c->dn_o;
+  a.rs = c->rs;
+  a.slot_floats = (int64_t)rs_slot_floats(c);
+  a.layer_off = (int64_t)b.layer * c->p.rs_dim;
+  a.pos = in_pos(c);
+  a.runs = in_runs(c);
+  a.tok = in_tokrun(c);
+  a.ntok = ntok;
+  // prompt batches (never captured) take the step's runs; decode steps every entry (a graph's grid is
+  // fixed; the host fills those past the runs with none)
+  a.n_runs = big ? c->n_runs : ntok;
+  a.C = C;
+  a.K = b.dn_K;
+  a.nk = nk;
+  a.nv = nv;
+  a.hk = hk;
+  a.hv = hv;
+  a.grouped = b.dn_grouped;
+  a.eps = b.dn_eps;
+  if (b.t[CU_DN_QKVZ].d) CU_OK(cu_dn_split_qkvz(c->st, a, c->dn_cv));
+  CU_OK(cu_dn_conv(c->st, a));
+  cu_mark(c, S_ATTN);
+  CU_OK(cu_dn_rule(c->st, a));
+  CU_OK(cu_dn_out_norm(c->st, a));
+  cu_mark(c, S_O);
+  return dense_product(c, b.t[CU_DN_OUT], nullptr, c->dn_o, vd, ntok, c->x, E, EPI_ADD, big);
 }
 
 int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
@@ -1068,6 +1156,7 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
         routed = false;
         break;
       case CU_BLOCK_MLA: CU_OK(mla_block(c, b, ntok, big, n_fa_tiles)); break;
+      case CU_BLOCK_DN: CU_OK(dn_block(c, b, ntok, big)); break;
       case CU_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
@@ -1118,6 +1207,35 @@ static int fa_tiles(const int32_t *pos, const int32_t *seq, int n, int4 *out, in
   return nt;
 }
 
+// A model with delta-net layers: the batch's tokens by sequence (dn_args.runs, .tok; the CPU's groups:
+// sequences in the order they first come, a sequence's tokens in batch order), entries of none after
+// the sequences up to ntok.
+static void seq_runs(cu_ctx *c, const int32_t *seq, int ntok) {
+  int4 *r = host_runs(c);
+  int2 *tk = host_tokrun(c);
+  std::vector<int> of((size_t)c->p.kv_slots, -1), count;
+  int n = 0;
+  for (int t = 0; t < ntok; t++) {
+    int &g = of[(size_t)seq[t]];
+    if (g < 0) {
+      g = n++;
+      count.push_back(0);
+    }
+    tk[t] = make_int2(g, count[(size_t)g]++);
+  }
+  for (int g = 0, off = 0; g < ntok; g++) {
+    const int k = g < n ? count[(size_t)g] : 0;
+    r[g] = make_int4(off, k, 0, 0);
+    off += k;
+  }
+  for (int t = 0; t < ntok; t++) {
+    int4 &e = r[r[tk[t].x].x + tk[t].y];
+    e.w = t;
+    r[tk[t].x].z = seq[t];
+  }
+  c->n_runs = n;
+}
+
 static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   const bool graph = c->use_graphs && !c->profile && ntok < c->prefill_min;
   int n_fa = 0;
@@ -1145,6 +1263,11 @@ static int64_t run_step(cu_ctx *c, int ntok, int nout, int topk) {
   if (ntok > 1 && ntok <= MV_MAX_NT && distinct && c->acls != ATTN_GENERAL && (cu_fast & FAST_QKA)) c->acls |= ATTN_QKA;
   const size_t in_bytes = 4 * c->dm.maxT * sizeof(int32_t) + (size_t)n_fa * sizeof(int4);
   CU_TRY(cudaMemcpyAsync(c->d_in, c->h_in, in_bytes, cudaMemcpyHostToDevice, c->st), "copying the batch");
+  if (c->dm.n_dn) {
+    seq_runs(c, seq, ntok);
+    CU_TRY(cudaMemcpyAsync(in_runs(c), host_runs(c), (size_t)ntok * sizeof(int4), cudaMemcpyHostToDevice, c->st), "copying the batch");
+    CU_TRY(cudaMemcpyAsync(in_tokrun(c), host_tokrun(c), (size_t)ntok * sizeof(int2), cudaMemcpyHostToDevice, c->st), "copying the batch");
+  }
   c->steps++;
   CU_OK(cu_hybrid_begin(c, ntok, graph, nout == 0));
   if (!graph) return cu_enqueue(c, ntok, nout, topk, n_fa);

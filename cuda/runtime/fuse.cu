@@ -36,7 +36,6 @@ static const char *op_name(int64_t k) {
   }
 }
 
-static const char *const DN_NOT_YET = "the gated delta-net layer is not implemented on the card yet";
 
 namespace {
 struct pass {
@@ -92,7 +91,7 @@ struct pass {
     const bl_attn_params *a = params<bl_attn_params>(op);
     if (!a) return fail(i + 1, "no parameters");
     if (a->window < 0) return fail(i + 1, "a sliding window of %lld", (long long)a->window);
-    if (a->gate) return fail(i + 1, "gated attention (an output gate in q's rows) is not implemented on the card yet");
+    if (a->gate && role(op, BL_ATTN_BQ).data) return fail(i + 1, "a q bias with the output gate in q's rows is not implemented on the card");
     if (a->rope.type != BL_ROPE_NORMAL && a->rope.type != BL_ROPE_NEOX) return fail(i + 1, "RoPE type %lld is not implemented on the card", (long long)a->rope.type);
     const double eps = params<bl_norm_params>(nm)->eps;
     if ((role(op, BL_ATTN_Q_NORM).data || role(op, BL_ATTN_K_NORM).data) && a->eps != eps)
@@ -106,6 +105,7 @@ struct pass {
     b.eps = eps;
     b.attn_scale = a->scale;
     b.window = a->window;
+    b.gate = a->gate != 0;
     b.t[CU_ATTN_NORM] = role(nm, BL_NORM_WEIGHT);
     const int map[][2] = {{CU_ATTN_Q, BL_ATTN_Q}, {CU_ATTN_K, BL_ATTN_K}, {CU_ATTN_V, BL_ATTN_V}, {CU_ATTN_O, BL_ATTN_O},
                           {CU_ATTN_Q_NORM, BL_ATTN_Q_NORM}, {CU_ATTN_K_NORM, BL_ATTN_K_NORM}, {CU_ATTN_BQ, BL_ATTN_BQ},
@@ -140,6 +140,34 @@ struct pass {
     b.t[CU_MLA_NORM] = role(nm, BL_NORM_WEIGHT);
     for (int r = 0; r < BL_MLA_TENSORS; r++) b.t[CU_MLA_Q + r] = role(op, BL_MLA_Q + r);
     b.q_lora = b.t[CU_MLA_Q_A].data ? b.t[CU_MLA_Q_A].ne[1] : 0;
+    return true;
+  }
+
+  // Qwen3-Next's and Qwen3.5's linear attention: the block's norm, the in-projections, the conv, the
+  // gated delta rule over the slot's recurrent state, the gated output norm and out (forward.cu dn_block,
+  // deltanet/deltanet.cu).
+  bool deltanet(int64_t i, cu_fblock &b) {
+    const bl_op &nm = ops[i], &op = ops[i + 1];
+    const bl_deltanet_params *d = params<bl_deltanet_params>(op);
+    if (!d) return fail(i + 1, "no parameters");
+    if (!cu_dn_supported((int)d->head_k, (int)d->head_v, (int)d->conv_kernel))
+      return fail(i + 1, "k heads of %lld and v heads of %lld with a conv of %lld taps are not implemented on the card (heads of at most %d, at most %d taps)",
+                  (long long)d->head_k, (long long)d->head_v, (long long)d->conv_kernel, CU_DN_MAX_HEAD, CU_DN_MAX_TAPS);
+    if (d->head_map != BL_DN_TILED && d->head_map != BL_DN_GROUPED) return fail(i + 1, "head map %lld", (long long)d->head_map);
+    if (d->n_k_heads <= 0 || d->n_v_heads <= 0 || d->n_v_heads % d->n_k_heads)
+      return fail(i + 1, "%lld v heads over %lld k heads", (long long)d->n_v_heads, (long long)d->n_k_heads);
+    start(b, CU_BLOCK_DN, i, 2);
+    b.layer = d->rs_layer;
+    b.n_k_heads = d->n_k_heads;
+    b.n_v_heads = d->n_v_heads;
+    b.head_k = d->head_k;
+    b.head_v = d->head_v;
+    b.conv_kernel = d->conv_kernel;
+    b.head_map = d->head_map;
+    b.dn_eps = d->eps;
+    b.eps = params<bl_norm_params>(nm)->eps;
+    b.t[CU_DN_NORM] = role(nm, BL_NORM_WEIGHT);
+    for (int r = 0; r < BL_DN_TENSORS; r++) b.t[CU_DN_QKV + r] = role(op, BL_DN_QKV + r);
     return true;
   }
 
@@ -196,18 +224,19 @@ struct pass {
     return true;
   }
 
-  // An ffn right after the experts (DeepSeek's and GLM's shared expert): on the normalised input the
-  // experts read (the MoE block keeps it for it), its sum added to x as theirs is.
+  // An ffn right after the experts (DeepSeek's and GLM's shared expert; Qwen's under its scalar
+  // sigmoid gate): on the normalised input the experts read (the MoE block keeps it for it), its sum
+  // added to x as theirs is.
   bool shared_ffn(int64_t i, cu_fblock &b) {
     const bl_op &op = ops[i];
     const bl_ffn_params *f = params<bl_ffn_params>(op);
     if (!f) return fail(i, "no parameters");
     if (f->act != BL_ACT_SWIGLU) return fail(i, "a shared expert's activation %lld is not implemented on the card yet (SwiGLU is)", (long long)f->act);
-    if (role(op, BL_FFN_GATE_INP).data) return fail(i, "a shared expert's gate is not implemented on the card yet");
     start(b, CU_BLOCK_FFN, i, 1);
     b.shared = 1;
     b.eps = params<bl_norm_params>(ops[i - 3])->eps;
-    for (int k = 0; k < 3; k++) b.t[1 + k] = role(op, BL_FFN_GATE + k);
+    for (int k = 0; k < 3; k++) b.t[CU_FFN_GATE + k] = role(op, BL_FFN_GATE + k);
+    b.t[CU_FFN_GATE_INP] = role(op, BL_FFN_GATE_INP);
     return true;
   }
 
@@ -216,7 +245,7 @@ struct pass {
     const bl_ffn_params *f = params<bl_ffn_params>(op);
     if (!f) return fail(i + 1, "no parameters");
     if (f->act != BL_ACT_SWIGLU) return fail(i + 1, "activation %lld is not implemented on the card yet (SwiGLU is)", (long long)f->act);
-    if (role(op, BL_FFN_GATE_INP).data) return fail(i + 1, "a shared expert's gate is not implemented on the card yet");
+    if (role(op, BL_FFN_GATE_INP).data) return fail(i + 1, "a scalar gate on an ffn with its own norm is not implemented on the card (a shared expert's after the experts is)");
     start(b, CU_BLOCK_FFN, i, 2);
     b.eps = params<bl_norm_params>(nm)->eps;
     b.t[0] = role(nm, BL_NORM_WEIGHT);
@@ -261,13 +290,13 @@ struct pass {
             if (!mla(i, b)) return false;
             i += 2;
           } else if (next == BL_OP_DELTANET) {
-            return fail(i + 1, "%s", DN_NOT_YET);
+            if (!deltanet(i, b)) return false;
+            i += 2;
           } else {
-            return fail(i, "the card runs a norm only fused into the attention, router + experts or ffn op after it");
+            return fail(i, "the card runs a norm only fused into the attention, latent attention, delta-net, router + experts or ffn op after it");
           }
           break;
         }
-        case BL_OP_DELTANET: return fail(i, "%s", DN_NOT_YET);
         case BL_OP_MTP_IN: return fail(i, "an MTP layer's input (speculative decoding's draft-mtp) is not implemented on the card yet");
         case BL_OP_FFN:
           /* DeepSeek's and GLM's shared experts: an ffn on the h the experts' norm wrote (a MoE block's
@@ -279,8 +308,9 @@ struct pass {
           break;
         case BL_OP_ATTN:
         case BL_OP_MLA:
+        case BL_OP_DELTANET:
         case BL_OP_ROUTER:
-        case BL_OP_EXPERTS: return fail(i, "the card runs it only after its input norm (attention; latent attention; router + experts; ffn)");
+        case BL_OP_EXPERTS: return fail(i, "the card runs it only after its input norm (attention; latent attention; delta-net; router + experts; ffn)");
         default: return fail(i, "unknown kind %lld", (long long)op.kind);
       }
       out.push_back(b);

@@ -1,7 +1,8 @@
 // bloomery CUDA library: the fusion pass's output - the program's ops (ffi/bloomery.h bl_op) matched
 // into the fused blocks the card's kernels run: EMBED; NORM + ATTN; NORM + ROUTER + EXPERTS (a MoE
 // layer); NORM + FFN; an FFN right after EXPERTS (a shared expert on the experts' normalised input,
-// DeepSeek's and GLM's); NORM + MLA (multi-head latent attention, DeepSeek V2/V3's); OUTPUT. A pattern the pass does not know, or an option the kernels do not
+// DeepSeek's and GLM's, or Qwen's under its scalar sigmoid gate); NORM + MLA (multi-head latent attention,
+// DeepSeek V2/V3's); NORM + DELTANET (the gated delta-net, Qwen3-Next's and Qwen3.5's); OUTPUT. A pattern the pass does not know, or an option the kernels do not
 // implement, is refused by name (bl_cuda_check, cu_fuse). The blocks are internal: each keeps the run
 // of ops it came from (the host hook runs that run on the CPU).
 #pragma once
@@ -10,7 +11,7 @@
 
 #include "../ffi/bloomery.h"
 
-enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4, CU_BLOCK_OUTPUT = 5, CU_BLOCK_MLA = 6 };
+enum { CU_BLOCK_EMBED = 1, CU_BLOCK_ATTN = 2, CU_BLOCK_MOE = 3, CU_BLOCK_FFN = 4, CU_BLOCK_OUTPUT = 5, CU_BLOCK_MLA = 6, CU_BLOCK_DN = 7 };
 // tensor roles of a fused block (t[]): attention, MoE and FFN blocks; EMBED's token_embd and OUTPUT's norm
 // and head take roles 0 and 0, 1
 enum { CU_ATTN_NORM = 0, CU_ATTN_Q = 1, CU_ATTN_K = 2, CU_ATTN_V = 3, CU_ATTN_O = 4, CU_ATTN_Q_NORM = 5, CU_ATTN_K_NORM = 6,
@@ -21,6 +22,12 @@ enum { CU_MOE_NORM = 0, CU_MOE_GATE_INP = 1, CU_MOE_GATE = 2, CU_MOE_UP = 3, CU_
 // MLA blocks: the input norm, then bloomery.h's BL_MLA_* roles in their order (vectors: the norms)
 enum { CU_MLA_NORM = 0, CU_MLA_Q = 1, CU_MLA_Q_A = 2, CU_MLA_Q_A_NORM = 3, CU_MLA_Q_B = 4, CU_MLA_KV_A = 5, CU_MLA_KV_A_NORM = 6,
        CU_MLA_K_B = 7, CU_MLA_V_B = 8, CU_MLA_O = 9 };
+// FFN blocks: the norm, gate, up, down, then a shared expert's scalar gate (a vector: sigmoid(h . gate_inp))
+enum { CU_FFN_NORM = 0, CU_FFN_GATE = 1, CU_FFN_UP = 2, CU_FFN_DOWN = 3, CU_FFN_GATE_INP = 4 };
+// delta-net blocks: the input norm, then bloomery.h's BL_DN_* roles in their order (vectors: the norm, the
+// conv's weights, dt, a and the output norm)
+enum { CU_DN_NORM = 0, CU_DN_QKV = 1, CU_DN_GATE = 2, CU_DN_BETA = 3, CU_DN_ALPHA = 4, CU_DN_BA = 5, CU_DN_CONV = 6, CU_DN_DT = 7,
+       CU_DN_A = 8, CU_DN_ONORM = 9, CU_DN_OUT = 10, CU_DN_QKVZ = 11 };
 #define CU_BLOCK_TENSORS 12
 
 struct cu_fblock {
@@ -44,6 +51,10 @@ struct cu_fblock {
   // q's LoRA rank (0: a plain q) and the epsilon of q_a's and the latent's norms
   int64_t kv_lora, nope, v_dim, q_lora;
   double mla_eps;
+  int64_t gate; // attention: q's rows hold each head's query then its output gate (bl_attn_params.gate)
+  // delta-net: bl_deltanet_params' sizes (the recurrent state layer in layer), its k head map
+  int64_t n_k_heads, n_v_heads, head_k, head_v, conv_kernel, head_map;
+  double dn_eps; // delta-net: the q / k L2 norms' and the output norm's epsilon
   bl_tensor t[CU_BLOCK_TENSORS];
   const bl_op *ops; // the run of ops it came from (the host hook's argument) and their count
   int64_t n_ops;

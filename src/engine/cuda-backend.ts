@@ -380,7 +380,36 @@ export class CudaBackend implements Backend {
   }
 
   kvCopy(src: number, dst: number, n: number): void {
+    // a recurrent model's state after a prefix cannot be taken from a longer sequence's
+    if (this.rsBytes() > 0) throw new Error("kvCopy: this model keeps a recurrent state a slot; a prefix of a slot cannot be copied alone");
     checkCuda(cuda().bl_cuda_kv_copy(this.ctx, src, dst, n), "copying KV");
+  }
+
+  /** A slot's recurrent state on the card (the delta-net layers'; the CPU backend's bytes and layout). */
+  rsBytes(): number {
+    return Number(cuda().bl_cuda_rs_bytes(this.ctx));
+  }
+
+  rsSave(slot: number, dst: Uint8Array): void {
+    if (dst.length < this.rsBytes()) throw new Error("rsSave: buffer too small");
+    checkCuda(cuda().bl_cuda_rs_save(this.ctx, slot, ptr(dst)), "saving the recurrent state");
+  }
+
+  rsLoad(slot: number, src: Uint8Array): void {
+    if (src.length < this.rsBytes()) throw new Error("rsLoad: buffer too small");
+    checkCuda(cuda().bl_cuda_rs_load(this.ctx, slot, ptr(src)), "loading the recurrent state");
+  }
+
+  rsSnapReserve(): void {
+    checkCuda(cuda().bl_cuda_rs_snap_reserve(this.ctx), "reserving the recurrent state snapshots");
+  }
+
+  rsSnapTake(slot: number): void {
+    checkCuda(cuda().bl_cuda_rs_snap_take(this.ctx, slot), "taking a recurrent state snapshot");
+  }
+
+  rsSnapBack(slot: number): void {
+    checkCuda(cuda().bl_cuda_rs_snap_back(this.ctx, slot), "putting a recurrent state snapshot back");
   }
 
   /** Saved states stay on the card while it keeps this much free beside them. */
