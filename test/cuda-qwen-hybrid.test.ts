@@ -125,7 +125,8 @@ for (const dir of DIRS) {
         }
         const d = [maxAbsDiff(both.subarray(0, V), la), maxAbsDiff(both.subarray(V), lb)].map((x) => x / std(la));
         console.log(`${dir} card, two sequences interleaved (steps of ${Math.min(maxTokens, rows.length)}): against each alone ${d.map((x) => x.toExponential(2)).join(", ")} of the std`);
-        for (const x of d) expect(x).toBeLessThan(1e-2);
+        // (the prompt kernels' f16 activations: their rows' attention tiles and products differ with the batch)
+        for (const x of d) expect(x).toBeLessThan(3e-2);
       }
     });
 
