@@ -675,13 +675,13 @@ struct dn_args {
   int ntok, n_runs;           // n_runs: entries of runs[] (those of 0 tokens do nothing)
   int C, K, nk, nv, hk, hv, grouped;
   float eps;
+  int seq_conv;               // the conv a thread a channel walking each sequence's tokens (decode steps), not a thread a token
 };
-// The conv and its SiLU into cv, then each run's slot's conv state moved on.
+// The conv and its SiLU into cv, and each sequence's slot's conv state moved on.
 int64_t cu_dn_conv(cudaStream_t st, const dn_args &a);
-// The delta rule of every v head over each run's tokens (q, k L2-normalised on the way), into o.
+// The delta rule of every v head over each sequence's tokens (q, k L2-normalised on the way), then
+// o = rmsnorm(o) * normw * silu(z) per head, into o.
 int64_t cu_dn_rule(cudaStream_t st, const dn_args &a);
-// o = rmsnorm(o) * normw * silu(z) per head.
-int64_t cu_dn_out_norm(cudaStream_t st, const dn_args &a);
 // Older Qwen3-Next files' fused rows [ntok][C + vd] (for each k head its q, k, then its v heads' v and z)
 // split into the conv's inputs and z.
 int64_t cu_dn_split_qkvz(cudaStream_t st, const dn_args &a, const float *qkvz);
@@ -691,5 +691,7 @@ int64_t cu_dn_split_qkvz(cudaStream_t st, const dn_args &a, const float *qkvz);
 int64_t cu_attn_gate_split(cudaStream_t st, const float *qg, float *q, float *g, int nh, int hd, int ntok);
 // att[t][i] *= sigmoid(g[t][i]) over n columns.
 int64_t cu_attn_gate_apply(cudaStream_t st, float *att, const float *g, int n, int ntok);
-// A shared expert's scalar gate (Qwen): x[t] += sigmoid(h[t] . w) * y[t] over E columns.
-int64_t cu_gated_add(cudaStream_t st, const float *h, const float *w, const float *y, float *x, int E, int ntok);
+// A shared expert's scalar gate (Qwen): h[t] = rmsnorm(x[t]) * w (cu_rmsnorm's), gw[t] = sigmoid(h[t] . g);
+// and its sum under the gate, x[t] += gw[t] * y[t] over E columns.
+int64_t cu_rmsnorm_gate(cudaStream_t st, const float *x, const float *w, float eps, const float *g, float *h, float *gw, int E, int ntok);
+int64_t cu_gated_add(cudaStream_t st, const float *gw, const float *y, float *x, int E, int ntok);

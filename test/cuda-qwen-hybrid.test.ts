@@ -4,15 +4,18 @@
 // batches of 24, of 7 (the decode-batch paths) and token by token (graphs), the same greedy text; two
 // sequences interleaved in one batch each as alone; the slot's recurrent state in the CPU's layout
 // (saved on the card, loaded on the CPU, the same continuation) and the card's snapshots; ngram-simple
-// speculation on the card giving the tokens without it. The fusion pass's refusal of heads it has no
+// speculation on the card giving the tokens without it; Qwen3.6-35B-A3B's and Qwen3-Next-80B's real
+// shapes (synth, cut to 4 layers) against the CPU's exact path. The fusion pass's refusal of heads it has no
 // kernel for is checked wherever the CUDA library is built. Skips with a line where no card is.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { cudaLib, cudaStatus } from "../ffi/cuda.ts";
+import { CudaFast, CudaOption, cudaLib, cudaStatus } from "../ffi/cuda.ts";
+import { synth } from "../src/cli/synth.ts";
 import { OpKind } from "../ffi/layout.ts";
 import type { Batch } from "../src/engine/backend.ts";
-import { cudaUnsupported } from "../src/engine/cuda-backend.ts";
+import { type CudaBackend, cudaUnsupported } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
 import { encodeProgram } from "../src/engine/program.ts";
 import type { DoneEvent, TokenEvent } from "../src/engine/protocol.ts";
@@ -76,6 +79,47 @@ describe.skipIf(cudaLib() === null || DIRS.length === 0)("what the card takes of
       w.close();
     }
   });
+});
+
+// The real shapes cut to 4 layers (3 delta-net, then a gated attention): Qwen3.6-35B-A3B's 32 v heads over
+// 16 k heads of 128, attention heads of 256 (the prefill kernel's Q from shared memory) and Q4_K_M's
+// types; Qwen3-Next-80B-A3B's fused ba and grouped heads.
+const CUTS = [
+  { model: "qwen3.6-35b-a3b", quant: "Q4_K_M" },
+  { model: "qwen3-next-80b-a3b", quant: "Q4_K_M" },
+];
+
+describe.skipIf(!st.ok)("the real shapes on the card against the CPU's exact path", () => {
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-q35cut-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  for (const c of CUTS) {
+    test(`${c.model}:${c.quant} (4 layers): a prompt of 300 and decode steps, one token and a batch of two slots`, async () => {
+      const file = (await synth({ model: c.model, quant: c.quant, out: join(dir, `${c.model}.gguf`), layers: 4, seed: 7 })).path;
+      const cardM = Model.load(file, { nCtx: 1024, nSlots: 2, nThreads: 8, nGpuLayers: "all" });
+      const exact = Model.load(file, { nCtx: 1024, nSlots: 2, nThreads: 8, exact: true });
+      models.push(cardM, exact);
+      (cardM.backend as CudaBackend).setOption(CudaOption.fast, CudaFast.default & ~CudaFast.int8);
+      const V = cardM.hp.nVocab;
+      const prompt = Array.from({ length: 300 }, (_, i) => (i * 7919 + 13) % V);
+      const b = exact.evalSequence(prompt, 0), s = std(b);
+      const dPrompt = maxAbsDiff(cardM.evalSequence(prompt, 0), b) / s;
+      let dDecode = 0;
+      for (let k = 0; k < 6; k++) {
+        const t = (k * 131 + 7) % V;
+        dDecode = Math.max(dDecode, maxAbsDiff(cardM.evalSequence([t], prompt.length + k), exact.evalSequence([t], prompt.length + k)) / s);
+      }
+      // slot 1 from a short prompt, then a decode batch of both slots
+      const p1 = prompt.slice(0, 40);
+      cardM.evalSequence(p1, 0, 1);
+      exact.evalSequence(p1, 0, 1);
+      const rows = [{ tok: 11, pos: prompt.length + 6, seq: 0 }, { tok: 12, pos: 40, seq: 1 }];
+      const dBatch = maxAbsDiff(oneBatch(cardM, rows, [0, 1]), oneBatch(exact, rows, [0, 1])) / s;
+      console.log(`${c.model}:${c.quant} (4 layers) on the card against the CPU's exact path: max |dlogit| / std prompt of 300 ${dPrompt.toExponential(2)}, 6 decode steps ${dDecode.toExponential(2)}, a batch of two slots ${dBatch.toExponential(2)}`);
+      expect(dPrompt).toBeLessThan(3e-2);
+      expect(dDecode).toBeLessThan(3e-2);
+      expect(dBatch).toBeLessThan(3e-2);
+    }, 600_000);
+  }
 });
 
 for (const dir of DIRS) {

@@ -7,7 +7,9 @@
 // FAST_FA2, k_fa2 (the same tile for FA2_HEADS query heads of one KV group, 4 warps a head, so
 // each staged K/V tile serves them all, or one head where pairs would leave SMs idle; tiles copied
 // by cp.async into two buffers, the next one in flight while this one is used; the longest tiles
-// first). The two give the same values bit for bit.
+// first). The two give the same values bit for bit. Heads of 256 (Qwen3.5's and Qwen3-Next's
+// gated attention) run k_fa alone, their Q fragments read from shared memory each tile (in
+// registers they and the 256-wide accumulators would spill).
 #include <math.h>
 #include <stdlib.h>
 
@@ -22,9 +24,14 @@
 
 // One warp's 16 query rows of one head: Q fragments, the output accumulators and the online
 // softmax state of rows r0 = gid and r1 = gid + 8 (their positions qp0, qp1; -1 past the tile).
+// Heads up to 128 keep their Q fragments in registers; wider ones read them from the staged rows.
+template <int HD>
+__host__ __device__ constexpr bool fa_q_regs() { return HD <= 128; }
+
 template <int HD>
 struct fa_rows {
-  uint32_t qf[HD / 16][4];
+  uint32_t qf[fa_q_regs<HD>() ? HD / 16 : 1][4];
+  const __half *sq; // the warp's staged Q rows (heads wider than 128)
   float o[HD / 8][4];
   float m0, m1, l0, l1;
   int qp0, qp1;
@@ -42,8 +49,11 @@ __device__ __forceinline__ void fa_q4(__half *p, const float *src, bool have, fl
 template <int HD>
 __device__ __forceinline__ void fa_rows_init(fa_rows<HD> &w, const __half *sQ, int lane, int qp0, int qp1, int window) {
   constexpr int LDS = HD + 8;
+  w.sq = sQ;
+  if constexpr (fa_q_regs<HD>()) {
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(w.qf[kk], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+    for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(w.qf[kk], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+  }
 #pragma unroll
   for (int i = 0; i < HD / 8; i++) w.o[i][0] = w.o[i][1] = w.o[i][2] = w.o[i][3] = 0.0f;
   w.m0 = -INFINITY;
@@ -66,12 +76,19 @@ __device__ __forceinline__ void fa_rows_tile(fa_rows<HD> &w, const __half *sK, c
   for (int i = 0; i < 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
+    uint32_t qa[4];
+    if constexpr (fa_q_regs<HD>()) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) qa[e] = w.qf[kk][e];
+    } else {
+      ldsm_x4(qa, w.sq + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+    }
 #pragma unroll
     for (int np = 0; np < 4; np++) {
       uint32_t b[4];
       ldsm_x4(b, sK + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
-      mma16816(s[2 * np], w.qf[kk], b[0], b[1]);
-      mma16816(s[2 * np + 1], w.qf[kk], b[2], b[3]);
+      mma16816(s[2 * np], qa, b[0], b[1]);
+      mma16816(s[2 * np + 1], qa, b[2], b[3]);
     }
   }
   float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -299,13 +316,21 @@ static int64_t fa2_launch(cudaStream_t st, const fa_args &a, int n_tiles) {
   return BL_OK;
 }
 
-bool cu_flash_supported(int hd) { return hd == 64 || hd == 128; }
+// k_fa's shared memory for heads of 256 fits the card (set by cu_attn_init).
+static bool fa256_fits = false;
+static constexpr int fa_smem(int hd) { return 3 * 64 * (hd + 8) * 2; }
+
+bool cu_flash_supported(int hd) { return hd == 64 || hd == 128 || (hd == 256 && fa256_fits); }
 
 int64_t cu_flash_prefill(cudaStream_t st, const fa_args &a, int hd, int n_tiles, bool *fa2) {
   if (fa2) *fa2 = false;
   if (n_tiles <= 0) return BL_OK;
-  if (hd != 64 && hd != 128) return cu_fail(BL_E_UNSUPPORTED, "prefill attention: head size %d", hd);
+  if (!cu_flash_supported(hd)) return cu_fail(BL_E_UNSUPPORTED, "prefill attention: head size %d", hd);
   if (a.G < 1) return cu_fail(BL_E_INVAL, "prefill attention: %d query heads in groups of %d", a.nh, a.G);
+  if (hd == 256) {
+    CU_LAUNCH("prefill attention", k_fa<256>, dim3(n_tiles, a.nh), dim3(128), (size_t)fa_smem(256), st, a);
+    return BL_OK;
+  }
   if ((cu_fast & FAST_FA2) && fa2_fits && n_tiles <= 65535) { // (k_fa2's tiles are its grid's y)
     // FA2_HEADS heads a block where they lie in one KV group and no SM gets more (tile, head) units
     // than with one head a block (an SM holds one block of two heads; a short prompt's few tiles
@@ -335,6 +360,11 @@ int64_t cu_attn_init(int smem_optin) {
   CU_TRY(cudaFuncSetAttribute(k_fa<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 64 * (128 + 8) * 2), "configuring attention");
   CU_OK(cu_kernel_prefs(k_fa<64>, "configuring attention"));
   CU_OK(cu_kernel_prefs(k_fa<128>, "configuring attention"));
+  fa256_fits = smem_optin >= fa_smem(256);
+  if (fa256_fits) {
+    CU_TRY(cudaFuncSetAttribute(k_fa<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_smem(256)), "configuring attention");
+    CU_OK(cu_kernel_prefs(k_fa<256>, "configuring attention"));
+  }
   fa2_fits = smem_optin >= fa2_smem<128>();
   if (!fa2_fits) return BL_OK;
   CU_OK((fa2_init<64, 1>()));

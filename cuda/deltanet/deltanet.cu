@@ -1,16 +1,16 @@
 // bloomery CUDA library: the gated delta-net's own kernels (Qwen3-Next's and Qwen3.5 / 3.6's
 // linear-attention layers; ffi/cpu/deltanet.c and delta_rule.c are the reference): the causal
-// depthwise conv over each sequence's previous inputs with its SiLU, the conv state moved on, the
-// gated delta rule in its recurrent form (a warp holds 16 rows of a v head's state in registers and
-// takes the run's tokens in order), and the gated output norm. The in- and out-projections are the
-// dense products (forward.cu dn_block).
+// depthwise conv over each sequence's previous inputs with its SiLU, the conv state moved on (for decode
+// steps both in one kernel), and the gated delta rule in its recurrent form (a warp holds 16 rows of a v
+// head's state in registers and takes the sequence's tokens in order) with the gated output norm. The in-
+// and out-projections are the dense products (forward.cu dn_block).
 #include "common.cuh"
 #include "internal.h"
 
 namespace {
 
 constexpr int ROWS = 16;  // state rows (v elements) a warp
-constexpr int RULE_WARPS = 4;
+constexpr int RULE_WARPS = CU_DN_MAX_HEAD / ROWS; // warps a block at most: a v head's rows
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -59,6 +59,31 @@ __global__ void __launch_bounds__(128) k_dn_conv_state(dn_args a) {
   }
 }
 
+// Grid (channel blocks, sequence), decode steps: each thread walks its channel through the sequence's
+// tokens in order (the window in registers), then leaves the state - the two kernels above in one.
+__global__ void __launch_bounds__(128) k_dn_conv_seq(dn_args a) {
+  BL_TR_SCOPE(33);
+  cu_pdl_entry();
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x, C = a.C, K = a.K;
+  const int4 run = a.runs[blockIdx.y];
+  if (ch >= C || run.y <= 0) return;
+  float *st = slot_state(a, run.z);
+  const bool fresh = a.pos[a.runs[run.x].w] == 0;
+  float win[CU_DN_MAX_TAPS], w[CU_DN_MAX_TAPS];
+  for (int k = 0; k < K; k++) w[k] = a.convw[(size_t)ch * K + k];
+  for (int k = 0; k < K - 1; k++) win[k] = fresh ? 0.0f : st[(size_t)k * C + ch];
+  for (int i = 0; i < run.y; i++) {
+    const int t = a.runs[run.x + i].w;
+    const float x = a.raw[(size_t)t * C + ch];
+    float acc = x * w[K - 1];
+    for (int j = 1; j < K; j++) acc += win[K - 1 - j] * w[K - 1 - j];
+    for (int k = 0; k + 1 < K - 1; k++) win[k] = win[k + 1];
+    if (K > 1) win[K - 2] = x;
+    a.cv[(size_t)t * C + ch] = silu_f(acc);
+  }
+  for (int k = 0; k < K - 1; k++) st[(size_t)k * C + ch] = win[k];
+}
+
 // One step of a warp's transposed sum: lanes with bit H keep the upper H values, the others the lower,
 // each adding its partner's; after H = 16, 8, 4, 2, 1 lane l holds the warp's total of value l.
 template <int H>
@@ -74,7 +99,7 @@ __device__ __forceinline__ void tsum_step(float *v, int lane) {
 // A token's inputs a warp reads (its lane's columns of q and k, its row's v, beta and alpha).
 template <int CPL>
 struct tok_in {
-  float q[CPL], k[CPL], v, b, al;
+  float q[CPL], k[CPL], v, z, b, al;
 };
 
 template <int CPL>
@@ -88,6 +113,8 @@ __device__ __forceinline__ void load_tok(const dn_args &a, int t, int h, int kh,
     in.k[i] = col < a.hk ? row[qk + kh * a.hk + col] : 0.0f;
   }
   in.v = lane < ROWS && r0 + lane < a.hv ? row[2 * qk + h * a.hv + r0 + lane] : 0.0f;
+  // the output gate of the row lane - 16 holds the output of
+  in.z = lane >= ROWS && r0 + lane - ROWS < a.hv ? a.z[(size_t)t * a.nv * a.hv + (size_t)h * a.hv + r0 + lane - ROWS] : 0.0f;
   if (a.ba) {
     const int r = a.nv / a.nk;
     const float *bar = a.ba + (size_t)t * 2 * a.nv + (h / r) * 2 * r;
@@ -99,17 +126,21 @@ __device__ __forceinline__ void load_tok(const dn_args &a, int t, int h, int kh,
   }
 }
 
-// Grid (warp groups, sequence): warp w's 16 rows r0.. of v head h's state over the sequence's tokens, in
-// registers (lane l holds columns l, l + 32, ...): S = e^g S; d = beta (v - S k); o = S q + d (k . q);
-// S += d k^T (the CPU's recurrent form, the o product taken before the update). Then S back.
+// Grid (v head, sequence), a warp for each 16 rows r0.. of the head's state, over the sequence's tokens,
+// in registers (lane l holds columns l, l + 32, ...): S = e^g S; d = beta (v - S k); o = S q + d (k . q);
+// S += d k^T (the CPU's recurrent form, the o product taken before the update); then each token's o
+// = rmsnorm(o) * normw * silu(z) over the head (the block's sum). Then S back.
 template <int CPL>
 __global__ void __launch_bounds__(RULE_WARPS * 32) k_dn_rule(dn_args a) {
   BL_TR_SCOPE(27);
   cu_pdl_entry();
-  const int lane = threadIdx.x & 31, sph = (a.hv + ROWS - 1) / ROWS;
-  const int slab = blockIdx.x * RULE_WARPS + (threadIdx.x >> 5), h = slab / sph, r0 = (slab % sph) * ROWS;
+  __shared__ float red[2][RULE_WARPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int h = blockIdx.x, r0 = warp * ROWS;
   const int4 run = a.runs[blockIdx.y];
-  if (h >= a.nv || run.y <= 0) return;
+  if (run.y <= 0) return; // (the whole block)
+  const int orow = r0 + lane - ROWS; // the output row of lanes 16..31
+  const float nw_row = lane >= ROWS && orow < a.hv ? a.normw[orow] : 0.0f;
   const int kh = a.grouped ? h / (a.nv / a.nk) : h % a.nk;
   float *Sg = slot_state(a, run.z) + (size_t)(a.K - 1) * a.C + (size_t)h * a.hv * a.hk;
   const bool fresh = a.pos[a.runs[run.x].w] == 0;
@@ -168,7 +199,17 @@ __global__ void __launch_bounds__(RULE_WARPS * 32) k_dn_rule(dn_args a) {
     // lane l < 16: row r0 + l's S k; lane 16 + l: its S q
     const float d = beta * (in.v - v[0]);
     const float dl = __shfl_sync(0xffffffffu, d, lane & (ROWS - 1));
-    if (lane >= ROWS && r0 + lane - ROWS < a.hv) a.o[(size_t)t * vd + (size_t)h * a.hv + r0 + lane - ROWS] = v[0] + dl * kq;
+    const float o = lane >= ROWS && orow < a.hv ? v[0] + dl * kq : 0.0f;
+    // the gated output norm over the head's rows: the warps' sums of squares, a buffer a token's parity
+    const float ss = warp_sum(o * o);
+    if (lane == 0) red[tt & 1][warp] = ss;
+    __syncthreads();
+    float tot = 0;
+    for (int wi = 0; wi < nw; wi++) tot += red[tt & 1][wi];
+    if (lane >= ROWS && orow < a.hv) {
+      const float sc = 1.0f / sqrtf(tot / (float)a.hv + a.eps);
+      a.o[(size_t)t * vd + (size_t)h * a.hv + orow] = silu_f(in.z) * (o * sc * nw_row);
+    }
 #pragma unroll
     for (int rr = 0; rr < ROWS; rr++) {
       const float dr = __shfl_sync(0xffffffffu, d, rr);
@@ -183,22 +224,6 @@ __global__ void __launch_bounds__(RULE_WARPS * 32) k_dn_rule(dn_args a) {
       const int row = r0 + rr, col = lane + 32 * i;
       if (row < a.hv && col < a.hk) Sg[(size_t)row * a.hk + col] = S[rr][i];
     }
-}
-
-// A block a token, a warp a v head: o = rmsnorm(o) * normw * silu(z).
-__global__ void __launch_bounds__(256) k_dn_out_norm(dn_args a) {
-  BL_TR_SCOPE(28);
-  cu_pdl_entry();
-  const int t = blockIdx.x, lane = threadIdx.x & 31, vd = a.nv * a.hv;
-  for (int h = threadIdx.x >> 5; h < a.nv; h += blockDim.x >> 5) {
-    float *o = a.o + (size_t)t * vd + (size_t)h * a.hv;
-    const float *z = a.z + (size_t)t * vd + (size_t)h * a.hv;
-    float ss = 0;
-    for (int i = lane; i < a.hv; i += 32) ss += o[i] * o[i];
-    ss = warp_sum(ss);
-    const float sc = 1.0f / sqrtf(ss / (float)a.hv + a.eps);
-    for (int i = lane; i < a.hv; i += 32) o[i] = silu_f(z[i]) * (o[i] * sc * a.normw[i]);
-  }
 }
 
 // A block a token: the fused qkvz row split into the conv's inputs and z.
@@ -224,6 +249,10 @@ bool cu_dn_supported(int hk, int hv, int taps) { return hk >= 1 && hk <= CU_DN_M
 
 int64_t cu_dn_conv(cudaStream_t st, const dn_args &a) {
   if (a.ntok <= 0) return BL_OK;
+  if (a.seq_conv) {
+    CU_LAUNCH("the delta-net's conv", k_dn_conv_seq, dim3((unsigned)((a.C + 127) / 128), (unsigned)a.n_runs), dim3(128), 0, st, a);
+    return BL_OK;
+  }
   const dim3 grid((unsigned)((a.C + 127) / 128), (unsigned)a.ntok);
   CU_LAUNCH("the delta-net's conv", k_dn_conv, grid, dim3(128), 0, st, a);
   if (a.K > 1) CU_LAUNCH("the delta-net's conv state", k_dn_conv_state, dim3(grid.x, (unsigned)a.n_runs), dim3(128), 0, st, a);
@@ -233,17 +262,10 @@ int64_t cu_dn_conv(cudaStream_t st, const dn_args &a) {
 int64_t cu_dn_rule(cudaStream_t st, const dn_args &a) {
   if (a.ntok <= 0) return BL_OK;
   if (!cu_dn_supported(a.hk, a.hv, a.K)) return cu_fail(BL_E_UNSUPPORTED, "the delta rule: heads of %d x %d", a.hk, a.hv);
-  const int slabs = a.nv * ((a.hv + ROWS - 1) / ROWS);
-  const dim3 grid((unsigned)((slabs + RULE_WARPS - 1) / RULE_WARPS), (unsigned)a.n_runs), block(RULE_WARPS * 32);
+  const dim3 grid((unsigned)a.nv, (unsigned)a.n_runs), block((unsigned)(32 * ((a.hv + ROWS - 1) / ROWS)));
   if (a.hk <= 32) CU_LAUNCH("the delta rule", k_dn_rule<1>, grid, block, 0, st, a);
   else if (a.hk <= 64) CU_LAUNCH("the delta rule", k_dn_rule<2>, grid, block, 0, st, a);
   else CU_LAUNCH("the delta rule", k_dn_rule<4>, grid, block, 0, st, a);
-  return BL_OK;
-}
-
-int64_t cu_dn_out_norm(cudaStream_t st, const dn_args &a) {
-  if (a.ntok <= 0) return BL_OK;
-  CU_LAUNCH("the delta-net's output norm", k_dn_out_norm, dim3((unsigned)a.ntok), dim3(256), 0, st, a);
   return BL_OK;
 }
 

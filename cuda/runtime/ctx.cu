@@ -398,7 +398,7 @@ static std::vector<buf_req> buffer_list(cu_ctx *c) {
       {(void **)&c->act16, c->act16_elems * sizeof(__half)},
       {(void **)&c->mb_tiles_d, MB_LAYER_BITS * I},
       {(void **)&c->hsh, d.n_shared ? T * d.E * F : 0},
-      {(void **)&c->shg, d.n_shared_gate ? T * d.E * F : 0},
+      {(void **)&c->shg, d.n_shared_gate ? T * d.E * F : 0}, {(void **)&c->shg_w, d.n_shared_gate ? T * F : 0},
       {(void **)&c->dn_raw, T * d.dn_c * F}, {(void **)&c->dn_cv, T * d.dn_cz * F}, {(void **)&c->dn_z, T * d.dn_vd * F},
       {(void **)&c->dn_ba, T * 2 * d.dn_nv * F}, {(void **)&c->dn_o, T * d.dn_vd * F},
       {(void **)&c->rs, d.n_dn ? (size_t)c->p.kv_slots * rs_slot_floats(c) * F : 0},

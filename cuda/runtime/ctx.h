@@ -307,7 +307,9 @@ struct cu_ctx {
   float *dn_raw, *dn_cv, *dn_z, *dn_ba, *dn_o, *rs, *rs_snap;
   std::vector<char> rs_snap_ok;
   int n_runs; // the step's sequences (in_runs)
-  float *shg; // a gated shared expert's sum before its gate
+  float *shg;   // a gated shared expert's sum before its gate (prompt batches)
+  float *shg_w; // its gate a token, sigmoid(h . gate_inp) (the MoE block before it writes them)
+  const float *ffn_w; // while a gated shared expert's decode step is enqueued: its rows' weights (shg_w), else null
 
   // FAST_GEMM16 (gemm16.cu): a dense launch's weights and activation rows as halves (0 elements: not sized for it)
   __half *w16, *b16;

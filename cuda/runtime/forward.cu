@@ -797,7 +797,7 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
   const dmat &gate = b.t[rg], &up = b.t[rg + 1], &down = b.t[rg + 2];
   const int ff = gate.ne1, K = moe ? b.n_used : 1;
   const int32_t *sel = c->dense_sel;
-  const float *selw = c->dense_w;
+  const float *selw = !moe && c->ffn_w ? c->ffn_w : c->dense_w; // (a gated shared expert's decode rows: its gate)
   if (ntok == 1 && !big && b.general && moe && cu_one_token_router_fits(c, b)) {
     // one token of a block with biases or the clamped activation (gpt-oss): the picks made first
     // (cu_one_token_router), then the one-token expert kernels (fastdec.cu) on those picks, the
@@ -824,6 +824,10 @@ int64_t cu_ffn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, bool routed
     fmoe_args fm = one_token_experts(c, b, gate, up, down, K);
     fm.logits = moe ? c->router : nullptr;
     fm.n_expert = moe ? b.n_expert : 1;
+    if (!moe && c->ffn_w) { // a gated shared expert: its one pick (0) weighed by the gate
+      fm.sel = c->dense_sel;
+      fm.selw = c->ffn_w;
+    }
     if (cu_fmoe_fits(fm, c->smem_limit)) {
       cu_mark(c, S_ROUTER);
       bool done = true;
@@ -1037,25 +1041,37 @@ static int64_t output_block(cu_ctx *c, const cu_blk &b, int nout, int topk) {
 
 // A shared expert (cu_blk.shared_in): the dense FFN path on the MoE block's normalised input
 // (c->hsh in place of h for its launches), its sum added to x.
-// A scalar gate (Qwen's, vec[CU_FFN_GATE_INP]): the FFN's sum into shg (x there for its launches, its
-// pending combine flushed), then x += sigmoid(hsh . gate_inp) * shg.
+// Products of rows normalised on the way in (normed_products' arguments): the batched launch for 2..8
+// rows, else the one-token kernels.
+static int64_t normed_launch(cu_ctx *c, const mv_args &m, int ntok) {
+  bool batched = false;
+  CU_OK(cu_mv_batch(c->st, m, ntok, nullptr, 0, c->smem_limit, &batched));
+  return batched ? BL_OK : cu_matvec(c->st, m, ntok, c->smem_limit);
+}
+
+// A scalar gate (Qwen's, vec[CU_FFN_GATE_INP]; its weights a token in shg_w, made with hsh by the MoE
+// block before): decode steps weigh the FFN's rows by it (c->ffn_w: the one-token and decode-batch
+// kernels take a pick's weight); prompt batches put the FFN's sum into shg (x there for its launches,
+// its pending combine flushed), then x += gate * shg.
 static int64_t shared_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   float *h = c->h, *x = c->x;
-  const float *g = b.vec[CU_FFN_GATE_INP];
+  const bool gated = b.vec[CU_FFN_GATE_INP] != nullptr;
   const int E = (int)c->dm.E;
   c->h = c->hsh;
   int64_t s = BL_OK;
-  if (g) {
+  if (gated && !big) c->ffn_w = c->shg_w;
+  if (gated && big) {
     const cudaError_t e = cudaMemsetAsync(c->shg, 0, (size_t)ntok * E * sizeof(float), c->st);
     if (e != cudaSuccess) s = cu_fail_cuda(e, "clearing the shared expert's rows");
     c->x = c->shg;
   }
   if (s == BL_OK) s = cu_ffn_block(c, b, ntok, big, false);
-  if (s == BL_OK && g) s = cu_combine_flush(c->st, &c->pend);
+  if (s == BL_OK && gated) s = cu_combine_flush(c->st, &c->pend);
   c->h = h;
   c->x = x;
-  if (s != BL_OK || !g) return s;
-  return cu_gated_add(c->st, c->hsh, g, c->shg, c->x, E, ntok);
+  c->ffn_w = nullptr;
+  if (s != BL_OK || !gated || !big) return s;
+  return cu_gated_add(c->st, c->shg_w, c->shg, c->x, E, ntok);
 }
 
 // The gated delta-net (Qwen3-Next, Qwen3.5 / 3.6), as ffi/cpu/deltanet.c forms it: the norm; the
@@ -1066,29 +1082,50 @@ static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   const int E = (int)c->dm.E, nk = b.dn_nk, nv = b.dn_nv, hk = b.dn_hk, hv = b.dn_hv;
   const int qk = nk * hk, vd = nv * hv, C = 2 * qk + vd;
   const size_t T = (size_t)c->dm.maxT;
+  const bool fused_ba = b.t[CU_DN_BA].d != nullptr, qkvz = b.t[CU_DN_QKVZ].d != nullptr;
+  float *alpha = c->dn_ba + T * nv;
   cu_mark(c, S_QKV);
-  CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_DN_NORM], b.eps, c->h, E, ntok));
+  if (!big) {
+    // decode steps: the rows normalised on the way into the products, three a launch (alpha apart)
+    mv_args m = normed_products(c, b.vec[CU_DN_NORM], b.eps);
+    int nj = 0;
+    if (qkvz) m.job[nj++] = job(b.t[CU_DN_QKVZ], nullptr, c->dn_cv, C + vd, EPI_STORE);
+    else {
+      m.job[nj++] = job(b.t[CU_DN_QKV], nullptr, c->dn_raw, C, EPI_STORE);
+      m.job[nj++] = job(b.t[CU_DN_GATE], nullptr, c->dn_z, vd, EPI_STORE);
+    }
+    m.job[nj++] = fused_ba ? job(b.t[CU_DN_BA], nullptr, c->dn_ba, 2 * nv, EPI_STORE) : job(b.t[CU_DN_BETA], nullptr, c->dn_ba, nv, EPI_STORE);
+    m.njobs = nj;
+    m.q8 = 1;
+    CU_OK(normed_launch(c, m, ntok));
+    if (!fused_ba) {
+      m.job[0] = job(b.t[CU_DN_ALPHA], nullptr, alpha, nv, EPI_STORE);
+      m.njobs = 1;
+      CU_OK(normed_launch(c, m, ntok));
+    }
+  } else {
+    CU_OK(cu_rmsnorm(c->st, c->x, E, nullptr, E, b.vec[CU_DN_NORM], b.eps, c->h, E, ntok));
+    const gemm_job ba = fused_ba ? gjob(b.t[CU_DN_BA], c->dn_ba, 2 * nv, nullptr) : gjob(b.t[CU_DN_BETA], c->dn_ba, nv, nullptr);
+    if (qkvz) { // older Qwen3-Next files: the fused rows into cv's room, split into raw and z
+      const gemm_job in[2] = {gjob(b.t[CU_DN_QKVZ], c->dn_cv, C + vd, nullptr), ba};
+      CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
+    } else {
+      const gemm_job in[3] = {gjob(b.t[CU_DN_QKV], c->dn_raw, C, nullptr), gjob(b.t[CU_DN_GATE], c->dn_z, vd, nullptr), ba};
+      CU_OK(dense_products(c, in, 3, c->h, E, ntok, EPI_STORE, big));
+    }
+    if (!fused_ba) CU_OK(dense_product(c, b.t[CU_DN_ALPHA], nullptr, c->h, E, ntok, alpha, nv, EPI_STORE, big));
+  }
   dn_args a;
   memset(&a, 0, sizeof a);
   a.raw = c->dn_raw;
   a.cv = c->dn_cv;
   a.z = c->dn_z;
-  const bool fused_ba = b.t[CU_DN_BA].d != nullptr;
   if (fused_ba) a.ba = c->dn_ba;
   else {
     a.beta = c->dn_ba;
-    a.alpha = c->dn_ba + T * nv;
+    a.alpha = alpha;
   }
-  const gemm_job ba = fused_ba ? gjob(b.t[CU_DN_BA], c->dn_ba, 2 * nv, nullptr) : gjob(b.t[CU_DN_BETA], c->dn_ba, nv, nullptr);
-  if (b.t[CU_DN_QKVZ].d) {
-    // older Qwen3-Next files: the fused rows into cv's room, split into raw and z
-    const gemm_job in[2] = {gjob(b.t[CU_DN_QKVZ], c->dn_cv, C + vd, nullptr), ba};
-    CU_OK(dense_products(c, in, 2, c->h, E, ntok, EPI_STORE, big));
-  } else {
-    const gemm_job in[3] = {gjob(b.t[CU_DN_QKV], c->dn_raw, C, nullptr), gjob(b.t[CU_DN_GATE], c->dn_z, vd, nullptr), ba};
-    CU_OK(dense_products(c, in, 3, c->h, E, ntok, EPI_STORE, big));
-  }
-  if (!fused_ba) CU_OK(dense_product(c, b.t[CU_DN_ALPHA], nullptr, c->h, E, ntok, c->dn_ba + T * nv, nv, EPI_STORE, big));
+  a.seq_conv = !big;
   a.convw = b.vec[CU_DN_CONV];
   a.dt = b.vec[CU_DN_DT];
   a.a = b.vec[CU_DN_A];
@@ -1112,11 +1149,10 @@ static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   a.hv = hv;
   a.grouped = b.dn_grouped;
   a.eps = b.dn_eps;
-  if (b.t[CU_DN_QKVZ].d) CU_OK(cu_dn_split_qkvz(c->st, a, c->dn_cv));
+  if (qkvz) CU_OK(cu_dn_split_qkvz(c->st, a, c->dn_cv));
   CU_OK(cu_dn_conv(c->st, a));
   cu_mark(c, S_ATTN);
   CU_OK(cu_dn_rule(c->st, a));
-  CU_OK(cu_dn_out_norm(c->st, a));
   cu_mark(c, S_O);
   return dense_product(c, b.t[CU_DN_OUT], nullptr, c->dn_o, vd, ntok, c->x, E, EPI_ADD, big);
 }
@@ -1149,7 +1185,11 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
       case CU_BLOCK_FFN:
         // a shared expert after this MoE block reads the block's normalised input: kept apart, since
         // the MoE paths' own copy (h) is not made by every one of them
-        if (b.shared_next) CU_OK(cu_rmsnorm(c->st, c->x, (int)c->dm.E, nullptr, (int)c->dm.E, b.vec[CU_MOE_NORM], b.eps, c->hsh, (int)c->dm.E, ntok));
+        if (b.shared_next) {
+          const float *g = bl[i + 1].vec[CU_FFN_GATE_INP]; // a gated shared expert's gate made with its input
+          if (g) CU_OK(cu_rmsnorm_gate(c->st, c->x, b.vec[CU_MOE_NORM], b.eps, g, c->hsh, c->shg_w, (int)c->dm.E, ntok));
+          else CU_OK(cu_rmsnorm(c->st, c->x, (int)c->dm.E, nullptr, (int)c->dm.E, b.vec[CU_MOE_NORM], b.eps, c->hsh, (int)c->dm.E, ntok));
+        }
         if (b.shared_in) CU_OK(shared_block(c, b, ntok, big));
         else if (b.host) CU_OK(cu_host_block(c, b, ntok, big, routed));
         else CU_OK(cu_ffn_block(c, b, ntok, big, routed));
