@@ -662,7 +662,7 @@ struct dn_args {
   const float *raw;           // the conv's inputs [ntok][C]: q, k, v channels
   float *cv;                  // the conv's outputs after SiLU [ntok][C]
   const float *z;             // the output gate's rows [ntok][vd]
-  const float *beta, *alpha;  // [ntok][nv] each (Qwen3.5), or
+  const float *beta, *alpha;  // a token's nv each, ldb apart (Qwen3.5), or
   const float *ba;            // [ntok][2 nv]: for each k head its v heads' betas, then their alphas (Qwen3-Next)
   const float *convw;         // [C][K]: a channel's taps, the current input's last
   const float *dt, *a, *normw;
@@ -672,6 +672,7 @@ struct dn_args {
   const int32_t *pos;
   const int4 *runs;
   const int2 *tok;
+  int ldb;
   int ntok, n_runs;           // n_runs: entries of runs[] (those of 0 tokens do nothing)
   int C, K, nk, nv, hk, hv, grouped;
   float eps;

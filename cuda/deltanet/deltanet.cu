@@ -121,8 +121,8 @@ __device__ __forceinline__ void load_tok(const dn_args &a, int t, int h, int kh,
     in.b = bar[h % r];
     in.al = bar[r + h % r];
   } else {
-    in.b = a.beta[(size_t)t * a.nv + h];
-    in.al = a.alpha[(size_t)t * a.nv + h];
+    in.b = a.beta[(size_t)t * a.ldb + h];
+    in.al = a.alpha[(size_t)t * a.ldb + h];
   }
 }
 

@@ -592,9 +592,9 @@ static int64_t build_blocks(cu_weights *c, const cu_plan &pl) {
                                             b.gating == BL_GATING_SIGMOID));
     rope_of(b, o.rope);
     o.src = &bl[(size_t)i];
-    // the neighbours the kernels fuse across (decided here, once: the attention's output product takes
-    // the next MoE block's router)
-    o.moe_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_MOE && b.kind == CU_BLOCK_ATTN ? (int)(i + 1) : -1;
+    // the neighbours the kernels fuse across (decided here, once: the attention's or delta-net's output
+    // product takes the next MoE block's router)
+    o.moe_next = i + 1 < n && bl[(size_t)i + 1].kind == CU_BLOCK_MOE && (b.kind == CU_BLOCK_ATTN || b.kind == CU_BLOCK_DN) ? (int)(i + 1) : -1;
     if (b.kind == CU_BLOCK_MOE && b.host_experts) {
       o.host = 1;
       o.host_j = (int)c->host_blocks.size();

@@ -247,7 +247,8 @@ static bool card_experts(const cu_ctx *c, const cu_blk &b, fmoe_args &fm) {
 
 // The fused attention output + router arguments for attention block a followed by MoE block m;
 // false when that path does not take them (then the output product and the router run apart).
-static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
+// The output product o of rows att (n floats, bias ob or null): an attention's, or a delta-net's out.
+static bool fused_router(const cu_ctx *c, const dmat &o, const float *att, int n, const float *ob, const cu_blk &m, fo_args &f) {
   memset(&f, 0, sizeof f);
   // gpt-oss's blocks (general): the output product's bias and the router's are this kernel's (ob,
   // rb); its sinks and sliding window are the attention kernel's, before it; the experts take their
@@ -255,10 +256,10 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   const dmat &r = m.t[CU_MOE_GATE_INP];
   if (!r.d || r.type != T_F32 || r.ne0 != (int)c->dm.E || r.ne1 != m.n_expert || r.nb1 % 16) return false;
   if (m.gating == BL_GATING_SIGMOID) return false; // its picks are router/sigmoid.cu's
-  f.o = a.t[CU_ATTN_O];
-  f.att = c->att;
+  f.o = o;
+  f.att = att;
   f.x = c->x;
-  f.n = a.n_head * a.head_dim;
+  f.n = n;
   f.E = (int)c->dm.E;
   f.rw = reinterpret_cast<const float *>(r.d);
   f.ldw = (int)(r.nb1 / 4);
@@ -275,13 +276,17 @@ static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_a
   f.sel = c->sel;
   f.selw = c->selw;
   f.q8 = 1;
-  f.ob = a.vec[CU_ATTN_BO];
+  f.ob = ob;
   f.rb = m.vec[CU_MOE_RBIAS];
   fmoe_args fm;
   if (f.X > c->dm.X || !cu_fo_fits(f, c->smem_limit) || !cu_routed_experts(c, m, fm)) return false;
   if (!m.general) return true;
   cu_expert_options(fm, m);
   return cu_fmoe_fits(fm, c->smem_limit);
+}
+
+static bool fused_router(const cu_ctx *c, const cu_blk &a, const cu_blk &m, fo_args &f) {
+  return fused_router(c, a.t[CU_ATTN_O], c->att, a.n_head * a.head_dim, a.vec[CU_ATTN_BO], m, f);
 }
 
 // The fused attention output + router (froute.cu) on f; its picks are the next MoE block's (*routed).
@@ -479,12 +484,12 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     one_token_attn(c, b, qa, a1);
     attn_forms_qk(c, b, qa, a1);
     fo_args f;
-    const bool fused = moe && !b.gated && fused_router(c, b, *moe, f);
+    const bool fused = moe && fused_router(c, b, *moe, f);
     if (a2) CU_OK(attn2(c, a1, hd));
     else CU_OK(cu_attn1(c->st, a1, hd));
     cu_mark(c, S_O);
-    if (fused) return fused_out_router(c, f, routed);
     CU_OK(gate_out(c, b, ntok));
+    if (fused) return fused_out_router(c, f, routed);
     return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
   }
   if (a2ok && ntok >= 2 && ntok <= MV_MAX_NT && (c->acls & ATTN_QKA)) {
@@ -569,13 +574,13 @@ static int64_t attn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, int n_
     }
   }
   cu_mark(c, S_O);
-  if (moe && ntok == 1 && !big && !b.gated) {
+  CU_OK(gate_out(c, b, ntok));
+  if (moe && ntok == 1 && !big) {
     // one token of a block on the general attention (gpt-oss's sinks and windows): its output
     // product still takes the next MoE block's router
     fo_args f;
     if (fused_router(c, b, *moe, f)) return fused_out_router(c, f, routed);
   }
-  CU_OK(gate_out(c, b, ntok));
   return dense_product(c, b.t[CU_ATTN_O], b.vec[CU_ATTN_BO], c->att, qd, ntok, c->x, E, EPI_ADD, big);
 }
 
@@ -1078,12 +1083,19 @@ static int64_t shared_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
 // in-projections (qkv and z, or older files' fused qkvz split after; beta and alpha, or ba); the conv
 // over each sequence's previous inputs and its state; the delta rule over each sequence's slot state;
 // the gated output norm; out added to x (deltanet/deltanet.cu). The batch's sequences are the host's (seq_runs).
-static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
+static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big, const cu_blk *moe, bool *routed) {
+  *routed = false;
   const int E = (int)c->dm.E, nk = b.dn_nk, nv = b.dn_nv, hk = b.dn_hk, hv = b.dn_hv;
   const int qk = nk * hk, vd = nv * hv, C = 2 * qk + vd;
   const size_t T = (size_t)c->dm.maxT;
   const bool fused_ba = b.t[CU_DN_BA].d != nullptr, qkvz = b.t[CU_DN_QKVZ].d != nullptr;
   float *alpha = c->dn_ba + T * nv;
+  int ldb = nv; // beta's and alpha's rows
+  // beta and alpha side by side on the card (the plan lays a block's tensors out in role order): one
+  // product of 2 nv rows, each token's betas then its alphas
+  const dmat &mb = b.t[CU_DN_BETA], &ma = b.t[CU_DN_ALPHA];
+  const bool adj = !fused_ba && mb.type == ma.type && mb.ne0 == ma.ne0 && mb.nb1 == ma.nb1 && mb.ne1 == nv && ma.ne1 == nv &&
+                   mb.d + (size_t)mb.nb1 * nv == ma.d;
   cu_mark(c, S_QKV);
   if (!big) {
     // decode steps: the rows normalised on the way into the products, three a launch (alpha apart)
@@ -1094,11 +1106,19 @@ static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
       m.job[nj++] = job(b.t[CU_DN_QKV], nullptr, c->dn_raw, C, EPI_STORE);
       m.job[nj++] = job(b.t[CU_DN_GATE], nullptr, c->dn_z, vd, EPI_STORE);
     }
-    m.job[nj++] = fused_ba ? job(b.t[CU_DN_BA], nullptr, c->dn_ba, 2 * nv, EPI_STORE) : job(b.t[CU_DN_BETA], nullptr, c->dn_ba, nv, EPI_STORE);
+    dmat both = mb;
+    both.ne1 = 2 * nv;
+    both.nb2 = both.nb1 * both.ne1;
+    if (fused_ba) m.job[nj++] = job(b.t[CU_DN_BA], nullptr, c->dn_ba, 2 * nv, EPI_STORE);
+    else if (adj) {
+      m.job[nj++] = job(both, nullptr, c->dn_ba, 2 * nv, EPI_STORE);
+      alpha = c->dn_ba + nv;
+      ldb = 2 * nv;
+    } else m.job[nj++] = job(mb, nullptr, c->dn_ba, nv, EPI_STORE);
     m.njobs = nj;
     m.q8 = 1;
     CU_OK(normed_launch(c, m, ntok));
-    if (!fused_ba) {
+    if (!fused_ba && !adj) {
       m.job[0] = job(b.t[CU_DN_ALPHA], nullptr, alpha, nv, EPI_STORE);
       m.njobs = 1;
       CU_OK(normed_launch(c, m, ntok));
@@ -1124,6 +1144,7 @@ static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   else {
     a.beta = c->dn_ba;
     a.alpha = alpha;
+    a.ldb = ldb;
   }
   a.seq_conv = !big;
   a.convw = b.vec[CU_DN_CONV];
@@ -1154,6 +1175,9 @@ static int64_t dn_block(cu_ctx *c, const cu_blk &b, int ntok, bool big) {
   cu_mark(c, S_ATTN);
   CU_OK(cu_dn_rule(c->st, a));
   cu_mark(c, S_O);
+  fo_args f;
+  // one token: out's product takes the next MoE block's router (froute.cu), as an attention's does
+  if (moe && ntok == 1 && !big && fused_router(c, b.t[CU_DN_OUT], c->dn_o, vd, nullptr, *moe, f)) return fused_out_router(c, f, routed);
   return dense_product(c, b.t[CU_DN_OUT], nullptr, c->dn_o, vd, ntok, c->x, E, EPI_ADD, big);
 }
 
@@ -1196,7 +1220,11 @@ int64_t cu_enqueue(cu_ctx *c, int ntok, int nout, int topk, int n_fa_tiles) {
         routed = false;
         break;
       case CU_BLOCK_MLA: CU_OK(mla_block(c, b, ntok, big, n_fa_tiles)); break;
-      case CU_BLOCK_DN: CU_OK(dn_block(c, b, ntok, big)); break;
+      case CU_BLOCK_DN: {
+        const cu_blk *next = b.moe_next >= 0 ? &bl[(size_t)b.moe_next] : nullptr;
+        CU_OK(dn_block(c, b, ntok, big, next && (!next->host || cu_host_split(c, *next, ntok, big)) ? next : nullptr, &routed));
+        break;
+      }
       case CU_BLOCK_OUTPUT: CU_OK(output_block(c, b, nout, topk)); break;
       default: return cu_fail(BL_E_INVAL, "forward: block %zu has unknown kind %d", i, b.kind);
     }
