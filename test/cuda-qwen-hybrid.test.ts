@@ -14,7 +14,6 @@ import { join } from "node:path";
 import { CudaFast, CudaOption, cudaLib, cudaStatus } from "../ffi/cuda.ts";
 import { synth } from "../src/cli/synth.ts";
 import { OpKind } from "../ffi/layout.ts";
-import type { Batch } from "../src/engine/backend.ts";
 import { type CudaBackend, cudaUnsupported } from "../src/engine/cuda-backend.ts";
 import { Model } from "../src/engine/model.ts";
 import { encodeProgram } from "../src/engine/program.ts";
@@ -25,7 +24,7 @@ import type { SpecConfig } from "../src/engine/spec-ngram.ts";
 import { MappedWeights } from "../src/engine/weights.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { familyFor } from "../src/models/registry.ts";
-import { argmax, greedy, maxAbsDiff } from "./model-fixtures.ts";
+import { argmax, greedy, maxAbsDiff, oneBatch } from "./model-fixtures.ts";
 import { std } from "./logit-math.ts";
 import { FIXTURES } from "./paths.ts";
 
@@ -44,16 +43,6 @@ function load(path: string, o: Parameters<typeof Model.load>[1] = {}): Model {
   return m;
 }
 const card = (path: string, o: Parameters<typeof Model.load>[1] = {}) => load(path, { nGpuLayers: "all", ...o });
-
-function oneBatch(m: Model, rows: { tok: number; pos: number; seq: number }[], out: number[]): Float32Array {
-  const V = m.hp.nVocab, logits = new Float32Array(out.length * V);
-  const b: Batch = {
-    tokens: Int32Array.from(rows, (r) => r.tok), pos: Int32Array.from(rows, (r) => r.pos), seq: Int32Array.from(rows, (r) => r.seq),
-    outRows: Int32Array.from(out), logits,
-  };
-  m.backend.forward(b);
-  return logits;
-}
 
 function stateOf(m: Model, slot: number): Float32Array {
   const b = new Uint8Array(m.backend.rsBytes!());

@@ -1,5 +1,6 @@
 // Test helpers for model runs: greedy decoding and argmax over logits.
 import { cpuPath, setCpuPath } from "../ffi/cpu-kernels.ts";
+import type { Batch } from "../src/engine/backend.ts";
 import type { Model } from "../src/engine/model.ts";
 
 export function argmax(v: Float32Array): number {
@@ -65,4 +66,15 @@ export function teacherForcedSteps(m: Model, ref: { prompt: number[]; greedy: nu
     if (s + 1 < ref.greedy.length) lg = m.evalSequence([ref.greedy[s]], ref.prompt.length + s);
   }
   return { clear, agree };
+}
+
+/** One forward of the given rows (token, position, sequence) in one batch; the logits of rows `out`. */
+export function oneBatch(m: Model, rows: { tok: number; pos: number; seq: number }[], out: number[]): Float32Array {
+  const V = m.hp.nVocab, logits = new Float32Array(out.length * V);
+  const b: Batch = {
+    tokens: Int32Array.from(rows, (r) => r.tok), pos: Int32Array.from(rows, (r) => r.pos), seq: Int32Array.from(rows, (r) => r.seq),
+    outRows: Int32Array.from(out), logits,
+  };
+  m.backend.forward(b);
+  return logits;
 }

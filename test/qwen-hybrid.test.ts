@@ -12,9 +12,8 @@ import { cpuPaths } from "../ffi/cpu-kernels.ts";
 import { GgufFile } from "../src/gguf/index.ts";
 import { openHfFolder } from "../src/safetensors/model.ts";
 import { Model } from "../src/engine/model.ts";
-import type { Batch } from "../src/engine/backend.ts";
 import { FIXTURES } from "./paths.ts";
-import { argmax, greedy, maxAbsDiff, onPath } from "./model-fixtures.ts";
+import { argmax, greedy, maxAbsDiff, onPath, oneBatch } from "./model-fixtures.ts";
 import { familyRefs, FAMILY_CASES, llamaRefs, type FamilyCase } from "./conformance/families.ts";
 
 const FAM = join(FIXTURES, "families");
@@ -30,16 +29,6 @@ function load(path: string, o: Parameters<typeof Model.load>[1] = {}): Model {
   const m = Model.load(path, { nCtx: 256, nThreads: 2, log: () => {}, ...o });
   models.push(m);
   return m;
-}
-
-function oneBatch(m: Model, rows: { tok: number; pos: number; seq: number }[], out: number[]): Float32Array {
-  const V = m.hp.nVocab, logits = new Float32Array(out.length * V);
-  const b: Batch = {
-    tokens: Int32Array.from(rows, (r) => r.tok), pos: Int32Array.from(rows, (r) => r.pos), seq: Int32Array.from(rows, (r) => r.seq),
-    outRows: Int32Array.from(out), logits,
-  };
-  m.backend.forward(b);
-  return logits;
 }
 
 describe.skipIf(FAMILIES.length === 0)("the Qwen hybrids on the CPU", () => {
