@@ -75,6 +75,11 @@ enum { CU_OPT_CARVEOUT = 16, CU_OPT_PDL = 17, CU_OPT_FAST = 18, CU_OPT_INVARIANT
 
 enum { S_EMBED, S_QKV, S_QK, S_ATTN, S_O, S_ROUTER, S_EXPERTS, S_OUTPUT, S_TOPK, S_END, CU_SECTIONS };
 
+// The graphs' attention class of a decode batch whose slots' tokens are not adjacent (cu_attn2_class gives 0..3).
+#define ATTN_GENERAL 4
+// Flag on the class: a decode batch of distinct slots whose attention forms Q/K itself (FAST_QKA).
+#define ATTN_QKA 8
+
 struct cu_graph {
   int ntok, nout, topk, acls;
   uint64_t nomma; // the decode batch's MoE layers on the dp4a kernels (cu_ctx.mb_nomma)
@@ -387,6 +392,12 @@ struct cu_opts_scope {
 void cu_mark(cu_ctx *c, int section);
 void cu_kv_stage_free(cu_ctx *c);  // kvmove.cu
 void cu_rs_free(cu_ctx *c);        // rstate.cu
+// plan_blocks.cu: a tensor present (its name for the message) and of shape ne0 x ne1; the MLA and
+// delta-net blocks' shapes, with the sizes they add to d
+int64_t cu_plan_need(const bl_tensor &t, int64_t bi, const char *what);
+int64_t cu_plan_shape(const bl_tensor &t, int64_t bi, const char *what, int64_t ne0, int64_t ne1);
+int64_t cu_plan_mla(const cu_fblock &b, int64_t i, cu_dims &d);
+int64_t cu_plan_dn(const cu_fblock &b, int64_t i, cu_dims &d);
 void cu_profile_collect(cu_ctx *c, bool decode);
 void cu_profile_print(cu_ctx *c);
 
