@@ -57,6 +57,12 @@ export const MIXES: Record<string, QuantMix> = {
     name: "MXFP4", fileType: 38,
     typeOf: (role) => (role.endsWith("_exps") ? GgmlType.MXFP4 : GgmlType.Q8_0),
   },
+  // as openai's gpt-oss folders ship (MXFP4 experts, BF16 elsewhere): the GGUF twin of such a folder
+  // (scripts/gguf-folder.ts writes one from it)
+  MXFP4_BF16: {
+    name: "MXFP4_BF16", fileType: 38,
+    typeOf: (role) => (role.endsWith("_exps") ? GgmlType.MXFP4 : GgmlType.BF16),
+  },
   ...LOW_MIXES,
 };
 
