@@ -179,6 +179,44 @@ for (const file of files) {
 }
 
 describe("expert tier: files", () => {
+  test("a host budget that keeps the first layers' experts in memory and reads the others from disk (the CPU plan's layer split): the mapped model's bits; the store takes the disk layers alone", () => {
+    const file = demo(files[1]);
+    const plain = Model.load(file, OPTS);
+    let prompt: number[], ref: Float32Array, perLayer: number, nLayer: number;
+    try {
+      prompt = plain.tokenizer.encode(A);
+      ref = run(plain, prompt);
+      nLayer = plain.hp.nLayer;
+      perLayer = ["gate", "up", "down"].reduce((s2, r) => s2 + plain.gguf.tensor(`blk.0.ffn_${r}_exps.weight`)!.nbytes, 0);
+    } finally {
+      plain.close();
+    }
+    // the budget: what the plan gives dense weights and the context with every expert in memory, less all but
+    // two layers' experts (one layer in memory, and room for the smallest cache of the others)
+    const probe = Model.load(file, { ...OPTS, placement: {} });
+    const need = probe.plan!.host.dense + probe.plan!.host.context;
+    probe.close();
+    const m = Model.load(file, { ...OPTS, placement: { hostBudgetBytes: need + 2 * perLayer } });
+    try {
+      const where = Array.from({ length: nLayer }, (_, l) => m.plan!.where.get(`blk.${l}.ffn_up_exps.weight`));
+      expect(where[0]).toBe("host");
+      expect(where[nLayer - 1]).toBe("disk");
+      expect(maxAbsDiff(run(m, prompt), ref)).toBe(0);
+      const s = m.expertStats()!;
+      expect(s.misses).toBeGreaterThan(0);
+      // the store looks up the disk layers' experts alone: fewer than every layer's behind the same cache
+      const all = Model.load(file, { ...OPTS, expertRamBytes: m.plan!.expertRamBytes });
+      try {
+        expect(maxAbsDiff(run(all, prompt), ref)).toBe(0);
+        expect(s.lookups).toBeLessThan(all.expertStats()!.lookups);
+      } finally {
+        all.close();
+      }
+    } finally {
+      m.close();
+    }
+  }, 120_000);
+
   test("a split set (experts of one layer across both shards) gives the single file's bits", () => {
     const src = GgufFile.open(demo("bloomery-demo-q8_0.gguf"));
     const bytes = readFileSync(src.path);

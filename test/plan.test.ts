@@ -47,10 +47,16 @@ describe("plan on the CPU", () => {
     expect(p.line).toContain("disk: 32 experts 0.35 GiB read on demand into a 0.10 GiB RAM cache");
   });
 
-  test("the machine's own RAM limits the plan as a budget does (less what is kept free)", () => {
+  test("the machine's own RAM limits the plan as a budget does (less what is kept free); the first layers that fit beside the smallest cache stay in memory", () => {
     const avail = HOST_RESERVE + dense + cpuContextBytes(hp, ctx) + 200 * MiB;
     const p = planLoad(hp, tensors(), "cpu", {}, { card: null, hostAvailableBytes: avail }, ctx);
-    expect(p.expertRamBytes).toBe(200 * MiB);
+    // a layer's experts are 90 MiB, the smallest cache 45 MiB: layer 0 stays, the others take the 110 MiB left
+    const layer = experts / 4;
+    expect([0, 1, 2, 3].map((l) => p.where.get(`blk.${l}.ffn_gate_exps.weight`))).toEqual(["host", "disk", "disk", "disk"]);
+    expect(p.host.experts).toBe(layer);
+    expect(p.disk).toEqual({ dense: 0, experts: 3 * layer, nExperts: 24 });
+    expect(p.expertRamBytes).toBe(200 * MiB - layer);
+    expect(p.line).toContain("disk: 24 experts 0.26 GiB read on demand into a 0.11 GiB RAM cache");
   });
 
   test("dense weights and KV past the budget are refused naming every term", () => {

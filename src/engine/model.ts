@@ -102,11 +102,14 @@ export class Model {
     // the RAM of the routed experts' cache: asked for, or what the plan leaves them (on the CPU the
     // routed experts past the host budget, beside a card the host experts past it)
     const expertRam = o.expertRamBytes ?? plan?.expertRamBytes;
-    // the experts read from the files on demand: on the CPU every routed one; beside a card those the
-    // CPU runs (the plan's disk tier, its first layers kept in host memory; every host expert when a
-    // cache is asked for and the plan put none on disk)
-    const planDisk = onCard && plan.disk.nExperts > 0;
-    const onDisk = (n: string) => expertRam !== undefined && (!onCard || plan.where.get(n) === "disk" || (!planDisk && plan.where.get(n) === "host"));
+    // the experts read from the files on demand: beside a card those the CPU runs (the plan's disk tier,
+    // its first layers kept in host memory; every host expert when a cache is asked for and the plan put
+    // none on disk)
+    // (on the CPU: the plan's disk tier where it made one, its first layers kept in host memory; every
+    // routed expert when a cache is asked for and the plan put none on disk)
+    const planDisk = (plan?.disk.nExperts ?? 0) > 0;
+    const onDisk = (n: string) =>
+      expertRam !== undefined && (onCard ? plan.where.get(n) === "disk" || (!planDisk && plan.where.get(n) === "host") : !planDisk || plan!.where.get(n) === "disk");
     const routed = expertRam === undefined ? undefined : new Set([...routedExpertTensors(specs)].filter(onDisk));
     // the host experts beside a card in 2 MiB pages when asked (hugecopy.c; BLOOMERY_HOST_HUGEPAGES=1)
     const huge = onCard && hostHugePages() ? (t: { name: string }) => plan.where.get(t.name) === "host" && !onDisk(t.name) : undefined;
@@ -122,7 +125,10 @@ export class Model {
       // with a card: the routed experts the plan leaves to the CPU run beside it (cuda/hybrid/hybrid.cu), from
       // host memory or through the expert store
       if (onCard) markHostExperts(this.program, (n) => plan.where.get(n) === "host" && !onDisk(n), onDisk);
-      const blocks = onCard ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK : undefined;
+      const gateOf = (bi: number) => (specs[bi].tensors as Record<string, string | undefined>).gate;
+      const blocks = onCard
+        ? (bi: number) => hostExpertsMark(this.program, bi) === HOST_EXPERTS_DISK
+        : planDisk ? (bi: number) => { const g = gateOf(bi); return !!g && onDisk(g); } : undefined;
       experts = expertRam === undefined ? undefined : ExpertStore.attach(this.gguf, specs, this.program, expertRam, { blocks });
       this.experts = experts;
       backends = new BackendFactory(this.hp, this.program);

@@ -332,10 +332,23 @@ export function planLoad(
       throw new PlanError(`the model does not fit host memory even with its experts read from disk: dense weights ${gib(dense)} + KV cache and buffers ${gib(context)} ` +
         `+ the smallest expert cache ${gib(minCache)} (${hp.nExpertUsed} experts of ${(unit / MiB).toFixed(1)} MiB x ${MIN_CACHE_LAYERS} layers) = ${gib(fixed + minCache)} ` +
         `> the host budget ${gib(hostBudget)} (${budgetText})${mtpText(c).replace(/^; /, " (")}${c.mtp ? ")" : ""}`);
-    expertRamBytes = Math.floor(room);
+    // as beside a card (spillHostExperts): the first layers' experts stay in host memory while the rest
+    // of the room still holds the smallest cache of the others, which are read from disk into it (the
+    // bytes read a token the same under uniform routing; the layers in memory skip the cache's lookups)
+    const layerBytes = new Map<number, number>();
+    for (const t of experts) layerBytes.set(expertLayer(t.name)!, (layerBytes.get(expertLayer(t.name)!) ?? 0) + t.bytes);
+    const inRam = new Set<number>();
+    let ram = 0;
+    for (const [l, bytes] of [...layerBytes.entries()].sort((x, y) => x[0] - y[0])) {
+      if (ram + bytes + minCache > room) break;
+      inRam.add(l);
+      ram += bytes;
+    }
+    expertRamBytes = Math.floor(room - ram);
     for (const t of experts) {
-      where.set(t.name, "disk");
-      add(disk, t.name, t.bytes, hp.nExpert);
+      const tier = inRam.has(expertLayer(t.name)!) ? host : disk;
+      where.set(t.name, tier === host ? "host" : "disk");
+      add(tier, t.name, t.bytes, hp.nExpert);
     }
   }
   const plan: LoadPlan = { backend, card, host: { ...host, context, budget: hostBudget }, disk, where, line: "", expertRamBytes };
