@@ -4,8 +4,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { GgufFile } from "../src/gguf/index.ts";
-
-const QWEN2_SPLIT = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+import { writeTokenizerFiles } from "../scripts/gguf-folder.ts";
 
 /** The GGUF written as a transformers Qwen3-MoE folder (F16 matrices, F32 norms, as the GGUF has them). */
 export function exportFolder(g: GgufFile, out: string): void {
@@ -62,21 +61,6 @@ export function exportFolder(g: GgufFile, out: string): void {
     rms_norm_eps: 1e-6, num_experts: X, num_experts_per_tok: k("expert_used_count"), norm_topk_prob: true,
     rope_parameters: { rope_theta: g.f32("qwen3moe.rope.freq_base"), rope_type: "default" }, tie_word_embeddings: tied, vocab_size: g.tensor("token_embd.weight")!.ne[1],
   }));
-  const tokens = g.raw("tokenizer.ggml.tokens") as string[], types = g.raw("tokenizer.ggml.token_type") as Int32Array;
-  const vocab: Record<string, number> = {};
-  const added: unknown[] = [];
-  tokens.forEach((s, i) => {
-    vocab[s] = i;
-    if (types[i] === 3 || types[i] === 4) added.push({ id: i, content: s, single_word: false, lstrip: false, rstrip: false, normalized: false, special: types[i] === 3 });
-  });
-  writeFileSync(join(out, "tokenizer.json"), JSON.stringify({
-    version: "1.0", added_tokens: added, normalizer: null,
-    pre_tokenizer: { type: "Sequence", pretokenizers: [{ type: "Split", pattern: { Regex: QWEN2_SPLIT }, behavior: "Isolated", invert: false }, { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false }] },
-    model: { type: "BPE", vocab, merges: (g.raw("tokenizer.ggml.merges") as string[]).map((m) => m.split(" ")) },
-  }));
-  writeFileSync(join(out, "tokenizer_config.json"), JSON.stringify({
-    bos_token: tokens[g.int("tokenizer.ggml.bos_token_id")], eos_token: tokens[g.int("tokenizer.ggml.eos_token_id")],
-    add_bos_token: g.bool("tokenizer.ggml.add_bos_token"), chat_template: g.str("tokenizer.chat_template"),
-  }));
+  writeTokenizerFiles(g, out);
 }
 

@@ -209,6 +209,18 @@ function minExpertCache(hp: HParams, unit: number): number {
   return unit * hp.nExpertUsed * MIN_CACHE_LAYERS;
 }
 
+/** The first layers (by index) whose experts fit `room` beside the smallest cache of the others, and their bytes. */
+function layersInRam(layerBytes: ReadonlyMap<number, number>, room: number, minCache: number): { inRam: Set<number>; ram: number } {
+  const inRam = new Set<number>();
+  let ram = 0;
+  for (const [l, bytes] of [...layerBytes.entries()].sort((x, y) => x[0] - y[0])) {
+    if (ram + bytes + minCache > room) break;
+    inRam.add(l);
+    ram += bytes;
+  }
+  return { inRam, ram };
+}
+
 /**
  * With a card: the host experts do not fit the host budget. The first host layers' experts stay in
  * host memory while the rest of the budget still holds the smallest cache of the others, which go to
@@ -230,13 +242,7 @@ function spillHostExperts(plan: LoadPlan, hp: HParams, tensors: readonly PlanTen
     const l = expertLayer(t.name);
     if (l !== null && plan.where.get(t.name) === "host") layerBytes.set(l, (layerBytes.get(l) ?? 0) + t.bytes);
   }
-  const inRam = new Set<number>();
-  let ram = 0;
-  for (const [l, bytes] of [...layerBytes.entries()].sort((x, y) => x[0] - y[0])) {
-    if (ram + bytes + minCache > hostBudget) break;
-    inRam.add(l);
-    ram += bytes;
-  }
+  const { inRam, ram } = layersInRam(layerBytes, hostBudget, minCache);
   const host = emptyTier();
   for (const t of tensors) {
     const l = expertLayer(t.name);
@@ -337,13 +343,7 @@ export function planLoad(
     // bytes read a token the same under uniform routing; the layers in memory skip the cache's lookups)
     const layerBytes = new Map<number, number>();
     for (const t of experts) layerBytes.set(expertLayer(t.name)!, (layerBytes.get(expertLayer(t.name)!) ?? 0) + t.bytes);
-    const inRam = new Set<number>();
-    let ram = 0;
-    for (const [l, bytes] of [...layerBytes.entries()].sort((x, y) => x[0] - y[0])) {
-      if (ram + bytes + minCache > room) break;
-      inRam.add(l);
-      ram += bytes;
-    }
+    const { inRam, ram } = layersInRam(layerBytes, room, minCache);
     expertRamBytes = Math.floor(room - ram);
     for (const t of experts) {
       const tier = inRam.has(expertLayer(t.name)!) ? host : disk;
